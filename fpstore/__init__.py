@@ -1,10 +1,38 @@
-"""fpstore: an exact near-duplicate fingerprint store (SimHash + Manku permuted tables, on LMDB)."""
+"""fpstore: an exact near-duplicate fingerprint store (SimHash + Manku permuted tables, on LMDB).
+
+The public API is the names in ``__all__``; everything else is importable for advanced use.
+"""
 
 from __future__ import annotations
 
+import functools
+
 from fpstore._backend import BACKEND as backend
 from fpstore.errors import FpstoreError
+from fpstore.hamming import hamming, hamming_many
+from fpstore.pipeline import Fingerprints, IdfTable, Pipeline, Signature
 
 __version__ = "0.1.0"
 
-__all__ = ["FpstoreError", "backend"]
+
+@functools.lru_cache(maxsize=16)
+def _pipeline(shingle: int) -> Pipeline:
+    return Pipeline(shingle=shingle)
+
+
+def simhash(text: object, shingle: int = 3) -> int:
+    """64-bit SimHash of ``text`` with the default pipeline and ``shingle`` words per shingle."""
+    return _pipeline(shingle).fingerprint(text)
+
+
+__all__ = [
+    "Fingerprints",
+    "FpstoreError",
+    "IdfTable",
+    "Pipeline",
+    "Signature",
+    "backend",
+    "hamming",
+    "hamming_many",
+    "simhash",
+]

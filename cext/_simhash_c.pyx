@@ -1,0 +1,358 @@
+# cython: language_level=3
+"""Compiled fingerprint kernel, scheme 1. The specification is ``fpstore/_simhash_py.py``.
+
+Reads a str's code points in place (PEP 393 storage, 1, 2 or 4 bytes per code point), folds them
+through the tokenizer table, hashes each token once, combines token hashes per shingle and counts
+bit votes. No I/O, no validation beyond what memory safety needs; the GIL is released while texts
+are scanned.
+"""
+
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memset
+
+cdef extern from "Python.h":
+    int PyUnicode_READY(object o) except -1
+    int PyUnicode_KIND(object o)
+    void* PyUnicode_DATA(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+
+cdef enum:
+    MAX_SHINGLE = 16
+    IDF_EMPTY = 0xFFFF
+    # 16-bit lanes take shingle weights up to 16 * 255; flush well before a lane can overflow.
+    LANE16_LIMIT = 65535 - 16 * 255
+
+cdef uint64_t FNV_OFFSET = 0xCBF29CE484222325ULL
+cdef uint64_t FNV_PRIME = 0x100000001B3ULL
+cdef uint64_t GOLDEN = 0x9E3779B97F4A7C15ULL
+cdef uint64_t SHINGLE_MUL = 0xD6E8FEB86659FD93ULL
+cdef uint64_t DIGEST_A0 = 0x243F6A8885A308D3ULL
+cdef uint64_t DIGEST_B0 = 0x13198A2E03707344ULL
+cdef uint64_t DIGEST_MUL_A = 0xFF51AFD7ED558CCDULL
+cdef uint64_t DIGEST_MUL_B = 0xC4CEB9FE1A85EC53ULL
+
+# SPREAD8[v] puts bit l of byte v into byte lane l (0 or 1): adding it counts 8 bits at once.
+# SPREAD16[v] does the same for a nibble into four 16-bit lanes.
+cdef uint64_t SPREAD8[256]
+cdef uint64_t SPREAD16[16]
+
+
+cdef void _init_spread():
+    cdef int v, l
+    for v in range(256):
+        SPREAD8[v] = 0
+        for l in range(8):
+            if (v >> l) & 1:
+                SPREAD8[v] |= (<uint64_t>1) << (8 * l)
+    for v in range(16):
+        SPREAD16[v] = 0
+        for l in range(4):
+            if (v >> l) & 1:
+                SPREAD16[v] |= (<uint64_t>1) << (16 * l)
+
+
+_init_spread()
+
+cdef const uint32_t* _FOLD = NULL
+cdef object _fold_keepalive = None
+
+
+def set_fold_table(fold):
+    """Install the uint32[0x110000] fold table (0 = separator) used by every later call."""
+    global _FOLD, _fold_keepalive
+    cdef const uint32_t[::1] view = fold
+    if view.shape[0] != 0x110000:
+        raise ValueError("fold table must have 0x110000 entries")
+    _fold_keepalive = view
+    _FOLD = &view[0]
+
+
+cdef inline uint64_t fmix64(uint64_t x) noexcept nogil:
+    x ^= x >> 30
+    x *= 0xBF58476D1CE4E5B9ULL
+    x ^= x >> 27
+    x *= 0x94D049BB133111EBULL
+    return x ^ (x >> 31)
+
+
+cdef inline uint64_t rotl(uint64_t x, int r) noexcept nogil:
+    return (x << r) | (x >> (64 - r))
+
+
+cdef struct Acc:
+    uint64_t seed
+    uint64_t start
+    int shingle
+    int weighted
+    Py_ssize_t ntok
+    uint64_t ring[MAX_SHINGLE]      # the last `shingle` token hashes, oldest first
+    uint32_t wring[MAX_SHINGLE]     # their idf weights
+    uint64_t lanes8[8]
+    int pending8
+    uint64_t lanes16[16]
+    int64_t pending16
+    int64_t ones[64]
+    int64_t total
+    uint64_t shingle_sum            # order-independent tie-breaker (see the spec)
+    uint64_t da
+    uint64_t db
+    const uint64_t* idf_keys
+    const uint16_t* idf_weights
+    uint64_t idf_mask
+    uint32_t idf_default
+
+
+cdef inline uint32_t idf_lookup(Acc* acc, uint64_t h) noexcept nogil:
+    cdef uint64_t slot = h & acc.idf_mask
+    cdef uint16_t w
+    while True:
+        w = acc.idf_weights[slot]
+        if w == IDF_EMPTY:
+            return acc.idf_default
+        if acc.idf_keys[slot] == h:
+            return w
+        slot = (slot + 1) & acc.idf_mask
+
+
+cdef inline void flush8(Acc* acc) noexcept nogil:
+    cdef int j, l
+    for j in range(8):
+        for l in range(8):
+            acc.ones[8 * j + l] += (acc.lanes8[j] >> (8 * l)) & 0xFF
+        acc.lanes8[j] = 0
+    acc.pending8 = 0
+
+
+cdef inline void flush16(Acc* acc) noexcept nogil:
+    cdef int j, l
+    for j in range(16):
+        for l in range(4):
+            acc.ones[4 * j + l] += (acc.lanes16[j] >> (16 * l)) & 0xFFFF
+        acc.lanes16[j] = 0
+    acc.pending16 = 0
+
+
+cdef inline void add_shingle(Acc* acc, Py_ssize_t first, Py_ssize_t count) noexcept nogil:
+    """Vote with the shingle made of ring[first:first + count]."""
+    cdef uint64_t a = acc.start
+    cdef uint32_t weight = 0
+    cdef Py_ssize_t j
+    for j in range(first, first + count):
+        a = (a ^ acc.ring[j]) * SHINGLE_MUL
+        weight += acc.wring[j]
+    cdef uint64_t sh = fmix64(a)
+    acc.shingle_sum += sh
+    if not acc.weighted:
+        acc.total += 1
+        for j in range(8):
+            acc.lanes8[j] += SPREAD8[(sh >> (8 * j)) & 0xFF]
+        acc.pending8 += 1
+        if acc.pending8 == 255:
+            flush8(acc)
+    else:
+        acc.total += weight
+        for j in range(16):
+            acc.lanes16[j] += SPREAD16[(sh >> (4 * j)) & 0xF] * weight
+        acc.pending16 += weight
+        if acc.pending16 > LANE16_LIMIT:
+            flush16(acc)
+
+
+cdef inline void push_token(Acc* acc, uint64_t t) noexcept nogil:
+    cdef int j
+    cdef int w = acc.shingle
+    # Shift the ring down by one: w is small, and this avoids a division per token.
+    for j in range(w - 1):
+        acc.ring[j] = acc.ring[j + 1]
+        acc.wring[j] = acc.wring[j + 1]
+    acc.ring[w - 1] = t
+    acc.wring[w - 1] = idf_lookup(acc, t) if acc.weighted else 1
+    acc.ntok += 1
+    acc.da = (rotl(acc.da, 23) ^ t) * DIGEST_MUL_A
+    acc.db = (acc.db + t) * DIGEST_MUL_B
+    acc.db ^= acc.db >> 29
+    if acc.ntok >= w:
+        add_shingle(acc, 0, w)
+
+
+ctypedef fused char_t:
+    uint8_t
+    uint16_t
+    uint32_t
+
+
+cdef void scan(const char_t* data, Py_ssize_t n, Acc* acc) noexcept nogil:
+    cdef uint64_t h = FNV_OFFSET
+    cdef uint64_t seed = acc.seed
+    cdef bint in_token = False
+    cdef uint32_t cp, folded
+    cdef Py_ssize_t i
+    for i in range(n):
+        cp = data[i]
+        if char_t is uint32_t:
+            if cp > 0x10FFFF:  # CPython never stores these; a corrupt str must not read past FOLD
+                cp = 0
+        folded = _FOLD[cp]
+        if folded:
+            h = (h ^ folded) * FNV_PRIME
+            in_token = True
+        elif in_token:
+            push_token(acc, fmix64(h ^ seed))
+            h = FNV_OFFSET
+            in_token = False
+    if in_token:
+        push_token(acc, fmix64(h ^ seed))
+
+
+cdef void acc_init(Acc* acc, uint64_t seed, int shingle, const uint64_t* idf_keys,
+                   const uint16_t* idf_weights, uint64_t idf_mask, uint32_t idf_default) noexcept nogil:
+    memset(acc, 0, sizeof(Acc))
+    acc.seed = seed
+    acc.start = fmix64(seed + GOLDEN)
+    acc.shingle = shingle
+    acc.weighted = idf_keys != NULL
+    acc.idf_keys = idf_keys
+    acc.idf_weights = idf_weights
+    acc.idf_mask = idf_mask
+    acc.idf_default = idf_default
+    acc.da = DIGEST_A0 ^ seed
+    acc.db = DIGEST_B0 ^ seed
+
+
+cdef void acc_finish(Acc* acc, uint64_t* fp, int64_t* ntok, uint64_t* da, uint64_t* db) noexcept nogil:
+    cdef int w = acc.shingle
+    cdef int b
+    if 0 < acc.ntok < w:
+        # A short text is one shingle of all its tokens; they sit at the end of the ring.
+        add_shingle(acc, w - acc.ntok, acc.ntok)
+    flush8(acc)
+    flush16(acc)
+    cdef uint64_t out = 0
+    cdef uint64_t tie_break = fmix64(acc.shingle_sum)
+    for b in range(64):
+        if 2 * acc.ones[b] > acc.total or (2 * acc.ones[b] == acc.total and (tie_break >> b) & 1):
+            out |= (<uint64_t>1) << b
+    fp[0] = out
+    ntok[0] = acc.ntok
+    da[0] = fmix64(acc.da ^ <uint64_t>acc.ntok)
+    db[0] = fmix64(acc.db + <uint64_t>acc.ntok * GOLDEN)
+
+
+cdef void scan_any(int kind, const void* data, Py_ssize_t n, Acc* acc) noexcept nogil:
+    if kind == 1:
+        scan(<const uint8_t*>data, n, acc)
+    elif kind == 2:
+        scan(<const uint16_t*>data, n, acc)
+    else:
+        scan(<const uint32_t*>data, n, acc)
+
+
+cdef class _Idf:
+    """Borrowed views of an idf table ``(keys uint64[cap], weights uint16[cap], default)``."""
+    cdef const uint64_t[::1] keys
+    cdef const uint16_t[::1] weights
+    cdef uint32_t default
+
+    def __init__(self, idf):
+        keys, weights, default = idf
+        self.keys = keys
+        self.weights = weights
+        self.default = default
+        cap = self.keys.shape[0]
+        if cap == 0 or cap & (cap - 1) or self.weights.shape[0] != cap:
+            raise ValueError("idf table capacity must be a power of two, keys and weights alike")
+
+
+cdef void _idf_pointers(_Idf idf, const uint64_t** keys, const uint16_t** weights,
+                        uint64_t* mask, uint32_t* default):
+    if idf is None:
+        keys[0] = NULL
+        weights[0] = NULL
+        mask[0] = 0
+        default[0] = 0
+    else:
+        keys[0] = &idf.keys[0]
+        weights[0] = &idf.weights[0]
+        mask[0] = idf.keys.shape[0] - 1
+        default[0] = idf.default
+
+
+def _check(int shingle):
+    if _FOLD == NULL:
+        raise RuntimeError("set_fold_table() first")
+    if not 1 <= shingle <= MAX_SHINGLE:
+        raise ValueError(f"shingle must be in 1..{MAX_SHINGLE}")
+
+
+def fingerprint(str text, uint64_t seed, int shingle, idf):
+    """Return ``(fingerprint, token_count, digest_a, digest_b)`` of a normalised text."""
+    _check(shingle)
+    cdef _Idf table = None if idf is None else _Idf(idf)
+    cdef const uint64_t* keys
+    cdef const uint16_t* weights
+    cdef uint64_t mask, fp, da, db
+    cdef uint32_t default
+    cdef int64_t ntok
+    cdef Acc acc
+    _idf_pointers(table, &keys, &weights, &mask, &default)
+    PyUnicode_READY(text)
+    cdef int kind = PyUnicode_KIND(text)
+    cdef const void* data = PyUnicode_DATA(text)
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
+    acc_init(&acc, seed, shingle, keys, weights, mask, default)
+    if n > 4096:
+        with nogil:
+            scan_any(kind, data, n, &acc)
+    else:
+        scan_any(kind, data, n, &acc)
+    acc_finish(&acc, &fp, &ntok, &da, &db)
+    return fp, ntok, da, db
+
+
+def fingerprint_batch(list texts, Py_ssize_t lo, Py_ssize_t hi, uint64_t seed, int shingle, idf,
+                      uint64_t[::1] out_fp, int64_t[::1] out_tokens, uint64_t[:, ::1] out_digest):
+    """Fill ``out_fp[i]``, ``out_tokens[i]`` and ``out_digest[i, 0:2]`` for ``texts[lo:hi]``.
+
+    Pointers into the strs are gathered with the GIL held (``texts`` keeps them alive), then every
+    text is scanned with the GIL released, so several threads can run batches at once.
+    """
+    _check(shingle)
+    if lo < 0 or hi > len(texts) or lo > hi:
+        raise IndexError("bad batch bounds")
+    if out_fp.shape[0] < hi or out_tokens.shape[0] < hi or out_digest.shape[0] < hi or out_digest.shape[1] != 2:
+        raise ValueError("output arrays too small")
+    cdef _Idf table = None if idf is None else _Idf(idf)
+    cdef const uint64_t* keys
+    cdef const uint16_t* weights
+    cdef uint64_t mask
+    cdef uint32_t default
+    _idf_pointers(table, &keys, &weights, &mask, &default)
+    cdef Py_ssize_t count = hi - lo
+    cdef const void** datas = <const void**>malloc(max(count, 1) * sizeof(void*))
+    cdef Py_ssize_t* lengths = <Py_ssize_t*>malloc(max(count, 1) * sizeof(Py_ssize_t))
+    cdef int* kinds = <int*>malloc(max(count, 1) * sizeof(int))
+    cdef Py_ssize_t i
+    cdef Acc acc
+    if datas == NULL or lengths == NULL or kinds == NULL:
+        free(datas); free(lengths); free(kinds)
+        raise MemoryError()
+    try:
+        for i in range(count):
+            text = texts[lo + i]
+            if type(text) is not str:
+                raise TypeError(f"text at index {lo + i} must be str, not {type(text).__name__}")
+            PyUnicode_READY(text)
+            datas[i] = PyUnicode_DATA(text)
+            lengths[i] = PyUnicode_GET_LENGTH(text)
+            kinds[i] = PyUnicode_KIND(text)
+        with nogil:
+            for i in range(count):
+                acc_init(&acc, seed, shingle, keys, weights, mask, default)
+                scan_any(kinds[i], datas[i], lengths[i], &acc)
+                acc_finish(&acc, &out_fp[lo + i], &out_tokens[lo + i],
+                           &out_digest[lo + i, 0], &out_digest[lo + i, 1])
+    finally:
+        free(datas)
+        free(lengths)
+        free(kinds)

@@ -1,0 +1,52 @@
+"""Hamming distance between 64-bit fingerprints: popcount(a XOR b)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fpstore.errors import InputError
+
+__all__ = ["hamming", "hamming_many"]
+
+_M64 = 0xFFFFFFFFFFFFFFFF
+
+
+def hamming(a: int, b: int) -> int:
+    """Number of bits in which the 64-bit fingerprints ``a`` and ``b`` differ (0..64)."""
+    for name, v in (("a", a), ("b", b)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not 0 <= int(v) <= _M64:
+            raise InputError(f"{name} must be an int in 0..2**64-1, got {v!r}")
+    return (int(a) ^ int(b)).bit_count()
+
+
+def as_fingerprint_array(values: object, name: str = "fingerprints") -> np.ndarray:
+    """``values`` as a 1-D uint64 array without copying when it already is one.
+
+    Accepts uint64 arrays and sequences of Python ints in 0..2**64-1; signed or float arrays are
+    refused rather than reinterpreted, because a silent cast would change fingerprints.
+    """
+    if isinstance(values, np.ndarray):
+        if values.dtype != np.uint64:
+            raise InputError(f"{name} must have dtype uint64, got {values.dtype}")
+        arr = values
+    else:
+        try:
+            arr = np.array(values, dtype=np.uint64) if len(values) else np.zeros(0, np.uint64)  # type: ignore[arg-type]
+        except (OverflowError, TypeError, ValueError) as exc:
+            raise InputError(f"{name} must be ints in 0..2**64-1: {exc}") from exc
+        if any(isinstance(v, (bool, float)) for v in values):  # type: ignore[union-attr]
+            raise InputError(f"{name} must be ints, not bools or floats")
+        if any(int(v) < 0 for v in values):  # type: ignore[union-attr]
+            raise InputError(f"{name} must be ints in 0..2**64-1")
+    if arr.ndim != 1:
+        raise InputError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    return arr
+
+
+def hamming_many(a: object, b: object) -> np.ndarray:
+    """Element-wise Hamming distances (uint8) of uint64 arrays ``a`` and ``b``; either may be a scalar."""
+    a_arr = np.asarray(a, dtype=np.uint64) if not isinstance(a, np.ndarray) else a
+    b_arr = np.asarray(b, dtype=np.uint64) if not isinstance(b, np.ndarray) else b
+    if a_arr.dtype != np.uint64 or b_arr.dtype != np.uint64:
+        raise InputError("hamming_many takes uint64 arrays")
+    return np.bitwise_count(a_arr ^ b_arr)

@@ -1,0 +1,342 @@
+"""The fingerprint pipeline: text → tokens → shingles → weighted hashes → 64-bit SimHash.
+
+A :class:`Pipeline` is a frozen set of parameters. Its :attr:`Pipeline.config` is a plain dict and
+its :attr:`Pipeline.id` a digest of that dict's canonical msgpack form: a store records both and
+refuses fingerprints made by any other pipeline, because fingerprints of two pipelines are not
+comparable and mixing them silently breaks every answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import msgpack
+import numpy as np
+
+from fpstore import _backend, _simhash_py as _spec, text as _text
+from fpstore.errors import FormatError, InputError
+
+__all__ = ["FINGERPRINT_SCHEME", "Fingerprints", "IdfTable", "Pipeline", "Signature"]
+
+_kernel = _backend.load("simhash")
+_kernel.set_fold_table(_text.FOLD)
+
+#: Version of the hashing and counting scheme (see ``fpstore/_simhash_py.py``).
+FINGERPRINT_SCHEME = 1
+MAX_SHINGLE = 16
+_M64 = 0xFFFFFFFFFFFFFFFF
+_BATCH = 256  # texts per kernel call in fingerprint_many: large enough to amortise, small enough to balance threads
+
+
+def _token_hash(token: str, seed: int) -> int:
+    """Hash of one folded token, exactly as the kernels compute it (FNV-1a over code points)."""
+    h = _spec.FNV_OFFSET
+    for ch in token:
+        h = ((h ^ ord(ch)) * _spec.FNV_PRIME) & _M64
+    return _spec.fmix64(h ^ seed)
+
+
+_ASCII_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+def _fast_tokens(text: str) -> list[str]:
+    # For ASCII text the v1 rule is exactly "runs of [a-z0-9] after lowercasing" (no ASCII
+    # character is a mark, and only A-Z have lowercase mappings).
+    if text.isascii():
+        return _ASCII_TOKEN.findall(text.lower())
+    return _text.tokens(text)
+
+
+@dataclass(frozen=True, eq=False)
+class IdfTable:
+    """Integer inverse-document-frequency weights per token, 0..255.
+
+    ``weights`` maps a folded token to its weight; tokens not in it weigh ``default``. Weights are
+    integers so the SimHash counters stay exact. A shingle weighs the sum of its tokens' weights, so
+    stopwords (weight near 0) barely vote, alone or inside a shingle.
+    """
+
+    weights: dict[str, int]
+    default: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.default, int) or not 0 <= self.default <= 255:
+            raise InputError(f"idf default weight must be an int in 0..255, got {self.default!r}")
+        for token, w in self.weights.items():
+            if not isinstance(token, str) or not token:
+                raise InputError(f"idf tokens must be non-empty str, got {token!r}")
+            if not isinstance(w, int) or isinstance(w, bool) or not 0 <= w <= 255:
+                raise InputError(f"idf weight of {token!r} must be an int in 0..255, got {w!r}")
+            if _fast_tokens(token) != [token]:
+                raise InputError(f"idf token {token!r} is not a single folded token")
+
+    @classmethod
+    def build(cls, texts: Iterable[object], *, scale: float = 16.0, min_df: int = 2) -> "IdfTable":
+        """Build weights ``round(scale * ln((N + 1) / (df + 1)))`` from a corpus of N texts.
+
+        Tokens seen in fewer than ``min_df`` texts are left out and weigh ``default``, the weight of
+        a token never seen (df = 0). Capped at 255.
+        """
+        df: Counter[str] = Counter()
+        n = 0
+        for i, t in enumerate(texts):
+            df.update(set(_fast_tokens(_text.normalize(t, index=i))))
+            n += 1
+        if n == 0:
+            raise InputError("cannot build an idf table from an empty corpus")
+
+        def weight(count: int) -> int:
+            return min(255, max(0, round(scale * math.log((n + 1) / (count + 1)))))
+
+        return cls({tok: weight(c) for tok, c in df.items() if c >= min_df}, weight(0))
+
+    def to_bytes(self) -> bytes:
+        """Canonical msgpack form (sorted tokens): the same table always gives the same bytes."""
+        tokens = sorted(self.weights)
+        return msgpack.packb(
+            {"v": 1, "default": self.default, "tokens": tokens, "weights": bytes(self.weights[t] for t in tokens)},
+            use_bin_type=True,
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "IdfTable":
+        """Decode :meth:`to_bytes` output; untrusted input raises :class:`FormatError`."""
+        try:
+            obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
+            if not isinstance(obj, dict) or obj.get("v") != 1:
+                raise FormatError("unknown idf table version")
+            tokens, weights = obj["tokens"], obj["weights"]
+            if not isinstance(tokens, list) or not isinstance(weights, bytes) or len(tokens) != len(weights):
+                raise FormatError("idf table: tokens and weights differ in length")
+            return cls(dict(zip(tokens, weights)), obj["default"])
+        except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
+            if isinstance(exc, FormatError):
+                raise
+            raise FormatError(f"idf table does not decode: {exc}") from exc
+
+    @property
+    def digest(self) -> str:
+        """Hex digest of :meth:`to_bytes`; part of the pipeline id."""
+        return hashlib.blake2b(self.to_bytes(), digest_size=16).hexdigest()
+
+    def _kernel_table(self, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """The open-addressing form the kernels read: keys uint64[cap], weights uint16[cap], default."""
+        cap = 1 << max(4, (2 * len(self.weights)).bit_length())  # load factor <= 1/2
+        keys = np.zeros(cap, dtype=np.uint64)
+        weights = np.full(cap, 0xFFFF, dtype=np.uint16)
+        mask = cap - 1
+        for token, w in self.weights.items():
+            h = _token_hash(token, seed)
+            slot = h & mask
+            while weights[slot] != 0xFFFF:
+                slot = (slot + 1) & mask
+            keys[slot] = h
+            weights[slot] = w
+        return keys, weights, self.default
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What the pipeline knows about one text.
+
+    ``fingerprint`` is the 64-bit SimHash; ``tokens`` the token count; ``short`` is True when
+    ``tokens < pipeline.min_tokens``: the fingerprint of so short a text moves many bits per edit,
+    so a store matches it only by ``content_hash`` (16 bytes, a non-cryptographic hash of the
+    normalised token stream: equal token streams give equal hashes).
+    """
+
+    fingerprint: int
+    tokens: int
+    short: bool
+    content_hash: bytes
+
+
+@dataclass(frozen=True, eq=False)
+class Fingerprints:
+    """A batch of fingerprints together with the id of the pipeline that made them.
+
+    ``values`` uint64[n]; ``tokens`` int64[n]; ``short`` bool[n]; ``content_hashes`` uint64[n, 2]
+    (big-endian concatenation gives the 16-byte content hash). Stores accept raw fingerprints only
+    in this form or with an explicit ``pipeline_id``.
+    """
+
+    values: np.ndarray
+    pipeline_id: str
+    tokens: np.ndarray | None = None
+    short: np.ndarray | None = None
+    content_hashes: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def content_hash(self, i: int) -> bytes | None:
+        if self.content_hashes is None:
+            return None
+        return int(self.content_hashes[i, 0]).to_bytes(8, "big") + int(self.content_hashes[i, 1]).to_bytes(8, "big")
+
+
+_executors: dict[int, ThreadPoolExecutor] = {}
+_executors_lock = threading.Lock()
+
+
+def _executor(threads: int) -> ThreadPoolExecutor:
+    with _executors_lock:
+        ex = _executors.get(threads)
+        if ex is None:
+            ex = _executors[threads] = ThreadPoolExecutor(threads, thread_name_prefix="fpstore-fp")
+        return ex
+
+
+def _available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Parameters that turn text into a fingerprint. Frozen: a change is a new pipeline (new id).
+
+    shingle: words per shingle (1..16; 3 for articles, 1-2 for short texts).
+    seed: 64-bit hash seed; fingerprints of different seeds are unrelated.
+    weighting: ``"tf"`` (each shingle occurrence votes 1, so repetition counts) or ``"idf"``
+        (a shingle votes the sum of its tokens' idf weights; requires ``idf``).
+    idf: the :class:`IdfTable` for ``"idf"`` weighting; its digest is part of the id.
+    min_tokens: texts with fewer tokens are flagged ``short`` and matched only exactly.
+    """
+
+    shingle: int = 3
+    seed: int = 0
+    weighting: str = "tf"
+    idf: IdfTable | None = field(default=None, compare=False)
+    min_tokens: int = 20
+    _idf_kernel: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.shingle, int) or not 1 <= self.shingle <= MAX_SHINGLE:
+            raise InputError(f"shingle must be an int in 1..{MAX_SHINGLE}, got {self.shingle!r}")
+        if not isinstance(self.seed, int) or not 0 <= self.seed <= _M64:
+            raise InputError(f"seed must be an int in 0..2**64-1, got {self.seed!r}")
+        if self.weighting not in ("tf", "idf"):
+            raise InputError(f"weighting must be 'tf' or 'idf', got {self.weighting!r}")
+        if (self.weighting == "idf") != (self.idf is not None):
+            raise InputError("weighting='idf' needs an IdfTable in idf=, and only it takes one")
+        if self.idf is not None and not isinstance(self.idf, IdfTable):
+            raise InputError(f"idf must be an IdfTable, not {type(self.idf).__name__}")
+        if not isinstance(self.min_tokens, int) or self.min_tokens < 0:
+            raise InputError(f"min_tokens must be an int >= 0, got {self.min_tokens!r}")
+        if self.idf is not None:
+            object.__setattr__(self, "_idf_kernel", self.idf._kernel_table(self.seed))
+
+    # -- identity -----------------------------------------------------------------------------
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """Every parameter that changes a fingerprint or a verdict, as a plain dict."""
+        return {
+            "kind": "simhash64",
+            "scheme": FINGERPRINT_SCHEME,
+            "tokenizer": _text.TOKENIZER_VERSION,
+            "unicode": _text.UNICODE_VERSION,
+            "shingle": self.shingle,
+            "seed": self.seed,
+            "weighting": self.weighting,
+            "idf": None if self.idf is None else self.idf.digest,
+            "min_tokens": self.min_tokens,
+        }
+
+    @property
+    def id(self) -> str:
+        """16 hex digits: a digest of the canonical msgpack form of :attr:`config`."""
+        canonical = msgpack.packb(sorted(self.config.items()), use_bin_type=True)
+        return hashlib.blake2b(canonical, digest_size=8).hexdigest()
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], idf: IdfTable | None = None) -> "Pipeline":
+        """Rebuild a pipeline from :attr:`config` (read from a store header: untrusted).
+
+        Raises :class:`FormatError` when the config names a scheme, tokenizer or field this build
+        does not know, or when the idf table does not match the recorded digest.
+        """
+        if not isinstance(config, dict):
+            raise FormatError("pipeline config must be a dict")
+        known = {"kind", "scheme", "tokenizer", "unicode", "shingle", "seed", "weighting", "idf", "min_tokens"}
+        unknown = set(config) - known
+        if unknown:
+            raise FormatError(f"pipeline config has fields this version does not know: {sorted(unknown)}")
+        for name, expected in (("kind", "simhash64"), ("scheme", FINGERPRINT_SCHEME), ("tokenizer", _text.TOKENIZER_VERSION)):
+            if config.get(name) != expected:
+                raise FormatError(f"pipeline {name} {config.get(name)!r} is not supported (this build: {expected!r})")
+        digest = config.get("idf")
+        if (digest is None) != (idf is None) or (idf is not None and idf.digest != digest):
+            raise FormatError("the idf table does not match the pipeline config's idf digest")
+        try:
+            pipe = cls(
+                shingle=config["shingle"],
+                seed=config["seed"],
+                weighting=config["weighting"],
+                idf=idf,
+                min_tokens=config["min_tokens"],
+            )
+        except (KeyError, InputError) as exc:
+            raise FormatError(f"pipeline config is invalid: {exc}") from exc
+        return pipe
+
+    # -- fingerprints -------------------------------------------------------------------------
+
+    def signature(self, text: object) -> Signature:
+        """Fingerprint, token count, short flag and content hash of one text.
+
+        ``text`` is str or UTF-8 bytes (invalid sequences become U+FFFD); anything else raises
+        ``TypeError``. Linear time; memory beyond the text itself is constant (plus one NFKC copy
+        for non-ASCII text).
+        """
+        fp, ntok, da, db = _kernel.fingerprint(_text.normalize(text), self.seed, self.shingle, self._idf_kernel)
+        return Signature(fp, ntok, ntok < self.min_tokens, da.to_bytes(8, "big") + db.to_bytes(8, "big"))
+
+    def fingerprint(self, text: object) -> int:
+        """The 64-bit SimHash of ``text`` as an int (see :meth:`signature` for the input rules)."""
+        return _kernel.fingerprint(_text.normalize(text), self.seed, self.shingle, self._idf_kernel)[0]
+
+    def signatures(self, texts: Sequence[object], threads: int | None = None) -> Fingerprints:
+        """Signatures of many texts, columnar, computed on ``threads`` threads (None: all cores).
+
+        A non-text element raises ``TypeError`` naming its index, before any work is done.
+        """
+        if isinstance(texts, (str, bytes)):
+            raise TypeError("texts must be a sequence of texts, not a single text")
+        prepared = [_text.normalize(t, index=i) for i, t in enumerate(texts)]
+        n = len(prepared)
+        fps = np.zeros(n, dtype=np.uint64)
+        ntok = np.zeros(n, dtype=np.int64)
+        digests = np.zeros((n, 2), dtype=np.uint64)
+        threads = _available_cores() if threads is None else int(threads)
+        if threads < 1:
+            raise InputError(f"threads must be >= 1, got {threads}")
+        bounds = [(lo, min(lo + _BATCH, n)) for lo in range(0, n, _BATCH)]
+
+        def run(bound: tuple[int, int]) -> None:
+            _kernel.fingerprint_batch(prepared, bound[0], bound[1], self.seed, self.shingle, self._idf_kernel, fps, ntok, digests)
+
+        if threads == 1 or len(bounds) < 2:
+            for b in bounds:
+                run(b)
+        else:
+            list(_executor(threads).map(run, bounds))
+        return Fingerprints(fps, self.id, ntok, ntok < self.min_tokens, digests)
+
+    def fingerprint_many(self, texts: Sequence[object], threads: int | None = None) -> np.ndarray:
+        """uint64 array of the fingerprints of ``texts`` (see :meth:`signatures`)."""
+        return self.signatures(texts, threads).values
+
+
+DEFAULT_PIPELINE = Pipeline()

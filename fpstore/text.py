@@ -1,0 +1,81 @@
+"""Text normalisation and the token rule (tokenizer version 1).
+
+The rule, applied to every text before it is fingerprinted:
+
+1. Input: ``str`` as is; ``bytes``/``bytearray``/``memoryview`` are decoded as UTF-8 with
+   ``errors="replace"`` (each invalid byte sequence becomes U+FFFD, which is a separator); any other
+   type raises ``TypeError``.
+2. Text that is not pure ASCII is put in Unicode NFKC form, so composed and decomposed accents,
+   full-width letters and ligatures give the same tokens.
+3. A token is a maximal run of code points whose general category is a letter (L*), a number (N*)
+   or a mark (M*); every other code point (space, punctuation, symbols, controls, lone surrogates,
+   U+FFFD) separates tokens.
+4. Each token code point is replaced by its simple lowercase mapping.
+
+Steps 3 and 4 use the table in ``fpstore/_unicode_v1.py`` (Unicode 14.0), committed with the code so
+that fingerprints do not change with the Python that computes them. Step 2 uses Python's
+``unicodedata``; Unicode's normalisation stability policy keeps NFKC fixed for assigned characters.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+import numpy as np
+
+from fpstore import _unicode_v1
+
+__all__ = ["FOLD", "TOKENIZER_VERSION", "UNICODE_VERSION", "normalize", "tokens"]
+
+TOKENIZER_VERSION = 1
+UNICODE_VERSION: str = _unicode_v1.UNICODE_VERSION
+
+
+def _build_fold_table() -> np.ndarray:
+    fold = np.zeros(0x110000, dtype=np.uint32)
+    for start, end in _unicode_v1.TOKEN_RANGES:
+        fold[start:end] = np.arange(start, end, dtype=np.uint32)
+    pairs = np.array(_unicode_v1.LOWER, dtype=np.uint32)
+    fold[pairs[:, 0]] = pairs[:, 1]
+    fold.setflags(write=False)
+    return fold
+
+
+#: ``FOLD[cp]`` is the folded (lowercased) code point of a token character, or 0 for a separator
+#: (U+0000 is a separator, so 0 is free to mean "not a token character"). uint32[0x110000].
+FOLD: np.ndarray = _build_fold_table()
+
+
+def normalize(text: object, *, index: int | None = None) -> str:
+    """Apply steps 1 and 2 of the rule: check the type, decode bytes, NFKC non-ASCII text.
+
+    ``index`` names the position of ``text`` in a batch, for the error message.
+    """
+    if isinstance(text, str):
+        pass
+    elif isinstance(text, (bytes, bytearray, memoryview)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    else:
+        where = f" at index {index}" if index is not None else ""
+        raise TypeError(f"text{where} must be str or UTF-8 bytes, not {type(text).__name__}")
+    if not text.isascii() and not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    return text
+
+
+def tokens(text: object) -> list[str]:
+    """Return the tokens of ``text`` under the v1 rule (the reference; the kernels never build them)."""
+    text = normalize(text)
+    fold = FOLD
+    out: list[str] = []
+    current: list[str] = []
+    for ch in text:
+        folded = int(fold[ord(ch)])
+        if folded:
+            current.append(chr(folded))
+        elif current:
+            out.append("".join(current))
+            current = []
+    if current:
+        out.append("".join(current))
+    return out

@@ -1,0 +1,29 @@
+"""Shared fixtures: kernel twins, and hypothesis settings sized for CI on 2 cores."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def load_twins(name: str) -> tuple[object, object]:
+    """(compiled, python) kernel modules ``fpstore._{name}_c`` and ``fpstore._{name}_py``."""
+    return importlib.import_module(f"fpstore._{name}_c"), importlib.import_module(f"fpstore._{name}_py")
+
+
+@pytest.fixture(params=["c", "py"])
+def simhash_kernel(request):
+    """Each fingerprint-kernel twin in turn, with the v1 fold table installed."""
+    from fpstore import text
+
+    mod = importlib.import_module(f"fpstore._simhash_{request.param}")
+    mod.set_fold_table(text.FOLD)
+    return mod

@@ -1,0 +1,269 @@
+"""Fingerprint kernels, the pipeline, golden values and bad input."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import random
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import fpstore
+from fpstore import _backend, _simhash_py, text
+from fpstore.errors import FormatError, InputError
+from tests.conftest import load_twins
+
+GOLDEN = json.loads((pathlib.Path(__file__).parent / "golden" / "fingerprints_v1.json").read_text())
+VOCAB = [f"w{i}" for i in range(5000)]
+
+texts = st.one_of(
+    st.text(),
+    st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=200),  # surrogates too
+    st.text(alphabet=" \t\n.,!ab", max_size=50),
+    st.lists(st.sampled_from(["The", "quick", "BROWN", "café", "東京", "x" * 300, "١٢٣", "e\u0301"]), max_size=40).map(" ".join),
+)
+
+
+def _compiled_and_python():
+    c, py = load_twins("simhash")
+    c.set_fold_table(text.FOLD)
+    py.set_fold_table(text.FOLD)
+    return c, py
+
+
+def _idf():
+    return fpstore.IdfTable({"the": 0, "quick": 40, "café": 255, "x" * 300: 7}, default=90)
+
+
+@given(texts, st.integers(1, 6), st.integers(0, 2**64 - 1), st.booleans())
+def test_twins_agree_bit_for_bit(raw, shingle, seed, weighted):
+    """The compiled kernel equals the Python specification on arbitrary text, shingle, seed, weights."""
+    c, py = _compiled_and_python()
+    idf = _idf()._kernel_table(seed) if weighted else None
+    t = text.normalize(raw)
+    assert c.fingerprint(t, seed, shingle, idf) == py.fingerprint(t, seed, shingle, idf)
+
+
+@given(st.lists(texts, max_size=12), st.integers(1, 4))
+def test_batch_equals_single(raws, shingle):
+    """fingerprint_batch fills exactly what single calls return, in both twins."""
+    for mod in _compiled_and_python():
+        ts = [text.normalize(r) for r in raws]
+        n = len(ts)
+        fp, tok, dig = np.zeros(n, np.uint64), np.zeros(n, np.int64), np.zeros((n, 2), np.uint64)
+        mod.fingerprint_batch(ts, 0, n, 5, shingle, None, fp, tok, dig)
+        for i, t in enumerate(ts):
+            assert (int(fp[i]), int(tok[i]), int(dig[i, 0]), int(dig[i, 1])) == mod.fingerprint(t, 5, shingle, None)
+
+
+def test_long_ascii_block_counts_past_lane_flush(simhash_kernel):
+    """More than 255 shingles (a byte-lane flush) and 16-bit-lane flushes still equal the spec."""
+    t = " ".join(random.Random(3).choice(VOCAB) for _ in range(5000))
+    idf = _idf()._kernel_table(0)
+    for table in (None, idf):
+        assert simhash_kernel.fingerprint(t, 0, 3, table) == _simhash_py.fingerprint(t, 0, 3, table)
+
+
+def test_compiled_backend_is_loaded():
+    """Without FPSTORE_PUREPYTHON the compiled kernel is the one that runs."""
+    assert fpstore.backend == "cython"
+    assert _backend.load("simhash").__name__ == "fpstore._simhash_c"
+
+
+def test_quick_brown_fox():
+    """Case, spacing and punctuation do not change the fingerprint."""
+    assert fpstore.simhash("The quick brown fox") == fpstore.simhash("the  QUICK, brown fox!")
+
+
+def _doc(rng: random.Random, n: int = 400) -> list[str]:
+    return [rng.choice(VOCAB) for _ in range(n)]
+
+
+def test_one_edit_moves_few_bits_and_unrelated_texts_many():
+    """400-word texts: one changed token moves <= 8 bits; unrelated texts differ in >= 20 bits."""
+    rng = random.Random(2024)
+    pipe = fpstore.Pipeline()
+    for _ in range(50):
+        a = _doc(rng)
+        b = list(a)
+        b[rng.randrange(len(b))] = "edited"
+        c = _doc(rng)
+        fa, fb, fc = (pipe.fingerprint(" ".join(x)) for x in (a, b, c))
+        assert fpstore.hamming(fa, fb) <= 8
+        assert fpstore.hamming(fa, fc) >= 20
+
+
+def test_bits_are_balanced_and_uncorrelated():
+    """Over 10^5 random texts each bit is set with probability 0.5 +- 0.01 and bit pairs barely correlate."""
+    rng = np.random.default_rng(7)
+    words = rng.integers(0, 1_000_000, size=(100_000, 12))
+    docs = [" ".join(f"t{w}" for w in row) for row in words.tolist()]
+    fps = fpstore.Pipeline().fingerprint_many(docs)
+    bits = ((fps[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)).astype(np.float64)
+    p = bits.mean(axis=0)
+    assert np.all(np.abs(p - 0.5) <= 0.01), p
+    corr = np.corrcoef(bits, rowvar=False)
+    off = np.abs(corr[~np.eye(64, dtype=bool)])
+    assert off.max() < 0.02, off.max()
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN["pipelines"]))
+def test_golden_fingerprints(name):
+    """Committed fingerprints pin scheme 1; changing them must be a deliberate new pipeline version."""
+    from tools.gen_golden import PIPELINES
+
+    pipe = PIPELINES[name]
+    gold = GOLDEN["pipelines"][name]
+    assert pipe.id == gold["id"]
+    for t, fp, ntok, ch in zip(GOLDEN["texts"], gold["fingerprints"], gold["tokens"], gold["content_hashes"]):
+        sig = pipe.signature(t)
+        assert (f"{sig.fingerprint:016x}", sig.tokens, sig.content_hash.hex()) == (fp, ntok, ch), t
+
+
+def test_pipeline_id_is_stable_and_changes_with_every_parameter():
+    """The same parameters give the same id; any change gives another."""
+    base = fpstore.Pipeline()
+    assert base.id == fpstore.Pipeline().id == "7d098142278897b3"
+    variants = [
+        fpstore.Pipeline(shingle=2),
+        fpstore.Pipeline(seed=1),
+        fpstore.Pipeline(min_tokens=5),
+        fpstore.Pipeline(weighting="idf", idf=_idf()),
+        fpstore.Pipeline(weighting="idf", idf=fpstore.IdfTable({"the": 1}, default=90)),
+    ]
+    ids = {base.id} | {v.id for v in variants}
+    assert len(ids) == 1 + len(variants)
+
+
+def test_config_round_trip_and_refusals():
+    """from_config rebuilds the same pipeline; unknown schemes, fields or idf mismatches are refused."""
+    idf = _idf()
+    pipe = fpstore.Pipeline(shingle=4, seed=9, weighting="idf", idf=idf, min_tokens=3)
+    assert fpstore.Pipeline.from_config(pipe.config, idf).id == pipe.id
+    with pytest.raises(FormatError, match="idf"):
+        fpstore.Pipeline.from_config(pipe.config, None)
+    with pytest.raises(FormatError, match="scheme"):
+        fpstore.Pipeline.from_config({**pipe.config, "scheme": 99}, idf)
+    with pytest.raises(FormatError, match="does not know"):
+        fpstore.Pipeline.from_config({**pipe.config, "future": 1}, idf)
+    with pytest.raises(FormatError):
+        fpstore.Pipeline.from_config({**pipe.config, "shingle": 0}, idf)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"shingle": 0}, {"shingle": 17}, {"seed": -1}, {"seed": 2**64}, {"weighting": "bm25"}, {"weighting": "idf"}, {"min_tokens": -1}],
+)
+def test_bad_pipeline_parameters(kwargs):
+    """Out-of-range parameters raise InputError (a ValueError)."""
+    with pytest.raises(InputError):
+        fpstore.Pipeline(**kwargs)
+
+
+def test_idf_table_weights_stopwords_near_zero_and_round_trips():
+    """A word in every document weighs 0; rare words weigh more; bytes round-trip to the same digest."""
+    rng = random.Random(1)
+    docs = [f"the {' '.join(rng.choice(VOCAB) for _ in range(30))}" for _ in range(300)]
+    idf = fpstore.IdfTable.build(docs)
+    assert idf.weights["the"] == 0
+    assert idf.default > max(w for t, w in idf.weights.items() if t != "the") >= 1
+    again = fpstore.IdfTable.from_bytes(idf.to_bytes())
+    assert again.digest == idf.digest and again.weights == idf.weights
+
+
+@pytest.mark.parametrize("blob", [b"", b"\x00", b"\x81\xa1v\x02", b"\x84\xa1v\x01\xa7default\x05\xa6tokens\x91\xa1a\xa7weights\xc4\x00"])
+def test_idf_from_hostile_bytes(blob):
+    """Garbage, wrong versions and inconsistent idf tables raise FormatError."""
+    with pytest.raises(FormatError):
+        fpstore.IdfTable.from_bytes(blob)
+
+
+def test_idf_weighting_lets_stopwords_barely_vote():
+    """With idf weights, a run of stopword-only shingles barely moves the fingerprint; with tf it does."""
+    rng = random.Random(5)
+    docs = [" ".join(rng.choice(VOCAB) for _ in range(200)) for _ in range(50)]
+    stop = ["the", "of", "and", "a", "to"]
+    idf = fpstore.IdfTable.build([d + " " + " ".join(stop) for d in docs])
+    tf, weighted = fpstore.Pipeline(), fpstore.Pipeline(weighting="idf", idf=idf)
+    moved_tf = moved_idf = 0
+    for d in docs:
+        noisy = d + " " + " ".join(rng.choice(stop) for _ in range(150))
+        moved_tf += fpstore.hamming(tf.fingerprint(d), tf.fingerprint(noisy))
+        moved_idf += fpstore.hamming(weighted.fingerprint(d), weighted.fingerprint(noisy))
+    assert moved_idf < moved_tf / 2
+
+
+def test_short_texts_are_flagged():
+    """Below min_tokens the signature says short; at or above it, not."""
+    pipe = fpstore.Pipeline(min_tokens=5)
+    assert pipe.signature("one two three four").short
+    assert not pipe.signature("one two three four five").short
+    assert pipe.signature("").tokens == 0 and pipe.signature("").short
+
+
+def test_content_hash_follows_the_token_stream():
+    """Texts with equal token streams share a content hash; one changed token changes it."""
+    pipe = fpstore.Pipeline()
+    assert pipe.signature("A b, C!").content_hash == pipe.signature("a B c").content_hash
+    assert pipe.signature("a b c").content_hash != pipe.signature("a b d").content_hash
+    assert pipe.signature("ab c").content_hash != pipe.signature("a bc").content_hash
+
+
+@pytest.mark.parametrize("bad", [None, 12, 1.5, ["text"]])
+def test_non_text_input(bad):
+    """Non-text input raises TypeError."""
+    with pytest.raises(TypeError):
+        fpstore.Pipeline().fingerprint(bad)
+
+
+def test_batch_with_non_text_names_its_index():
+    """A bad element in a batch raises TypeError naming its index, and nothing is computed."""
+    with pytest.raises(TypeError, match="index 2"):
+        fpstore.Pipeline().fingerprint_many(["a", "b", None, "d"])
+    with pytest.raises(TypeError, match="sequence"):
+        fpstore.Pipeline().fingerprint_many("just one text")
+
+
+def test_bytes_input_equals_decoded_text():
+    """Bytes are fingerprinted as their UTF-8 decoding (invalid bytes as U+FFFD)."""
+    pipe = fpstore.Pipeline()
+    assert pipe.fingerprint("café au lait".encode()) == pipe.fingerprint("café au lait")
+    assert pipe.fingerprint(b"ab\xff cd ef gh") == pipe.fingerprint("ab\ufffd cd ef gh")
+
+
+def test_threads_give_the_same_answers():
+    """fingerprint_many on 1 and 2 threads returns identical arrays."""
+    rng = random.Random(9)
+    docs = [" ".join(rng.choice(VOCAB) for _ in range(rng.randrange(0, 60))) for _ in range(2000)]
+    pipe = fpstore.Pipeline()
+    one, two = pipe.fingerprint_many(docs, threads=1), pipe.fingerprint_many(docs, threads=2)
+    assert one.dtype == np.uint64 and np.array_equal(one, two)
+    assert one[5] == pipe.fingerprint(docs[5])
+
+
+def test_100mb_text_in_constant_extra_memory():
+    """A 100 MB text is fingerprinted without the kernel allocating per token or per shingle."""
+    big = ("lorem ipsum dolor sit amet " * 4_000_000)[:100_000_000]
+    pipe = fpstore.Pipeline()
+    tracemalloc.start()
+    try:
+        sig = pipe.signature(big)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert sig.tokens > 18_000_000
+    assert peak < 1_000_000
+
+
+def test_hamming_helpers():
+    """hamming counts differing bits; hamming_many is element-wise; bad values raise InputError."""
+    assert fpstore.hamming(0, 2**64 - 1) == 64 and fpstore.hamming(0b1011, 0b0001) == 2
+    a = np.array([0, 1, 2**64 - 1], dtype=np.uint64)
+    assert fpstore.hamming_many(a, np.uint64(0)).tolist() == [0, 1, 64]
+    with pytest.raises(InputError):
+        fpstore.hamming(-1, 0)
+    with pytest.raises(InputError):
+        fpstore.hamming_many(np.array([1.0]), a)

@@ -1,0 +1,75 @@
+"""The v1 token rule: normalisation, the character table, and input types."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import pytest
+
+from fpstore import _unicode_v1, text
+
+
+def test_tokens_lowercase_and_split_on_non_alphanumerics():
+    """Case and punctuation do not matter; runs of letters and digits are tokens."""
+    assert text.tokens("The  QUICK, brown fox! 42x") == ["the", "quick", "brown", "fox", "42x"]
+
+
+def test_nfkc_unifies_composed_decomposed_and_compatibility_forms():
+    """Decomposed accents, ligatures and full-width letters give the same tokens as their plain forms."""
+    assert text.tokens("cafe\u0301 ﬁne Ｆｕｌｌ") == ["café", "fine", "full"]
+
+
+def test_simple_lowercase_of_dotted_capital_i_and_final_sigma():
+    """U+0130 folds to 'i' (simple mapping) and Σ to σ whatever its position (no context rules)."""
+    assert text.tokens("İstanbul ΟΔΟΣ") == ["istanbul", "οδοσ"]
+
+
+def test_marks_stay_inside_tokens():
+    """A combining mark with no precomposed form stays inside its token instead of splitting it."""
+    assert text.tokens("नमस्ते दुनिया") == ["नमस्ते", "दुनिया"]
+
+
+def test_bytes_are_utf8_with_replacement():
+    """Bytes decode as UTF-8; an invalid sequence becomes U+FFFD, a separator."""
+    assert text.normalize(b"caf\xc3\xa9 ok") == "café ok"
+    assert text.tokens(b"ab\xffcd") == ["ab", "cd"]
+
+
+@pytest.mark.parametrize("bad", [None, 3, 4.5, ["a"], object()])
+def test_non_text_raises_type_error(bad):
+    """Anything but str or bytes-like is a TypeError, not a silent str() conversion."""
+    with pytest.raises(TypeError, match="must be str"):
+        text.normalize(bad)
+
+
+def test_batch_index_in_message():
+    """normalize names the batch position it was given."""
+    with pytest.raises(TypeError, match="index 7"):
+        text.normalize(None, index=7)
+
+
+def test_lone_surrogates_are_separators():
+    """Lone surrogates (legal in a Python str) separate tokens instead of crashing."""
+    assert text.tokens("ab\ud800cd\udfff") == ["ab", "cd"]
+
+
+def test_fold_table_shape_and_separators():
+    """FOLD covers every code point; separators map to 0 and are not writable."""
+    assert text.FOLD.shape == (0x110000,)
+    assert text.FOLD[ord(" ")] == 0 and text.FOLD[ord("A")] == ord("a") and text.FOLD[0xD800] == 0
+    with pytest.raises(ValueError):
+        text.FOLD[0] = 1
+
+
+@pytest.mark.skipif(
+    unicodedata.unidata_version != _unicode_v1.UNICODE_VERSION,
+    reason="the shipped table is pinned to another Unicode version than this Python's database",
+)
+def test_shipped_table_matches_the_rule():
+    """The committed table equals the rule evaluated on this Python's Unicode database."""
+    fold = text.FOLD
+    for cp in range(0x110000):
+        ch = chr(cp)
+        is_tok = not (0xD800 <= cp <= 0xDFFF) and unicodedata.category(ch)[0] in "LNM"
+        expected = ord(ch.lower()[0]) if is_tok else 0
+        assert fold[cp] == expected, hex(cp)
