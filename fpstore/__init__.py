@@ -11,6 +11,7 @@ from fpstore._backend import BACKEND as backend
 from fpstore.errors import FpstoreError
 from fpstore.hamming import hamming, hamming_many
 from fpstore.pipeline import Fingerprints, IdfTable, Pipeline, Signature
+from fpstore.store import AddResult, Document, Match, Store, open
 
 __version__ = "0.1.0"
 
@@ -26,13 +27,18 @@ def simhash(text: object, shingle: int = 3) -> int:
 
 
 __all__ = [
+    "AddResult",
+    "Document",
     "Fingerprints",
     "FpstoreError",
     "IdfTable",
+    "Match",
     "Pipeline",
     "Signature",
+    "Store",
     "backend",
     "hamming",
     "hamming_many",
+    "open",
     "simhash",
 ]

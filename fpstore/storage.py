@@ -1,0 +1,361 @@
+"""The LMDB environment under a store: opening, transactions, map growth, errors.
+
+Everything that knows LMDB's hazards lives here (see RELIABILITY.md beside the repository):
+
+* ``lib_version=0`` always: py-lmdb 3 bundles two mutually unreadable LMDB formats.
+* never ``writemap`` (a full disk kills the process with SIGBUS); durable commits by default.
+* one writer per store, elected with ``flock`` on ``writer.lock``; readers open with
+  ``map_size=0`` to adopt the writer's map size and follow its growth on ``MapResizedError``.
+* ``MapFullError`` aborts the batch; the writer grows the map with no transaction open and runs the
+  whole batch again, so a batch is applied entirely or not at all.
+* stale reader slots (a reader killed inside a transaction pins old pages) are cleared with
+  ``reader_check()`` at open, periodically, and on ``ReadersFullError``.
+* an environment must not cross ``fork()``: the pid is recorded at open and checked on every use.
+* nothing that leaves a transaction points into the map: reads copy (``buffers=False``) unless a
+  caller asks for views and consumes them inside the transaction.
+* raw ``lmdb`` errors are translated to :mod:`fpstore.errors`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import threading
+import time
+from typing import Any, Callable, Iterator, TypeVar
+
+import lmdb
+
+from fpstore.errors import (
+    ClosedError,
+    FpstoreError,
+    NotAStoreError,
+    ReadOnlyError,
+    StorageError,
+    StoreFullError,
+    WriterLockedError,
+)
+
+__all__ = ["Storage"]
+
+T = TypeVar("T")
+
+MAX_DBS = 256  # not persisted by LMDB: every process must pass the same value, so it is a constant
+INITIAL_MAP_SIZE = 64 << 20
+MAX_GROWTH_STEP = 8 << 30
+READER_CHECK_INTERVAL = 30.0  # seconds between periodic reader_check() calls
+DATA_FILE = "data.mdb"
+WRITER_LOCK = "writer.lock"
+_NETWORK_FS = {"nfs", "nfs4", "cifs", "smb", "smb2", "smbfs", "ncpfs", "afs", "9p", "fuse.sshfs", "ceph", "glusterfs", "lustre"}
+
+_open_paths: set[str] = set()
+_open_paths_lock = threading.Lock()
+
+
+def _filesystem_type(path: str) -> str | None:
+    """The type of the filesystem holding ``path`` from /proc/mounts (None where unknown)."""
+    try:
+        with open("/proc/mounts", encoding="utf-8", errors="replace") as f:
+            mounts = [line.split() for line in f]
+    except OSError:
+        return None
+    real = os.path.realpath(path)
+    best, best_type = "", None
+    for fields in mounts:
+        if len(fields) < 3:
+            continue
+        mount_point = fields[1].replace("\\040", " ")
+        if (real == mount_point or real.startswith(mount_point.rstrip("/") + "/")) and len(mount_point) > len(best):
+            best, best_type = mount_point, fields[2]
+    return best_type
+
+
+def translate(exc: BaseException, action: str) -> FpstoreError:
+    """An fpstore error for an lmdb (or OS) error raised during ``action``."""
+    if isinstance(exc, FpstoreError):
+        return exc
+    if isinstance(exc, lmdb.ReadonlyError):
+        return ReadOnlyError(f"{action}: the store is read-only")
+    if isinstance(exc, lmdb.MapFullError):
+        return StoreFullError(f"{action}: the store's map is full; the batch was not applied")
+    if isinstance(exc, lmdb.PanicError):
+        return StorageError(f"{action}: LMDB panicked after a failed write; close and reopen the store ({exc})")
+    if isinstance(exc, lmdb.CorruptedError):
+        from fpstore.errors import CorruptionError
+
+        return CorruptionError(f"{action}: LMDB reports a corrupted page ({exc}); run fpstore-admin verify")
+    code = getattr(exc, "errno", None)
+    text = str(exc)
+    if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or "No space left" in text or "File too large" in text:
+        return StoreFullError(f"{action}: the disk is full ({exc}); the batch was not applied")
+    if isinstance(exc, (lmdb.Error, OSError)):
+        return StorageError(f"{action}: {type(exc).__name__}: {exc}; the batch was not applied")
+    return StorageError(f"{action}: {exc!r}")
+
+
+class Storage:
+    """One LMDB environment in a store directory, with its named sub-databases.
+
+    ``names`` lists every sub-database the store uses; all are opened (created by the writer) right
+    after the environment, once. Readers must find them all, or the directory is not a store.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        names: list[str],
+        *,
+        readonly: bool,
+        create: bool,
+        map_size: int | None = None,
+        allow_network_fs: bool = False,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.readonly = readonly
+        self._pid = os.getpid()
+        self._env: lmdb.Environment | None = None
+        self._lock_fd: int | None = None
+        self._last_reader_check = 0.0
+        data_path = os.path.join(self.path, DATA_FILE)
+        exists = os.path.exists(data_path)
+        if not exists:
+            if os.path.exists(self.path) and not os.path.isdir(self.path):
+                raise NotAStoreError(f"{self.path} is not a directory, so it is not an fpstore store")
+            if readonly or not create:
+                raise NotAStoreError(f"{self.path} holds no fpstore store (no {DATA_FILE}); pass create=True to make one")
+        if os.path.isdir(self.path) and not allow_network_fs:
+            fs = _filesystem_type(self.path)
+            if fs in _NETWORK_FS:
+                raise StorageError(
+                    f"{self.path} is on a network filesystem ({fs}), where LMDB's locking is unsafe; "
+                    "move the store to a local disk, or pass allow_network_fs=True if you know better"
+                )
+        real = os.path.realpath(self.path)
+        with _open_paths_lock:
+            if real in _open_paths:
+                raise StorageError(
+                    f"{self.path} is already open in this process; share that Store object instead of opening it twice"
+                )
+            _open_paths.add(real)
+        self._real = real
+        try:
+            if not readonly:
+                os.makedirs(self.path, mode=0o700, exist_ok=True)
+                self._take_writer_lock()
+            self._env = self._open_env(map_size if map_size is not None else (0 if exists else INITIAL_MAP_SIZE))
+            self.dbs: dict[str, Any] = {}
+            #: True when this open created the environment: the caller creates its sub-databases
+            #: and header in one transaction (:meth:`create`), so a crash never leaves half a store.
+            self.is_new = not exists
+            if exists:
+                self.open_dbs(names)
+            self.reader_check()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- opening ------------------------------------------------------------------------------
+
+    def _take_writer_lock(self) -> None:
+        lock_path = os.path.join(self.path, WRITER_LOCK)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise WriterLockedError(
+                f"another process is writing to {self.path} (it holds {WRITER_LOCK}); "
+                "a store has one writer at a time: open with readonly=True to read"
+            ) from None
+        self._lock_fd = fd
+
+    def _open_env(self, map_size: int) -> lmdb.Environment:
+        try:
+            return lmdb.open(
+                self.path,
+                subdir=True,
+                lib_version=0,
+                map_size=map_size,
+                readonly=self.readonly,
+                create=not self.readonly,
+                max_dbs=MAX_DBS,
+                max_readers=512,
+                writemap=False,
+                sync=True,
+                metasync=True,
+                map_async=False,
+                readahead=False,  # a probe touches a few pages; readahead would evict the page cache
+                meminit=False,
+                lock=True,
+                mode=0o600,
+            )
+        except lmdb.InvalidError as exc:
+            raise NotAStoreError(f"{self.path} is not an LMDB environment of this format ({exc})") from exc
+        except lmdb.VersionMismatchError as exc:
+            raise NotAStoreError(f"{self.path} was written by an incompatible LMDB version ({exc})") from exc
+        except lmdb.Error as exc:
+            raise translate(exc, f"opening {self.path}") from exc
+
+    def open_dbs(self, names: list[str]) -> None:
+        """Open existing sub-databases ``names`` (never creates: a missing one means "not a store")."""
+        env = self._env
+        assert env is not None
+        try:
+            for name in names:
+                # No explicit transaction: py-lmdb 3 invalidates a handle opened inside a read
+                # transaction once that transaction ends (measured), so let it manage its own.
+                try:
+                    self.dbs[name] = env.open_db(name.encode(), create=False)
+                except lmdb.NotFoundError:
+                    raise NotAStoreError(
+                        f"{self.path} holds an LMDB environment but not an fpstore store (no {name!r} table)"
+                    ) from None
+        except lmdb.IncompatibleError as exc:
+            raise NotAStoreError(f"{self.path} holds an LMDB environment that is not an fpstore store ({exc})") from exc
+        except lmdb.Error as exc:
+            raise translate(exc, f"opening {self.path}") from exc
+
+    def create(self, names: list[str], fill: Callable[[lmdb.Transaction, dict[str, Any]], None]) -> None:
+        """Create sub-databases ``names`` and run ``fill(txn, dbs)`` in the same write transaction."""
+        self.check_writable()
+        env = self.env
+        txn = env.begin(write=True)
+        try:
+            dbs = {name: env.open_db(name.encode(), txn=txn, create=True) for name in names}
+            fill(txn, dbs)
+            txn.commit()
+        except lmdb.Error as exc:
+            txn.abort()
+            raise translate(exc, f"creating a store in {self.path}") from exc
+        except BaseException:
+            txn.abort()
+            raise
+        self.dbs.update(dbs)
+
+    # -- state --------------------------------------------------------------------------------
+
+    @property
+    def env(self) -> lmdb.Environment:
+        if self._env is None:
+            raise ClosedError(f"the store at {self.path} is closed")
+        if os.getpid() != self._pid:
+            raise ClosedError(
+                f"the store at {self.path} was opened in process {self._pid} and cannot be used after fork(); "
+                "open it again in the child"
+            )
+        return self._env
+
+    def check_writable(self) -> None:
+        self.env  # closed or forked first: those are the more useful messages
+        if self.readonly:
+            raise ReadOnlyError(f"the store at {self.path} is open read-only")
+
+    def close(self) -> None:
+        """Close the environment and release the writer lock. Idempotent."""
+        if self._env is not None and os.getpid() == self._pid:
+            self._env.close()
+        self._env = None
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+        with _open_paths_lock:
+            _open_paths.discard(getattr(self, "_real", ""))
+
+    def reader_check(self) -> int:
+        """Clear reader slots of dead processes; returns how many were cleared."""
+        self._last_reader_check = time.monotonic()
+        try:
+            return self.env.reader_check()
+        except lmdb.Error as exc:
+            raise translate(exc, "checking readers") from exc
+
+    def _maybe_reader_check(self) -> None:
+        if time.monotonic() - self._last_reader_check > READER_CHECK_INTERVAL:
+            self.reader_check()
+
+    # -- transactions -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def read(self, *, buffers: bool = False) -> Iterator[lmdb.Transaction]:
+        """A read-only snapshot. With ``buffers=True`` values are views valid inside it only."""
+        env = self.env
+        self._maybe_reader_check()
+        for attempt in range(3):
+            try:
+                txn = env.begin(buffers=buffers)
+                break
+            except lmdb.MapResizedError:
+                # The writer grew the map: adopt its size (no transaction is open here) and retry.
+                env.set_mapsize(0)
+            except lmdb.ReadersFullError:
+                if attempt == 2 or env.reader_check() == 0:
+                    raise StorageError(
+                        f"all reader slots of {self.path} are in use; close idle readers"
+                    ) from None
+            except lmdb.Error as exc:
+                raise translate(exc, "starting a read") from exc
+        else:
+            raise StorageError(f"could not start a read on {self.path} after map resizes")
+        try:
+            yield txn
+        except lmdb.Error as exc:
+            txn.abort()
+            raise translate(exc, "reading") from exc
+        except BaseException:
+            txn.abort()
+            raise
+        else:
+            txn.abort()  # read transactions have nothing to commit; abort releases the slot
+
+    def write(self, fn: Callable[[lmdb.Transaction], T], *, action: str = "writing") -> T:
+        """Run ``fn(txn)`` in one write transaction and commit; all of it or nothing.
+
+        On a full map the transaction is aborted, the map grown, and ``fn`` run again from the start,
+        so ``fn`` must compute everything from what it reads in ``txn`` (no side effects outside it).
+        """
+        self.check_writable()
+        env = self.env
+        self._maybe_reader_check()
+        while True:
+            try:
+                txn = env.begin(write=True)
+            except lmdb.MapResizedError:
+                env.set_mapsize(0)
+                continue
+            except lmdb.Error as exc:
+                raise translate(exc, action) from exc
+            try:
+                result = fn(txn)
+                txn.commit()
+                return result
+            except lmdb.MapFullError:
+                txn.abort()
+                self._grow()
+            except lmdb.Error as exc:
+                txn.abort()
+                raise translate(exc, action) from exc
+            except BaseException:
+                txn.abort()
+                raise
+
+    def _grow(self) -> None:
+        env = self.env
+        current = env.info()["map_size"]
+        new = current + min(max(current, INITIAL_MAP_SIZE), MAX_GROWTH_STEP)
+        try:
+            env.set_mapsize(new)
+        except lmdb.Error as exc:
+            raise translate(exc, f"growing the map to {new} bytes") from exc
+
+    # -- maintenance --------------------------------------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        env = self.env
+        info = dict(env.info())
+        info.update(env.stat())
+        info["file_size"] = os.path.getsize(os.path.join(self.path, DATA_FILE))
+        info["readers"] = env.readers()
+        return info
