@@ -8,12 +8,12 @@ from __future__ import annotations
 import functools
 
 from fpstore._backend import BACKEND as backend
+from fpstore._version import __version__
 from fpstore.errors import FpstoreError
 from fpstore.hamming import hamming, hamming_many
 from fpstore.pipeline import Fingerprints, IdfTable, Pipeline, Signature
 from fpstore.store import AddResult, Document, Match, Store, open
 
-__version__ = "0.1.0"
 
 
 @functools.lru_cache(maxsize=16)

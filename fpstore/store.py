@@ -28,7 +28,7 @@ import lmdb
 import msgpack
 import numpy as np
 
-from fpstore import __version__ as _fpstore_version
+from fpstore._version import __version__ as _fpstore_version
 from fpstore.design import Design, design_for
 from fpstore.errors import (
     CorruptionError,
