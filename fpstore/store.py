@@ -523,7 +523,7 @@ class Store:
             if old_id is not None:
                 old = self._record(txn, old_id)
                 if old is not None and old[1] == fp and old[2] == content_hash and old[4] == flags:
-                    return self._verdict(txn, old_id, typed, fp, content_hash, short, k, inserted=True)
+                    return self._verdict(txn, old_id, typed, fp, content_hash, short, k)
             exact_ids = [i for i in self._content_ids(txn, content_hash) if i != old_id] if content_hash else []
             near = {} if short else self._probe(txn, fp, k, exclude=old_id or 0)
             result = self._verdict_from(txn, None, typed, fp, short, exact_ids, near)
@@ -537,6 +537,8 @@ class Store:
                 txn.put(H_NEXT_ID, _U64.pack(doc_id + 1), db=self._meta)
                 txn.put(H_COUNT, _U64.pack(self._meta_int(txn, H_COUNT) + 1), db=self._meta)
             canonical_id = self._canonical_id(txn, exact_ids, near)
+            if canonical_id == doc_id:
+                canonical_id = 0
             txn.put(_U64.pack(doc_id), _pack_record(typed, fp, content_hash, canonical_id, flags), db=self._docs)
             txn.put(_lookup_key(typed), _U64.pack(doc_id), db=self._keys)
             if content_hash is not None:
@@ -544,22 +546,32 @@ class Store:
             if not short:
                 for t, db in enumerate(self._tables):
                     txn.put(_PAIR.pack(self.design.permute_one(fp, t), doc_id), b"", db=db)
-            return AddResult(doc_id, result.key, fp, short, result.exact_duplicate_of, result.near_duplicates, result.canonical)
+            canonical = self._key_of(txn, canonical_id) if canonical_id else None
+            return AddResult(doc_id, result.key, fp, short, result.exact_duplicate_of, result.near_duplicates, canonical)
 
         return self._storage.write(work, action=f"adding {key!r}")
+
+    def _canonical_of(self, txn: lmdb.Transaction, doc_id: int) -> int:
+        """The live canonical of a stored document: its recorded canonical, or itself.
+
+        A canonical document may have been deleted since it was recorded; its variants then fall
+        back to themselves (this is not damage, so it raises nothing).
+        """
+        rec = self._record(txn, doc_id)
+        if rec is None:
+            raise CorruptionError(f"document {doc_id} is indexed but has no record")
+        canonical = rec[3]
+        if canonical and canonical != doc_id and self._record(txn, canonical) is not None:
+            return canonical
+        return doc_id
 
     def _canonical_id(self, txn: lmdb.Transaction, exact_ids: list[int], near: dict[int, tuple[int, int]]) -> int:
         """The canonical of a new document: its exact duplicate's, else its nearest neighbour's, else 0 (itself)."""
         if exact_ids:
-            first = exact_ids[0]
-        elif near:
-            first = min(near, key=lambda i: (near[i][0], i))
-        else:
-            return 0
-        rec = self._record(txn, first)
-        if rec is None:
-            raise CorruptionError(f"document {first} is indexed but has no record")
-        return rec[3] or first
+            return self._canonical_of(txn, exact_ids[0])
+        if near:
+            return self._canonical_of(txn, min(near, key=lambda i: (near[i][0], i)))
+        return 0
 
     def _verdict_from(
         self,
@@ -579,13 +591,15 @@ class Store:
         return AddResult(doc_id, _untyped_key(typed), fp, short, exact, self._matches(txn, near), canonical)
 
     def _verdict(
-        self, txn: lmdb.Transaction, doc_id: int, typed: bytes, fp: int, content_hash: bytes | None, short: bool, k: int, inserted: bool
+        self, txn: lmdb.Transaction, doc_id: int, typed: bytes, fp: int, content_hash: bytes | None, short: bool, k: int
     ) -> AddResult:
-        """The verdict for a document already stored unchanged (an idempotent re-add)."""
-        exact_ids = [i for i in self._content_ids(txn, content_hash) if i < doc_id] if content_hash else []
-        near = {} if short else {i: v for i, v in self._probe(txn, fp, k, exclude=doc_id).items() if i < doc_id}
+        """The verdict for a document re-added unchanged: the same neighbours a new add would see."""
+        exact_ids = [i for i in self._content_ids(txn, content_hash) if i != doc_id] if content_hash else []
+        near = {} if short else self._probe(txn, fp, k, exclude=doc_id)
         res = self._verdict_from(txn, doc_id, typed, fp, short, exact_ids, near)
-        return res
+        canonical_id = self._canonical_of(txn, doc_id)
+        canonical = self._key_of(txn, canonical_id) if canonical_id != doc_id else None
+        return AddResult(doc_id, res.key, fp, short, res.exact_duplicate_of, res.near_duplicates, canonical)
 
     def add_many(
         self,
@@ -796,7 +810,8 @@ class Store:
             if rec is None:
                 raise CorruptionError(f"key {key!r} names document {doc_id}, which has no record")
             typed_stored, fp, content_hash, canonical, flags = rec
-            canonical_key = self._key_of(txn, canonical) if canonical and canonical != doc_id else None
+            live = self._canonical_of(txn, doc_id)
+            canonical_key = self._key_of(txn, live) if live != doc_id else None
             return Document(_untyped_key(typed_stored), doc_id, fp, content_hash, canonical_key, bool(flags & FLAG_SHORT))
 
     def __getitem__(self, key: str | bytes) -> Document:
