@@ -341,6 +341,22 @@ class Storage:
                 txn.abort()
                 raise
 
+    def reserve(self, nbytes: int) -> None:
+        """Grow the map now (no transaction open) so that ``nbytes`` more fit without a retry.
+
+        Large transactions (bulk loads, compaction) call this first: a ``MapFullError`` would
+        otherwise abort them after all their work and run them again.
+        """
+        env = self.env
+        info = env.info()
+        used = (info["last_pgno"] + 1) * env.stat()["psize"]
+        need = used + int(nbytes * 1.25) + (16 << 20)
+        if need > info["map_size"]:
+            try:
+                env.set_mapsize(need)
+            except lmdb.Error as exc:
+                raise translate(exc, f"growing the map to {need} bytes") from exc
+
     def _grow(self) -> None:
         env = self.env
         current = env.info()["map_size"]

@@ -22,7 +22,7 @@ import os
 import struct
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import lmdb
 import msgpack
@@ -40,16 +40,20 @@ from fpstore.errors import (
 )
 from fpstore.hamming import as_fingerprint_array
 from fpstore.pipeline import Fingerprints, IdfTable, Pipeline
+from fpstore import _backend, search, tiers
 from fpstore.storage import Storage
+from fpstore.tiers import KeySegment, Run, State, TierCache
 
-__all__ = ["AddResult", "Document", "Match", "Store", "open"]
+__all__ = ["AddResult", "Cluster", "Document", "Match", "Store", "open"]
+
+_search_kernels = _backend.load("search")
 
 MAGIC = "fpstore"
 FORMAT_VERSION = 1
 #: Features this build understands; a store listing any other required feature is refused.
 KNOWN_FEATURES: frozenset[str] = frozenset()
 
-BASE_DBS = ["meta", "docs", "keys", "content"]
+BASE_DBS = ["meta", "docs", "keys", "content", "blobs", "dead"]
 H_HEADER, H_IDF, H_NEXT_ID, H_COUNT = b"header", b"idf", b"next_id", b"count"
 CHECKPOINT_PREFIX = b"checkpoint\x00"
 
@@ -70,15 +74,19 @@ def _table_name(t: int) -> str:
 
 
 def _typed_key(key: object) -> bytes:
-    """A user key as bytes that remember whether it was str or bytes (str keys may hold surrogates)."""
+    """A user key as bytes that remember its type: str (may hold surrogates), bytes, or int."""
     if isinstance(key, str):
         return b"s" + key.encode("utf-8", "surrogatepass")
     if isinstance(key, (bytes, bytearray, memoryview)):
         return b"b" + bytes(key)
-    raise InputError(f"keys must be str or bytes, not {type(key).__name__}")
+    if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+        if not 0 <= int(key) < 1 << 64:
+            raise InputError(f"integer keys must be in 0..2**64-1, got {key}")
+        return b"i" + int(key).to_bytes(8, "big")
+    raise InputError(f"keys must be str, bytes or int, not {type(key).__name__}")
 
 
-def _untyped_key(typed: bytes) -> str | bytes:
+def _untyped_key(typed: bytes) -> str | bytes | int:
     tag, body = typed[:1], typed[1:]
     if tag == b"s":
         try:
@@ -87,6 +95,8 @@ def _untyped_key(typed: bytes) -> str | bytes:
             raise CorruptionError(f"stored key is not valid UTF-8: {exc}") from None
     if tag == b"b":
         return body
+    if tag == b"i" and len(body) == 8:
+        return int.from_bytes(body, "big")
     raise CorruptionError(f"stored key has unknown type tag {tag!r}")
 
 
@@ -132,10 +142,44 @@ def _u64(raw: bytes, what: str) -> int:
 # -- results -------------------------------------------------------------------------------------
 
 
+class Cluster(NamedTuple):
+    """Documents connected by near-duplicate pairs; ``canonical`` is the oldest (smallest id)."""
+
+    canonical: str | bytes | int
+    keys: list[str | bytes | int]
+    ids: np.ndarray
+
+
+def _take(keys: list[object], fps: list[np.ndarray], n: int) -> tuple[object, np.ndarray, list[object], list[np.ndarray]]:
+    """The first ``n`` documents of pending chunks, and the chunks left over."""
+    out_k: list[object] = []
+    out_f: list[np.ndarray] = []
+    got = 0
+    while got < n:
+        ck, cf = keys[0], fps[0]
+        need = n - got
+        if len(cf) <= need:
+            out_k.append(ck)
+            out_f.append(cf)
+            got += len(cf)
+            keys, fps = keys[1:], fps[1:]
+        else:
+            out_k.append(ck[:need])  # type: ignore[index]
+            out_f.append(cf[:need])
+            keys = [ck[need:]] + keys[1:]  # type: ignore[index]
+            fps = [cf[need:]] + fps[1:]
+            got = n
+    if all(isinstance(k, np.ndarray) and k.dtype.kind in "iu" for k in out_k):
+        merged: object = np.concatenate(out_k) if len(out_k) > 1 else out_k[0]
+    else:
+        merged = [k for part in out_k for k in part]  # type: ignore[union-attr]
+    return merged, np.concatenate(out_f), keys, fps
+
+
 class Match(NamedTuple):
     """A stored document within the query radius."""
 
-    key: str | bytes
+    key: str | bytes | int
     distance: int
     fingerprint: int
     id: int
@@ -145,11 +189,11 @@ class Match(NamedTuple):
 class Document:
     """A stored document: its key, id, fingerprint, content hash and canonical key."""
 
-    key: str | bytes
+    key: str | bytes | int
     id: int
     fingerprint: int
     content_hash: bytes | None
-    canonical: str | bytes | None
+    canonical: str | bytes | int | None
     short: bool
 
 
@@ -164,12 +208,12 @@ class AddResult:
     """
 
     id: int | None
-    key: str | bytes
+    key: str | bytes | int
     fingerprint: int
     short: bool
-    exact_duplicate_of: str | bytes | None
+    exact_duplicate_of: str | bytes | int | None
     near_duplicates: list[Match]
-    canonical: str | bytes | None
+    canonical: str | bytes | int | None
 
     @property
     def duplicate_of(self) -> str | bytes | None:
@@ -182,9 +226,13 @@ class AddResult:
 # -- the store -----------------------------------------------------------------------------------
 
 
+def _key_order(key: str | bytes | int) -> tuple[int, object]:
+    # Keys of different types do not compare with each other: ints, then str, then bytes.
+    return (0 if isinstance(key, int) else 1 if isinstance(key, str) else 2, key)
+
+
 def _sort_matches(matches: list[Match]) -> list[Match]:
-    # str and bytes keys do not compare with each other; order str first, then bytes.
-    return sorted(matches, key=lambda m: (m.distance, isinstance(m.key, bytes), m.key))
+    return sorted(matches, key=lambda m: (m.distance, _key_order(m.key)))
 
 
 class Store:
@@ -317,7 +365,10 @@ class Store:
     def _bind_dbs(self) -> None:
         dbs = self._storage.dbs
         self._meta, self._docs, self._keys, self._content = dbs["meta"], dbs["docs"], dbs["keys"], dbs["content"]
+        self._blobs, self._dead = dbs["blobs"], dbs["dead"]
         self._tables = [dbs[_table_name(t)] for t in range(len(self.design.tables))]
+        self._cache = TierCache()
+        self._state_memo: tuple[bytes, State] | None = None
 
     def _check_k(self, k: object) -> int:
         if not isinstance(k, int) or isinstance(k, bool) or k < 0:
@@ -390,23 +441,60 @@ class Store:
 
     # -- reading helpers (inside a transaction) -------------------------------------------------
 
+    def _state(self, txn: lmdb.Transaction) -> State:
+        raw = txn.get(tiers.STATE_KEY, db=self._meta)
+        raw = bytes(raw) if raw is not None else b""
+        if self._state_memo is None or self._state_memo[0] != raw:
+            # Decoding validates every record; the value is small and rarely changes, so one
+            # decode per distinct value serves every later lookup.
+            self._state_memo = (raw, State.from_bytes(raw or None, len(self.design.tables)))
+        return self._state_memo[1]
+
+    def _runs(self, txn: lmdb.Transaction, state: State | None = None) -> list[Run]:
+        state = state or self._state(txn)
+        return [Run(txn, self._blobs, self._cache, rec) for rec in state.runs]
+
+    def _segments(self, txn: lmdb.Transaction, state: State | None = None) -> list[KeySegment]:
+        state = state or self._state(txn)
+        return [KeySegment(txn, self._blobs, self._cache, rec) for rec in state.segs]
+
+    def _is_dead(self, txn: lmdb.Transaction, doc_id: int) -> bool:
+        return txn.get(_U64.pack(doc_id), db=self._dead) is not None
+
     def _id_of(self, txn: lmdb.Transaction, typed: bytes) -> int | None:
+        """The live id of a key: an incremental document's, else the newest bulk load's."""
         raw = txn.get(_lookup_key(typed), db=self._keys)
-        if raw is None:
-            return None
-        doc_id = _u64(raw, "key table entry")
-        # A hashed lookup key could in principle collide; the record holds the full key.
-        if len(typed) > _MAX_RAW_KEY:
-            rec = self._record(txn, doc_id)
-            if rec is None or rec[0] != typed:
-                return None
-        return doc_id
+        if raw is not None:
+            doc_id = _u64(raw, "key table entry")
+            # A hashed lookup key could in principle collide; the record holds the full key.
+            if len(typed) > _MAX_RAW_KEY:
+                rec = self._record(txn, doc_id)
+                if rec is None or rec[0] != typed:
+                    return None
+            return doc_id
+        for seg in reversed(self._segments(txn)):
+            doc_id = seg.find(typed)
+            if doc_id is not None:
+                # Loading or adding a key again tombstones its older copies, so the newest copy
+                # decides: dead means deleted.
+                return None if self._is_dead(txn, doc_id) else doc_id
+        return None
 
     def _record(self, txn: lmdb.Transaction, doc_id: int) -> tuple[bytes, int, bytes | None, int, int] | None:
+        """(typed key, fingerprint, content hash, canonical id, flags) of a live document, or None."""
         raw = txn.get(_U64.pack(doc_id), db=self._docs)
-        return None if raw is None else _unpack_record(raw)
+        if raw is not None:
+            return _unpack_record(raw)
+        for seg in self._segments(txn):
+            if seg.holds(doc_id):
+                if self._is_dead(txn, doc_id):
+                    return None
+                ordinal = doc_id - seg.base
+                fp = int(seg.fps_at(np.array([ordinal], np.int64))[0])
+                return seg.key_at(ordinal), fp, None, 0, 0
+        return None
 
-    def _key_of(self, txn: lmdb.Transaction, doc_id: int) -> str | bytes:
+    def _key_of(self, txn: lmdb.Transaction, doc_id: int) -> str | bytes | int:
         rec = self._record(txn, doc_id)
         if rec is None:
             raise CorruptionError(f"an index entry names document {doc_id}, which has no record")
@@ -425,8 +513,8 @@ class Store:
                 out.append(_U64.unpack_from(key, 16)[0])
         return out
 
-    def _probe(self, txn: lmdb.Transaction, fp: int, k: int, exclude: int = 0) -> dict[int, tuple[int, int]]:
-        """Ids within ``k`` of ``fp`` → (distance, fingerprint), over every table of the design."""
+    def _probe_incremental(self, txn: lmdb.Transaction, fp: int, k: int, exclude: int = 0) -> dict[int, tuple[int, int]]:
+        """Ids in the incremental tables within ``k`` of ``fp`` → (distance, fingerprint)."""
         design = self.design
         found: dict[int, tuple[int, int]] = {}
         for t, db in enumerate(self._tables):
@@ -446,16 +534,49 @@ class Store:
                         found[doc_id] = (d, design.unpermute_one(cand, t))
         return found
 
-    def _scan_all(self, txn: lmdb.Transaction, fp: int, k: int) -> dict[int, tuple[int, int]]:
-        """Exhaustive mode: compare with every indexed fingerprint (table 0 is the identity)."""
-        found: dict[int, tuple[int, int]] = {}
-        cur = txn.cursor(db=self._tables[0])
-        for key in cur.iternext(keys=True, values=False):
-            cand, doc_id = _PAIR.unpack(key)
-            d = (cand ^ fp).bit_count()
-            if d <= k:
-                found[doc_id] = (d, cand)
+    def _probe(self, txn: lmdb.Transaction, fp: int, k: int, exclude: int = 0) -> dict[int, tuple[int, int]]:
+        """Live ids within ``k`` of ``fp`` → (distance, fingerprint), over both tiers."""
+        found = self._probe_incremental(txn, fp, k, exclude)
+        runs = self._runs(txn)
+        if runs:
+            for doc_id, d, f in search.probe_runs(runs, self.design, fp, k):
+                if doc_id != exclude and doc_id not in found and not self._is_dead(txn, doc_id):
+                    found[doc_id] = (d, f)
         return found
+
+    def _live_index(self, txn: lmdb.Transaction) -> tuple[np.ndarray, np.ndarray]:
+        """(fingerprints uint64, ids uint64) of every indexed live document, from both tiers."""
+        fps: list[np.ndarray] = []
+        ids: list[np.ndarray] = []
+        raw = b"".join(txn.cursor(db=self._tables[0]).iternext(keys=True, values=False))
+        if len(raw) % 16:
+            raise CorruptionError("table 0 holds keys of the wrong length")
+        pairs = np.frombuffer(raw, dtype=">u8").reshape(-1, 2)
+        fps.append(pairs[:, 0].astype(np.uint64))
+        ids.append(pairs[:, 1].astype(np.uint64))
+        for run in self._runs(txn):
+            fps.append(run.table(0).all())
+            ids.append(run.all_ids())
+        fp_all = np.concatenate(fps)
+        id_all = np.concatenate(ids)
+        dead = self._dead_ids(txn)
+        if len(dead):
+            keep = ~np.isin(id_all, dead)
+            fp_all, id_all = fp_all[keep], id_all[keep]
+        return fp_all, id_all
+
+    def _dead_ids(self, txn: lmdb.Transaction) -> np.ndarray:
+        raw = b"".join(txn.cursor(db=self._dead).iternext(keys=True, values=False))
+        if len(raw) % 8:
+            raise CorruptionError("the tombstone table holds keys of the wrong length")
+        return np.frombuffer(raw, dtype=">u8").astype(np.uint64)
+
+    def _scan_all(self, txn: lmdb.Transaction, fp: int, k: int) -> dict[int, tuple[int, int]]:
+        """Exhaustive mode: compare with every indexed fingerprint."""
+        fps, ids = self._live_index(txn)
+        dist = np.bitwise_count(fps ^ np.uint64(fp))
+        sel = np.flatnonzero(dist <= k)
+        return {int(ids[i]): (int(dist[i]), int(fps[i])) for i in sel}
 
     def _matches(self, txn: lmdb.Transaction, found: dict[int, tuple[int, int]]) -> list[Match]:
         return _sort_matches([Match(self._key_of(txn, i), d, f, i) for i, (d, f) in found.items()])
@@ -469,18 +590,26 @@ class Store:
         return _u64(raw, name.decode())
 
     def _remove(self, txn: lmdb.Transaction, doc_id: int) -> tuple[bytes, int, bytes | None, int, int] | None:
-        """Delete document ``doc_id`` and all its index entries; returns its record."""
-        rec = self._record(txn, doc_id)
-        if rec is None:
-            return None
+        """Delete live document ``doc_id``: its record and incremental entries, or a tombstone
+        where its fingerprint lives in a run (runs are immutable until compaction)."""
+        raw = txn.get(_U64.pack(doc_id), db=self._docs)
+        if raw is None:
+            rec = self._record(txn, doc_id)  # a bulk-loaded document
+            if rec is not None:
+                txn.put(_U64.pack(doc_id), b"", db=self._dead)
+            return rec
+        rec = _unpack_record(raw)
         typed, fp, content_hash, _canonical, flags = rec
         txn.delete(_U64.pack(doc_id), db=self._docs)
         txn.delete(_lookup_key(typed), db=self._keys)
         if content_hash is not None:
             txn.delete(content_hash + _U64.pack(doc_id), db=self._content)
         if not flags & FLAG_SHORT:
-            for t, db in enumerate(self._tables):
-                txn.delete(_PAIR.pack(self.design.permute_one(fp, t), doc_id), db=db)
+            if txn.get(_PAIR.pack(fp, doc_id), db=self._tables[0]) is not None:
+                for t, db in enumerate(self._tables):
+                    txn.delete(_PAIR.pack(self.design.permute_one(fp, t), doc_id), db=db)
+            else:  # compacted into a run
+                txn.put(_U64.pack(doc_id), b"", db=self._dead)
         return rec
 
     # -- public API: writing --------------------------------------------------------------------
@@ -529,12 +658,13 @@ class Store:
             result = self._verdict_from(txn, None, typed, fp, short, exact_ids, near)
             if on_duplicate == "skip" and result.duplicate_of is not None:
                 return result
+            # A replaced document gets a new id: its old fingerprint may sit in an immutable run,
+            # where only a tombstone on the old id can remove it.
+            doc_id = self._meta_int(txn, H_NEXT_ID)
+            txn.put(H_NEXT_ID, _U64.pack(doc_id + 1), db=self._meta)
             if old_id is not None:
                 self._remove(txn, old_id)
-                doc_id = old_id
             else:
-                doc_id = self._meta_int(txn, H_NEXT_ID)
-                txn.put(H_NEXT_ID, _U64.pack(doc_id + 1), db=self._meta)
                 txn.put(H_COUNT, _U64.pack(self._meta_int(txn, H_COUNT) + 1), db=self._meta)
             canonical_id = self._canonical_id(txn, exact_ids, near)
             if canonical_id == doc_id:
@@ -643,12 +773,11 @@ class Store:
             for i in keep.tolist():
                 typed = typed_keys[i]
                 old_id = self._id_of(txn, typed)
+                doc_id = next_id  # new even when replacing (see add)
+                next_id += 1
                 if old_id is not None:
                     self._remove(txn, old_id)
-                    doc_id = old_id
                 else:
-                    doc_id = next_id
-                    next_id += 1
                     count += 1
                 ids[i] = doc_id
                 flags = (FLAG_TEXT if has_text else 0) | (FLAG_SHORT if short[i] else 0)
@@ -682,6 +811,241 @@ class Store:
             return ids
 
         return self._storage.write(work, action=f"adding a batch of {n}")
+
+    # -- bulk loads and compaction -------------------------------------------------------------
+
+    def bulk_load(
+        self,
+        keys: object,
+        fingerprints: object = None,
+        *,
+        pipeline_id: str | None = None,
+        progress: Callable[[int, int | None], None] | None = None,
+        max_run: int = 1 << 24,
+    ) -> int:
+        """Load many documents into immutable sorted runs; returns how many were loaded.
+
+        ``keys`` and ``fingerprints`` are parallel sequences (numpy integer arrays of keys take a
+        fast path), or ``fingerprints`` is None and ``keys`` is an iterable of ``(keys,
+        fingerprints)`` chunks streamed through bounded memory: every ``max_run`` documents become
+        one run, written in one durable transaction (a crash loses at most the run in progress).
+        Fingerprints need this store's ``pipeline_id`` (or come as a :class:`Fingerprints`).
+        Keys already stored are replaced; within one run the last copy of a key wins.
+        ``progress(done, total)`` is called after each run (total None when streaming).
+        """
+        self._storage.check_writable()
+        if not isinstance(max_run, int) or max_run < 1:
+            raise InputError(f"max_run must be a positive int, got {max_run!r}")
+        if fingerprints is not None:
+            chunks: Iterable[tuple[object, object]] = [(keys, fingerprints)]
+            total: int | None = len(fingerprints)  # type: ignore[arg-type]
+        else:
+            if isinstance(keys, (str, bytes, np.ndarray)):
+                raise InputError("bulk_load takes keys and fingerprints, or an iterable of (keys, fingerprints) chunks")
+            chunks, total = keys, None  # type: ignore[assignment]
+        done = 0
+        pending_keys: list[object] = []
+        pending_fps: list[np.ndarray] = []
+        pending = 0
+        for chunk in chunks:
+            if not isinstance(chunk, tuple) or len(chunk) != 2:
+                raise InputError("each bulk_load chunk must be a (keys, fingerprints) pair")
+            ck, cf = chunk
+            sigs = self._signatures(len(ck), None, cf, pipeline_id)  # type: ignore[arg-type]
+            pending_keys.append(ck)
+            pending_fps.append(sigs.values)
+            pending += len(sigs.values)
+            while pending >= max_run:
+                keys_run, fps_run, pending_keys, pending_fps = _take(pending_keys, pending_fps, max_run)
+                pending -= len(fps_run)
+                done += self._load_run(keys_run, fps_run)
+                if progress is not None:
+                    progress(done, total)
+        if pending:
+            keys_run, fps_run, _, _ = _take(pending_keys, pending_fps, pending)
+            done += self._load_run(keys_run, fps_run)
+            if progress is not None:
+                progress(done, total)
+        return done
+
+    def _load_run(self, keys: object, fps: np.ndarray) -> int:
+        """Write one run and its key segment in one transaction."""
+        n = len(fps)
+        int_keys: np.ndarray | None = None
+        typed: list[bytes] | None = None
+        if isinstance(keys, np.ndarray) and keys.dtype.kind in "iu":
+            if keys.ndim != 1 or (keys.dtype.kind == "i" and len(keys) and keys.min() < 0):
+                raise InputError("integer key arrays must be one-dimensional and non-negative")
+            int_keys = keys.astype(np.uint64)
+            # The last copy of a key wins: unique over the reversed array finds last positions.
+            _, rev_first = np.unique(int_keys[::-1], return_index=True)
+            keep = np.sort(n - 1 - rev_first)
+        else:
+            typed_all = [_typed_key(k) for k in keys]  # type: ignore[union-attr]
+            last = {t: i for i, t in enumerate(typed_all)}
+            keep = np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
+            typed = [typed_all[i] for i in keep.tolist()]
+        if len(keep) != n:
+            fps = fps[keep]
+            if int_keys is not None:
+                int_keys = int_keys[keep]
+        m = len(fps)
+        if m == 0:
+            return 0
+        order = np.argsort(fps, kind="stable")
+        sorted_fps = fps[order]
+        if int_keys is not None:
+            int_keys = int_keys[order]
+            hashes = tiers.key_hashes_int(int_keys)
+        else:
+            assert typed is not None
+            typed = [typed[i] for i in order.tolist()]
+            hashes = np.fromiter((tiers.key_hash(t) for t in typed), dtype=np.uint64, count=m)
+        with self._storage.read() as txn:
+            state = self._state(txn)
+            base = self._meta_int(txn, H_NEXT_ID)
+        run_id, seg_id = state.next_run, state.next_seg
+        fps_prefix = tiers.seg_prefix(seg_id, b"f")
+        blobs = tiers.codec_run_blobs(fps_prefix, sorted_fps)
+        tables = [fps_prefix]  # table 0 is the identity: the segment's sorted fingerprints serve both
+        for t in range(1, len(self.design.tables)):
+            prefix = tiers.run_prefix(run_id, t)
+            blobs += tiers.codec_run_blobs(prefix, np.sort(self.design.permute(sorted_fps, t)))
+            tables.append(prefix)
+        horder = np.argsort(hashes, kind="stable")
+        blobs += tiers.codec_run_blobs(tiers.seg_prefix(seg_id, b"h"), hashes[horder])
+        ord_blobs, ord_rec = tiers.packed_blobs(tiers.seg_prefix(seg_id, b"o"), horder.astype(np.uint64))
+        blobs += ord_blobs
+        key_blobs = tiers.key_block_blobs(tiers.seg_prefix(seg_id, b"k"), typed, int_keys)
+        blobs += key_blobs
+        run_rec = {"id": run_id, "count": m, "tables": tables, "ids": {"base": base}}
+        seg_rec = {
+            "id": seg_id, "base": base, "count": m, "fps": fps_prefix, "hashes": tiers.seg_prefix(seg_id, b"h"),
+            "ordinals": ord_rec, "keys": tiers.seg_prefix(seg_id, b"k"), "key_blocks": len(key_blobs),
+        }
+        self._storage.reserve(tiers.blobs_size(blobs))
+        check_existing = bool(state.segs) or len(self) > 0
+
+        def work(txn: lmdb.Transaction) -> int:
+            replaced = 0
+            if check_existing:
+                for i in range(m):
+                    t = b"i" + int(int_keys[i]).to_bytes(8, "big") if int_keys is not None else typed[i]  # type: ignore[index]
+                    old = self._id_of(txn, t)
+                    if old is not None:
+                        self._remove(txn, old)
+                        replaced += 1
+            cur = self._state(txn)
+            for name, value in blobs:
+                txn.put(name, value, db=self._blobs)
+            new_state = State(cur.runs + [run_rec], cur.segs + [seg_rec], cur.next_run + 1, cur.next_seg + 1)
+            txn.put(tiers.STATE_KEY, new_state.to_bytes(), db=self._meta)
+            txn.put(H_NEXT_ID, _U64.pack(base + m), db=self._meta)
+            txn.put(H_COUNT, _U64.pack(self._meta_int(txn, H_COUNT) + m - replaced), db=self._meta)
+            return m
+
+        return self._storage.write(work, action=f"bulk loading {m} documents")
+
+    def compact(self, *, full: bool = True) -> dict[str, int]:
+        """Merge the incremental tables (and, when ``full``, every run) into one new run per table.
+
+        Tombstoned entries are dropped. One write transaction: readers keep their snapshot, and
+        a crash leaves the old state or the new one. Returns counts of what was merged.
+        """
+        self._storage.check_writable()
+        with self._storage.read() as txn:
+            state = self._state(txn)
+            raw = b"".join(txn.cursor(db=self._tables[0]).iternext(keys=True, values=False))
+            if len(raw) % 16:
+                raise CorruptionError("table 0 holds keys of the wrong length")
+            pairs = np.frombuffer(raw, dtype=">u8").reshape(-1, 2)
+            fps_parts, id_parts = [pairs[:, 0].astype(np.uint64)], [pairs[:, 1].astype(np.uint64)]
+            merged = state.runs if full else []
+            for run in (Run(txn, self._blobs, self._cache, rec) for rec in merged):
+                fps_parts.append(run.table(0).all())
+                id_parts.append(run.all_ids())
+            dead = self._dead_ids(txn)
+        fps = np.concatenate(fps_parts)
+        ids = np.concatenate(id_parts)
+        if len(dead) and len(ids):
+            keep = ~np.isin(ids, dead)
+            fps, ids = fps[keep], ids[keep]
+        incremental = len(pairs)
+        # Nothing to gain: no incremental entries, and at most one run with nothing tombstoned.
+        if incremental == 0 and (not merged or (len(merged) == 1 and len(fps) == merged[0]["count"])):
+            return {"runs_merged": 0, "incremental": 0, "entries": int(sum(r["count"] for r in state.runs))}
+        run_id = state.next_run
+        blobs: tiers.Blobs = []
+        tables: list[bytes] = []
+        new_runs = [r for r in state.runs if r not in merged]
+        if len(fps):
+            order = np.argsort(fps, kind="stable")
+            fps, ids = fps[order], ids[order]
+            for t in range(len(self.design.tables)):
+                prefix = tiers.run_prefix(run_id, t)
+                blobs += tiers.codec_run_blobs(prefix, fps if t == 0 else np.sort(self.design.permute(fps, t)))
+                tables.append(prefix)
+            id_blobs, id_rec = tiers.packed_blobs(tiers.run_prefix(run_id, 0xFFFF), ids)
+            blobs += id_blobs
+            new_runs.append({"id": run_id, "count": len(fps), "tables": tables, "ids": id_rec})
+        self._storage.reserve(tiers.blobs_size(blobs))
+
+        def work(txn: lmdb.Transaction) -> None:
+            cur = self._state(txn)
+            for rec in merged:
+                # Tables that belong to the run (a bulk load's table 0 belongs to its segment).
+                for prefix in rec["tables"]:
+                    if prefix.startswith(b"r"):
+                        tiers.delete_prefix(txn, self._blobs, prefix)
+                if "prefix" in rec["ids"]:
+                    tiers.delete_prefix(txn, self._blobs, rec["ids"]["prefix"])
+            for name, value in blobs:
+                txn.put(name, value, db=self._blobs)
+            for db in self._tables:
+                txn.drop(db, delete=False)
+            txn.put(tiers.STATE_KEY, State(new_runs, cur.segs, cur.next_run + 1, cur.next_seg).to_bytes(), db=self._meta)
+
+        self._storage.write(work, action="compacting")
+        return {"runs_merged": len(merged), "incremental": incremental, "entries": int(len(fps))}
+
+    # -- all pairs ------------------------------------------------------------------------------
+
+    def near_duplicate_pairs(self, k: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every pair of live documents within ``k`` bits, exactly once: ``(id_a, id_b, distance)``.
+
+        ``id_a < id_b``; identical fingerprints are included (distance 0); rows are sorted by
+        ``(id_a, id_b)``. Documents too short for near-duplicate matching take no part.
+        ``k`` may exceed the design's: the join builds its own tables in memory.
+        """
+        kq = self.k if k is None else k
+        if not isinstance(kq, int) or isinstance(kq, bool) or not 0 <= kq <= 10:
+            raise InputError(f"k must be an int in 0..10, got {kq!r}")
+        with self._storage.read() as txn:
+            fps, ids = self._live_index(txn)
+        i, j, d = search.pairs_within(fps, kq)
+        a, b = ids[i].astype(np.int64), ids[j].astype(np.int64)
+        lo, hi = np.minimum(a, b), np.maximum(a, b)
+        order = np.lexsort((hi, lo))
+        return lo[order], hi[order], d[order]
+
+    def clusters(self, k: int | None = None) -> list["Cluster"]:
+        """Connected components of the near-duplicate graph (size >= 2), largest first.
+
+        Each cluster's canonical member is the document with the smallest id (the oldest);
+        ``keys`` lists the canonical first, then the others by id.
+        """
+        a, b, _ = self.near_duplicate_pairs(k)
+        if not len(a):
+            return []
+        nodes, inverse = np.unique(np.concatenate([a, b]), return_inverse=True)
+        labels = _search_kernels.components(len(nodes), inverse[: len(a)].astype(np.int64), inverse[len(a) :].astype(np.int64))
+        order = np.lexsort((nodes, labels))
+        labels, members = labels[order], nodes[order]
+        bounds = np.flatnonzero(np.diff(labels)) + 1
+        groups = np.split(members, bounds)
+        groups.sort(key=lambda g: (-len(g), int(g[0])))
+        with self._storage.read() as txn:
+            return [Cluster(self._key_of(txn, int(g[0])), [self._key_of(txn, int(i)) for i in g], g) for g in groups]
 
     def delete(self, key: str | bytes) -> bool:
         """Delete a document; returns whether it existed. Durable when it returns."""
@@ -771,28 +1135,66 @@ class Store:
     def query_many(
         self, fingerprints: object, *, pipeline_id: str | None = None, k: int | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """All matches of many fingerprints in one snapshot, columnar.
+        """All matches of many fingerprints in one snapshot, columnar (Manku's batch mode).
 
         Returns ``(query_index int64, id int64, distance uint8)``, sorted by query index, then
         distance, then id. Keys of ids come from :meth:`keys_of`.
         """
         sigs = self._signatures(None, None, fingerprints, pipeline_id)
         kq = self._check_k(self.k if k is None else k)
-        fps = sigs.values
-        q_out: list[int] = []
-        id_out: list[int] = []
-        d_out: list[int] = []
+        fps = np.ascontiguousarray(sigs.values)
         with self._storage.read() as txn:
-            for qi, fp in enumerate(fps.tolist()):
-                for doc_id, (d, _) in self._probe(txn, fp, kq).items():
-                    q_out.append(qi)
-                    id_out.append(doc_id)
-                    d_out.append(d)
-        q = np.array(q_out, dtype=np.int64)
-        ids = np.array(id_out, dtype=np.int64)
-        dist = np.array(d_out, dtype=np.uint8)
+            rq, rid, rd, _ = search.batch_probe_runs(self._runs(txn), self.design, fps, kq)
+            dead = self._dead_ids(txn)
+            if len(dead) and len(rid):
+                keep = ~np.isin(rid.astype(np.uint64), dead)
+                rq, rid, rd = rq[keep], rid[keep], rd[keep]
+            iq, iid, idist = self._batch_incremental(txn, fps, kq)
+        q = np.concatenate([rq, iq])
+        ids = np.concatenate([rid, iid])
+        dist = np.concatenate([rd, idist])
+        if len(q):
+            # A document shared by several tables appears once per table: keep one row.
+            _, first = np.unique(np.stack([q, ids]), axis=1, return_index=True)
+            q, ids, dist = q[first], ids[first], dist[first]
         order = np.lexsort((ids, dist, q))
         return q[order], ids[order], dist[order]
+
+    def _batch_incremental(self, txn: lmdb.Transaction, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """query_many over the incremental tables: probe per query when the batch is small, else
+        read each table once and merge it with the batch in numpy."""
+        entries = txn.stat(self._tables[0])["entries"]
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8))
+        if entries == 0 or not len(fps):
+            return empty
+        if len(fps) * self.design.probes_per_query() * 4 < entries:
+            rows = [(qi, doc_id, d) for qi, fp in enumerate(fps.tolist()) for doc_id, (d, _) in self._probe_incremental(txn, fp, k).items()]
+            if not rows:
+                return empty
+            q, i, d = zip(*rows)
+            return np.array(q, np.int64), np.array(i, np.int64), np.array(d, np.uint8)
+        out_q, out_i, out_d = [], [], []
+        for t, (db, table) in enumerate(zip(self._tables, self.design.tables)):
+            raw = b"".join(txn.cursor(db=db).iternext(keys=True, values=False))
+            if len(raw) % 16:
+                raise CorruptionError(f"table {t} holds keys of the wrong length")
+            pairs = np.frombuffer(raw, dtype=">u8").reshape(-1, 2)
+            keys, ids = pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.int64)
+            perm = self.design.permute(fps, t)
+            variants, origin = search._flip_variants(self.design, t, perm)
+            low = np.uint64(((1 << 64) - 1) >> table.prefix_bits) if table.prefix_bits < 64 else np.uint64(0)
+            lo = np.searchsorted(keys, variants & ~low, side="left")
+            hi = np.searchsorted(keys, variants | low, side="right")
+            counts = hi - lo
+            rows = np.repeat(np.arange(len(variants)), counts)
+            idx = np.repeat(lo, counts) + (np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts))
+            qi = origin[rows]
+            d = np.bitwise_count(keys[idx] ^ perm[qi])
+            keep = d <= k
+            out_q.append(qi[keep])
+            out_i.append(ids[idx[keep]])
+            out_d.append(d[keep].astype(np.uint8))
+        return np.concatenate(out_q), np.concatenate(out_i), np.concatenate(out_d)
 
     def keys_of(self, ids: Iterable[int]) -> list[str | bytes]:
         """The keys of document ids (as returned by :meth:`query_many`), in one snapshot."""
@@ -821,31 +1223,48 @@ class Store:
         return doc
 
     def __contains__(self, key: object) -> bool:
-        if not isinstance(key, (str, bytes, bytearray, memoryview)):
+        try:
+            typed = _typed_key(key)
+        except InputError:
             return False
         with self._storage.read() as txn:
-            return self._id_of(txn, _typed_key(key)) is not None
+            return self._id_of(txn, typed) is not None
 
     def __len__(self) -> int:
         with self._storage.read() as txn:
             return self._meta_int(txn, H_COUNT)
 
-    def __iter__(self) -> Iterator[str | bytes]:
-        """Keys in insertion (id) order; read in batches so no transaction spans a yield."""
+    def __iter__(self) -> Iterator[str | bytes | int]:
+        """Keys in id order; read in batches so no transaction spans a yield."""
         after = 0
+        end = 1 << 64
         while True:
+            batch: list[tuple[int, bytes]] = []
+            covered = end  # every live id in (after, covered] is in this batch
             with self._storage.read() as txn:
                 cur = txn.cursor(db=self._docs)
-                batch: list[str | bytes] = []
                 if cur.set_range(_U64.pack(after + 1)):
                     for raw_id, raw in cur:
-                        after = _u64(raw_id, "document id")
-                        batch.append(_untyped_key(_unpack_record(raw)[0]))
+                        batch.append((_u64(raw_id, "document id"), _unpack_record(raw)[0]))
                         if len(batch) >= ITER_BATCH:
+                            covered = batch[-1][0]
                             break
-            if not batch:
+                dead = set(self._dead_ids(txn).tolist())
+                for seg in self._segments(txn):
+                    lo = max(after + 1, seg.base)
+                    seg_end = seg.base + seg.count
+                    hi = min(seg_end, lo + ITER_BATCH)
+                    if hi < seg_end:
+                        covered = min(covered, hi - 1)
+                    batch.extend((i, seg.key_at(i - seg.base)) for i in range(lo, hi) if i not in dead)
+            batch = sorted(b for b in batch if b[0] <= covered)[:ITER_BATCH]
+            if len(batch) == ITER_BATCH:
+                covered = batch[-1][0]
+            for _, typed in batch:
+                yield _untyped_key(typed)
+            if covered >= end:
                 return
-            yield from batch
+            after = covered
 
     def info(self) -> dict[str, Any]:
         """Header, design, counts and storage figures, as plain data."""

@@ -216,10 +216,10 @@ def test_short_texts_use_only_the_exact_tier(tmp_path):
 
 
 def test_keys_of_any_length_and_type(store):
-    """str and bytes keys of any length (past LMDB's 511-byte limit) round-trip and stay distinct."""
+    """str, bytes and int keys, of any length past LMDB's 511-byte limit, round-trip and stay distinct."""
     pid = store.pipeline.id
     long_str, long_bytes = "x" * 5000, b"\x00\xff" * 3000
-    keys = ["a", b"a", long_str, long_bytes, "\ud800 lone surrogate", ""]
+    keys = ["a", b"a", long_str, long_bytes, "\ud800 lone surrogate", "", 0, 2**64 - 1]
     for i, key in enumerate(keys):
         store.add(key, fingerprint=i * 0x0101010101010101, pipeline_id=pid)
     assert len(store) == len(keys)
@@ -364,7 +364,9 @@ def test_store_directory_is_private(tmp_path):
     [
         lambda s: s.add("a"),
         lambda s: s.add("a", text="x", fingerprint=1, pipeline_id=s.pipeline.id),
-        lambda s: s.add(3, text="x"),
+        lambda s: s.add(3.5, text="x"),
+        lambda s: s.add(-1, text="x"),
+        lambda s: s.add(True, text="x"),
         lambda s: s.add("a", text="x", on_duplicate="maybe"),
         lambda s: s.add("a", fingerprint=-1, pipeline_id=s.pipeline.id),
         lambda s: s.add("a", fingerprint=2**64, pipeline_id=s.pipeline.id),

@@ -1,0 +1,224 @@
+# cython: language_level=3
+"""Compiled search kernels; the specification is ``fpstore/_search_py.py``.
+
+Loops only: no I/O, no validation beyond memory safety. Every read of a caller's buffer is checked
+against its length, because packed columns come from disk.
+"""
+
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
+
+import numpy as np
+
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define FP_POPCOUNT(x) __builtin_popcountll(x)
+    #else
+    static inline int FP_POPCOUNT(unsigned long long x) {
+        int c = 0; while (x) { x &= x - 1; c++; } return c;
+    }
+    #endif
+    """
+    int FP_POPCOUNT(unsigned long long x) nogil
+
+MAX_WIDTH = 64
+
+
+cdef struct PairBuf:
+    int64_t* i
+    int64_t* j
+    uint8_t* d
+    Py_ssize_t n
+    Py_ssize_t cap
+
+
+cdef int pairbuf_push(PairBuf* pb, int64_t a, int64_t b, uint8_t d) noexcept nogil:
+    cdef Py_ssize_t cap
+    cdef int64_t* ni
+    cdef int64_t* nj
+    cdef uint8_t* nd
+    if pb.n == pb.cap:
+        cap = pb.cap * 2 if pb.cap else 1024
+        ni = <int64_t*>realloc(pb.i, cap * sizeof(int64_t))
+        if ni == NULL:
+            return -1
+        pb.i = ni
+        nj = <int64_t*>realloc(pb.j, cap * sizeof(int64_t))
+        if nj == NULL:
+            return -1
+        pb.j = nj
+        nd = <uint8_t*>realloc(pb.d, cap * sizeof(uint8_t))
+        if nd == NULL:
+            return -1
+        pb.d = nd
+        pb.cap = cap
+    pb.i[pb.n] = a
+    pb.j[pb.n] = b
+    pb.d[pb.n] = d
+    pb.n += 1
+    return 0
+
+
+def self_join(const uint64_t[::1] keys, int prefix_bits, int k):
+    """Pairs (i, j), i < j, of sorted ``keys`` sharing the top ``prefix_bits`` bits, within ``k``."""
+    if not 0 <= prefix_bits <= 64:
+        raise ValueError("prefix_bits must be in 0..64")
+    cdef Py_ssize_t n = keys.shape[0]
+    cdef Py_ssize_t start = 0, end, a, b
+    cdef int shift = 64 - prefix_bits
+    cdef uint64_t group, va
+    cdef int d
+    cdef int failed = 0
+    cdef PairBuf pb
+    pb.i = NULL
+    pb.j = NULL
+    pb.d = NULL
+    pb.n = 0
+    pb.cap = 0
+    with nogil:
+        while start < n and not failed:
+            group = (keys[start] >> shift) if shift < 64 else 0
+            end = start + 1
+            while end < n and ((keys[end] >> shift) if shift < 64 else 0) == group:
+                end += 1
+            for a in range(start, end):
+                va = keys[a]
+                for b in range(a + 1, end):
+                    d = FP_POPCOUNT(va ^ keys[b])
+                    if d <= k:
+                        if pairbuf_push(&pb, a, b, <uint8_t>d) != 0:
+                            failed = 1
+                            break
+                if failed:
+                    break
+            start = end
+    try:
+        if failed:
+            raise MemoryError("self_join: out of memory for pairs")
+        out_i = np.empty(pb.n, np.int64)
+        out_j = np.empty(pb.n, np.int64)
+        out_d = np.empty(pb.n, np.uint8)
+        if pb.n:
+            _copy_pairs(pb, out_i, out_j, out_d)
+        return out_i, out_j, out_d
+    finally:
+        free(pb.i)
+        free(pb.j)
+        free(pb.d)
+
+
+cdef void _copy_pairs(PairBuf pb, int64_t[::1] oi, int64_t[::1] oj, uint8_t[::1] od) noexcept:
+    cdef Py_ssize_t x
+    for x in range(pb.n):
+        oi[x] = pb.i[x]
+        oj[x] = pb.j[x]
+        od[x] = pb.d[x]
+
+
+def packed_size(Py_ssize_t count, int width):
+    """Bytes that :func:`pack_bits` produces for ``count`` values of ``width`` bits."""
+    return ((count * width + 63) // 64) * 8
+
+
+def pack_bits(const uint64_t[::1] values, int width):
+    """Pack ``values`` (each < 2**width) into ``width``-bit fields of little-endian uint64 words."""
+    if not 0 <= width <= 64:
+        raise ValueError("width must be in 0..64")
+    cdef Py_ssize_t n = values.shape[0]
+    cdef Py_ssize_t nwords = (n * width + 63) // 64
+    out = np.zeros(nwords, dtype="<u8")
+    cdef uint64_t[::1] words = out
+    cdef Py_ssize_t i, w
+    cdef uint64_t bit, v
+    cdef int off
+    if width:
+        with nogil:
+            for i in range(n):
+                v = values[i]
+                bit = <uint64_t>i * width
+                w = bit >> 6
+                off = bit & 63
+                words[w] |= v << off
+                if off + width > 64:
+                    words[w + 1] |= v >> (64 - off)
+    return out.tobytes()
+
+
+def unpack_bits(const uint8_t[::1] buf, int width, Py_ssize_t count, const int64_t[::1] positions):
+    """``(error, values)``: values at ``positions`` of a packed array; error 1 on a short buffer or
+    a position outside 0..count-1 (nothing is read out of bounds)."""
+    if not 0 <= width <= 64:
+        raise ValueError("width must be in 0..64")
+    cdef Py_ssize_t nwords = (count * width + 63) // 64
+    cdef Py_ssize_t m = positions.shape[0]
+    out = np.zeros(m, np.uint64)
+    if buf.shape[0] < nwords * 8 or count < 0:
+        return 1, np.zeros(0, np.uint64)
+    cdef uint64_t[::1] o = out
+    cdef const uint8_t* base = &buf[0] if buf.shape[0] else NULL
+    cdef Py_ssize_t x, w
+    cdef int64_t p
+    cdef uint64_t bit, v, lo, hi
+    cdef uint64_t mask = (<uint64_t>0xFFFFFFFFFFFFFFFF) if width == 64 else ((<uint64_t>1 << width) - 1)
+    cdef int off, err = 0, byte
+    with nogil:
+        for x in range(m):
+            p = positions[x]
+            if p < 0 or p >= count:
+                err = 1
+                break
+            if width == 0:
+                continue
+            bit = <uint64_t>p * width
+            w = bit >> 6
+            off = bit & 63
+            lo = 0
+            for byte in range(8):
+                lo |= (<uint64_t>base[w * 8 + byte]) << (8 * byte)
+            v = lo >> off
+            if off + width > 64:
+                hi = 0
+                for byte in range(8):
+                    hi |= (<uint64_t>base[(w + 1) * 8 + byte]) << (8 * byte)
+                v |= hi << (64 - off)
+            o[x] = v & mask
+    if err:
+        return 1, np.zeros(0, np.uint64)
+    return 0, out
+
+
+def components(Py_ssize_t n, const int64_t[::1] a, const int64_t[::1] b):
+    """Component label (smallest member index) of each node 0..n-1 for edges a[i]–b[i]."""
+    if a.shape[0] != b.shape[0]:
+        raise ValueError("edge arrays differ in length")
+    labels = np.arange(n, dtype=np.int64)
+    cdef int64_t[::1] parent = labels
+    cdef Py_ssize_t e, i
+    cdef int64_t x, y, rx, ry
+    for e in range(a.shape[0]):
+        if not (0 <= a[e] < n and 0 <= b[e] < n):
+            raise ValueError("edge endpoint outside 0..n-1")
+    with nogil:
+        for e in range(a.shape[0]):
+            x = a[e]
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            rx = x
+            y = b[e]
+            while parent[y] != y:
+                parent[y] = parent[parent[y]]
+                y = parent[y]
+            ry = y
+            if rx != ry:
+                if rx < ry:
+                    parent[ry] = rx
+                else:
+                    parent[rx] = ry
+        for i in range(n):
+            x = i
+            while parent[x] != x:
+                x = parent[x]
+            parent[i] = x
+    return labels

@@ -1,0 +1,105 @@
+"""Pure-Python twin of ``cext/_search_c.pyx``: the specification of the search kernels.
+
+* :func:`self_join` — all pairs within one prefix group of a sorted key array whose Hamming
+  distance is at most k (the inner loop of the all-pairs join, Manku §3.3).
+* :func:`pack_bits` / :func:`unpack_bits` — fixed-width bit packing of uint64 values (the id and
+  ordinal columns of runs): value i occupies bits [i*w, (i+1)*w) of a little-endian bit stream.
+* :func:`components` — connected components of a graph given as edge lists (union-find); each
+  node's label is the smallest node index in its component.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_WIDTH = 64
+
+
+def self_join(keys: np.ndarray, prefix_bits: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs (i, j), i < j, of sorted uint64 ``keys`` sharing their top ``prefix_bits`` bits and
+    within ``k`` bits of each other; returns (i int64, j int64, distance uint8) ordered by i, j."""
+    n = len(keys)
+    shift = 64 - prefix_bits
+    vals = [int(v) for v in keys]
+    out_i: list[int] = []
+    out_j: list[int] = []
+    out_d: list[int] = []
+    start = 0
+    while start < n:
+        group = vals[start] >> shift if shift < 64 else 0
+        end = start + 1
+        while end < n and (vals[end] >> shift if shift < 64 else 0) == group:
+            end += 1
+        for a in range(start, end):
+            va = vals[a]
+            for b in range(a + 1, end):
+                d = (va ^ vals[b]).bit_count()
+                if d <= k:
+                    out_i.append(a)
+                    out_j.append(b)
+                    out_d.append(d)
+        start = end
+    return np.array(out_i, np.int64), np.array(out_j, np.int64), np.array(out_d, np.uint8)
+
+
+def packed_size(count: int, width: int) -> int:
+    """Bytes that :func:`pack_bits` produces for ``count`` values of ``width`` bits (whole uint64 words)."""
+    return ((count * width + 63) // 64) * 8
+
+
+def pack_bits(values: np.ndarray, width: int) -> bytes:
+    """Pack uint64 ``values`` (each < 2**width) into ``width``-bit fields, little-endian words."""
+    words = [0] * (packed_size(len(values), width) // 8)
+    if width == 0:
+        return b""
+    for i, v in enumerate(int(x) for x in values):
+        bit = i * width
+        w, off = divmod(bit, 64)
+        words[w] |= (v << off) & 0xFFFFFFFFFFFFFFFF
+        if off + width > 64:
+            words[w + 1] |= v >> (64 - off)
+    return np.array(words, dtype="<u8").tobytes()
+
+
+def unpack_bits(buf: bytes, width: int, count: int, positions: np.ndarray) -> tuple[int, np.ndarray]:
+    """Values at ``positions`` (int64) of a packed array of ``count`` values.
+
+    Returns (error, values): error is 0, or 1 when the buffer is too short for ``count`` values or
+    a position lies outside 0..count-1 (the caller raises CorruptionError or InputError).
+    """
+    if len(buf) < packed_size(count, width):
+        return 1, np.zeros(0, np.uint64)
+    words = np.frombuffer(buf, dtype="<u8", count=packed_size(count, width) // 8)
+    mask = (1 << width) - 1 if width < 64 else 0xFFFFFFFFFFFFFFFF
+    out = np.zeros(len(positions), np.uint64)
+    for n, p in enumerate(int(x) for x in positions):
+        if not 0 <= p < count:
+            return 1, np.zeros(0, np.uint64)
+        if width == 0:
+            continue
+        w, off = divmod(p * width, 64)
+        v = int(words[w]) >> off
+        if off + width > 64:
+            v |= int(words[w + 1]) << (64 - off)
+        out[n] = v & mask
+    return 0, out
+
+
+def components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Component label (smallest member index) of each node 0..n-1 for edges a[i]–b[i]."""
+    parent = list(range(n))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for x, y in zip(a.tolist(), b.tolist()):
+        rx, ry = find(x), find(y)
+        if rx != ry:
+            if rx < ry:
+                parent[ry] = rx
+            else:
+                parent[rx] = ry
+    return np.array([find(i) for i in range(n)], dtype=np.int64)

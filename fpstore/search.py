@@ -1,0 +1,208 @@
+"""Searches over the immutable tier: probes, Manku's batch mode, and the all-pairs self-join.
+
+The incremental tier (LMDB tables) is probed by the store itself; this module works on runs
+(:class:`fpstore.tiers.Run`) and plain arrays. Every candidate is verified with a popcount, and
+permutations preserve Hamming distance, so a distance computed on permuted keys is the real one.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import numpy as np
+
+from fpstore import _backend
+from fpstore.design import Design, designs_for_k
+from fpstore.tiers import Run
+
+_search = _backend.load("search")
+
+__all__ = ["batch_probe_runs", "join_design", "pairs_within", "probe_runs"]
+
+
+def probe_runs(runs: Iterable[Run], design: Design, fp: int, k: int) -> list[tuple[int, int, int]]:
+    """(id, distance, fingerprint) of every run entry within ``k`` of ``fp`` (ids may repeat
+    across tables; the caller deduplicates and drops tombstoned ids)."""
+    out: list[tuple[int, int, int]] = []
+    for run in runs:
+        if not run.count:
+            continue
+        hits: dict[int, int] = {}
+        for t in range(len(design.tables)):
+            perm = design.permute_one(fp, t)
+            tab = run.table(t)
+            for lo, hi in design.probe_prefixes(perm, t):
+                for cand in tab.probe(lo, hi).tolist():
+                    d = (cand ^ perm).bit_count()
+                    if d <= k:
+                        hits[design.unpermute_one(cand, t)] = d
+        if hits:
+            fps = np.array(sorted(hits), dtype=np.uint64)
+            ki, ids = run.ids_of(fps)
+            for i, doc_id in zip(ki.tolist(), ids.tolist()):
+                f = int(fps[i])
+                out.append((doc_id, hits[f], f))
+    return out
+
+
+def _flip_variants(design: Design, t: int, perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Probe keys for table ``t``: each query's key XOR every flip mask of the table's prefix.
+
+    Returns (variant keys, index of the query each variant came from).
+    """
+    masks = [0]
+    table = design.tables[t]
+    if table.flips:
+        # probe_prefixes(0) gives the flipped prefixes of a zero key: exactly the masks.
+        masks = [lo for lo, _ in design.probe_prefixes(0, t)]
+    if masks == [0]:
+        return perm, np.arange(len(perm), dtype=np.int64)
+    m = np.array(masks, dtype=np.uint64)
+    variants = (perm[:, None] ^ m[None, :]).ravel()
+    origin = np.repeat(np.arange(len(perm), dtype=np.int64), len(masks))
+    return variants, origin
+
+
+def batch_probe_runs(
+    runs: Iterable[Run], design: Design, queries: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Batch mode: every (query index, id, distance, fingerprint) with the entry within ``k``.
+
+    Per run and table, the permuted queries (and their flip variants) are sorted and merged with
+    the sorted run in the compiled kernel. Rows may repeat across tables; the caller deduplicates.
+    """
+    out_q: list[np.ndarray] = []
+    out_id: list[np.ndarray] = []
+    out_d: list[np.ndarray] = []
+    out_fp: list[np.ndarray] = []
+    from fpstore import runs as runs_codec
+
+    for run in runs:
+        if not run.count or not len(queries):
+            continue
+        q_parts: list[np.ndarray] = []
+        f_parts: list[np.ndarray] = []
+        for t, table in enumerate(design.tables):
+            perm = design.permute(queries, t)
+            variants, origin = _flip_variants(design, t, perm)
+            order = np.argsort(variants, kind="stable")
+            tab = run.table(t)
+            # With flips a variant's own distance is not the query's: verify against the query.
+            kk = 64 if table.flips else k
+            qpos, stored, _ = runs_codec.probe_batch_run(tab.get, tab.index, variants[order], table.prefix_bits, kk)
+            if not len(qpos):
+                continue
+            qi = origin[order[qpos]]
+            dist = np.bitwise_count(stored ^ perm[qi])
+            keep = dist <= k
+            q_parts.append(qi[keep])
+            f_parts.append(design.unpermute(stored[keep], t))
+        if not q_parts:
+            continue
+        qi = np.concatenate(q_parts)
+        fps = np.concatenate(f_parts)
+        pair = np.unique(np.stack([qi.astype(np.uint64), fps]), axis=1)
+        qi, fps = pair[0].astype(np.int64), pair[1]
+        uniq, inverse = np.unique(fps, return_inverse=True)
+        ki, ids = run.ids_of(uniq)
+        # Expand: each (query, fingerprint) row gets every id holding that fingerprint.
+        order = np.argsort(ki, kind="stable")
+        ki, ids = ki[order], ids[order]
+        starts = np.searchsorted(ki, np.arange(len(uniq)), side="left")
+        ends = np.searchsorted(ki, np.arange(len(uniq)), side="right")
+        counts = (ends - starts)[inverse]
+        rows = np.repeat(np.arange(len(qi)), counts)
+        offs = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+        take = np.repeat(starts[inverse], counts) + offs
+        out_q.append(qi[rows])
+        out_id.append(ids[take].astype(np.int64))
+        out_fp.append(fps[rows])
+        out_d.append(np.bitwise_count(fps[rows] ^ queries[qi[rows]]).astype(np.uint8))
+    if not out_q:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64)
+    return np.concatenate(out_q), np.concatenate(out_id), np.concatenate(out_d), np.concatenate(out_fp)
+
+
+def join_design(k: int, n: int) -> Design:
+    """A design for the in-memory self-join at radius ``k`` over ``n`` distinct fingerprints.
+
+    The join sorts each table itself, so it is free to use any design: the cheapest one without
+    flips (flipped prefixes do not form groups) by the same cost model the store uses.
+    """
+    from fpstore.design import design_cost
+
+    plain = [d for d in designs_for_k(k) if all(t.flips == 0 for t in d.tables)]
+    return min(plain, key=lambda d: design_cost(d, max(n, 1)))
+
+
+def pairs_within(fps: np.ndarray, k: int, progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All pairs (i, j), i < j, of ``fps`` (uint64, any order, repeats allowed) within ``k`` bits.
+
+    Identical fingerprints are collapsed first (their pairs are all at distance 0); distinct ones
+    are joined table by table, and a pair found in table t is kept only when no earlier table's
+    prefix also holds it, so each pair is reported exactly once without a global deduplication.
+    Returns (i int64, j int64, distance uint8) indexing ``fps``.
+    """
+    n = len(fps)
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8))
+    if n < 2:
+        return empty
+    order = np.argsort(fps, kind="stable")
+    sorted_fps = fps[order]
+    first = np.concatenate([[True], sorted_fps[1:] != sorted_fps[:-1]])
+    uniq = sorted_fps[first]
+    group_start = np.flatnonzero(first)
+    group_size = np.diff(np.append(group_start, n))
+
+    parts_i: list[np.ndarray] = []
+    parts_j: list[np.ndarray] = []
+    parts_d: list[np.ndarray] = []
+    # Pairs inside groups of identical fingerprints.
+    big = np.flatnonzero(group_size > 1)
+    for g in big.tolist():
+        members = order[group_start[g] : group_start[g] + group_size[g]]
+        a, b = np.triu_indices(len(members), 1)
+        parts_i.append(members[a])
+        parts_j.append(members[b])
+        parts_d.append(np.zeros(len(a), np.uint8))
+
+    design = join_design(k, len(uniq))
+    nt = len(design.tables)
+    for t, table in enumerate(design.tables):
+        perm = design.permute(uniq, t)
+        porder = np.argsort(perm, kind="stable") if t else np.arange(len(uniq))
+        a, b, d = _search.self_join(np.ascontiguousarray(perm[porder]), table.prefix_bits, k)
+        ua, ub = porder[a], porder[b]
+        if t and len(ua):
+            # Keep a pair only in the first table whose prefix it shares.
+            keep = np.ones(len(ua), dtype=bool)
+            for earlier in range(t):
+                shift = np.uint64(64 - design.tables[earlier].prefix_bits)
+                pa = design.permute(uniq[ua], earlier)
+                pb = design.permute(uniq[ub], earlier)
+                same = (pa >> shift) == (pb >> shift) if design.tables[earlier].prefix_bits else np.ones(len(ua), bool)
+                keep &= ~same
+            ua, ub, d = ua[keep], ub[keep], d[keep]
+        if progress is not None:
+            progress(t + 1, nt)
+        if not len(ua):
+            continue
+        # Expand distinct-fingerprint pairs to document pairs (groups of identical prints).
+        sa, sb = group_size[ua], group_size[ub]
+        if np.all(sa == 1) and np.all(sb == 1):
+            parts_i.append(order[group_start[ua]])
+            parts_j.append(order[group_start[ub]])
+            parts_d.append(d)
+        else:
+            for x, y, dist in zip(ua.tolist(), ub.tolist(), d.tolist()):
+                ma = order[group_start[x] : group_start[x] + group_size[x]]
+                mb = order[group_start[y] : group_start[y] + group_size[y]]
+                parts_i.append(np.repeat(ma, len(mb)))
+                parts_j.append(np.tile(mb, len(ma)))
+                parts_d.append(np.full(len(ma) * len(mb), dist, np.uint8))
+    if not parts_i:
+        return empty
+    i = np.concatenate(parts_i)
+    j = np.concatenate(parts_j)
+    lo, hi = np.minimum(i, j), np.maximum(i, j)
+    return lo.astype(np.int64), hi.astype(np.int64), np.concatenate(parts_d)

@@ -1,0 +1,444 @@
+"""The immutable tier of a store: runs of permuted fingerprints and key segments.
+
+A **run** holds, for every table of the design, a sorted multiset of permuted fingerprints in the
+run codec of :mod:`fpstore.runs`, and the document id of every entry of table 0 (the identity
+permutation, so table 0 is the sorted raw fingerprints). Ids are implicit (``base + position``)
+for a run made by a bulk load, which numbers its documents in fingerprint order, and a bit-packed
+column for a run made by compaction, which keeps every document's id.
+
+A **key segment** holds the documents of one bulk load without a per-document LMDB record: their
+keys in id order (zstd blocks), their fingerprints in id order (sorted, since ids follow
+fingerprint order; shared with table 0 of the bulk load's run), and a key-hash index (sorted
+64-bit key hashes and the positions they belong to) for key → id lookups.
+
+Everything lives in the ``blobs`` sub-database under prefixes; the list of live runs and
+segments is one msgpack value in ``meta`` (``state``), replaced in the same transaction as the
+blobs it names. Every value read back is untrusted: shapes, lengths and ranges are checked, and
+zstd output is bounded, before anything is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import lmdb
+import msgpack
+import numpy as np
+import zstandard
+
+from fpstore import _backend, runs
+from fpstore._simhash_py import fmix64
+from fpstore.errors import CorruptionError
+
+_search = _backend.load("search")
+
+__all__ = ["Blobs", "KeySegment", "Run", "State", "TierCache", "key_hash", "key_hashes_int"]
+
+STATE_KEY = b"state"
+PACK_CHUNK = 1 << 16  # values per packed-column chunk: one probe unpacks at most this many bytes * width / 8
+KEY_BLOCK = 1024  # keys per key block
+MAX_KEY_BLOCK_BYTES = 64 << 20  # bound on a decompressed key block (untrusted zstd frame)
+_U32 = struct.Struct(">I")
+_INT_KEY_SEED = 0x6A09E667F3BCC908
+_M64 = 0xFFFFFFFFFFFFFFFF
+
+
+# -- keys --------------------------------------------------------------------------------------------
+
+
+def key_hash(typed: bytes) -> int:
+    """64-bit hash of a typed key (see ``store._typed_key``): integer keys by a bijective mix (so
+    bulk loads can hash arrays of them with numpy), others by BLAKE2b."""
+    if typed[:1] == b"i" and len(typed) == 9:
+        return fmix64(int.from_bytes(typed[1:], "big") ^ _INT_KEY_SEED)
+    return int.from_bytes(hashlib.blake2b(typed, digest_size=8).digest(), "big")
+
+
+def key_hashes_int(keys: np.ndarray) -> np.ndarray:
+    """:func:`key_hash` of integer keys, vectorised (uint64 in, uint64 out)."""
+    x = keys.astype(np.uint64) ^ np.uint64(_INT_KEY_SEED)
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(30)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    return x
+
+
+# -- blob names ---------------------------------------------------------------------------------------
+
+
+def run_prefix(run_id: int, table: int) -> bytes:
+    return b"r" + _U32.pack(run_id) + struct.pack(">H", table)
+
+
+def seg_prefix(seg_id: int, part: bytes) -> bytes:
+    return b"s" + _U32.pack(seg_id) + part
+
+
+def _chunk_key(prefix: bytes, tag: bytes, n: int) -> bytes:
+    return prefix + tag + _U32.pack(n)
+
+
+# -- writing -------------------------------------------------------------------------------------------
+# Encoders return (blob name, value) lists, computed outside any transaction, so that a write
+# transaction retried after a map resize only repeats the puts.
+
+Blobs = list[tuple[bytes, bytes]]
+
+
+def codec_run_blobs(prefix: bytes, sorted_keys: np.ndarray) -> Blobs:
+    """Sorted keys as a codec run under ``prefix``: its index and chunks."""
+    index, chunks = runs.encode_run(sorted_keys)
+    out = [(prefix + b"I", index.to_bytes())]
+    out += [(_chunk_key(prefix, b"C", c), data) for c, data in enumerate(chunks)]
+    return out
+
+
+def packed_blobs(prefix: bytes, values: np.ndarray) -> tuple[Blobs, dict[str, Any]]:
+    """Bit-pack uint64 ``values`` (relative to their minimum) in chunks; returns blobs and the column record."""
+    n = len(values)
+    low = int(values.min()) if n else 0
+    rel = (values - np.uint64(low)).astype(np.uint64) if n else values.astype(np.uint64)
+    width = int(rel.max()).bit_length() if n else 0
+    blobs = [
+        (_chunk_key(prefix, b"P", c), _search.pack_bits(np.ascontiguousarray(rel[start : start + PACK_CHUNK]), width))
+        for c, start in enumerate(range(0, n, PACK_CHUNK))
+    ]
+    return blobs, {"prefix": prefix, "count": n, "min": low, "width": width, "per_chunk": PACK_CHUNK}
+
+
+def key_block_blobs(prefix: bytes, typed_keys: list[bytes] | None, int_keys: np.ndarray | None) -> Blobs:
+    """Keys in id order in zstd blocks of :data:`KEY_BLOCK`.
+
+    Integer keys are stored as raw uint64 arrays (tag ``I``), others as msgpack lists of typed
+    keys (tag ``M``).
+    """
+    cctx = zstandard.ZstdCompressor(level=3)
+    n = len(int_keys) if int_keys is not None else len(typed_keys or [])
+    out: Blobs = []
+    for b, start in enumerate(range(0, n, KEY_BLOCK)):
+        if int_keys is not None:
+            raw = b"I" + np.ascontiguousarray(int_keys[start : start + KEY_BLOCK], dtype="<u8").tobytes()
+        else:
+            raw = b"M" + msgpack.packb(typed_keys[start : start + KEY_BLOCK], use_bin_type=True)  # type: ignore[index]
+        out.append((_chunk_key(prefix, b"K", b), cctx.compress(raw)))
+    return out
+
+
+def blobs_size(blobs: Blobs) -> int:
+    return sum(len(k) + len(v) for k, v in blobs)
+
+
+def delete_prefix(txn: lmdb.Transaction, db: Any, prefix: bytes) -> None:
+    """Delete every blob whose name starts with ``prefix``."""
+    cur = txn.cursor(db=db)
+    if not cur.set_range(prefix):
+        return
+    while True:
+        key = cur.key()
+        if not key.startswith(prefix):
+            return
+        if not cur.delete():
+            return
+
+
+# -- state ---------------------------------------------------------------------------------------------
+
+
+def _check(cond: bool, what: str) -> None:
+    if not cond:
+        raise CorruptionError(f"store state: {what}")
+
+
+def _is_int(v: object, lo: int = 0, hi: int = _M64) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def _check_packed(rec: object, count: int, what: str) -> dict[str, int]:
+    _check(isinstance(rec, dict), f"{what} is not a map")
+    assert isinstance(rec, dict)
+    _check(rec.get("count") == count, f"{what} count differs from its owner's")
+    _check(_is_int(rec.get("min")) and _is_int(rec.get("width"), 0, 64), f"{what} has a bad min or width")
+    _check(_is_int(rec.get("per_chunk"), 1, 1 << 30), f"{what} has a bad chunk size")
+    return rec
+
+
+@dataclass
+class State:
+    """The live runs and key segments, as stored in ``meta/state``."""
+
+    runs: list[dict[str, Any]]
+    segs: list[dict[str, Any]]
+    next_run: int = 1
+    next_seg: int = 1
+
+    @classmethod
+    def empty(cls) -> "State":
+        return cls([], [])
+
+    def to_bytes(self) -> bytes:
+        return msgpack.packb(
+            {"v": 1, "runs": self.runs, "segs": self.segs, "next_run": self.next_run, "next_seg": self.next_seg},
+            use_bin_type=True,
+        )
+
+    @classmethod
+    def from_bytes(cls, raw: bytes | None, ntables: int) -> "State":
+        if raw is None:
+            return cls.empty()
+        try:
+            obj = msgpack.unpackb(bytes(raw), raw=False, strict_map_key=True, max_bin_len=1 << 16, max_array_len=1 << 20)
+        except Exception as exc:
+            raise CorruptionError(f"store state does not decode: {exc}") from None
+        _check(isinstance(obj, dict) and obj.get("v") == 1, "unknown version")
+        rs, ss = obj.get("runs"), obj.get("segs")
+        _check(isinstance(rs, list) and isinstance(ss, list), "runs and segs must be lists")
+        _check(_is_int(obj.get("next_run"), 1, 1 << 32) and _is_int(obj.get("next_seg"), 1, 1 << 32), "bad counters")
+        for rec in rs:
+            _check(isinstance(rec, dict), "a run record is not a map")
+            _check(_is_int(rec.get("id"), 0, (1 << 32) - 1) and _is_int(rec.get("count"), 0, 1 << 40), "a run has a bad id or count")
+            tables = rec.get("tables")
+            _check(isinstance(tables, list) and len(tables) == ntables and all(isinstance(p, bytes) for p in tables), "a run's tables do not match the design")
+            ids = rec.get("ids")
+            _check(isinstance(ids, dict), "a run's ids record is not a map")
+            if "base" in ids:
+                _check(_is_int(ids["base"]), "a run's id base is bad")
+            else:
+                _check(isinstance(ids.get("prefix"), bytes), "a run's id column has no prefix")
+                _check(_is_int(ids.get("min")), "a run's id column has a bad minimum")
+                _check_packed(ids, rec["count"], "a run's id column")
+        for rec in ss:
+            _check(isinstance(rec, dict), "a segment record is not a map")
+            _check(_is_int(rec.get("id"), 0, (1 << 32) - 1) and _is_int(rec.get("base")) and _is_int(rec.get("count"), 0, 1 << 40), "a segment has a bad id, base or count")
+            _check(all(isinstance(rec.get(p), bytes) for p in ("fps", "hashes", "keys")), "a segment lacks a blob prefix")
+            _check(_is_int(rec.get("key_blocks"), 0, 1 << 32), "a segment has a bad key block count")
+            _check(isinstance(rec.get("ordinals"), dict) and isinstance(rec["ordinals"].get("prefix"), bytes), "a segment's ordinals are bad")
+            _check_packed(rec["ordinals"], rec["count"], "a segment's ordinals")
+        return cls(rs, ss, obj["next_run"], obj["next_seg"])
+
+
+# -- reading -------------------------------------------------------------------------------------------
+
+
+class TierCache:
+    """Validated run indexes by blob prefix. Runs are immutable and prefixes never reused, so an
+    entry never goes stale; the cache is bounded so a reader's memory does not grow with the store."""
+
+    def __init__(self, max_entries: int = 512) -> None:
+        self._indexes: OrderedDict[bytes, runs.RunIndex] = OrderedDict()
+        self._max = max_entries
+
+    def index(self, txn: lmdb.Transaction, db: Any, prefix: bytes) -> runs.RunIndex:
+        idx = self._indexes.get(prefix)
+        if idx is not None:
+            self._indexes.move_to_end(prefix)
+            return idx
+        raw = txn.get(prefix + b"I", db=db)
+        if raw is None:
+            raise CorruptionError(f"run index {prefix!r} is missing")
+        idx = runs.RunIndex.from_bytes(bytes(raw))
+        self._indexes[prefix] = idx
+        if len(self._indexes) > self._max:
+            self._indexes.popitem(last=False)
+        return idx
+
+
+def _getter(txn: lmdb.Transaction, db: Any, prefix: bytes) -> Callable[[int], Any]:
+    def get(c: int) -> Any:
+        raw = txn.get(_chunk_key(prefix, b"C", c), db=db)
+        if raw is None:
+            raise CorruptionError(f"run chunk {c} of {prefix!r} is missing")
+        return raw
+
+    return get
+
+
+class CodecRun:
+    """One stored codec run (sorted uint64 keys), read inside a transaction."""
+
+    def __init__(self, txn: lmdb.Transaction, db: Any, cache: TierCache, prefix: bytes) -> None:
+        self.prefix = prefix
+        self.index = cache.index(txn, db, prefix)
+        self.get = _getter(txn, db, prefix)
+        self._starts: np.ndarray | None = None
+
+    @property
+    def count(self) -> int:
+        return self.index.count
+
+    def entry_starts(self) -> np.ndarray:
+        if self._starts is None:
+            self._starts = np.concatenate([[0], np.cumsum(self.index.nentries, dtype=np.int64)])
+        return self._starts
+
+    def probe(self, lo: int, hi: int) -> np.ndarray:
+        return runs.probe(self.get, self.index, lo, hi)
+
+    def all(self) -> np.ndarray:
+        return runs.decode_run(self.get, self.index)
+
+    def positions(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For sorted unique uint64 ``keys``: (key index, position) of every stored copy of each."""
+        out_k: list[np.ndarray] = []
+        out_p: list[np.ndarray] = []
+        if self.count == 0 or len(keys) == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        starts = self.entry_starts()
+        decoded: dict[int, np.ndarray] = {}
+        for ki, key in enumerate(keys.tolist()):
+            b = runs.find_block(self.index, key)
+            if b < 0:
+                continue
+            # Copies of one key may continue into the following blocks.
+            while b < self.index.nblocks:
+                block = decoded.get(b)
+                if block is None:
+                    block = decoded[b] = runs.decode_block(self.get(int(self.index.chunk[b])), self.index, b)
+                lo = int(np.searchsorted(block, np.uint64(key), side="left"))
+                hi = int(np.searchsorted(block, np.uint64(key), side="right"))
+                if hi > lo:
+                    out_k.append(np.full(hi - lo, ki, np.int64))
+                    out_p.append(np.arange(starts[b] + lo, starts[b] + hi, dtype=np.int64))
+                if hi < len(block) or b + 1 >= self.index.nblocks or int(self.index.first_keys[b + 1]) != key:
+                    break
+                b += 1
+        if not out_k:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(out_k), np.concatenate(out_p)
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        """Keys at ``positions`` (int64, each in 0..count-1)."""
+        starts = self.entry_starts()
+        out = np.zeros(len(positions), np.uint64)
+        if len(positions) and (positions.min() < 0 or positions.max() >= self.count):
+            raise CorruptionError(f"position outside run {self.prefix!r}")
+        blocks = np.searchsorted(starts, positions, side="right") - 1
+        for b in np.unique(blocks).tolist():
+            sel = blocks == b
+            block = runs.decode_block(self.get(int(self.index.chunk[b])), self.index, b)
+            out[sel] = block[positions[sel] - starts[b]]
+        return out
+
+
+def read_packed(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: dict[str, int], positions: np.ndarray) -> np.ndarray:
+    """Values at ``positions`` of a packed column (see :func:`packed_blobs`)."""
+    count, per = rec["count"], rec["per_chunk"]
+    out = np.zeros(len(positions), np.uint64)
+    if not len(positions):
+        return out
+    if positions.min() < 0 or positions.max() >= count:
+        raise CorruptionError(f"position outside packed column {prefix!r}")
+    chunks = positions // per
+    for c in np.unique(chunks).tolist():
+        sel = chunks == c
+        raw = txn.get(_chunk_key(prefix, b"P", c), db=db)
+        if raw is None:
+            raise CorruptionError(f"packed column {prefix!r} lacks chunk {c}")
+        n_in = min(per, count - c * per)
+        err, vals = _search.unpack_bits(np.frombuffer(raw, np.uint8), rec["width"], n_in, positions[sel] - c * per)
+        if err:
+            raise CorruptionError(f"packed column {prefix!r} chunk {c} is too short")
+        out[sel] = vals + np.uint64(rec["min"])
+    return out
+
+
+def read_packed_all(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: dict[str, int]) -> np.ndarray:
+    return read_packed(txn, db, prefix, rec, np.arange(rec["count"], dtype=np.int64))
+
+
+class Run:
+    """A run of the store (see the module docstring), bound to a transaction."""
+
+    def __init__(self, txn: lmdb.Transaction, db: Any, cache: TierCache, rec: dict[str, Any]) -> None:
+        self.rec = rec
+        self.id: int = rec["id"]
+        self.count: int = rec["count"]
+        self._txn, self._db, self._cache = txn, db, cache
+        self._tables: dict[int, CodecRun] = {}
+
+    def table(self, t: int) -> CodecRun:
+        tab = self._tables.get(t)
+        if tab is None:
+            tab = self._tables[t] = CodecRun(self._txn, self._db, self._cache, self.rec["tables"][t])
+            if tab.count != self.count:
+                raise CorruptionError(f"run {self.id} table {t} holds {tab.count} entries, expected {self.count}")
+        return tab
+
+    def ids_at(self, positions: np.ndarray) -> np.ndarray:
+        ids = self.rec["ids"]
+        if "base" in ids:
+            if len(positions) and (positions.min() < 0 or positions.max() >= self.count):
+                raise CorruptionError(f"position outside run {self.id}")
+            return positions.astype(np.uint64) + np.uint64(ids["base"])
+        return read_packed(self._txn, self._db, ids["prefix"], ids, positions)
+
+    def all_ids(self) -> np.ndarray:
+        return self.ids_at(np.arange(self.count, dtype=np.int64))
+
+    def ids_of(self, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For sorted unique fingerprints: (fingerprint index, id) of every entry holding each."""
+        ki, pos = self.table(0).positions(fps)
+        return ki, self.ids_at(pos)
+
+
+class KeySegment:
+    """A bulk load's documents: keys, fingerprints and the key-hash index, bound to a transaction."""
+
+    def __init__(self, txn: lmdb.Transaction, db: Any, cache: TierCache, rec: dict[str, Any]) -> None:
+        self.rec = rec
+        self.base: int = rec["base"]
+        self.count: int = rec["count"]
+        self._txn, self._db, self._cache = txn, db, cache
+
+    def holds(self, doc_id: int) -> bool:
+        return self.base <= doc_id < self.base + self.count
+
+    def fps_at(self, ordinals: np.ndarray) -> np.ndarray:
+        return CodecRun(self._txn, self._db, self._cache, self.rec["fps"]).at(ordinals)
+
+    def key_at(self, ordinal: int) -> bytes:
+        block, offset = divmod(ordinal, KEY_BLOCK)
+        if not 0 <= block < self.rec["key_blocks"]:
+            raise CorruptionError(f"segment {self.rec['id']} has no key block {block}")
+        raw = self._txn.get(_chunk_key(self.rec["keys"], b"K", block), db=self._db)
+        if raw is None:
+            raise CorruptionError(f"segment {self.rec['id']} lacks key block {block}")
+        try:
+            data = zstandard.ZstdDecompressor().decompress(bytes(raw), max_output_size=MAX_KEY_BLOCK_BYTES)
+        except zstandard.ZstdError as exc:
+            raise CorruptionError(f"segment {self.rec['id']} key block {block} does not decompress: {exc}") from None
+        tag, body = data[:1], data[1:]
+        if tag == b"I":
+            if len(body) % 8 or offset >= len(body) // 8:
+                raise CorruptionError(f"segment {self.rec['id']} key block {block} is too short")
+            return b"i" + body[offset * 8 : offset * 8 + 8][::-1]
+        if tag == b"M":
+            try:
+                keys = msgpack.unpackb(body, raw=False, max_bin_len=1 << 24, max_array_len=KEY_BLOCK)
+            except Exception as exc:
+                raise CorruptionError(f"segment {self.rec['id']} key block {block} does not decode: {exc}") from None
+            if not isinstance(keys, list) or offset >= len(keys) or not isinstance(keys[offset], bytes):
+                raise CorruptionError(f"segment {self.rec['id']} key block {block} is malformed")
+            return keys[offset]
+        raise CorruptionError(f"segment {self.rec['id']} key block {block} has unknown tag {tag!r}")
+
+    def find(self, typed: bytes) -> int | None:
+        """Id of ``typed`` in this segment (dead or alive), or None."""
+        h = key_hash(typed)
+        hashes = CodecRun(self._txn, self._db, self._cache, self.rec["hashes"])
+        _, pos = hashes.positions(np.array([h], np.uint64))
+        if not len(pos):
+            return None
+        ordinals = read_packed(self._txn, self._db, self.rec["ordinals"]["prefix"], self.rec["ordinals"], pos)
+        for ordinal in ordinals.tolist():
+            if ordinal >= self.count:
+                raise CorruptionError(f"segment {self.rec['id']} key index points past its keys")
+            if self.key_at(ordinal) == typed:
+                return self.base + ordinal
+        return None
