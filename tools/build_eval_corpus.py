@@ -10,6 +10,9 @@ a little or a lot between releases), unchanged pages (byte-identical pairs), and
   Each page's reStructuredText source (``_sources/*.rst.txt``, shipped beside it) is recorded as its
   ``truth``: the author's text of the page, so the ground truth does not depend on any HTML
   extractor under test.
+* **HTML, other generators**: one release each of the Python 3.11 documentation (Sphinx, a theme
+  with sidebars) and of Git's documentation (AsciiDoc), with their sources as ``truth`` the same
+  way: unrelated pages whose boilerplate differs from Clang's.
 * **Plain text**: the documentation of three Django releases (``docs/**/*.txt``, reStructuredText),
   from the PyPI sdists (``pip download --no-deps --no-binary :all:``); 347 release-note files per
   release are short, template-like and mostly identical across releases: hard negatives and
@@ -49,7 +52,18 @@ DEBS = [
     ("clang-16-doc", "1:16.0.6-15~deb12u1", "8d35e21608cdb313495c4bd6d1c0b212137ff6a88af67e841ac506948cb64e3d"),
     ("clang-19-doc", "1:19.1.7-3~deb12u1", "2f1eba32d001953792ccf0ec7d47cd6df6a835e29b63559da04e671b143552f7"),
     ("clang-22-doc", "1:22.1.8-1~deb12u1", "81c738346209479423184cde1ce9a0bbea14196cc4a3047ab5821b1cd4027632"),
+    # One release each, other HTML generators and themes (Sphinx with sidebars; AsciiDoc): many
+    # unrelated pages whose navigation and boilerplate differ from Clang's, to test the extractor.
+    ("python3.11-doc", "3.11.2-6+deb12u8", "50eb63e7f636c4281e9ce1b8f10386f1def42159eddce34fc1f41c46261df71b"),
+    ("git-doc", "1:2.39.5-0+deb12u2", "0d2f73d674b55178cca1974ae3cd6de06a618017b916451bc71d30e4aeeded3a"),
 ]
+
+# Where each package keeps its HTML, and where the source of page STEM is (relative to that root).
+_LAYOUT = {
+    "clang": ("usr/share/doc/clang-{release}/html/", ("_sources/{stem}.rst.txt", "_sources/{stem}.txt")),
+    "python3.11": ("usr/share/doc/python3.11/html/", ("_sources/{stem}.rst.txt", "_sources/{stem}.txt")),
+    "git": ("usr/share/doc/git-doc/", ("{stem}.txt",)),
+}
 
 # (PyPI project, version, SHA-256 of the sdist).
 SDISTS = [
@@ -125,10 +139,13 @@ def deb_members(deb: pathlib.Path) -> dict[str, bytes]:
     return out
 
 
-def clang_docs(deb: pathlib.Path, package: str) -> list[dict]:
-    release = package.split("-")[1]
+def html_docs(deb: pathlib.Path, package: str, version: str) -> list[dict]:
+    """The HTML pages of a documentation package that have an authored source, with it as ``truth``."""
+    project = package.rsplit("-", 2)[0] if package.startswith("clang-") else package[: -len("-doc")]
+    release = package.split("-")[1] if package.startswith("clang-") else version.split(":")[-1].split("-")[0]
     files = deb_members(deb)
-    prefix = f"usr/share/doc/clang-{release}/html/"
+    root, patterns = _LAYOUT[project]
+    prefix = root.format(release=release)
     docs = []
     for name, data in sorted(files.items()):
         if not name.startswith(prefix) or not name.endswith(".html"):
@@ -137,11 +154,11 @@ def clang_docs(deb: pathlib.Path, package: str) -> list[dict]:
         if rel.startswith(("_", "search")) or os.path.basename(rel) in _SKIP_HTML:
             continue
         stem = rel[: -len(".html")]
-        truth = files.get(f"{prefix}_sources/{stem}.rst.txt") or files.get(f"{prefix}_sources/{stem}.txt")
+        truth = next((files[prefix + p.format(stem=stem)] for p in patterns if prefix + p.format(stem=stem) in files), None)
         if truth is None:
             continue  # a page without a source is generated (an index), not authored
         docs.append({
-            "source": "clang-doc", "version": release, "path": rel, "format": "html",
+            "source": f"{project}-doc", "version": release, "path": rel, "format": "html",
             "text": data.decode("utf-8", errors="replace"), "truth": truth.decode("utf-8", errors="replace"),
         })
     return docs
@@ -169,7 +186,7 @@ def build(out: pathlib.Path) -> dict:
     pins = []
     for package, version, digest in DEBS:
         deb = fetch_deb(cache, package, version, digest)
-        got = clang_docs(deb, package)
+        got = html_docs(deb, package, version)
         pins.append({"kind": "deb", "name": package, "version": version, "sha256": digest, "documents": len(got)})
         docs += got
         print(f"{package} {version}: {len(got)} HTML pages", flush=True)
