@@ -1,0 +1,447 @@
+"""Export a store to a portable stream, and import one: the ``fpstore-export`` format, version 1.
+
+The stream is one zstd frame (with its content checksum) holding a sequence of msgpack objects:
+
+1. a header map: ``magic`` ("fpstore-export"), ``version`` (1), ``fpstore`` (the exporting
+   version), ``created`` (Unix seconds), ``pipeline`` (the pipeline config), ``pipeline_id``,
+   ``idf`` (the idf table's canonical bytes, or nil), ``design`` (the table design config), ``k``
+   (the store's default radius) and ``count`` (documents when the export began: an estimate);
+2. the records, each an array ``[key, fingerprint, content_hash, flags, canonical]``:
+   ``key`` a str, a bin (a bytes key), a uint64 (an int key) or ext type 1 (a str key holding lone surrogates, as UTF-8
+   with surrogates passed); ``fingerprint`` a uint64; ``content_hash`` a 16-byte bin or nil;
+   ``flags`` bit 0 = short text (matched only by content hash), bit 1 = added from text;
+   ``canonical`` the key of the document this one is a variant of, or nil;
+3. a trailer map: ``end`` (true), ``count``, and ``digest``: BLAKE2b-128 of the msgpack bytes of
+   all records, in order.
+
+``docs/cli.md`` documents every field and the compatibility policy. A stream is untrusted input:
+decompression is bounded (window size, buffer per object), every field is type- and range-checked,
+the counts and the digest must agree, and nothing is half-written: an import into a new store
+builds it beside the target and renames it into place only once the whole stream checked out; an
+import into an existing store checks the whole stream before its first write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import IO, Any, Callable, Iterator
+
+import msgpack
+import numpy as np
+import zstandard
+
+from fpstore._version import __version__
+from fpstore.design import Design
+from fpstore.errors import DesignError, FormatError, InputError, PipelineMismatchError
+from fpstore.pipeline import Fingerprints, IdfTable, Pipeline
+
+__all__ = ["EXPORT_MAGIC", "EXPORT_VERSION", "ImportResult", "StreamHeader", "export_store", "import_stream", "read_stream"]
+
+EXPORT_MAGIC = "fpstore-export"
+EXPORT_VERSION = 1
+FLAG_SHORT, FLAG_TEXT = 1, 2
+EXT_SURROGATE_STR = 1
+
+_MAX_WINDOW = 1 << 27  # zstd decoder memory bound (128 MiB window); the writer uses far less
+_MAX_OBJECT = 64 << 20  # one msgpack object (the header, with its idf table) at most 64 MiB
+_MAX_KEY = 1 << 20
+_READ_CHUNK = 1 << 16
+_HEADER_FIELDS = {"magic", "version", "fpstore", "created", "pipeline", "pipeline_id", "idf", "design", "k", "count"}
+
+
+def _encode_key(key: str | bytes | int) -> Any:
+    if isinstance(key, (bytes, int)):
+        return key
+    try:
+        key.encode("utf-8")
+        return key
+    except UnicodeEncodeError:
+        return msgpack.ExtType(EXT_SURROGATE_STR, key.encode("utf-8", "surrogatepass"))
+
+
+def _decode_key(value: Any, what: str) -> str | bytes | int:
+    if isinstance(value, (str, bytes)):
+        if len(value) > _MAX_KEY:
+            raise FormatError(f"{what} is longer than {_MAX_KEY:,}")
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value < 1 << 64:
+            raise FormatError(f"{what} is an integer outside 0..2**64-1")
+        return value
+    if isinstance(value, msgpack.ExtType) and value.code == EXT_SURROGATE_STR:
+        try:
+            return value.data.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError as exc:
+            raise FormatError(f"{what} (ext type 1) is not UTF-8: {exc}") from None
+    raise FormatError(f"{what} must be a str, a bin, a uint64 or ext type 1, got {type(value).__name__}")
+
+
+# -- export --------------------------------------------------------------------------------------------
+
+
+def export_store(store: Any, out: IO[bytes], *, level: int = 3, progress: Callable[[int], None] | None = None) -> int:
+    """Write every document of ``store`` to ``out`` as an ``fpstore-export`` stream; returns the count.
+
+    Documents are read through the public API (keys in id order, then :meth:`Store.get`), so a
+    writer may go on meanwhile: a document deleted during the export is left out, one added may or
+    may not be in it, and the header's ``count`` (taken at the start) is then only an estimate;
+    the trailer's count is exact. ``out`` is not closed.
+    """
+    cctx = zstandard.ZstdCompressor(level=level, write_checksum=True)
+    digest = hashlib.blake2b(digest_size=16)
+    packer = msgpack.Packer(use_bin_type=True)
+    idf = store.pipeline.idf.to_bytes() if store.pipeline.idf is not None else None
+    header = {
+        "magic": EXPORT_MAGIC,
+        "version": EXPORT_VERSION,
+        "fpstore": __version__,
+        "created": int(time.time()),
+        "pipeline": store.pipeline.config,
+        "pipeline_id": store.pipeline.id,
+        "idf": idf,
+        "design": store.design.config(),
+        "k": store.k,
+        "count": len(store),
+    }
+    n = 0
+    with cctx.stream_writer(out, closefd=False, write_return_read=True) as zw:
+        zw.write(packer.pack(header))
+        for key in store:
+            doc = store.get(key)
+            if doc is None:
+                continue  # deleted since the key was listed
+            flags = (FLAG_SHORT if doc.short else 0) | (FLAG_TEXT if doc.content_hash is not None else 0)
+            canonical = None if doc.canonical is None else _encode_key(doc.canonical)
+            rec = packer.pack([_encode_key(doc.key), doc.fingerprint, doc.content_hash, flags, canonical])
+            digest.update(rec)
+            zw.write(rec)
+            n += 1
+            if progress is not None and n % 10000 == 0:
+                progress(n)
+        zw.write(packer.pack({"end": True, "count": n, "digest": digest.digest()}))
+        zw.flush(zstandard.FLUSH_FRAME)
+    return n
+
+
+# -- reading a stream ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamHeader:
+    """The checked header of a stream: the pipeline and design it was made with, and its count."""
+
+    pipeline: Pipeline
+    design: Design
+    k: int
+    count: int
+    raw: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StreamRecord:
+    key: str | bytes
+    fingerprint: int
+    content_hash: bytes | None
+    flags: int
+    canonical: str | bytes | None
+
+
+def _objects(fh: IO[bytes]) -> Iterator[Any]:
+    """The msgpack objects of a zstd stream, with bounded memory; then a check for trailing bytes."""
+    dctx = zstandard.ZstdDecompressor(max_window_size=_MAX_WINDOW)
+    unpacker = msgpack.Unpacker(
+        raw=False,
+        strict_map_key=True,
+        max_buffer_size=_MAX_OBJECT,
+        max_str_len=_MAX_KEY,
+        max_bin_len=_MAX_OBJECT,
+        max_array_len=1 << 16,
+        max_map_len=1 << 10,
+        max_ext_len=_MAX_KEY,
+    )
+    try:
+        with dctx.stream_reader(fh, read_size=_READ_CHUNK, read_across_frames=False, closefd=False) as zr:
+            while True:
+                chunk = zr.read(_READ_CHUNK)
+                if not chunk:
+                    break
+                unpacker.feed(chunk)
+                yield from unpacker
+    except zstandard.ZstdError as exc:
+        raise FormatError(f"the stream does not decompress: {exc}") from None
+    except msgpack.exceptions.BufferFull:
+        raise FormatError(f"the stream holds an object larger than {_MAX_OBJECT:,} bytes") from None
+    except (msgpack.exceptions.ExtraData, msgpack.exceptions.FormatError, msgpack.exceptions.StackError, ValueError) as exc:
+        raise FormatError(f"the stream holds malformed msgpack: {exc}") from None
+
+
+class StreamRecords:
+    """The checked records of a stream, in order; ``digest`` is set once the trailer checked out.
+
+    Iterating raises :class:`FormatError` on any malformed record, a count or digest that does not
+    agree, a missing trailer (a truncated stream) or bytes after the trailer.
+    """
+
+    def __init__(self, objects: Iterator[Any], header: StreamHeader, fh: IO[bytes]) -> None:
+        self._objects = objects
+        self._header = header
+        self._fh = fh
+        self.digest: bytes | None = None
+
+    def __iter__(self) -> Iterator[StreamRecord]:
+        digest = hashlib.blake2b(digest_size=16)
+        packer = msgpack.Packer(use_bin_type=True)
+        count = self._header.count
+        n = 0
+        for obj in self._objects:
+            if isinstance(obj, dict):
+                _check_trailer(obj, n, count, digest.digest())
+                for _extra in self._objects:
+                    raise FormatError("the stream has data after its trailer")
+                if self._fh.read(1):
+                    raise FormatError("the file has bytes after the stream's zstd frame")
+                self.digest = digest.digest()
+                return
+            n += 1
+            rec = _check_record(obj, n)
+            digest.update(packer.pack(obj))
+            yield rec
+        raise FormatError(f"the stream ends after {n:,} records (its header announced about {count:,}) without its trailer: it is truncated")
+
+
+def read_stream(fh: IO[bytes]) -> tuple[StreamHeader, StreamRecords]:
+    """Check a stream's header; return it with the (lazily checked) records that follow it."""
+    objects = _objects(fh)
+    try:
+        first = next(objects)
+    except StopIteration:
+        raise FormatError("the stream is empty (no header)") from None
+    header = _check_header(first)
+    return header, StreamRecords(objects, header, fh)
+
+
+def _check_header(obj: Any) -> StreamHeader:
+    if not isinstance(obj, dict) or obj.get("magic") != EXPORT_MAGIC:
+        raise FormatError("not an fpstore export stream (bad magic)")
+    version = obj.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise FormatError(f"the stream's version {version!r} is invalid")
+    if version > EXPORT_VERSION:
+        raise FormatError(
+            f"the stream has format version {version}; this fpstore ({__version__}) reads versions 1..{EXPORT_VERSION}: upgrade fpstore"
+        )
+    missing = sorted(_HEADER_FIELDS - set(obj))
+    if missing:
+        raise FormatError(f"the stream header lacks {missing}")
+    idf_raw = obj["idf"]
+    if idf_raw is not None and not isinstance(idf_raw, bytes):
+        raise FormatError("the stream header's idf must be bin or nil")
+    idf = IdfTable.from_bytes(idf_raw) if idf_raw is not None else None
+    pipeline = Pipeline.from_config(obj["pipeline"], idf)
+    if pipeline.id != obj["pipeline_id"]:
+        raise FormatError(f"the stream header's pipeline id {obj['pipeline_id']!r} does not match its pipeline config ({pipeline.id})")
+    try:
+        design = Design.from_config(obj["design"])
+    except DesignError as exc:
+        raise FormatError(f"the stream header's design is invalid: {exc}") from None
+    k, count = obj["k"], obj["count"]
+    if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= design.k:
+        raise FormatError(f"the stream header's k {k!r} is not in 0..{design.k}")
+    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < 1 << 48:
+        raise FormatError(f"the stream header's count {count!r} is invalid")
+    return StreamHeader(pipeline, design, k, count, obj)
+
+
+def _check_record(obj: Any, n: int) -> StreamRecord:
+    what = f"record {n:,}"
+    if not isinstance(obj, list) or len(obj) != 5:
+        raise FormatError(f"{what} is not a 5-element array")
+    key, fp, content_hash, flags, canonical = obj
+    key = _decode_key(key, f"{what}'s key")
+    if not isinstance(fp, int) or isinstance(fp, bool) or not 0 <= fp < 1 << 64:
+        raise FormatError(f"{what}'s fingerprint is not a uint64")
+    if content_hash is not None and not (isinstance(content_hash, bytes) and len(content_hash) == 16):
+        raise FormatError(f"{what}'s content hash is not 16 bytes or nil")
+    if not isinstance(flags, int) or isinstance(flags, bool) or not 0 <= flags <= 3:
+        raise FormatError(f"{what}'s flags {flags!r} are not in 0..3")
+    if canonical is not None:
+        canonical = _decode_key(canonical, f"{what}'s canonical key")
+    return StreamRecord(key, fp, content_hash, flags, canonical)
+
+
+def _check_trailer(obj: dict[str, Any], n: int, count: int, digest: bytes) -> None:
+    if obj.get("end") is not True or set(obj) != {"end", "count", "digest"}:
+        raise FormatError("the stream's trailer is malformed")
+    if obj["count"] != n:
+        raise FormatError(f"the stream holds {n:,} records but its trailer says {obj['count']!r}")
+    if obj["digest"] != digest:
+        raise FormatError("the stream's records do not match the trailer's digest: the stream is damaged")
+
+
+# -- import ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    path: str
+    created: bool
+    records: int
+    pipeline_id: str
+    design: str
+
+
+def _is_store(path: str) -> bool:
+    from fpstore.storage import DATA_FILE
+
+    return os.path.exists(os.path.join(path, DATA_FILE))
+
+
+def _add_batch(store: Any, records: list[StreamRecord], pipeline_id: str, checkpoint: tuple[str, Any] | None) -> None:
+    """Add records with their fingerprints, content hashes and short flags (one transaction).
+
+    A batch is homogeneous in whether records carry a content hash, since :class:`Fingerprints`
+    holds one content-hash array for all or none.
+    """
+    groups = [[r for r in records if r.content_hash is not None], [r for r in records if r.content_hash is None]]
+    groups = [g for g in groups if g]
+    if not groups:
+        store.add_many([], fingerprints=Fingerprints(np.zeros(0, np.uint64), pipeline_id), checkpoint=checkpoint)
+        return
+    for i, group in enumerate(groups):
+        values = np.fromiter((r.fingerprint for r in group), dtype=np.uint64, count=len(group))
+        short = np.fromiter((bool(r.flags & FLAG_SHORT) for r in group), dtype=bool, count=len(group))
+        hashes = None
+        if group[0].content_hash is not None:
+            hashes = np.frombuffer(b"".join(r.content_hash for r in group), dtype=">u8").reshape(-1, 2).astype(np.uint64)
+        fps = Fingerprints(values, pipeline_id, None, short, hashes)
+        store.add_many([r.key for r in group], fingerprints=fps, checkpoint=checkpoint if i == len(groups) - 1 else None)
+
+
+def import_stream(
+    fh: IO[bytes],
+    path: str,
+    *,
+    batch_size: int = 10000,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Import an ``fpstore-export`` stream into the store at ``path``.
+
+    When ``path`` holds no store, a new store is made with the stream's pipeline, design and k,
+    built in a sibling directory and renamed to ``path`` once the whole stream checked out. When it
+    holds one, the stream's pipeline must be the store's (else :class:`PipelineMismatchError`);
+    the whole stream is checked first (a stream that cannot be read twice is spooled to a
+    temporary file), then added in batches, each committed with a checkpoint, so a rerun after an
+    interruption skips the batches already committed. Keys already in the store are replaced.
+    """
+    import fpstore
+
+    path = os.fspath(path)
+    if _is_store(path):
+        return _import_existing(fh, path, batch_size=batch_size, progress=progress)
+    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+        raise InputError(f"{path} exists and is neither an fpstore store nor an empty directory")
+    header, records = read_stream(fh)
+    parent = os.path.dirname(os.path.abspath(path)) or "."
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(path))}.importing-", dir=parent)
+    try:
+        store = fpstore.open(tmp, k=header.k, pipeline=header.pipeline, design=header.design)
+        try:
+            n = _feed(store, iter(records), header.pipeline.id, batch_size, None, 0, progress)
+        finally:
+            store.close()
+        _fsync_dir(tmp)
+        if os.path.isdir(path):
+            os.rmdir(path)  # empty (checked above); rename cannot replace a directory on every OS
+        os.rename(tmp, path)
+        _fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ImportResult(path, True, n, header.pipeline.id, header.design.name)
+
+
+def _feed(
+    store: Any,
+    records: Iterator[StreamRecord],
+    pipeline_id: str,
+    batch_size: int,
+    checkpoint_name: str | None,
+    skip: int,
+    progress: Callable[[int], None] | None,
+) -> int:
+    n = 0
+    batch: list[StreamRecord] = []
+    for rec in records:
+        n += 1
+        if n <= skip:
+            continue
+        batch.append(rec)
+        if len(batch) >= batch_size:
+            _add_batch(store, batch, pipeline_id, (checkpoint_name, n) if checkpoint_name else None)
+            batch = []
+            if progress is not None:
+                progress(n)
+    if batch or (checkpoint_name and n > skip):
+        _add_batch(store, batch, pipeline_id, (checkpoint_name, n) if checkpoint_name else None)
+    if progress is not None:
+        progress(n)
+    return n
+
+
+def _import_existing(fh: IO[bytes], path: str, *, batch_size: int, progress: Callable[[int], None] | None) -> ImportResult:
+    import fpstore
+
+    spool = None
+    try:
+        if not _seekable(fh):
+            spool = tempfile.TemporaryFile(prefix="fpstore-import-")
+            shutil.copyfileobj(fh, spool, 1 << 20)
+            fh = spool
+        start = fh.tell()
+        header, records = read_stream(fh)
+        n = sum(1 for _ in records)  # pass 1: the whole stream checks out before the first write
+        with fpstore.open(path, create=False) as store:
+            if store.pipeline.id != header.pipeline.id:
+                raise PipelineMismatchError(
+                    f"the stream was made with pipeline {header.pipeline.id}, but {path} uses {store.pipeline.id}; "
+                    "fingerprints of different pipelines are not comparable: import it into a new store path instead"
+                )
+            fh.seek(start)
+            _, again = read_stream(fh)
+            name = f"import:{records.digest.hex()}"
+            done = store.checkpoint(name)
+            skip = done if isinstance(done, int) and 0 <= done <= n else 0
+            _feed(store, iter(again), header.pipeline.id, batch_size, name, skip, progress)
+            return ImportResult(path, False, n - skip, header.pipeline.id, store.design.name)
+    finally:
+        if spool is not None:
+            spool.close()
+
+
+def _seekable(fh: IO[bytes]) -> bool:
+    try:
+        return fh.seekable()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def _fsync_dir(path: str) -> None:
+    """fsync a directory's files and the directory itself (an LMDB copy is not synced for us)."""
+    for name in os.listdir(path):
+        full = os.path.join(path, name)
+        if os.path.isfile(full):
+            fd = os.open(full, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

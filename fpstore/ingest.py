@@ -1,0 +1,761 @@
+"""Feed a store from files: JSON Lines, a directory of text files, WARC files; resumable.
+
+A *source* reads one path and yields :class:`Item` (a key, a text, and the position just after it)
+or :class:`Problem` (bad input, with where it is). :func:`ingest` batches items into
+:meth:`fpstore.Store.add_many`, recording the source's checkpoint ``(source name, position)`` in
+the same transaction as each batch, so after a crash or an interrupt a rerun resumes exactly after
+the last committed batch and no document is stored twice (keys are idempotent as well).
+
+Positions (msgpack-able dicts, stored by the store as checkpoints):
+
+* JSON Lines ``{"line": n, "offset": bytes, "head": digest}``: lines 1..n are done, the next line
+  starts at ``offset``; ``head`` is a digest of the file's first bytes, to notice a replaced file.
+* directory ``{"file": relative path, "count": n}``: every file up to ``file`` in the walk order
+  (sorted by path components) is done.
+* WARC ``{"record": n, "offset": bytes, "id": record id}``: records 1..n are done; the last one
+  starts at ``offset`` and has WARC-Record-ID ``id``. Resuming seeks there (per-record gzip and
+  uncompressed files) and checks the id; otherwise it skips n records from the start.
+
+Text is passed to the store as read (HTML included: the pipeline reduces markup itself). Bytes are
+decoded as UTF-8 (or a WARC response's declared charset) with invalid sequences replaced by U+FFFD,
+and counted. The WARC reader is FastWARC (``pip install 'fpstore[ingest]'``), imported only when a
+WARC file is read.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import io
+import json
+import os
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+from fpstore.errors import InputError
+
+__all__ = [
+    "DirectorySource",
+    "IngestResult",
+    "Item",
+    "JsonlSource",
+    "Problem",
+    "SampleSource",
+    "Source",
+    "SourceResult",
+    "WarcSource",
+    "detect_kind",
+    "ingest",
+    "make_source",
+]
+
+DEFAULT_MAX_BYTES = 16 << 20  # larger documents (lines, files, payloads) are skipped with a note
+DEFAULT_BATCH = 1000
+DEFAULT_BATCH_BYTES = 32 << 20
+_HEAD_BYTES = 4096  # bytes of a JSONL file hashed into its checkpoint, to notice a replaced file
+_SNIFF_BYTES = 8192  # a NUL byte in a file's first 8 KiB makes it binary (as git and grep decide)
+
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonlines")
+WARC_SUFFIXES = (".warc", ".warc.gz", ".warc.lz4", ".warc.zst", ".warc.bz2", ".arc.gz")
+_TEXT_TYPES = ("text/", "application/xhtml+xml", "application/xml", "application/json")
+
+
+# -- what sources yield ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Item:
+    """One document: its key, its text, and the source position just after it."""
+
+    key: str
+    text: str
+    pos: dict[str, Any]
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Bad input at ``where`` (``path:line``, ``path: record n``, a file path).
+
+    ``kind`` is one of ``malformed``, ``missing-field``, ``bad-field``, ``truncated``,
+    ``unreadable``, ``too-large``. ``pos`` is the position after the bad input, where a skip
+    resumes; None when the input cannot be skipped (a truncated record: the source ends there,
+    and its checkpoint stays before it so a rerun retries it once the file is complete).
+    """
+
+    where: str
+    kind: str
+    message: str
+    pos: dict[str, Any] | None
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Note:
+    """Input skipped or repaired on purpose (binary files, non-text records, invalid UTF-8)."""
+
+    where: str
+    kind: str  # "binary", "not-text", "invalid-utf8", "status", "empty"
+    message: str
+    pos: dict[str, Any] | None = None
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+def _decode(data: bytes, encoding: str = "utf-8") -> tuple[str, bool]:
+    """``(text, clean)``: ``data`` decoded, invalid sequences replaced by U+FFFD (clean=False)."""
+    try:
+        return data.decode(encoding), True
+    except UnicodeDecodeError:
+        return data.decode(encoding, errors="replace"), False
+
+
+# -- sources ----------------------------------------------------------------------------------------
+
+
+class Source:
+    """A path to read documents from. Subclasses set ``kind`` and implement :meth:`items`."""
+
+    kind = ""
+
+    def __init__(self, path: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.consumed = 0  # bytes of the source read so far (for progress)
+
+    @property
+    def name(self) -> str:
+        """The checkpoint name: kind and real path, so a renamed working directory still resumes."""
+        return f"ingest:{self.kind}:{os.path.realpath(self.path)}"
+
+    @property
+    def size(self) -> int:
+        """Total bytes to read (for progress and ETA)."""
+        return os.path.getsize(self.path)
+
+    def describe(self, pos: dict[str, Any] | None) -> str:
+        """A position, for people ("line 120", "record 17")."""
+        return "the start" if not pos else ", ".join(f"{k} {v}" for k, v in pos.items() if k in ("line", "record", "file", "index"))
+
+    def items(self, pos: dict[str, Any] | None) -> Iterator[Item | Problem | Note]:  # pragma: no cover
+        raise NotImplementedError
+
+
+class JsonlSource(Source):
+    """One JSON object per line; ``key_field`` and ``text_field`` name the members to read.
+
+    Blank lines are ignored. A key may be a string or an integer (stored as its decimal string).
+    """
+
+    kind = "jsonl"
+
+    def __init__(self, path: str, *, key_field: str = "id", text_field: str = "text", max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        super().__init__(path, max_bytes=max_bytes)
+        self.key_field = key_field
+        self.text_field = text_field
+
+    def items(self, pos: dict[str, Any] | None) -> Iterator[Item | Problem | Note]:
+        with open(self.path, "rb") as fh:
+            first = fh.read(_HEAD_BYTES)  # the head digest of a position hashes these
+            line_no, offset = 0, 0
+            if pos:
+                line_no, offset = _pos_int(pos, "line", self), _pos_int(pos, "offset", self)
+                size = os.fstat(fh.fileno()).st_size
+                if size < offset or _head_digest(first, offset) != pos.get("head"):
+                    why = "it is shorter than the bytes already read" if size < offset else "its first bytes differ"
+                    raise InputError(
+                        f"{self.path} changed since its checkpoint at line {line_no} ({why}); "
+                        "pass --restart to ingest it again from the start"
+                    )
+            fh.seek(offset)
+            self.consumed = offset
+            while True:
+                raw = fh.readline(self.max_bytes + 1)
+                if not raw:
+                    return
+                if len(first) < _HEAD_BYTES and offset + len(raw) > len(first):
+                    first = _reread_head(fh)  # the file grew since it was opened
+                if len(raw) > self.max_bytes and not raw.endswith(b"\n"):
+                    # Skip the rest of an over-long line without holding it in memory.
+                    while raw and not raw.endswith(b"\n"):
+                        offset += len(raw)
+                        raw = fh.readline(1 << 20)
+                    offset += len(raw)
+                    line_no += 1
+                    self.consumed = offset
+                    here = {"line": line_no, "offset": offset, "head": _head_digest(first, offset)}
+                    yield Problem(f"{self.path}:{line_no}", "too-large", f"line longer than {self.max_bytes:,} bytes; skipped", here)
+                    continue
+                offset += len(raw)
+                line_no += 1
+                self.consumed = offset
+                if not raw.strip():
+                    continue
+                where = f"{self.path}:{line_no}"
+                here = {"line": line_no, "offset": offset, "head": _head_digest(first, offset)}
+                text, clean = _decode(raw)
+                try:
+                    obj = json.loads(text)
+                except ValueError as exc:
+                    if not raw.endswith(b"\n"):
+                        # A last line without its newline may still be being written: leave it
+                        # for the next run rather than skip it for good.
+                        yield Problem(where, "truncated", f"the last line is incomplete ({exc}); a rerun retries it", None)
+                        return
+                    yield Problem(where, "malformed", f"malformed JSON ({exc})", here)
+                    continue
+                if not clean:
+                    yield Note(where, "invalid-utf8", "invalid UTF-8 replaced by U+FFFD")
+                if not isinstance(obj, dict):
+                    yield Problem(where, "malformed", f"expected a JSON object, got {_json_type(obj)}", here)
+                    continue
+                missing = [f for f in (self.key_field, self.text_field) if f not in obj]
+                if missing:
+                    yield Problem(where, "missing-field", "missing field " + " and ".join(repr(f) for f in missing), here)
+                    continue
+                key, body = obj[self.key_field], obj[self.text_field]
+                if isinstance(key, int) and not isinstance(key, bool):
+                    key = str(key)
+                if not isinstance(key, str):
+                    yield Problem(where, "bad-field", f"field {self.key_field!r} is {_json_type(key)}, expected a string or an integer", here)
+                    continue
+                if not isinstance(body, str):
+                    yield Problem(where, "bad-field", f"field {self.text_field!r} is {_json_type(body)}, expected a string", here)
+                    continue
+                yield Item(key, body, here, len(raw))
+
+    def describe(self, pos: dict[str, Any] | None) -> str:
+        return "the start" if not pos else f"line {pos.get('line')}"
+
+
+def _head_digest(first: bytes, offset: int) -> str:
+    """Digest of the file's first ``min(offset, 4096)`` bytes: a checkpoint's guard against a replaced file."""
+    return hashlib.blake2b(first[: min(offset, _HEAD_BYTES)], digest_size=8).hexdigest()
+
+
+def _reread_head(fh: io.BufferedReader) -> bytes:
+    cur = fh.tell()
+    fh.seek(0)
+    first = fh.read(_HEAD_BYTES)
+    fh.seek(cur)
+    return first
+
+
+class DirectorySource(Source):
+    """Every regular file under a directory, in path order; the key is the path relative to it.
+
+    Hidden files and directories (names starting with ``.``) are left out, and symbolic links to
+    directories are not followed. Binary files (a NUL byte in the first 8 KiB) are skipped with a
+    note.
+    """
+
+    kind = "dir"
+
+    def __init__(self, path: str, *, key_prefix: str = "", max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        super().__init__(path, max_bytes=max_bytes)
+        self.key_prefix = key_prefix
+        self._files: list[tuple[tuple[str, ...], str, int]] | None = None
+
+    def files(self) -> list[tuple[tuple[str, ...], str, int]]:
+        """``(path components, relative path, size)`` of every file, sorted by components."""
+        if self._files is None:
+            out = []
+            for root, dirs, names in os.walk(self.path, onerror=None, followlinks=False):
+                dirs[:] = [d for d in dirs if not d.startswith(".")]
+                rel_root = os.path.relpath(root, self.path)
+                for name in names:
+                    if name.startswith("."):
+                        continue
+                    full = os.path.join(root, name)
+                    try:
+                        st = os.stat(full)
+                    except OSError:
+                        continue
+                    if not _is_regular(st.st_mode):
+                        continue
+                    rel = name if rel_root == "." else f"{rel_root}/{name}".replace(os.sep, "/")
+                    out.append((tuple(rel.split("/")), rel, st.st_size))
+            out.sort()
+            self._files = out
+        return self._files
+
+    @property
+    def size(self) -> int:
+        return sum(s for _, _, s in self.files())
+
+    def items(self, pos: dict[str, Any] | None) -> Iterator[Item | Problem | Note]:
+        done: tuple[str, ...] | None = None
+        count = 0
+        if pos:
+            last = pos.get("file")
+            if not isinstance(last, str):
+                raise InputError(f"the checkpoint of {self.path} is malformed; pass --restart to ingest it from the start")
+            done = tuple(last.split("/"))
+            count = _pos_int(pos, "count", self)
+        self.consumed = 0
+        for parts, rel, size in self.files():
+            if done is not None and parts <= done:
+                self.consumed += size
+                continue
+            count += 1
+            here = {"file": rel, "count": count}
+            full = os.path.join(self.path, *parts)
+            self.consumed += size
+            if size > self.max_bytes:
+                yield Note(full, "too-large", f"larger than {self.max_bytes:,} bytes; skipped", here)
+                continue
+            try:
+                with open(full, "rb") as fh:
+                    data = fh.read(self.max_bytes + 1)
+            except OSError as exc:
+                yield Problem(full, "unreadable", f"cannot read: {exc.strerror or exc}", here)
+                continue
+            if b"\x00" in data[:_SNIFF_BYTES]:
+                yield Note(full, "binary", "binary file (NUL bytes); skipped", here)
+                continue
+            text, clean = _decode(data)
+            if not clean:
+                yield Note(full, "invalid-utf8", "invalid UTF-8 replaced by U+FFFD")
+            yield Item(self.key_prefix + rel, text, here, len(data))
+
+    def describe(self, pos: dict[str, Any] | None) -> str:
+        return "the start" if not pos else f"file {pos.get('count')} ({pos.get('file')})"
+
+
+def _is_regular(mode: int) -> bool:
+    import stat
+
+    return stat.S_ISREG(mode)
+
+
+def _load_fastwarc() -> Any:
+    try:
+        from fastwarc import warc
+    except ImportError:
+        raise InputError(
+            "reading WARC files needs the FastWARC library: pip install 'fpstore[ingest]'"
+        ) from None
+    return warc
+
+
+class WarcSource(Source):
+    """``response`` records with text or HTML payloads of a WARC file (any compression FastWARC reads).
+
+    The key is the record's WARC-Target-URI. HTTP transfer and content encodings (chunked, gzip,
+    deflate, brotli) are undone with a bound on the decoded size. Other record types, non-2xx
+    responses and non-text payloads are skipped with a note. A truncated record ends the source;
+    its checkpoint stays before it.
+    """
+
+    kind = "warc"
+
+    def items(self, pos: dict[str, Any] | None) -> Iterator[Item | Problem | Note]:
+        warc = _load_fastwarc()
+        with open(self.path, "rb") as fh:
+            skip, index, expect_id = 0, 0, None
+            if pos:
+                index = _pos_int(pos, "record", self)
+                offset = _pos_int(pos, "offset", self)
+                expect_id = pos.get("id")
+                if self._seekable_at(fh, offset):
+                    fh.seek(offset)  # re-read the last record done, to check its id, and skip it
+                    index, skip = index - 1, 1
+                else:
+                    index, skip = 0, index
+            records = warc.ArchiveIterator(fh, parse_http=True, auto_decode="none", strict_mode=False)
+            last_offset: int | None = None
+            while True:
+                try:
+                    rec = next(records)
+                except StopIteration:
+                    break
+                except (OSError, ValueError) as exc:
+                    yield Problem(f"{self.path}: record {index + 1}", "truncated",
+                                  f"unreadable WARC data after record {index} ({exc})", None)
+                    return
+                index += 1
+                self.consumed = fh.tell()
+                last_offset = rec.stream_pos
+                rid = rec.headers.get("WARC-Record-ID")
+                here = {"record": index, "offset": rec.stream_pos, "id": rid}
+                where = f"{self.path}: record {index} at byte {rec.stream_pos}"
+                if skip:
+                    skip -= 1
+                    if skip == 0 and rid != expect_id:
+                        raise InputError(
+                            f"{self.path} changed since its checkpoint (record {index} is {rid}, "
+                            f"the checkpoint says {expect_id}); pass --restart to ingest it again from the start"
+                        )
+                    rec.reader.consume()
+                    continue
+                declared = rec.headers.get("Content-Length")
+                if declared is None or not declared.strip().isdigit():
+                    yield Problem(where, "truncated", "truncated WARC record (its header has no valid Content-Length)", None)
+                    return
+                length = rec.content_length  # of the payload, once the HTTP header block is parsed
+                if rec.record_type != warc.WarcRecordType.response or length > self.max_bytes:
+                    got = rec.reader.consume()
+                    if got < length:
+                        yield Problem(where, "truncated", f"truncated WARC record ({got:,} of {length:,} bytes)", None)
+                        return
+                    if length > self.max_bytes:
+                        yield Note(where, "too-large", f"payload larger than {self.max_bytes:,} bytes; skipped", here)
+                    else:
+                        yield Note(where, "not-response", f"{rec.record_type} record; skipped", here)
+                    continue
+                raw = rec.reader.read(length)
+                if len(raw) < length:
+                    yield Problem(where, "truncated", f"truncated WARC record ({len(raw):,} of {length:,} payload bytes)", None)
+                    return
+                yield from self._payload(rec, raw, where, here)
+            if last_offset is None:
+                if os.fstat(fh.fileno()).st_size > (pos or {}).get("offset", 0):
+                    yield Problem(f"{self.path}: record {index + 1}", "truncated",
+                                  "no whole WARC record could be read (a truncated record, or not a WARC file)", None)
+                return
+            problem = self._check_tail(fh, last_offset, index)
+            if problem is not None:
+                yield problem
+
+    def _payload(self, rec: Any, raw: bytes, where: str, here: dict[str, Any]) -> Iterator[Item | Note]:
+        status = rec.http_headers.status_code if rec.is_http else None
+        if status is not None and not 200 <= status < 300:
+            yield Note(where, "status", f"HTTP status {status}; skipped", here)
+            return
+        uri = rec.headers.get("WARC-Target-URI")
+        if not uri:
+            yield Note(where, "no-uri", "response record without WARC-Target-URI; skipped", here)
+            return
+        ctype = (rec.http_content_type or "").lower() if rec.is_http else ""
+        if ctype and not ctype.startswith(_TEXT_TYPES):
+            yield Note(where, "not-text", f"{ctype} payload; skipped", here)
+            return
+        try:
+            data = self._undo_encodings(rec, raw)
+        except (OSError, ValueError, zlib.error) as exc:
+            yield Note(where, "bad-encoding", f"payload does not decode ({exc}); skipped", here)
+            return
+        if data is None:
+            yield Note(where, "too-large", f"decoded payload larger than {self.max_bytes:,} bytes; skipped", here)
+            return
+        if not ctype and b"\x00" in data[:_SNIFF_BYTES]:
+            yield Note(where, "not-text", "binary payload; skipped", here)
+            return
+        charset = "utf-8"
+        declared = rec.http_charset if rec.is_http else None
+        if declared:
+            try:
+                charset = codecs.lookup(declared.strip().strip('"')).name
+            except LookupError:
+                pass
+        text, clean = _decode(data, charset)
+        if not clean:
+            yield Note(where, "invalid-utf8", f"invalid {charset} replaced by U+FFFD")
+        yield Item(uri, text, here, len(raw))
+
+    def _undo_encodings(self, rec: Any, raw: bytes) -> bytes | None:
+        """The payload with chunked transfer coding and gzip/deflate/br content coding undone.
+
+        Returns None when the decoded size exceeds ``max_bytes`` (a compression bomb is read no
+        further than that).
+        """
+        if not rec.is_http:
+            return raw
+        from fastwarc import stream_io
+
+        headers = rec.http_headers
+        data = raw
+        te = (headers.get("Transfer-Encoding") or "").lower()
+        if "chunked" in te:
+            data = stream_io.ChunkedReader(io.BytesIO(data)).read(self.max_bytes + 1)
+        for coding in reversed([c.strip() for c in (headers.get("Content-Encoding") or "").lower().split(",") if c.strip()]):
+            if coding in ("gzip", "x-gzip"):
+                reader = stream_io.GzipReader(io.BytesIO(data))
+            elif coding == "deflate":
+                reader = stream_io.GzipReader(io.BytesIO(data), zlib=True)
+            elif coding == "br":
+                reader = stream_io.BrotliReader(io.BytesIO(data))
+            elif coding == "identity":
+                continue
+            else:
+                raise ValueError(f"unsupported Content-Encoding {coding!r}")
+            data = reader.read(self.max_bytes + 1)
+        if len(data) > self.max_bytes:
+            return None
+        return data
+
+    @staticmethod
+    def _seekable_at(fh: io.BufferedReader, offset: int) -> bool:
+        """True when a record starts at ``offset``: "WARC/" there, or a gzip member (per-record gzip)."""
+        if offset <= 0:
+            return False
+        fh.seek(offset)
+        magic = fh.read(5)
+        fh.seek(0)
+        return magic == b"WARC/" or magic[:2] == b"\x1f\x8b"
+
+    def _check_tail(self, fh: io.BufferedReader, offset: int, index: int) -> Problem | None:
+        """A per-record gzip file cut inside a member's first bytes ends FastWARC's iteration
+        silently; so check that the last record's gzip member is followed by nothing."""
+        fh.seek(offset)
+        if fh.read(2) != b"\x1f\x8b":
+            return None  # uncompressed (FastWARC itself reports a cut) or one gzip member for all
+        fh.seek(offset)
+        d = zlib.decompressobj(wbits=31)
+        while not d.eof:  # decompress the last member, 64 KiB of output at a time, and discard it
+            if d.unconsumed_tail:
+                d.decompress(d.unconsumed_tail, 1 << 16)
+                continue
+            chunk = fh.read(1 << 16)
+            if not chunk:
+                return None  # the last record was read whole; only its gzip trailer is short
+            d.decompress(chunk, 1 << 16)
+        rest = len(d.unused_data) + len(fh.read())
+        if rest:
+            return Problem(f"{self.path}: record {index + 1}", "truncated",
+                           f"truncated WARC record after record {index} ({rest:,} bytes at the end hold no whole record)", None)
+        return None
+
+    def describe(self, pos: dict[str, Any] | None) -> str:
+        return "the start" if not pos else f"record {pos.get('record')}"
+
+
+class SampleSource(Source):
+    """The sample corpus of real text found on this machine (:mod:`fpstore.samples`)."""
+
+    kind = "sample"
+
+    def __init__(self, path: str = "sample", *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        super().__init__(path, max_bytes=max_bytes)
+        from fpstore.samples import sample_corpus
+
+        self._docs = list(sample_corpus())
+
+    @property
+    def name(self) -> str:
+        return "ingest:sample"
+
+    @property
+    def size(self) -> int:
+        return sum(len(t) for _, t in self._docs)
+
+    def items(self, pos: dict[str, Any] | None) -> Iterator[Item | Problem | Note]:
+        start = _pos_int(pos, "index", self) if pos else 0
+        self.consumed = sum(len(t) for _, t in self._docs[:start])
+        for i in range(start, len(self._docs)):
+            name, text = self._docs[i]
+            self.consumed += len(text)
+            yield Item(name, text, {"index": i + 1, "name": name}, len(text))
+
+    def describe(self, pos: dict[str, Any] | None) -> str:
+        return "the start" if not pos else f"document {pos.get('index')}"
+
+
+def _pos_int(pos: dict[str, Any], field_name: str, src: Source) -> int:
+    value = pos.get(field_name) if isinstance(pos, dict) else None
+    if not isinstance(value, int) or value < 0:
+        raise InputError(f"the checkpoint of {src.path} is malformed (field {field_name!r}); pass --restart to ingest it from the start")
+    return value
+
+
+def _json_type(value: object) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", float: "a number", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def detect_kind(path: str) -> str:
+    """``"dir"``, ``"jsonl"`` or ``"warc"`` from what ``path`` is and how its name ends."""
+    if os.path.isdir(path):
+        return "dir"
+    lower = path.lower()
+    if lower.endswith(JSONL_SUFFIXES):
+        return "jsonl"
+    if lower.endswith(WARC_SUFFIXES):
+        return "warc"
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file or directory")
+    raise InputError(
+        f"cannot tell the type of {path} from its name (expected a directory, "
+        f"{', '.join(JSONL_SUFFIXES)} or {', '.join(WARC_SUFFIXES)}); pass --format"
+    )
+
+
+def make_source(path: str, kind: str = "auto", **options: Any) -> Source:
+    """A source for ``path``; ``kind`` is ``auto``, ``jsonl``, ``dir`` or ``warc``.
+
+    ``options``: ``key_field``/``text_field`` (JSONL), ``key_prefix`` (directory), ``max_bytes``.
+    """
+    if kind == "auto":
+        kind = detect_kind(path)
+    max_bytes = options.get("max_bytes", DEFAULT_MAX_BYTES)
+    if kind != "dir" and not os.path.isfile(path):
+        raise InputError(f"{path}: no such file" if not os.path.exists(path) else f"{path} is not a file")
+    if kind == "dir" and not os.path.isdir(path):
+        raise InputError(f"{path} is not a directory")
+    if kind == "jsonl":
+        return JsonlSource(path, key_field=options.get("key_field", "id"), text_field=options.get("text_field", "text"), max_bytes=max_bytes)
+    if kind == "dir":
+        return DirectorySource(path, key_prefix=options.get("key_prefix", ""), max_bytes=max_bytes)
+    if kind == "warc":
+        _load_fastwarc()
+        return WarcSource(path, max_bytes=max_bytes)
+    raise InputError(f"unknown source format {kind!r} (expected auto, jsonl, dir or warc)")
+
+
+# -- the driver ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class SourceResult:
+    """What one source's ingest did."""
+
+    path: str
+    kind: str
+    resumed_from: str
+    added: int = 0
+    batches: int = 0
+    problems: dict[str, int] = field(default_factory=dict)
+    notes: dict[str, int] = field(default_factory=dict)
+    position: dict[str, Any] | None = None
+    done: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "resumed_from": self.resumed_from,
+            "added": self.added,
+            "batches": self.batches,
+            "problems": dict(self.problems),
+            "notes": dict(self.notes),
+            "position": self.position,
+            "done": self.done,
+        }
+
+
+@dataclass
+class IngestResult:
+    """What :func:`ingest` did: per source, and whether it stopped early."""
+
+    sources: list[SourceResult] = field(default_factory=list)
+    interrupted: bool = False
+    stopped_at: Problem | None = None
+    seconds: float = 0.0
+
+    @property
+    def added(self) -> int:
+        return sum(s.added for s in self.sources)
+
+    @property
+    def problems(self) -> int:
+        return sum(sum(s.problems.values()) for s in self.sources)
+
+
+def ingest(
+    store: Any,
+    sources: Sequence[Source],
+    *,
+    batch_size: int = DEFAULT_BATCH,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    on_error: str = "skip",
+    restart: bool = False,
+    stop: threading.Event | None = None,
+    report: Callable[[Problem | Note], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> IngestResult:
+    """Read ``sources`` into ``store`` in batches, each committed with its source's checkpoint.
+
+    ``on_error="skip"`` reports bad input through ``report`` and goes on; ``"stop"`` commits the
+    documents before it and stops (``result.stopped_at``). Setting ``stop`` makes the ingest
+    commit what it has read and return (``result.interrupted``). ``restart`` ignores the stored
+    checkpoints. ``progress(docs_added, bytes_read)`` is called after each batch and every few
+    hundred documents.
+    """
+    if on_error not in ("skip", "stop"):
+        raise InputError(f"on_error must be 'skip' or 'stop', got {on_error!r}")
+    if batch_size < 1:
+        raise InputError(f"batch size must be >= 1, got {batch_size}")
+    stop = stop or threading.Event()
+    result = IngestResult()
+    t0 = time.monotonic()
+    done_bytes = 0  # bytes of sources finished before the current one
+    total_added = 0
+
+    for src in sources:
+        pos = None if restart else store.checkpoint(src.name)
+        if pos is not None and not isinstance(pos, dict):
+            raise InputError(f"the checkpoint of {src.path} is malformed; pass --restart to ingest it from the start")
+        res = SourceResult(src.path, src.kind, src.describe(pos), position=pos)
+        result.sources.append(res)
+        keys: list[str] = []
+        texts: list[str] = []
+        pending_bytes = 0
+        last_pos = pos
+        committed_pos = pos
+
+        def flush() -> None:
+            nonlocal keys, texts, pending_bytes, committed_pos, total_added
+            if not keys and last_pos == committed_pos:
+                return
+            store.add_many(keys, texts=texts, checkpoint=(src.name, last_pos))
+            res.added += len(keys)
+            total_added += len(keys)
+            res.batches += 1
+            committed_pos = last_pos
+            res.position = last_pos
+            keys, texts, pending_bytes = [], [], 0
+            if progress is not None:
+                progress(total_added, done_bytes + src.consumed)
+
+        n_seen = 0
+        for ev in src.items(pos):
+            if isinstance(ev, Note):
+                res.notes[ev.kind] = res.notes.get(ev.kind, 0) + 1
+                if report is not None:
+                    report(ev)
+                if ev.pos is not None:
+                    last_pos = ev.pos
+            elif isinstance(ev, Problem):
+                res.problems[ev.kind] = res.problems.get(ev.kind, 0) + 1
+                if report is not None:
+                    report(ev)
+                if on_error == "stop":
+                    flush()
+                    result.stopped_at = ev
+                    result.seconds = time.monotonic() - t0
+                    return result
+                if ev.pos is None:
+                    break  # the source cannot go on (truncated): commit up to before it
+                last_pos = ev.pos
+            else:
+                keys.append(ev.key)
+                texts.append(ev.text)
+                pending_bytes += ev.nbytes
+                last_pos = ev.pos
+                if len(keys) >= batch_size or pending_bytes >= batch_bytes:
+                    flush()
+            n_seen += 1
+            if stop.is_set():
+                flush()
+                result.interrupted = True
+                result.seconds = time.monotonic() - t0
+                return result
+            if progress is not None and n_seen % 256 == 0:
+                progress(total_added + len(keys), done_bytes + src.consumed)
+        else:
+            res.done = True
+        flush()
+        if res.problems.get("truncated"):
+            res.done = False
+        done_bytes += src.size
+        if progress is not None:
+            progress(total_added, done_bytes)
+    result.seconds = time.monotonic() - t0
+    return result
