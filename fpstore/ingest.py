@@ -59,7 +59,7 @@ _HEAD_BYTES = 4096  # bytes of a JSONL file hashed into its checkpoint, to notic
 _SNIFF_BYTES = 8192  # a NUL byte in a file's first 8 KiB makes it binary (as git and grep decide)
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonlines")
-WARC_SUFFIXES = (".warc", ".warc.gz", ".warc.lz4", ".warc.zst", ".warc.bz2", ".arc.gz")
+WARC_SUFFIXES = (".warc", ".warc.gz", ".warc.lz4", ".warc.zst")
 _TEXT_TYPES = ("text/", "application/xhtml+xml", "application/xml", "application/json")
 
 
@@ -358,18 +358,12 @@ class WarcSource(Source):
     def items(self, pos: dict[str, Any] | None) -> Iterator[Item | Problem | Note]:
         warc = _load_fastwarc()
         with open(self.path, "rb") as fh:
-            skip, index, expect_id = 0, 0, None
+            index, last_offset = 0, None
             if pos:
-                index = _pos_int(pos, "record", self)
-                offset = _pos_int(pos, "offset", self)
-                expect_id = pos.get("id")
-                if self._seekable_at(fh, offset):
-                    fh.seek(offset)  # re-read the last record done, to check its id, and skip it
-                    index, skip = index - 1, 1
-                else:
-                    index, skip = 0, index
-            records = warc.ArchiveIterator(fh, parse_http=True, auto_decode="none", strict_mode=False)
-            last_offset: int | None = None
+                index, last_offset = _pos_int(pos, "record", self), _pos_int(pos, "offset", self)
+                records = self._resume(warc, fh, index, last_offset, pos.get("id"))
+            else:
+                records = self._records(warc, fh)
             while True:
                 try:
                     rec = next(records)
@@ -385,15 +379,6 @@ class WarcSource(Source):
                 rid = rec.headers.get("WARC-Record-ID")
                 here = {"record": index, "offset": rec.stream_pos, "id": rid}
                 where = f"{self.path}: record {index} at byte {rec.stream_pos}"
-                if skip:
-                    skip -= 1
-                    if skip == 0 and rid != expect_id:
-                        raise InputError(
-                            f"{self.path} changed since its checkpoint (record {index} is {rid}, "
-                            f"the checkpoint says {expect_id}); pass --restart to ingest it again from the start"
-                        )
-                    rec.reader.consume()
-                    continue
                 declared = rec.headers.get("Content-Length")
                 if declared is None or not declared.strip().isdigit():
                     yield Problem(where, "truncated", "truncated WARC record (its header has no valid Content-Length)", None)
@@ -415,7 +400,7 @@ class WarcSource(Source):
                     return
                 yield from self._payload(rec, raw, where, here)
             if last_offset is None:
-                if os.fstat(fh.fileno()).st_size > (pos or {}).get("offset", 0):
+                if os.fstat(fh.fileno()).st_size > 0:
                     yield Problem(f"{self.path}: record {index + 1}", "truncated",
                                   "no whole WARC record could be read (a truncated record, or not a WARC file)", None)
                 return
@@ -489,6 +474,45 @@ class WarcSource(Source):
         if len(data) > self.max_bytes:
             return None
         return data
+
+    @staticmethod
+    def _records(warc: Any, fh: io.BufferedReader) -> Iterator[Any]:
+        return iter(warc.ArchiveIterator(fh, parse_http=True, auto_decode="none", strict_mode=False))
+
+    def _resume(self, warc: Any, fh: io.BufferedReader, index: int, offset: int, expect_id: object) -> Iterator[Any]:
+        """Records after the ``index``-th, whose id must be ``expect_id``: found by seeking to its
+        offset where a record starts there (uncompressed or per-record gzip files), else by
+        reading ``index`` records from the start."""
+        if index == 0:
+            return self._records(warc, fh)
+        if self._seekable_at(fh, offset):
+            fh.seek(offset)
+            records = self._records(warc, fh)
+            try:
+                first = next(records, None)
+            except (OSError, ValueError):
+                first = None
+            if first is not None and first.headers.get("WARC-Record-ID") == expect_id:
+                first.reader.consume()
+                return records
+        fh.seek(0)
+        records = self._records(warc, fh)
+        rec = None
+        for _ in range(index):
+            try:
+                rec = next(records, None)
+            except (OSError, ValueError):
+                rec = None
+            if rec is None:
+                break
+            rec.reader.consume()
+        rid = None if rec is None else rec.headers.get("WARC-Record-ID")
+        if rid != expect_id:
+            raise InputError(
+                f"{self.path} changed since its checkpoint (record {index} is {rid or 'missing'}, "
+                f"the checkpoint says {expect_id}); pass --restart to ingest it again from the start"
+            )
+        return records
 
     @staticmethod
     def _seekable_at(fh: io.BufferedReader, offset: int) -> bool:
