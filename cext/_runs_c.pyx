@@ -1,0 +1,481 @@
+# cython: language_level=3
+"""Compiled run block codec. The specification is ``fpstore/_runs_py.py`` (format, error codes and
+the order of the checks); this module must give the same results, bit for bit.
+
+Loops only: encode blocks into a chunk buffer, decode blocks, batch-probe a chunk. No I/O and no
+validation beyond memory safety: every read of a chunk is checked against the buffer's length,
+because the bytes come from disk and may be anything. The GIL is released in every loop.
+"""
+
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy, memset
+
+import numpy as np
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    #if defined(_MSC_VER)
+    #include <intrin.h>
+    #endif
+    /* Little-endian 64-bit load and store, any alignment (memcpy compiles to one mov). */
+    static inline uint64_t fps_load64(const uint8_t *p) {
+        uint64_t v; memcpy(&v, p, 8);
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        v = __builtin_bswap64(v);
+    #endif
+        return v;
+    }
+    static inline void fps_store64(uint8_t *p, uint64_t v) {
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        v = __builtin_bswap64(v);
+    #endif
+        memcpy(p, &v, 8);
+    }
+    /* Count trailing / leading zeros; x != 0. */
+    static inline int fps_ctz64(uint64_t x) {
+    #if defined(_MSC_VER)
+        unsigned long i; _BitScanForward64(&i, x); return (int)i;
+    #else
+        return __builtin_ctzll(x);
+    #endif
+    }
+    static inline int fps_clz64(uint64_t x) {
+    #if defined(_MSC_VER)
+        unsigned long i; _BitScanReverse64(&i, x); return 63 - (int)i;
+    #else
+        return __builtin_clzll(x);
+    #endif
+    }
+    static inline int fps_popcount64(uint64_t x) {
+    #if defined(__GNUC__)
+        return __builtin_popcountll(x);
+    #else
+        x = x - ((x >> 1) & 0x5555555555555555ULL);
+        x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+        x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0FULL;
+        return (int)((x * 0x0101010101010101ULL) >> 56);
+    #endif
+    }
+    """
+    uint64_t fps_load64(const uint8_t *p) noexcept nogil
+    void fps_store64(uint8_t *p, uint64_t v) noexcept nogil
+    int fps_ctz64(uint64_t x) noexcept nogil
+    int fps_clz64(uint64_t x) noexcept nogil
+    int fps_popcount64(uint64_t x) noexcept nogil
+
+# Error codes: the same numbers as fpstore._runs_py.
+OK = 0
+ERR_COUNT = 1
+ERR_BOUNDS = 2
+ERR_RANGE = 3
+ERR_PARAM = 4
+ERR_SHORT = 5
+ERR_TRAILING = 6
+ERR_UNSORTED = 7
+MAX_BLOCK_ENTRIES = 65535
+
+cdef enum:
+    C_OK = 0
+    C_ERR_COUNT = 1
+    C_ERR_BOUNDS = 2
+    C_ERR_RANGE = 3
+    C_ERR_PARAM = 4
+    C_ERR_SHORT = 5
+    C_ERR_TRAILING = 6
+    C_ERR_UNSORTED = 7
+    C_ERR_NOMEM = -1
+    C_MAX_ENTRIES = 65535
+
+
+# ------------------------------------------------------------------------------------------ encode
+
+
+cdef inline uint64_t _sum_shifted(const uint64_t* g, Py_ssize_t m, int k) noexcept nogil:
+    cdef uint64_t s = 0
+    cdef Py_ssize_t i
+    for i in range(m):
+        s += g[i] >> k
+    return s
+
+
+cdef Py_ssize_t _write_remainders(uint8_t* dst, const uint64_t* g, Py_ssize_t m, int k) noexcept nogil:
+    """Pack the low k bits of each gap, LSB first; returns the bytes written, ceil(m * k / 8)."""
+    cdef uint64_t acc = 0, mask = ((<uint64_t>1) << k) - 1, r
+    cdef int nbits = 0
+    cdef Py_ssize_t i, w = 0
+    for i in range(m):
+        r = g[i] & mask
+        acc |= r << nbits
+        nbits += k
+        if nbits >= 64:
+            fps_store64(dst + w, acc)
+            w += 8
+            nbits -= 64
+            # The top nbits bits of r did not fit; nbits < k here, so the shift is in 1..63.
+            acc = (r >> (k - nbits)) if nbits > 0 else 0
+    while nbits > 0:
+        dst[w] = <uint8_t>(acc & 0xFF)
+        acc >>= 8
+        w += 1
+        nbits -= 8
+    return w
+
+
+cdef int _encode(const uint64_t* keys, Py_ssize_t n, Py_ssize_t bsz, Py_ssize_t first_block,
+                 uint8_t* out, Py_ssize_t cap, uint32_t* offsets, uint64_t* gaps,
+                 Py_ssize_t* blocks_done, Py_ssize_t* bytes_used) noexcept nogil:
+    cdef Py_ssize_t nblocks = (n + bsz - 1) // bsz
+    cdef Py_ssize_t b = first_block, pos = 0, s, e, m, i, rb, ub, size
+    cdef uint64_t span, mean, sq, best_sq, cost, best_cost, p
+    cdef int k0, k, klo, khi, best_k
+    cdef int err = C_OK
+    cdef uint8_t* dst
+    while b < nblocks:
+        s = b * bsz
+        e = s + bsz
+        if e > n:
+            e = n
+        m = e - s - 1
+        if s > 0 and keys[s - 1] > keys[s]:
+            err = C_ERR_UNSORTED
+            break
+        for i in range(m):
+            if keys[s + 1 + i] < keys[s + i]:
+                err = C_ERR_UNSORTED
+                break
+            gaps[i] = keys[s + 1 + i] - keys[s + i]
+        if err:
+            break
+        if m == 0:
+            best_k = 0
+            rb = 0
+            ub = 0
+            best_sq = 0
+        else:
+            span = keys[e - 1] - keys[s]
+            mean = span // <uint64_t>m
+            k0 = (63 - fps_clz64(mean)) if mean else 0
+            klo = k0 - 2 if k0 >= 2 else 0
+            khi = k0 + 1 if k0 < 63 else 63
+            best_k = -1
+            best_cost = 0
+            best_sq = 0
+            for k in range(klo, khi + 1):
+                # sum(g >> k) <= span >> k: no overflow for sorted keys.
+                sq = _sum_shifted(gaps, m, k)
+                cost = <uint64_t>m * <uint64_t>(k + 1) + sq
+                if best_k < 0 or cost < best_cost:
+                    best_k = k
+                    best_cost = cost
+                    best_sq = sq
+            rb = (m * best_k + 7) >> 3
+            ub = <Py_ssize_t>((<uint64_t>m + best_sq + 7) >> 3)
+        size = 1 + rb + ub
+        if size > cap - pos:
+            break
+        dst = out + pos
+        dst[0] = <uint8_t>best_k
+        if best_k:
+            _write_remainders(dst + 1, gaps, m, best_k)
+        dst += 1 + rb
+        memset(dst, 0, ub)
+        p = 0
+        for i in range(m):
+            p += gaps[i] >> best_k
+            dst[p >> 3] |= <uint8_t>(1 << (p & 7))
+            p += 1
+        offsets[b] = <uint32_t>pos
+        pos += size
+        b += 1
+    blocks_done[0] = b - first_block
+    bytes_used[0] = pos
+    return err
+
+
+def encode_chunk(const uint64_t[::1] keys, Py_ssize_t block_entries, Py_ssize_t first_block,
+                 uint8_t[::1] out, uint32_t[::1] offsets):
+    """Encode whole blocks from ``first_block`` into ``out``: see ``fpstore._runs_py.encode_chunk``."""
+    cdef Py_ssize_t n = keys.shape[0], bsz = block_entries
+    if bsz < 1 or bsz > C_MAX_ENTRIES:
+        raise ValueError("block_entries must be in 1..65535")
+    cdef Py_ssize_t nblocks = (n + bsz - 1) // bsz
+    if first_block < 0 or offsets.shape[0] < nblocks:
+        raise ValueError("first_block negative or offsets too short")
+    if first_block >= nblocks:
+        return OK, 0, 0
+    cdef uint64_t* gaps = <uint64_t*>malloc(bsz * sizeof(uint64_t))
+    if gaps == NULL:
+        raise MemoryError()
+    cdef Py_ssize_t done = 0, used = 0
+    cdef int err
+    cdef uint8_t* outp = &out[0] if out.shape[0] > 0 else NULL
+    with nogil:
+        err = _encode(&keys[0], n, bsz, first_block, outp, out.shape[0], &offsets[0], gaps,
+                      &done, &used)
+    free(gaps)
+    return err, done, used
+
+
+# ------------------------------------------------------------------------------------------ decode
+
+
+cdef inline uint64_t _read_bits(const uint8_t* buf, int64_t buflen, int64_t bitpos, int k) noexcept nogil:
+    """k (1..63) bits at bit bitpos of buf; the caller knows they lie inside buf."""
+    cdef int64_t byte = bitpos >> 3
+    cdef int sh = <int>(bitpos & 7)
+    cdef uint64_t v
+    cdef int t, nbytes
+    if byte + 8 <= buflen:
+        v = fps_load64(buf + byte) >> sh
+        if sh + k > 64:
+            v |= (<uint64_t>buf[byte + 8]) << (64 - sh)
+    else:
+        # Near the end of the buffer: only the bytes that hold the value (at most 8 here, since
+        # the value ends inside buf and byte + 8 > buflen).
+        nbytes = (sh + k + 7) >> 3
+        v = 0
+        for t in range(nbytes):
+            v |= (<uint64_t>buf[byte + t]) << (8 * t)
+        v >>= sh
+    return v & (((<uint64_t>1) << k) - 1)
+
+
+cdef int _decode_block(const uint8_t* buf, int64_t buflen, int64_t start, int64_t end, int64_t n,
+                       uint64_t first, uint64_t limit, uint64_t* out) noexcept nogil:
+    """Checks 2..9 of the specification; writes n keys to out when it returns C_OK."""
+    cdef int k
+    cdef int64_t m, rs, us, ub, pos, avail, base, last, p, i, t, bitpos
+    cdef uint64_t rem, q, r, g, w, mask
+    cdef bint fast
+    if start < 0 or start >= end or end > buflen:
+        return C_ERR_BOUNDS
+    if first > limit:
+        return C_ERR_RANGE
+    k = buf[start]
+    if k > 63:
+        return C_ERR_PARAM
+    m = n - 1
+    if m > 8 * (end - start - 1):
+        return C_ERR_SHORT
+    rs = start + 1
+    us = rs + ((m * k + 7) >> 3)
+    if us > end:
+        return C_ERR_SHORT
+    out[0] = first
+    if m == 0:
+        return C_OK if us == end else C_ERR_TRAILING
+    ub = end - us
+    rem = limit - first
+    mask = ((<uint64_t>1) << k) - 1
+    # With k <= 56 and 8 readable bytes after the remainder section, every remainder is one
+    # unaligned load that stays inside buf.
+    fast = k <= 56 and us + 8 <= buflen
+    bitpos = rs * 8
+    pos = us
+    base = 0
+    last = -1
+    i = 0
+    while True:
+        if pos >= end:
+            return C_ERR_SHORT
+        avail = end - pos
+        if avail >= 8:
+            w = fps_load64(buf + pos)
+        else:
+            w = 0
+            for t in range(avail):
+                w |= (<uint64_t>buf[pos + t]) << (8 * t)
+        while w != 0:
+            p = base + fps_ctz64(w)
+            q = <uint64_t>(p - last - 1)
+            last = p
+            if k == 0:
+                r = 0
+            elif fast:
+                r = (fps_load64(buf + (bitpos >> 3)) >> (bitpos & 7)) & mask
+            else:
+                r = _read_bits(buf, buflen, bitpos, k)
+            bitpos += k
+            # The gap must keep the key at or below limit: rem = limit - previous key.
+            if q > (rem >> k):
+                return C_ERR_RANGE
+            g = (q << k) | r
+            if g > rem:
+                return C_ERR_RANGE
+            rem -= g
+            i += 1
+            out[i] = limit - rem
+            w &= w - 1
+            if i == m:
+                if w != 0 or (last >> 3) != ub - 1:
+                    return C_ERR_TRAILING
+                return C_OK
+        pos += 8
+        base += 64
+
+
+def decode_blocks(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] ends,
+                  const int64_t[::1] counts, const uint64_t[::1] bounds, uint64_t[::1] out):
+    """Decode blocks back to back into ``out``: see ``fpstore._runs_py.decode_blocks``."""
+    cdef Py_ssize_t nb = starts.shape[0], j, outlen = out.shape[0]
+    if ends.shape[0] != nb or counts.shape[0] != nb or bounds.shape[0] != nb + 1:
+        raise ValueError("starts, ends, counts and bounds disagree in length")
+    cdef const uint8_t* bp = &buf[0] if buf.shape[0] > 0 else NULL
+    cdef int64_t buflen = buf.shape[0], pos = 0, n
+    cdef int err = C_OK
+    cdef Py_ssize_t failed = -1
+    with nogil:
+        for j in range(nb):
+            n = counts[j]
+            if n < 1 or n > C_MAX_ENTRIES or n > outlen - pos:
+                err = C_ERR_COUNT
+            else:
+                err = _decode_block(bp, buflen, starts[j], ends[j], n, bounds[j], bounds[j + 1],
+                                    &out[pos])
+            if err:
+                failed = j
+                break
+            pos += n
+    return err, failed
+
+
+# ------------------------------------------------------------------------------------- batch probe
+
+
+cdef struct Hits:
+    int64_t* qpos
+    uint64_t* key
+    uint8_t* dist
+    Py_ssize_t n
+    Py_ssize_t cap
+
+
+cdef int _hits_push(Hits* h, int64_t qpos, uint64_t key, int dist) noexcept nogil:
+    cdef Py_ssize_t cap
+    cdef void* a
+    cdef void* b
+    cdef void* c
+    if h.n == h.cap:
+        cap = h.cap * 2 if h.cap else 1024
+        a = realloc(h.qpos, cap * sizeof(int64_t))
+        if a == NULL:
+            return C_ERR_NOMEM
+        h.qpos = <int64_t*>a
+        b = realloc(h.key, cap * sizeof(uint64_t))
+        if b == NULL:
+            return C_ERR_NOMEM
+        h.key = <uint64_t*>b
+        c = realloc(h.dist, cap * sizeof(uint8_t))
+        if c == NULL:
+            return C_ERR_NOMEM
+        h.dist = <uint8_t*>c
+        h.cap = cap
+    h.qpos[h.n] = qpos
+    h.key[h.n] = key
+    h.dist[h.n] = <uint8_t>dist
+    h.n += 1
+    return C_OK
+
+
+cdef int _probe(const uint8_t* buf, int64_t buflen, const int64_t* starts, const int64_t* ends,
+                const int64_t* counts, const uint64_t* bounds, const int64_t* estart, Py_ssize_t nb,
+                const uint64_t* queries, Py_ssize_t nq, uint64_t mask_hi, int k,
+                uint64_t* keys, uint8_t* done, Hits* hits, Py_ssize_t* failed) noexcept nogil:
+    # Merge of two sorted streams (Manku section 3.3): groups of queries sharing a prefix, each
+    # a key range [lo, hi], against the chunk's keys. b and j (block, key position) only move
+    # forward; block b is decoded the first time it may hold a key of the current range.
+    cdef Py_ssize_t qi = 0, qe, t, b = 0
+    cdef int64_t j = 0, jend
+    cdef uint64_t lo, hi, s
+    cdef int err, d
+    while qi < nq and b < nb:
+        lo = queries[qi] & mask_hi
+        hi = lo | ~mask_hi
+        qe = qi + 1
+        while qe < nq and (queries[qe] & mask_hi) == lo:
+            qe += 1
+        while True:
+            while b < nb and bounds[b + 1] < lo:
+                b += 1
+                j = estart[b]
+            if b == nb or bounds[b] > hi:
+                break
+            if not done[b]:
+                err = _decode_block(buf, buflen, starts[b], ends[b], counts[b], bounds[b],
+                                    bounds[b + 1], keys + estart[b])
+                if err:
+                    failed[0] = b
+                    return err
+                done[b] = 1
+            jend = estart[b + 1]
+            while j < jend and keys[j] < lo:
+                j += 1
+            while j < jend and keys[j] <= hi:
+                s = keys[j]
+                for t in range(qi, qe):
+                    d = fps_popcount64(s ^ queries[t])
+                    if d <= k:
+                        if _hits_push(hits, t, s, d):
+                            return C_ERR_NOMEM
+                j += 1
+            if j < jend:
+                break
+            b += 1
+            j = estart[b]
+        qi = qe
+    return C_OK
+
+
+def probe_chunk(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] ends,
+                const int64_t[::1] counts, const uint64_t[::1] bounds,
+                const uint64_t[::1] queries, uint64_t mask_hi, int k):
+    """Batch probe of one chunk: see ``fpstore._runs_py.probe_chunk``."""
+    cdef Py_ssize_t nb = starts.shape[0], nq = queries.shape[0], j
+    if ends.shape[0] != nb or counts.shape[0] != nb or bounds.shape[0] != nb + 1:
+        raise ValueError("starts, ends, counts and bounds disagree in length")
+    cdef int64_t[::1] estart = np.zeros(nb + 1, np.int64)
+    for j in range(nb):
+        if counts[j] < 1 or counts[j] > C_MAX_ENTRIES:
+            return ERR_COUNT, j, np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint8)
+        estart[j + 1] = estart[j] + counts[j]
+    if nb == 0 or nq == 0:
+        return OK, -1, np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint8)
+    cdef uint64_t[::1] keys = np.empty(estart[nb], np.uint64)
+    cdef uint8_t[::1] done = np.zeros(nb, np.uint8)
+    cdef Hits hits
+    hits.qpos = NULL
+    hits.key = NULL
+    hits.dist = NULL
+    hits.n = 0
+    hits.cap = 0
+    cdef Py_ssize_t failed = -1
+    cdef int err
+    cdef const uint8_t* bp = &buf[0] if buf.shape[0] > 0 else NULL
+    try:
+        with nogil:
+            err = _probe(bp, buf.shape[0], &starts[0], &ends[0], &counts[0], &bounds[0],
+                         &estart[0], nb, &queries[0], nq, mask_hi, k, &keys[0], &done[0],
+                         &hits, &failed)
+        if err == C_ERR_NOMEM:
+            raise MemoryError("probe_chunk: out of memory for results")
+        if err:
+            return err, failed, np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint8)
+        qpos = np.empty(hits.n, np.int64)
+        key = np.empty(hits.n, np.uint64)
+        dist = np.empty(hits.n, np.uint8)
+        if hits.n:
+            _copy_hits(&hits, qpos, key, dist)
+        return OK, -1, qpos, key, dist
+    finally:
+        free(hits.qpos)
+        free(hits.key)
+        free(hits.dist)
+
+
+cdef void _copy_hits(Hits* h, int64_t[::1] qpos, uint64_t[::1] key, uint8_t[::1] dist):
+    memcpy(&qpos[0], h.qpos, h.n * sizeof(int64_t))
+    memcpy(&key[0], h.key, h.n * sizeof(uint64_t))
+    memcpy(&dist[0], h.dist, h.n * sizeof(uint8_t))

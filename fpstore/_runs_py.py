@@ -1,0 +1,311 @@
+"""Pure-Python/numpy twin of ``cext/_runs_c.pyx``: the specification of the run block codec.
+
+Every function here has a compiled counterpart with the same signature and the same results, bit
+for bit, error codes included; tests compare the two on generated and on hostile input. Framing,
+the block index and validation live in :mod:`fpstore.runs`; these functions only run the loops.
+
+Block format (format version 1). A block holds ``n`` (1..65535) sorted uint64 keys ``x_0 <= .. <=
+x_{n-1}``. Its first key ``x_0`` lives in the run index, not in the block. The ``m = n - 1`` gaps
+``g_i = x_{i+1} - x_i`` are Rice coded with one parameter ``k`` (0..63) per block::
+
+    byte 0                      k
+    bytes 1 .. R                remainders: g_i & (2**k - 1), k bits each, i = 0..m-1,
+                                R = ceil(m * k / 8) bytes
+    bytes R+1 .. end            quotients, unary: for each i, (g_i >> k) zero bits then a one bit;
+                                ceil((m + sum(g_i >> k)) / 8) bytes, padding bits zero
+
+Bit streams are little-endian: bit ``j`` of a section is bit ``j % 8`` of its byte ``j // 8``, and
+a k-bit value is stored least significant bit first. A block of one key (``m = 0``) is the single
+byte 0. The encoder chooses ``k`` by exact cost: with ``k0 = floor(log2(floor(U / m)))`` (0 when
+``U < m``), ``U = x_{n-1} - x_0``, it takes the ``k`` in ``max(0, k0-2) .. min(63, k0+1)`` that
+minimises ``m * (k + 1) + sum(g_i >> k)`` bits, the smallest on a tie. Outside that window the
+cost only grows, and inside it a block never exceeds ``1 + (66 * m + 14) // 8`` bytes
+(:func:`fpstore.runs.max_block_bytes`).
+
+A decoder is given the block's byte range ``[start, end)``, ``n``, its first key and an upper
+bound ``limit`` (the next block's first key, or the run's last key), and checks, in this order,
+returning the first failure:
+
+1. ``1 <= n <= 65535`` and the output has room for ``n`` keys, else ``ERR_COUNT``;
+2. ``0 <= start < end <= len(buf)``, else ``ERR_BOUNDS``;
+3. ``first <= limit``, else ``ERR_RANGE``;
+4. ``k <= 63``, else ``ERR_PARAM``;
+5. ``m <= 8 * (end - start - 1)`` (each gap needs at least one unary bit), else ``ERR_SHORT``;
+6. the remainder section fits: ``start + 1 + R <= end``, else ``ERR_SHORT``;
+7. with ``m = 0``: nothing follows the header, else ``ERR_TRAILING``;
+8. gap by gap, in order: a gap that would take a key above ``limit`` gives ``ERR_RANGE``; running
+   out of unary terminators before the ``m``-th gives ``ERR_SHORT``;
+9. after the ``m``-th terminator no bit is set, and it sits in the section's last byte, else
+   ``ERR_TRAILING`` (so every accepted block has exactly one encoding for its ``k``).
+
+Keys therefore come out sorted and within ``[first, limit]`` whatever the bytes were.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "ERR_BOUNDS",
+    "ERR_COUNT",
+    "ERR_PARAM",
+    "ERR_RANGE",
+    "ERR_SHORT",
+    "ERR_TRAILING",
+    "ERR_UNSORTED",
+    "MAX_BLOCK_ENTRIES",
+    "OK",
+    "decode_blocks",
+    "encode_chunk",
+    "probe_chunk",
+]
+
+OK = 0
+ERR_COUNT = 1  # entry count outside 1..65535, or more entries than the output holds
+ERR_BOUNDS = 2  # block byte range empty or outside the buffer
+ERR_RANGE = 3  # a key above the block's upper bound (or first key above it)
+ERR_PARAM = 4  # Rice parameter above 63
+ERR_SHORT = 5  # a section runs past the block's end
+ERR_TRAILING = 6  # bytes or bits after the last unary terminator
+ERR_UNSORTED = 7  # encoder input not sorted ascending
+
+MAX_BLOCK_ENTRIES = 65535
+
+_U64 = np.uint64
+_EMPTY_U8 = np.zeros(0, np.uint8)
+
+
+# ----------------------------------------------------------------------------------------- encode
+
+
+def _rice_parameter(gaps: np.ndarray, span: int) -> tuple[int, int]:
+    """(k, sum(gaps >> k)) for the block's gaps: the cheapest k of the window around log2(mean)."""
+    m = len(gaps)
+    mean = span // m
+    k0 = mean.bit_length() - 1 if mean else 0
+    best_k, best_cost, best_sq = -1, 0, 0
+    for k in range(max(0, k0 - 2), min(63, k0 + 1) + 1):
+        sq = int(np.sum(gaps >> _U64(k), dtype=_U64))
+        cost = m * (k + 1) + sq
+        if best_k < 0 or cost < best_cost:
+            best_k, best_cost, best_sq = k, cost, sq
+    return best_k, best_sq
+
+
+def _encode_block(block: np.ndarray) -> bytes:
+    """The bytes of one block of sorted keys (its first key is stored in the index, not here)."""
+    m = len(block) - 1
+    if m == 0:
+        return b"\x00"
+    gaps = np.diff(block)
+    k, sq = _rice_parameter(gaps, int(block[-1]) - int(block[0]))
+    parts = [bytes([k])]
+    if k:
+        rem = gaps & _U64((1 << k) - 1)
+        bits = ((rem[:, None] >> np.arange(k, dtype=_U64)) & _U64(1)).astype(np.uint8).ravel()
+        parts.append(np.packbits(bits, bitorder="little").tobytes())
+    unary = np.zeros(m + sq, np.uint8)
+    unary[np.cumsum((gaps >> _U64(k)) + _U64(1)) - _U64(1)] = 1
+    parts.append(np.packbits(unary, bitorder="little").tobytes())
+    return b"".join(parts)
+
+
+def encode_chunk(
+    keys: np.ndarray, block_entries: int, first_block: int, out: np.ndarray, offsets: np.ndarray
+) -> tuple[int, int, int]:
+    """Encode whole blocks ``first_block, first_block + 1, ..`` of ``keys`` into ``out``.
+
+    Block ``b`` holds ``keys[b * block_entries : (b + 1) * block_entries]``. Blocks are written back
+    to back from ``out[0]`` for as long as the next one fits in ``len(out)``; block ``b``'s start
+    byte goes to ``offsets[b]``. Every adjacent pair of keys touched (including the one across
+    ``first_block``'s start) is checked: a descent stops with ``ERR_UNSORTED`` before that block.
+
+    Returns ``(err, blocks_written, bytes_used)``; nothing is written past ``bytes_used``.
+    """
+    n = len(keys)
+    bsz = int(block_entries)
+    if not 1 <= bsz <= MAX_BLOCK_ENTRIES:
+        raise ValueError("block_entries must be in 1..65535")
+    nblocks = -(-n // bsz)
+    if first_block < 0 or len(offsets) < nblocks:
+        raise ValueError("first_block negative or offsets too short")
+    cap = len(out)
+    pos = 0
+    b = first_block
+    while b < nblocks:
+        s = b * bsz
+        block = keys[s : min(n, s + bsz)]
+        if (s > 0 and keys[s - 1] > keys[s]) or bool(np.any(block[1:] < block[:-1])):
+            return ERR_UNSORTED, b - first_block, pos
+        data = _encode_block(block)
+        if len(data) > cap - pos:
+            break
+        out[pos : pos + len(data)] = np.frombuffer(data, np.uint8)
+        offsets[b] = pos
+        pos += len(data)
+        b += 1
+    return OK, b - first_block, pos
+
+
+# ----------------------------------------------------------------------------------------- decode
+
+
+def _decode_block(buf: np.ndarray, start: int, end: int, n: int, first: int, limit: int) -> tuple[int, np.ndarray]:
+    """(err, keys) for one block; checks 2..9 of the module docstring (the caller did check 1)."""
+    if not 0 <= start < end <= len(buf):
+        return ERR_BOUNDS, _EMPTY_U8
+    if first > limit:
+        return ERR_RANGE, _EMPTY_U8
+    k = int(buf[start])
+    if k > 63:
+        return ERR_PARAM, _EMPTY_U8
+    m = n - 1
+    if m > 8 * (end - start - 1):
+        return ERR_SHORT, _EMPTY_U8
+    rs = start + 1
+    us = rs + (m * k + 7) // 8
+    if us > end:
+        return ERR_SHORT, _EMPTY_U8
+    if m == 0:
+        return (OK if us == end else ERR_TRAILING), np.array([first], _U64)
+    ones = np.flatnonzero(np.unpackbits(buf[us:end], bitorder="little"))
+    c = min(len(ones), m)
+    q = np.diff(ones[:c], prepend=-1).astype(_U64) - _U64(1)
+    if k:
+        rbits = np.unpackbits(buf[rs:us], bitorder="little")[: c * k].reshape(c, k).astype(_U64)
+        r = np.sum(rbits << np.arange(k, dtype=_U64), axis=1, dtype=_U64)
+    else:
+        r = np.zeros(c, _U64)
+    span = limit - first
+    # First gap that takes the key above limit. cs wraps modulo 2**64; up to the first violation
+    # it is exact, and at the violation either the quotient alone is too big, the sum wrapped,
+    # or it exceeds span.
+    with np.errstate(over="ignore"):
+        g = (q << _U64(k)) | r
+        cs = np.cumsum(g, dtype=_U64)
+    bad = q > _U64(span >> k)
+    bad |= cs > _U64(span)
+    bad[1:] |= cs[1:] < cs[:-1]
+    if bad.any():
+        return ERR_RANGE, _EMPTY_U8
+    if len(ones) < m:
+        return ERR_SHORT, _EMPTY_U8
+    if len(ones) > m or ones[m - 1] // 8 != end - us - 1:
+        return ERR_TRAILING, _EMPTY_U8
+    keys = np.empty(n, _U64)
+    keys[0] = first
+    keys[1:] = cs + _U64(first)
+    return OK, keys
+
+
+def decode_blocks(
+    buf: object,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    counts: np.ndarray,
+    bounds: np.ndarray,
+    out: np.ndarray,
+) -> tuple[int, int]:
+    """Decode blocks ``j = 0 .. len(starts) - 1`` of chunk ``buf`` into ``out``, back to back.
+
+    Block ``j`` occupies ``buf[starts[j]:ends[j]]``, holds ``counts[j]`` keys, starts with key
+    ``bounds[j]`` and ends at or below ``bounds[j + 1]`` (so ``len(bounds) == len(starts) + 1``).
+    Returns ``(OK, -1)``, or ``(err, j)`` for the first block that fails; ``out`` is then partly
+    written.
+    """
+    b8 = np.frombuffer(buf, np.uint8)
+    nb = len(starts)
+    if len(ends) != nb or len(counts) != nb or len(bounds) != nb + 1:
+        raise ValueError("starts, ends, counts and bounds disagree in length")
+    pos = 0
+    for j in range(nb):
+        n = int(counts[j])
+        if n < 1 or n > MAX_BLOCK_ENTRIES or n > len(out) - pos:
+            return ERR_COUNT, j
+        err, keys = _decode_block(b8, int(starts[j]), int(ends[j]), n, int(bounds[j]), int(bounds[j + 1]))
+        if err:
+            return err, j
+        out[pos : pos + n] = keys
+        pos += n
+    return OK, -1
+
+
+# ------------------------------------------------------------------------------------ batch probe
+
+def _no_hits() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.zeros(0, np.int64), np.zeros(0, _U64), np.zeros(0, np.uint8)
+
+
+def _popcount(x: np.ndarray) -> np.ndarray:
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(x).astype(np.uint8)
+    x = x - ((x >> _U64(1)) & _U64(0x5555555555555555))  # pragma: no cover - numpy < 2
+    x = (x & _U64(0x3333333333333333)) + ((x >> _U64(2)) & _U64(0x3333333333333333))
+    x = (x + (x >> _U64(4))) & _U64(0x0F0F0F0F0F0F0F0F)
+    return ((x * _U64(0x0101010101010101)) >> _U64(56)).astype(np.uint8)
+
+
+def probe_chunk(
+    buf: object,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    counts: np.ndarray,
+    bounds: np.ndarray,
+    queries: np.ndarray,
+    mask_hi: int,
+    k: int,
+) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]:
+    """Batch probe of one chunk: sorted ``queries`` against the chunk's keys, by shared prefix.
+
+    Blocks are described as for :func:`decode_blocks`. A query ``q`` and a stored key ``s`` pair
+    up when ``(q ^ s) & mask_hi == 0`` (same prefix) and ``popcount(q ^ s) <= k``. ``queries``
+    must be sorted ascending; ``mask_hi`` must be a prefix mask (its set bits the top ones).
+
+    Only the blocks that can hold a key of some query's prefix range ``[lo, hi]`` are decoded:
+    block ``j`` when ``bounds[j] <= hi`` and ``bounds[j + 1] >= lo`` for some query, in ascending
+    order. Every count is first checked to be in 1..65535 (``ERR_COUNT``).
+
+    Returns ``(err, j, qpos, keys, dist)``: ``err`` and the failing block ``j`` as for
+    :func:`decode_blocks` (the arrays are then empty); otherwise one row per pair, ``qpos`` the
+    query's position in ``queries`` (int64), ``keys`` the stored key (uint64), ``dist`` the
+    distance (uint8), ordered by stored key position, then by query position.
+    """
+    b8 = np.frombuffer(buf, np.uint8)
+    nb = len(starts)
+    if len(ends) != nb or len(counts) != nb or len(bounds) != nb + 1:
+        raise ValueError("starts, ends, counts and bounds disagree in length")
+    for j in range(nb):
+        if not 1 <= int(counts[j]) <= MAX_BLOCK_ENTRIES:
+            return ERR_COUNT, j, *_no_hits()
+    if nb == 0 or len(queries) == 0:
+        return OK, -1, *_no_hits()
+    mask = _U64(mask_hi)
+    lo_q = queries & mask
+    hi_q = lo_q | ~mask
+    # Distinct prefix ranges (groups), ascending. Block j is needed when the first group whose hi
+    # reaches bounds[j] starts at or below bounds[j + 1].
+    glo = np.unique(lo_q)
+    ghi = glo | ~mask
+    g1 = np.searchsorted(ghi, bounds[:-1], side="left")
+    needed = g1 < len(glo)
+    needed[needed] = glo[g1[needed]] <= bounds[1:][needed]
+    parts = []
+    for j in np.flatnonzero(needed):
+        err, keys = _decode_block(
+            b8, int(starts[j]), int(ends[j]), int(counts[j]), int(bounds[j]), int(bounds[j + 1])
+        )
+        if err:
+            return err, int(j), *_no_hits()
+        parts.append(keys)
+    if not parts:
+        return OK, -1, *_no_hits()
+    keys = np.concatenate(parts)
+    a = np.searchsorted(keys, lo_q, side="left")
+    c = np.searchsorted(keys, hi_q, side="right") - a
+    qidx = np.repeat(np.arange(len(queries), dtype=np.int64), c)
+    kidx = np.arange(int(c.sum()), dtype=np.int64) - np.repeat(np.cumsum(c) - c, c) + np.repeat(a, c)
+    dist = _popcount(keys[kidx] ^ queries[qidx])
+    keep = dist <= k
+    qidx, kidx, dist = qidx[keep], kidx[keep], dist[keep]
+    order = np.lexsort((qidx, kidx))
+    return OK, -1, qidx[order], keys[kidx[order]], dist[order]

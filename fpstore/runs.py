@@ -1,0 +1,644 @@
+"""Immutable sorted runs: one table's permuted fingerprints, sorted, Rice coded in blocks.
+
+A run holds a sorted multiset of uint64 keys (duplicates allowed) for one permutation table. The
+keys are cut into blocks of ``block_entries`` (256 by default) consecutive keys; each block stores
+its gaps Rice coded (see :mod:`fpstore._runs_py` for the block format), and blocks are packed into
+chunks of at most ``chunk_bytes`` (4 MiB by default; a block never spans two chunks), which the
+store keeps as one LMDB value each. A :class:`RunIndex` (per block: first key, chunk, byte offset,
+entry count; per chunk: length and CRC-32) lets a probe decode exactly the blocks it needs. The
+byte layouts are in ``docs/format-runs.md``.
+
+Chunks come from disk and are untrusted: every decoder checks lengths and ranges and raises
+:class:`~fpstore.errors.CorruptionError` instead of reading out of bounds; decoded keys always lie
+within the range the index gives their block. Arrays returned never point into a caller's
+buffer (an LMDB view must not outlive its transaction).
+
+The loops run in the kernel ``fpstore._runs_c`` (or its twin ``fpstore._runs_py`` under
+``FPSTORE_PUREPYTHON=1``); this module validates arguments, frames chunks and owns the index.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fpstore._backend import load
+from fpstore.errors import CorruptionError, FormatError, InputError
+
+__all__ = [
+    "DEFAULT_BLOCK_ENTRIES",
+    "DEFAULT_CHUNK_BYTES",
+    "RUN_FORMAT_VERSION",
+    "RunIndex",
+    "decode_block",
+    "decode_chunk",
+    "decode_run",
+    "encode_run",
+    "find_block",
+    "max_block_bytes",
+    "merge_runs",
+    "probe",
+    "probe_batch",
+    "probe_batch_run",
+]
+
+_kernel = load("runs")
+
+#: Version of the run index and block format written by this build (the only one it reads).
+RUN_FORMAT_VERSION = 1
+#: Keys per block. Measured (docs/format-runs.md): 256 costs 0.3 bit/key of index and header,
+#: against 0.6 at 128; decoding one block still takes under 1 µs.
+DEFAULT_BLOCK_ENTRIES = 256
+#: Bytes per chunk (one LMDB value): big enough that per-value overhead vanishes, small enough
+#: that compaction does not fragment the free list with huge overflow runs.
+DEFAULT_CHUNK_BYTES = 4 << 20
+
+_MAGIC = b"FPRI"
+# magic, version, flags, block_entries, nchunks, nblocks, count, last_key
+_HEADER = struct.Struct("<4sHHIIQQQ")
+_CRC = struct.Struct("<I")
+_BLOCK_RECORD = 8 + 4 + 2  # first key, offset, entry count
+_CHUNK_RECORD = 4 + 4 + 4  # first block, length, CRC-32
+_M64 = (1 << 64) - 1
+_MAX_CHUNK_BYTES = (1 << 32) - 1
+_U64 = np.uint64
+
+_REASONS = {
+    _kernel.ERR_COUNT: "entry count outside 1..65535",
+    _kernel.ERR_BOUNDS: "block byte range outside its chunk",
+    _kernel.ERR_RANGE: "a key falls outside the block's key range",
+    _kernel.ERR_PARAM: "Rice parameter above 63",
+    _kernel.ERR_SHORT: "the block is shorter than its entries need",
+    _kernel.ERR_TRAILING: "bytes or bits after the block's last entry",
+}
+
+ChunkGetter = Callable[[int], Any]
+
+
+def max_block_bytes(block_entries: int) -> int:
+    """Upper bound on one encoded block's size for ``block_entries`` keys per block.
+
+    The encoder's choice of Rice parameter keeps every block within ``1 + (66 m + 14) // 8`` bytes
+    for ``m = block_entries - 1`` coded gaps, whatever the keys; a chunk must hold at least one.
+    """
+    return 1 + (66 * (block_entries - 1) + 14) // 8
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+def _index_array(values: object, dtype: type, name: str) -> np.ndarray:
+    """A 1-D copy of ``values`` as ``dtype``; CorruptionError for non-integers or values that do
+    not fit (a plain cast would wrap them silently)."""
+    try:
+        orig = np.asarray(values)
+    except (TypeError, ValueError) as exc:
+        raise CorruptionError(f"run index: {name} is not an array ({exc})") from exc
+    if orig.ndim != 1 or (orig.size and orig.dtype.kind not in "ui"):
+        raise CorruptionError(f"run index: {name} must be a 1-D integer array, got {orig.dtype} {orig.shape}")
+    if orig.size and (int(orig.min()) < 0 or int(orig.max()) > int(np.iinfo(dtype).max)):
+        raise CorruptionError(f"run index: {name} has values outside {np.dtype(dtype).name}")
+    return orig.astype(dtype)  # always a copy
+
+
+@dataclass(frozen=True, eq=False)
+class RunIndex:
+    """The block index of one run: enough to find, bound and decode any block.
+
+    Arrays are read-only, native byte order, one entry per block (``first_keys`` uint64,
+    ``chunk`` uint32, ``offset`` uint32 byte offset in its chunk, ``nentries`` uint16) or per
+    chunk (``chunk_len`` uint32 bytes, ``chunk_crc`` uint32 CRC-32 of the chunk's bytes).
+    ``last_key`` is the run's largest key (0 when empty); ``block_entries`` the block size the
+    encoder used (every block but the last is full with the encoder of this module).
+
+    Construction checks every invariant (counts, ordering, offsets) and raises
+    :class:`CorruptionError` when one fails, so an index from :meth:`from_bytes` is consistent.
+    """
+
+    count: int
+    block_entries: int
+    last_key: int
+    first_keys: np.ndarray
+    chunk: np.ndarray
+    offset: np.ndarray
+    nentries: np.ndarray
+    chunk_len: np.ndarray
+    chunk_crc: np.ndarray
+    # Derived once, for the kernels: int64 starts/ends/counts, uint64 bounds (first keys then
+    # last_key: block b's keys lie in [bounds[b], bounds[b+1]]), entry and chunk starts.
+    _starts: np.ndarray = field(init=False, repr=False)
+    _ends: np.ndarray = field(init=False, repr=False)
+    _counts: np.ndarray = field(init=False, repr=False)
+    _bounds: np.ndarray = field(init=False, repr=False)
+    _entry_start: np.ndarray = field(init=False, repr=False)
+    _chunk_start: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        put = object.__setattr__
+        for name, dtype in (
+            ("first_keys", np.uint64),
+            ("chunk", np.uint32),
+            ("offset", np.uint32),
+            ("nentries", np.uint16),
+            ("chunk_len", np.uint32),
+            ("chunk_crc", np.uint32),
+        ):
+            put(self, name, _frozen(_index_array(getattr(self, name), dtype, name)))
+        for name in ("count", "block_entries", "last_key"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise CorruptionError(f"run index: {name} must be an int, got {type(value).__name__}")
+            put(self, name, int(value))
+        self._check()
+        nb, nc = self.nblocks, self.nchunks
+        starts = self.offset.astype(np.int64)
+        chunk_start = np.searchsorted(self.chunk, np.arange(nc + 1), side="left").astype(np.int64)
+        ends = np.empty(nb, np.int64)
+        ends[:-1] = starts[1:]
+        ends[chunk_start[1:] - 1] = self.chunk_len.astype(np.int64)  # last block of each chunk
+        counts = self.nentries.astype(np.int64)
+        entry_start = np.zeros(nb + 1, np.int64)
+        np.cumsum(counts, out=entry_start[1:])
+        bounds = np.empty(nb + 1, np.uint64)
+        bounds[:nb] = self.first_keys
+        bounds[nb] = self.last_key
+        for name, a in (
+            ("_starts", starts),
+            ("_ends", ends),
+            ("_counts", counts),
+            ("_bounds", bounds),
+            ("_entry_start", entry_start),
+            ("_chunk_start", chunk_start),
+        ):
+            put(self, name, _frozen(a))
+
+    def _check(self) -> None:
+        """Every invariant of a well-formed index; CorruptionError naming the first that fails."""
+
+        def bad(what: str) -> CorruptionError:
+            return CorruptionError(f"run index: {what}; the index is damaged (rebuild the run)")
+
+        nb, nc = self.nblocks, self.nchunks
+        if not 1 <= self.block_entries <= _kernel.MAX_BLOCK_ENTRIES:
+            raise bad(f"block_entries {self.block_entries} outside 1..65535")
+        if not 0 <= self.last_key <= _M64 or not 0 <= self.count <= _M64:
+            raise bad("count or last_key outside 0..2**64-1")
+        if len(self.chunk) != nb or len(self.offset) != nb or len(self.nentries) != nb:
+            raise bad("per-block arrays differ in length")
+        if len(self.chunk_crc) != nc:
+            raise bad("per-chunk arrays differ in length")
+        if nb == 0 or nc == 0 or self.count == 0:
+            if nb or nc or self.count or self.last_key:
+                raise bad(f"empty run with {nb} blocks, {nc} chunks, count {self.count}")
+            return
+        if self.nentries.min() < 1 or self.nentries.max() > self.block_entries:
+            raise bad(f"a block's entry count is outside 1..{self.block_entries}")
+        if int(self.nentries.sum(dtype=np.int64)) != self.count:
+            raise bad(f"block entry counts sum to {int(self.nentries.sum(dtype=np.int64))}, not {self.count}")
+        if np.any(self.first_keys[1:] < self.first_keys[:-1]):
+            raise bad("first keys are not ascending")
+        if self.last_key < int(self.first_keys[-1]):
+            raise bad("last key below the last block's first key")
+        step = np.diff(self.chunk.astype(np.int64))
+        if self.chunk[0] != 0 or int(self.chunk[-1]) != nc - 1 or np.any((step != 0) & (step != 1)):
+            raise bad("blocks do not fill chunks 0..nchunks-1 in order")
+        new_chunk = np.concatenate(([True], step == 1))
+        if np.any(self.offset[new_chunk] != 0):
+            raise bad("a chunk's first block does not start at byte 0")
+        same = ~new_chunk[1:]
+        if np.any(self.offset[1:][same] <= self.offset[:-1][same]):
+            raise bad("block offsets within a chunk are not increasing")
+        last_of_chunk = np.concatenate((step == 1, [True]))
+        if np.any(self.offset[last_of_chunk] >= self.chunk_len):
+            raise bad("a block starts at or beyond its chunk's end")
+
+    @property
+    def nblocks(self) -> int:
+        """Number of blocks."""
+        return len(self.first_keys)
+
+    @property
+    def nchunks(self) -> int:
+        """Number of chunks."""
+        return len(self.chunk_len)
+
+    @property
+    def entry_start(self) -> np.ndarray:
+        """int64[nblocks + 1], read-only: position in the run of each block's first key, then count."""
+        return self._entry_start
+
+    def nbytes(self) -> int:
+        """Bytes of :meth:`to_bytes`' output."""
+        return _HEADER.size + _BLOCK_RECORD * self.nblocks + _CHUNK_RECORD * self.nchunks + _CRC.size
+
+    def to_bytes(self) -> bytes:
+        """The index's bytes: header, little-endian arrays, CRC-32 (layout in docs/format-runs.md)."""
+        header = _HEADER.pack(
+            _MAGIC, RUN_FORMAT_VERSION, 0, self.block_entries, self.nchunks, self.nblocks, self.count, self.last_key
+        )
+        body = b"".join(
+            (
+                header,
+                self.first_keys.astype("<u8").tobytes(),
+                self.offset.astype("<u4").tobytes(),
+                self.nentries.astype("<u2").tobytes(),
+                self._chunk_start[:-1].astype("<u4").tobytes(),
+                self.chunk_len.astype("<u4").tobytes(),
+                self.chunk_crc.astype("<u4").tobytes(),
+            )
+        )
+        return body + _CRC.pack(zlib.crc32(body))
+
+    @classmethod
+    def from_bytes(cls, buf: bytes | bytearray | memoryview) -> "RunIndex":
+        """Parse :meth:`to_bytes` output. The bytes are untrusted: every length, the checksum,
+        the version and every invariant are checked. Raises :class:`CorruptionError` for damaged
+        bytes and :class:`FormatError` for an index of a version or feature this build does not
+        read. The result holds copies, never views of ``buf``."""
+        try:
+            data = bytes(memoryview(buf).cast("B"))
+        except TypeError as exc:
+            raise InputError(f"run index bytes must be a bytes-like object, got {type(buf).__name__}") from exc
+        if data[:4] != _MAGIC:
+            raise CorruptionError(f"not a run index: bytes start {data[:4]!r}, expected {_MAGIC!r}")
+        if len(data) < 8:
+            raise CorruptionError(f"run index truncated: {len(data)} bytes")
+        (version,) = struct.unpack_from("<H", data, 4)
+        if version != RUN_FORMAT_VERSION:
+            raise FormatError(
+                f"run index format version {version}; this build reads version {RUN_FORMAT_VERSION} (upgrade fpstore)"
+            )
+        if len(data) < _HEADER.size + _CRC.size:
+            raise CorruptionError(f"run index truncated: {len(data)} bytes")
+        _, _, flags, block_entries, nchunks, nblocks, count, last_key = _HEADER.unpack_from(data)
+        want = _HEADER.size + _BLOCK_RECORD * nblocks + _CHUNK_RECORD * nchunks + _CRC.size
+        if len(data) != want:
+            raise CorruptionError(
+                f"run index is {len(data)} bytes; its header ({nblocks} blocks, {nchunks} chunks) says {want}"
+            )
+        (crc,) = _CRC.unpack_from(data, len(data) - _CRC.size)
+        if zlib.crc32(memoryview(data)[: -_CRC.size]) != crc:
+            raise CorruptionError("run index checksum mismatch: the index is damaged (rebuild the run)")
+        if flags != 0:
+            raise FormatError(f"run index requires features 0x{flags:04x} this build does not know (upgrade fpstore)")
+        pos = _HEADER.size
+
+        def take(dtype: str, n: int) -> np.ndarray:
+            nonlocal pos
+            a = np.frombuffer(data, dtype=dtype, count=n, offset=pos)  # the constructor copies
+            pos += a.nbytes
+            return a
+
+        first_keys = take("<u8", nblocks)
+        offset = take("<u4", nblocks)
+        nentries = take("<u2", nblocks)
+        chunk_first = take("<u4", nchunks).astype(np.int64)
+        chunk_len = take("<u4", nchunks)
+        chunk_crc = take("<u4", nchunks)
+        if nchunks and (
+            chunk_first[0] != 0 or np.any(np.diff(chunk_first) <= 0) or chunk_first[-1] >= nblocks
+        ):
+            raise CorruptionError("run index: chunk first blocks are not increasing from 0 within the blocks")
+        sizes = np.diff(np.append(chunk_first, nblocks))
+        chunk = np.repeat(np.arange(nchunks, dtype=np.uint32), sizes)
+        return cls(
+            count=count,
+            block_entries=block_entries,
+            last_key=last_key,
+            first_keys=first_keys,
+            chunk=chunk,
+            offset=offset,
+            nentries=nentries,
+            chunk_len=chunk_len,
+            chunk_crc=chunk_crc,
+        )
+
+
+# ------------------------------------------------------------------------------------ validation
+
+
+def _u64_array(values: object, name: str) -> np.ndarray:
+    """A 1-D C-contiguous uint64 array (copied only when not contiguous); InputError otherwise."""
+    if not isinstance(values, np.ndarray) or values.dtype != np.uint64:
+        got = values.dtype if isinstance(values, np.ndarray) else type(values).__name__
+        raise InputError(f"{name} must be a numpy uint64 array, got {got}")
+    if values.ndim != 1:
+        raise InputError(f"{name} must be one-dimensional, got shape {values.shape}")
+    return np.ascontiguousarray(values)
+
+
+def _sorted_u64_array(values: object, name: str) -> np.ndarray:
+    arr = _u64_array(values, name)
+    # In slices, so that the check needs O(1) memory beyond the input.
+    step = 1 << 20
+    for s in range(0, max(len(arr) - 1, 0), step):
+        seg = arr[s : s + step + 1]
+        down = np.flatnonzero(seg[1:] < seg[:-1])
+        if len(down):
+            i = s + int(down[0])
+            raise InputError(f"{name} must be sorted ascending: element {i + 1} is below element {i}")
+    return arr
+
+
+def _int_in(value: object, name: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InputError(f"{name} must be an int, got {type(value).__name__}")
+    v = int(value)
+    if not lo <= v <= hi:
+        raise InputError(f"{name} must be in {lo}..{hi}, got {v}")
+    return v
+
+
+def _bytes_view(chunk: object, index: RunIndex, chunk_no: int) -> np.ndarray:
+    """A zero-copy uint8 view of chunk ``chunk_no``'s bytes, after checking its length."""
+    if chunk is None:  # what a getter over an LMDB lookup returns for an absent value
+        raise CorruptionError(f"run chunk {chunk_no} is missing")
+    try:
+        buf = np.frombuffer(chunk, dtype=np.uint8)  # type: ignore[call-overload]
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"chunk {chunk_no} must be a bytes-like object, got {type(chunk).__name__}") from exc
+    want = int(index.chunk_len[chunk_no])
+    if len(buf) != want:
+        raise CorruptionError(f"run chunk {chunk_no} is {len(buf)} bytes; the index says {want} (truncated or damaged)")
+    return buf
+
+
+def _corrupt(index: RunIndex, err: int, block: int) -> CorruptionError:
+    c = int(index.chunk[block])
+    return CorruptionError(
+        f"run block {block} (chunk {c}, bytes {int(index._starts[block])}..{int(index._ends[block])}): "
+        f"{_REASONS.get(err, f'error {err}')}; the run is damaged (rebuild it, or restore a copy)"
+    )
+
+
+def _check_last(index: RunIndex, last_block: int, out: np.ndarray) -> None:
+    if last_block == index.nblocks - 1 and int(out[-1]) != index.last_key:
+        raise CorruptionError(
+            f"run block {last_block} ends at key {int(out[-1])}, the index says the run ends at {index.last_key}"
+        )
+
+
+def _decode_range(buf: np.ndarray, index: RunIndex, b0: int, b1: int, out: np.ndarray) -> None:
+    """Decode blocks b0..b1-1 (all in one chunk, whose bytes are ``buf``) into ``out``."""
+    err, j = _kernel.decode_blocks(
+        buf, index._starts[b0:b1], index._ends[b0:b1], index._counts[b0:b1], index._bounds[b0 : b1 + 1], out
+    )
+    if err:
+        raise _corrupt(index, err, b0 + j)
+    _check_last(index, b1 - 1, out)
+
+
+# ---------------------------------------------------------------------------------------- encode
+
+
+def encode_run(
+    sorted_keys: np.ndarray,
+    *,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    block_entries: int = DEFAULT_BLOCK_ENTRIES,
+) -> tuple[RunIndex, list[bytes]]:
+    """Encode sorted uint64 keys into a run: its index and its chunks' bytes.
+
+    ``sorted_keys`` must be a 1-D numpy uint64 array sorted ascending (duplicates allowed);
+    anything else raises :class:`InputError`. ``chunk_bytes`` (at most 2**32 - 1) must hold at least
+    one block of the worst case, :func:`max_block_bytes` of ``block_entries`` (1..65535). The
+    output is deterministic: the same keys and parameters give the same bytes. Memory beyond the
+    input and the output is one chunk buffer.
+    """
+    keys = _u64_array(sorted_keys, "sorted_keys")
+    bsz = _int_in(block_entries, "block_entries", 1, _kernel.MAX_BLOCK_ENTRIES)
+    cap = _int_in(chunk_bytes, "chunk_bytes", max_block_bytes(bsz), _MAX_CHUNK_BYTES)
+    n = len(keys)
+    nb = -(-n // bsz)
+    offsets = np.zeros(nb, np.uint32)
+    chunk = np.zeros(nb, np.uint32)
+    buf = np.empty(min(cap, nb * max_block_bytes(bsz)), np.uint8)
+    chunks: list[bytes] = []
+    crcs: list[int] = []
+    b = 0
+    while b < nb:
+        err, done, used = _kernel.encode_chunk(keys, bsz, b, buf, offsets)
+        if err == _kernel.ERR_UNSORTED:
+            _sorted_u64_array(keys, "sorted_keys")  # raises, naming the first descent
+            raise InputError("sorted_keys must be sorted ascending")  # pragma: no cover - raised above
+        if err or done == 0:  # pragma: no cover - max_block_bytes guarantees progress
+            raise RuntimeError(f"run encoder made no progress at block {b} (error {err})")
+        data = buf[:used].tobytes()
+        chunk[b : b + done] = len(chunks)
+        chunks.append(data)
+        crcs.append(zlib.crc32(data))
+        b += done
+    nentries = np.full(nb, bsz, np.uint16)
+    if nb:
+        nentries[-1] = n - (nb - 1) * bsz
+    index = RunIndex(
+        count=n,
+        block_entries=bsz,
+        last_key=int(keys[-1]) if n else 0,
+        first_keys=keys[::bsz],
+        chunk=chunk,
+        offset=offsets,
+        nentries=nentries,
+        chunk_len=np.array([len(c) for c in chunks], np.uint32),
+        chunk_crc=np.array(crcs, np.uint32),
+    )
+    return index, chunks
+
+
+# ---------------------------------------------------------------------------------------- decode
+
+
+def decode_block(chunk: object, index: RunIndex, block: int) -> np.ndarray:
+    """The keys (uint64, sorted) of block ``block``, given its chunk's bytes.
+
+    Raises :class:`InputError` for a block number outside the index, :class:`CorruptionError`
+    when the chunk's length or the block's bytes disagree with the index.
+    """
+    b = _int_in(block, "block", 0, index.nblocks - 1)
+    buf = _bytes_view(chunk, index, int(index.chunk[b]))
+    out = np.empty(int(index._counts[b]), np.uint64)
+    _decode_range(buf, index, b, b + 1, out)
+    return out
+
+
+def decode_chunk(chunk: object, index: RunIndex, chunk_no: int, *, checksum: bool = False) -> np.ndarray:
+    """All keys (uint64, sorted) of chunk ``chunk_no``. With ``checksum=True`` the chunk's CRC-32
+    is checked first (a full read of the chunk: ``fpstore-admin verify``, not every probe)."""
+    c = _int_in(chunk_no, "chunk_no", 0, index.nchunks - 1)
+    buf = _bytes_view(chunk, index, c)
+    if checksum and zlib.crc32(buf) != int(index.chunk_crc[c]):
+        raise CorruptionError(f"run chunk {c} checksum mismatch: the chunk is damaged")
+    b0, b1 = int(index._chunk_start[c]), int(index._chunk_start[c + 1])
+    out = np.empty(int(index._entry_start[b1] - index._entry_start[b0]), np.uint64)
+    _decode_range(buf, index, b0, b1, out)
+    return out
+
+
+def decode_run(chunks_getter: ChunkGetter, index: RunIndex, *, checksum: bool = False) -> np.ndarray:
+    """Every key of the run (uint64, sorted), reading chunk ``i`` with ``chunks_getter(i)``."""
+    out = np.empty(index.count, np.uint64)
+    for c in range(index.nchunks):
+        buf = _bytes_view(chunks_getter(c), index, c)
+        if checksum and zlib.crc32(buf) != int(index.chunk_crc[c]):
+            raise CorruptionError(f"run chunk {c} checksum mismatch: the chunk is damaged")
+        b0, b1 = int(index._chunk_start[c]), int(index._chunk_start[c + 1])
+        _decode_range(buf, index, b0, b1, out[index._entry_start[b0] : index._entry_start[b1]])
+    return out
+
+
+# ----------------------------------------------------------------------------------------- probe
+
+
+def find_block(index: RunIndex, key: int) -> int:
+    """The first block that may hold ``key``, or -1 when none can (empty run, or ``key`` outside
+    ``[first_keys[0], last_key]``). Equal keys may continue into the following blocks."""
+    v = _int_in(key, "key", 0, _M64)
+    if index.count == 0 or v < int(index.first_keys[0]) or v > index.last_key:
+        return -1
+    # Block b holds keys in [bounds[b], bounds[b+1]]: the first b whose upper bound reaches key.
+    return int(index._bounds[1:].searchsorted(_U64(v), side="left"))
+
+
+def probe(chunks_getter: ChunkGetter, index: RunIndex, lo: int, hi: int) -> np.ndarray:
+    """All stored keys in ``[lo, hi]`` (inclusive), sorted, duplicates kept.
+
+    Decodes only the blocks whose key range meets ``[lo, hi]``; ``chunks_getter(i)`` returns chunk
+    ``i``'s bytes and is called once per chunk needed (the caller owns the I/O).
+    """
+    lo_v = _int_in(lo, "lo", 0, _M64)
+    hi_v = _int_in(hi, "hi", 0, _M64)
+    empty = np.zeros(0, np.uint64)
+    if index.count == 0 or lo_v > hi_v or hi_v < int(index.first_keys[0]) or lo_v > index.last_key:
+        return empty
+    bounds = index._bounds
+    # Scalar searches use the method with a numpy scalar: np.searchsorted(arr, int) costs 5x more.
+    lo_u, hi_u = _U64(lo_v), _U64(hi_v)
+    b0 = int(bounds[1:].searchsorted(lo_u, side="left"))
+    b1 = int(bounds[:-1].searchsorted(hi_u, side="right"))  # one past the last block
+    parts = []
+    while b0 < b1:
+        c = int(index.chunk[b0])
+        end = min(b1, int(index._chunk_start[c + 1]))
+        buf = _bytes_view(chunks_getter(c), index, c)
+        out = np.empty(int(index._entry_start[end] - index._entry_start[b0]), np.uint64)
+        _decode_range(buf, index, b0, end, out)
+        parts.append(out)
+        b0 = end
+    if not parts:
+        return empty
+    keys = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    a = int(keys.searchsorted(lo_u, side="left"))
+    z = int(keys.searchsorted(hi_u, side="right"))
+    return keys[a:z].copy() if (a, z) != (0, len(keys)) else keys
+
+
+def _prefix_mask(prefix_bits: int) -> int:
+    p = _int_in(prefix_bits, "prefix_bits", 0, 64)
+    return (_M64 << (64 - p)) & _M64
+
+
+def _probe_one_chunk(
+    buf: np.ndarray, index: RunIndex, c: int, queries: np.ndarray, qa: int, qb: int, mask: int, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    b0, b1 = int(index._chunk_start[c]), int(index._chunk_start[c + 1])
+    err, j, qpos, keys, dist = _kernel.probe_chunk(
+        buf,
+        index._starts[b0:b1],
+        index._ends[b0:b1],
+        index._counts[b0:b1],
+        index._bounds[b0 : b1 + 1],
+        queries[qa:qb],
+        mask,
+        k,
+    )
+    if err:
+        raise _corrupt(index, err, b0 + j)
+    if qa:
+        qpos += qa
+    return qpos, keys, dist
+
+
+def _query_slices(index: RunIndex, queries: np.ndarray, mask: int, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each chunk, the slice of sorted queries whose prefix range meets the chunk's key range.
+
+    Chunk c's keys lie in [bounds[first block of c], bounds[first block of c+1]]; a query's range
+    is [q & mask, q | ~mask], and both ends grow with q, so the queries meeting it are contiguous.
+    """
+    lo = index._bounds[index._chunk_start[chunks]] & _U64(mask)
+    hi = index._bounds[index._chunk_start[chunks + 1]] | _U64(~mask & _M64)
+    return np.searchsorted(queries, lo, side="left"), np.searchsorted(queries, hi, side="right")
+
+
+def probe_batch(
+    chunk: object, index: RunIndex, chunk_no: int, queries_sorted: np.ndarray, prefix_bits: int, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Batch probe of one chunk (Manku's batch mode): the merge of sorted queries with its keys.
+
+    For every query ``q`` (uint64 permuted key; ``queries_sorted`` ascending) and every stored key
+    ``s`` of chunk ``chunk_no`` with the same top ``prefix_bits`` bits (0..64) and
+    ``popcount(q ^ s) <= k``, one row: ``(query position, s, distance)`` as three arrays (int64,
+    uint64, uint8), ordered by stored key, then query position. A duplicated stored key gives one
+    row per copy. Each stored key lives in exactly one chunk, so calling this for every chunk and
+    concatenating gives each pair exactly once (see :func:`probe_batch_run`).
+    """
+    queries = _sorted_u64_array(queries_sorted, "queries_sorted")
+    mask = _prefix_mask(prefix_bits)
+    kk = _int_in(k, "k", 0, 64)
+    c = _int_in(chunk_no, "chunk_no", 0, index.nchunks - 1)
+    buf = _bytes_view(chunk, index, c)
+    qa, qb = _query_slices(index, queries, mask, np.array([c]))
+    return _probe_one_chunk(buf, index, c, queries, int(qa[0]), int(qb[0]), mask, kk)
+
+
+def probe_batch_run(
+    chunks_getter: ChunkGetter, index: RunIndex, queries_sorted: np.ndarray, prefix_bits: int, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`probe_batch` over the whole run: reads only the chunks some query's prefix reaches.
+
+    Rows are ordered by stored key, then query position; each (query, stored copy) pair once.
+    """
+    queries = _sorted_u64_array(queries_sorted, "queries_sorted")
+    mask = _prefix_mask(prefix_bits)
+    kk = _int_in(k, "k", 0, 64)
+    parts = []
+    if index.count and len(queries):
+        chunks = np.arange(index.nchunks)
+        qa, qb = _query_slices(index, queries, mask, chunks)
+        for c in np.flatnonzero(qb > qa):
+            buf = _bytes_view(chunks_getter(int(c)), index, int(c))
+            parts.append(_probe_one_chunk(buf, index, int(c), queries, int(qa[c]), int(qb[c]), mask, kk))
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint8)
+    if len(parts) == 1:
+        return parts[0]
+    qpos, keys, dist = zip(*parts)
+    return np.concatenate(qpos), np.concatenate(keys), np.concatenate(dist)
+
+
+# ------------------------------------------------------------------------------------ compaction
+
+
+def merge_runs(runs: Sequence[np.ndarray], tombstones: np.ndarray | None = None) -> np.ndarray:
+    """Merge uint64 key arrays into one sorted array, less a multiset of tombstones.
+
+    Each tombstone removes one copy of its key (a key stored three times and deleted once stays
+    twice); tombstones without a matching copy are ignored. The inputs need not be sorted.
+    """
+    arrays = [_u64_array(r, f"runs[{i}]") for i, r in enumerate(runs)]
+    merged = np.sort(np.concatenate(arrays)) if arrays else np.zeros(0, np.uint64)
+    if tombstones is None or len(merged) == 0:
+        return merged
+    dead = np.sort(_u64_array(tombstones, "tombstones"))
+    if len(dead) == 0:
+        return merged
+    # Copy r (0-based) of a key survives when fewer than r + 1 tombstones name it.
+    rank = np.arange(len(merged)) - np.searchsorted(merged, merged, side="left")
+    kills = np.searchsorted(dead, merged, side="right") - np.searchsorted(dead, merged, side="left")
+    return merged[rank >= kills]

@@ -1,0 +1,649 @@
+"""Sorted-run codec: twin equality, round trips, probes against brute force, hostile bytes, size."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import struct
+import tracemalloc
+import zlib
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fpstore import _backend, runs
+from fpstore.errors import CorruptionError, FormatError, InputError
+from tests.conftest import load_twins
+
+C, PY = load_twins("runs")
+TWINS = (C, PY)
+U64MAX = (1 << 64) - 1
+BLOCK_SIZES = (1, 2, 3, 5, 8, 16, 64, 256)
+#: Examples for the hostile-bytes fuzz test (about 10 s on 2 cores); raise it for long runs.
+FUZZ_EXAMPLES = int(os.environ.get("FPSTORE_FUZZ_EXAMPLES", "1500"))
+
+
+@contextlib.contextmanager
+def kernel(mod):
+    """Run fpstore.runs on kernel twin ``mod`` inside the block."""
+    old = runs._kernel
+    runs._kernel = mod
+    try:
+        yield
+    finally:
+        runs._kernel = old
+
+
+def outcome(fn, *args, **kw):
+    """('ok', result) or ('error', type, message): comparable across twins."""
+    try:
+        return ("ok", fn(*args, **kw))
+    except (CorruptionError, FormatError) as exc:
+        return ("error", type(exc).__name__, str(exc))
+
+
+def same(a, b):
+    """Equal results, with numpy arrays (or tuples of them) compared by dtype and value."""
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
+    return a == b
+
+
+@st.composite
+def key_arrays(draw, max_size=600):
+    """Sorted uint64 arrays: empty, single, all equal, near 2**64-1, huge gaps, clustered, random."""
+    kind = draw(st.sampled_from(["explicit", "random", "clustered", "equal", "top", "extremes", "dups"]))
+    if kind == "explicit":
+        return np.array(sorted(draw(st.lists(st.integers(0, U64MAX), max_size=20))), np.uint64)
+    n = draw(st.integers(0, max_size))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    if kind == "random":
+        a = rng.integers(0, U64MAX, n, dtype=np.uint64, endpoint=True)
+    elif kind == "clustered":
+        centres = rng.integers(0, U64MAX, 1 + n // 40, dtype=np.uint64, endpoint=True)
+        spread = np.uint64(1) << rng.integers(0, 40, n).astype(np.uint64)
+        base = centres[rng.integers(0, len(centres), n)]
+        off = rng.integers(0, U64MAX, n, dtype=np.uint64, endpoint=True) % spread
+        a = np.where(base > np.uint64(U64MAX) - off, np.uint64(U64MAX), base + off)
+    elif kind == "equal":
+        a = np.full(n, draw(st.sampled_from([0, 1, 2**63, U64MAX])), np.uint64)
+    elif kind == "top":
+        a = np.uint64(U64MAX) - rng.integers(0, 1000, n).astype(np.uint64)
+    elif kind == "extremes":
+        a = rng.choice(np.array([0, 1, 2**32, 2**63, U64MAX - 1, U64MAX], np.uint64), n)
+    else:
+        a = rng.integers(0, 4, n).astype(np.uint64)
+    return np.sort(a)
+
+
+@st.composite
+def layouts(draw):
+    """(block_entries, chunk_bytes): tiny chunks to force many, or the default."""
+    bsz = draw(st.sampled_from(BLOCK_SIZES))
+    least = runs.max_block_bytes(bsz)
+    if draw(st.booleans()):
+        return bsz, runs.DEFAULT_CHUNK_BYTES
+    return bsz, least + draw(st.integers(0, 3 * least))
+
+
+def encode_both(keys, bsz, chunk_bytes):
+    """encode_run with each twin; asserts identical bytes and returns (index, chunks)."""
+    results = []
+    for mod in TWINS:
+        with kernel(mod):
+            results.append(runs.encode_run(keys, block_entries=bsz, chunk_bytes=chunk_bytes))
+    (ic, cc), (ip, cp) = results
+    assert ic.to_bytes() == ip.to_bytes()
+    assert cc == cp
+    return ic, cc
+
+
+def brute_pairs(keys, queries, prefix_bits, k):
+    """Brute-force probe_batch rows, ordered by stored key position then query position."""
+    if len(keys) == 0 or len(queries) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint8)
+    mask = np.uint64((U64MAX << (64 - prefix_bits)) & U64MAX)
+    x = queries[:, None] ^ keys[None, :]
+    dist = np.bitwise_count(x)
+    qi, ki = np.nonzero(((x & mask) == 0) & (dist <= k))
+    order = np.lexsort((qi, ki))
+    qi, ki = qi[order], ki[order]
+    return qi.astype(np.int64), keys[ki], dist[qi, ki].astype(np.uint8)
+
+
+def boundary_queries(index, keys, rng, extra):
+    """Sorted queries at block and chunk first keys, one off them, near-copies and random keys."""
+    pts = [int(x) for x in index.first_keys] + [index.last_key]
+    qs = []
+    for v in pts:
+        qs += [v, max(v - 1, 0), min(v + 1, U64MAX), v ^ (1 << int(rng.integers(0, 64)))]
+    if len(keys):
+        qs += [int(x) ^ (1 << int(rng.integers(0, 64))) for x in rng.choice(keys, min(len(keys), 20))]
+    qs += [int(x) for x in rng.integers(0, U64MAX, extra, dtype=np.uint64, endpoint=True)]
+    qs += [0, U64MAX]
+    return np.sort(np.array(qs, np.uint64))
+
+
+# -------------------------------------------------------------------------------- backend, twins
+
+
+@pytest.mark.skipif(_backend.PURE_PYTHON, reason="FPSTORE_PUREPYTHON selects the Python twin on purpose")
+def test_compiled_twin_is_loaded():
+    """Without FPSTORE_PUREPYTHON the compiled kernel runs, not the Python twin."""
+    assert _backend.load("runs").__name__ == "fpstore._runs_c"
+    assert runs._kernel.__name__ == "fpstore._runs_c"
+
+
+def test_twins_share_error_codes():
+    """Both twins export the same error-code numbers and block-size limit."""
+    names = ["OK", "ERR_COUNT", "ERR_BOUNDS", "ERR_RANGE", "ERR_PARAM", "ERR_SHORT", "ERR_TRAILING", "ERR_UNSORTED"]
+    for name in names + ["MAX_BLOCK_ENTRIES"]:
+        assert getattr(C, name) == getattr(PY, name), name
+    assert len({getattr(PY, n) for n in names}) == len(names)
+
+
+@settings(max_examples=250)
+@given(keys=key_arrays(), layout=layouts())
+def test_twins_encode_identical_bytes_and_round_trip(keys, layout):
+    """Both twins encode any sorted array to the same bytes, within the size bounds, and back."""
+    bsz, chunk_bytes = layout
+    index, chunks = encode_both(keys, bsz, chunk_bytes)
+    assert index.count == len(keys) and index.nchunks == len(chunks)
+    assert index.entry_start[-1] == len(keys)
+    assert same(index.entry_start[:-1], np.arange(index.nblocks, dtype=np.int64) * bsz)
+    assert all(0 < len(c) <= chunk_bytes for c in chunks)
+    sizes = index._ends - index._starts
+    assert np.all(sizes >= 1) and np.all(sizes <= runs.max_block_bytes(bsz))
+    parsed = runs.RunIndex.from_bytes(index.to_bytes())
+    assert parsed.to_bytes() == index.to_bytes()
+    for mod in TWINS:
+        with kernel(mod):
+            assert same(runs.decode_run(chunks.__getitem__, parsed, checksum=True), keys)
+            parts = [runs.decode_chunk(memoryview(c), parsed, i) for i, c in enumerate(chunks)]
+            assert same(np.concatenate(parts) if parts else np.zeros(0, np.uint64), keys)
+            if index.nblocks:
+                b = index.nblocks // 2
+                got = runs.decode_block(chunks[int(index.chunk[b])], parsed, b)
+                assert same(got, keys[b * bsz : (b + 1) * bsz])
+
+
+def test_round_trip_examples():
+    """Hand-picked arrays round-trip: empty, one key, 2**64-1, 0 and max in one block, all equal."""
+    cases = [[], [0], [U64MAX], [0, U64MAX], [U64MAX] * 300, [5] * 1000, list(range(600)), [0, 1, U64MAX - 1, U64MAX]]
+    for bsz in (1, 2, 256):
+        for values in cases:
+            keys = np.array(values, np.uint64)
+            index, chunks = encode_both(keys, bsz, runs.max_block_bytes(bsz))
+            for mod in TWINS:
+                with kernel(mod):
+                    assert same(runs.decode_run(chunks.__getitem__, index), keys)
+
+
+# ---------------------------------------------------------------------------------------- probes
+
+
+@settings(max_examples=150)
+@given(keys=key_arrays(), layout=layouts(), data=st.data())
+def test_probe_matches_brute_force(keys, layout, data):
+    """probe(lo, hi) returns exactly the stored keys in [lo, hi], duplicates kept, in both twins."""
+    index, chunks = encode_both(keys, *layout)
+    edges = [0, U64MAX] + [int(x) for x in index.first_keys] + [int(x) for x in keys[:50]]
+    after_edge = st.sampled_from(edges).map(lambda v: min(v + 1, U64MAX))
+    point = st.one_of(st.sampled_from(edges), st.integers(0, U64MAX), after_edge)
+    for _ in range(4):
+        lo, hi = sorted((data.draw(point), data.draw(point)))
+        want = keys[(keys >= np.uint64(lo)) & (keys <= np.uint64(hi))]
+        for mod in TWINS:
+            with kernel(mod):
+                calls = []
+                got = runs.probe(lambda i: calls.append(i) or chunks[i], index, lo, hi)
+                assert same(got, want)
+                assert len(calls) == len(set(calls))  # each chunk read at most once
+
+
+@settings(max_examples=200)
+@given(
+    keys=key_arrays(max_size=300),
+    layout=layouts(),
+    prefix_bits=st.one_of(st.sampled_from([0, 1, 2, 8, 25, 32, 63, 64]), st.integers(0, 64)),
+    k=st.integers(0, 10),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_probe_batch_matches_brute_force(keys, layout, prefix_bits, k, seed):
+    """probe_batch per chunk, and over the run, equal brute force, with queries at block and chunk edges."""
+    index, chunks = encode_both(keys, *layout)
+    queries = boundary_queries(index, keys, np.random.default_rng(seed), extra=10)
+    want = brute_pairs(keys, queries, prefix_bits, k)
+    results = []
+    for mod in TWINS:
+        with kernel(mod):
+            parts = [runs.probe_batch(c, index, i, queries, prefix_bits, k) for i, c in enumerate(chunks)]
+            per_chunk = tuple(np.concatenate(x) for x in zip(*parts)) if parts else want
+            assert same(per_chunk, want), mod.__name__
+            whole = runs.probe_batch_run(chunks.__getitem__, index, queries, prefix_bits, k)
+            assert same(whole, want), mod.__name__
+            results.append(whole)
+    assert same(results[0], results[1])
+
+
+def test_probe_batch_prefix_group_spanning_chunks():
+    """A prefix group spread over many chunks gives each (query, stored copy) pair exactly once."""
+    rng = np.random.default_rng(7)
+    prefix = np.uint64(0xABCDE) << np.uint64(44)
+    low = rng.integers(0, 1 << 44, 3000).astype(np.uint64)
+    keys = np.sort(np.concatenate([prefix | low, prefix | low[:200]]))  # with duplicates
+    index, chunks = encode_both(keys, 16, runs.max_block_bytes(16))
+    assert index.nchunks > 20
+    queries = np.sort(np.concatenate([keys[[0, 15, 16, 17, 500, -1]], [prefix, prefix | np.uint64(2**44 - 1)]]))
+    for k in (0, 3, 64):
+        want = brute_pairs(keys, queries, 20, k)
+        for mod in TWINS:
+            with kernel(mod):
+                assert same(runs.probe_batch_run(chunks.__getitem__, index, queries, 20, k), want)
+    with kernel(C):
+        qpos, got, _ = runs.probe_batch_run(chunks.__getitem__, index, queries[:1], 20, 64)
+    assert same(got, keys)  # every stored copy once, nothing doubled at chunk edges
+
+
+def test_probe_batch_reads_only_chunks_it_needs():
+    """probe_batch_run asks only for chunks some query's prefix range reaches."""
+    keys = np.arange(0, 1 << 20, 4, dtype=np.uint64) << np.uint64(40)
+    index, chunks = runs.encode_run(keys, block_entries=64, chunk_bytes=runs.max_block_bytes(64))
+    assert index.nchunks > 10
+    calls = []
+    runs.probe_batch_run(lambda i: calls.append(i) or chunks[i], index, keys[[5]], 40, 3)
+    assert calls == [int(index.chunk[0])]
+
+
+def test_find_block():
+    """find_block returns the first block whose key range may hold the key, -1 outside the run."""
+    keys = np.array([10] * 5 + [20] * 3 + [30, 40], np.uint64)
+    index, _ = runs.encode_run(keys, block_entries=2, chunk_bytes=runs.max_block_bytes(2))
+    assert [int(x) for x in index.first_keys] == [10, 10, 10, 20, 30]
+    assert runs.find_block(index, 9) == -1
+    assert runs.find_block(index, 10) == 0
+    assert runs.find_block(index, 15) == 2
+    assert runs.find_block(index, 20) == 2  # a 20 may sit at the end of block 2
+    assert runs.find_block(index, 35) == 4
+    assert runs.find_block(index, 40) == 4
+    assert runs.find_block(index, 41) == -1
+    empty, _ = runs.encode_run(np.zeros(0, np.uint64))
+    assert runs.find_block(empty, 0) == -1
+
+
+# ----------------------------------------------------------------------------------- validation
+
+
+def test_encode_rejects_bad_input():
+    """encode_run raises InputError for wrong dtype, shape, unsorted keys and bad sizes."""
+    good = np.arange(10, dtype=np.uint64)
+    bad_args = [
+        (good.astype(np.int64), {}),
+        (good.astype(np.float64), {}),
+        (list(range(10)), {}),
+        (good.reshape(2, 5), {}),
+        (good[::-1].copy(), {}),
+        (good, {"block_entries": 0}),
+        (good, {"block_entries": 65536}),
+        (good, {"block_entries": 256, "chunk_bytes": runs.max_block_bytes(256) - 1}),
+        (good, {"chunk_bytes": 1 << 32}),
+    ]
+    for keys, kw in bad_args:
+        with pytest.raises(InputError):
+            runs.encode_run(keys, **kw)
+    late = np.arange(100_000, dtype=np.uint64)
+    late[77_777] = 0
+    with pytest.raises(InputError, match="element 77777 is below element 77776"):
+        runs.encode_run(late, block_entries=64, chunk_bytes=runs.max_block_bytes(64))
+    index, _ = runs.encode_run(good[::2])  # a strided view is accepted (copied)
+    assert index.count == 5
+
+
+def test_probe_arguments_are_checked():
+    """probe and probe_batch reject unsorted queries, prefix_bits outside 0..64, k < 0, bad ids."""
+    keys = np.arange(100, dtype=np.uint64)
+    index, chunks = runs.encode_run(keys)
+    q = np.array([5, 3], np.uint64)
+    with pytest.raises(InputError):
+        runs.probe_batch(chunks[0], index, 0, q, 10, 3)
+    for p, k in ((65, 3), (-1, 3), (10, -1)):
+        with pytest.raises(InputError):
+            runs.probe_batch_run(chunks.__getitem__, index, np.sort(q), p, k)
+    with pytest.raises(InputError):
+        runs.probe_batch(chunks[0], index, 1, np.sort(q), 10, 3)
+    with pytest.raises(InputError):
+        runs.probe(chunks.__getitem__, index, -1, 5)
+    with pytest.raises(InputError):
+        runs.decode_block(chunks[0], index, index.nblocks)
+    with pytest.raises(InputError):
+        runs.decode_chunk("not bytes", index, 0)
+    with pytest.raises(CorruptionError, match="missing"):
+        runs.probe(lambda i: None, index, 0, U64MAX)
+
+
+def test_merge_runs_is_a_multiset_difference():
+    """merge_runs sorts the union and removes one copy per tombstone, ignoring unmatched ones."""
+    rng = np.random.default_rng(3)
+    parts = [rng.integers(0, 50, n).astype(np.uint64) for n in (0, 30, 70, 5)]
+    dead = rng.integers(0, 60, 40).astype(np.uint64)
+    want = Counter(int(x) for p in parts for x in p)
+    for t in dead:
+        if want[int(t)]:
+            want[int(t)] -= 1
+    got = runs.merge_runs(parts, dead)
+    assert list(got) == sorted(want.elements())
+    assert same(runs.merge_runs(parts), np.sort(np.concatenate(parts)))
+    assert same(runs.merge_runs([]), np.zeros(0, np.uint64))
+
+
+def test_results_never_alias_the_callers_buffers():
+    """Decoded keys and parsed indexes are copies: changing the source bytes changes nothing."""
+    keys = np.arange(0, 5000, 3, dtype=np.uint64)
+    index, chunks = runs.encode_run(keys)
+    raw = bytearray(index.to_bytes())
+    parsed = runs.RunIndex.from_bytes(raw)
+    buf = bytearray(chunks[0])
+    got = runs.decode_chunk(buf, parsed, 0)
+    raw[:] = bytes(len(raw))
+    buf[:] = bytes(len(buf))
+    assert same(got, keys) and same(parsed.first_keys, index.first_keys)
+    with pytest.raises(ValueError):
+        parsed.first_keys[0] = 1  # read-only
+
+
+# -------------------------------------------------------------------------------- hostile index
+
+
+def small_run(n=300, bsz=8, seed=0):
+    keys = np.sort(np.random.default_rng(seed).integers(0, 1 << 40, n).astype(np.uint64))
+    index, chunks = runs.encode_run(keys, block_entries=bsz, chunk_bytes=runs.max_block_bytes(bsz) * 2)
+    return keys, index, chunks
+
+
+def reseal(body: bytes) -> bytes:
+    """Index bytes with a fresh CRC, to get forged fields past the checksum."""
+    return body[:-4] + struct.pack("<I", zlib.crc32(body[:-4]))
+
+
+def test_index_truncations_and_flips_raise():
+    """Every truncation and every single-byte flip of an index raises CorruptionError or FormatError."""
+    _, index, _ = small_run(120)
+    raw = index.to_bytes()
+    for cut in range(len(raw)):
+        with pytest.raises(CorruptionError):
+            runs.RunIndex.from_bytes(raw[:cut])
+    for i in range(len(raw)):
+        for x in (0x01, 0x80, 0xFF):
+            bad = bytearray(raw)
+            bad[i] ^= x
+            with pytest.raises(CorruptionError if i not in (4, 5) else FormatError):
+                runs.RunIndex.from_bytes(bytes(bad))
+    with pytest.raises(CorruptionError, match="not a run index"):
+        runs.RunIndex.from_bytes(b"PK\x03\x04" + raw[4:])
+
+
+def test_forged_index_fields_raise():
+    """An index with a valid checksum but inconsistent fields raises CorruptionError (or FormatError)."""
+    _, index, _ = small_run(120)
+    raw = index.to_bytes()
+    nb, nc = index.nblocks, index.nchunks
+    fk, off, cnt = 40, 40 + 8 * nb, 40 + 12 * nb
+    cf, cl = 40 + 14 * nb, 40 + 14 * nb + 4 * nc
+
+    def patch(pos, fmt, value):
+        b = bytearray(raw)
+        struct.pack_into(fmt, b, pos, value)
+        return reseal(bytes(b))
+
+    cases = [
+        (patch(fk + 8, "<Q", U64MAX), CorruptionError),  # first keys not ascending
+        (patch(cnt, "<H", 9), CorruptionError),  # more entries than block_entries and count
+        (patch(cnt, "<H", 0), CorruptionError),  # empty block
+        (patch(24, "<Q", 121), CorruptionError),  # count disagrees with the blocks
+        (patch(off + 4, "<I", 0), CorruptionError),  # offsets not increasing
+        (patch(off, "<I", 3), CorruptionError),  # chunk's first block not at byte 0
+        (patch(cf + 4, "<I", 0), CorruptionError),  # chunk first blocks not increasing
+        (patch(cl, "<I", 1), CorruptionError),  # block beyond its chunk's end
+        (patch(32, "<Q", 0), CorruptionError),  # last key below the last first key
+        (patch(8, "<I", 0), CorruptionError),  # block_entries 0
+        (patch(16, "<Q", nb + 1), CorruptionError),  # more blocks than the bytes hold
+        (patch(12, "<I", 10**9), CorruptionError),  # absurd chunk count, no allocation
+        (patch(6, "<H", 1), FormatError),  # unknown required feature
+        (patch(4, "<H", 2), FormatError),  # newer format version
+    ]
+    for bad, exc in cases:
+        with pytest.raises(exc):
+            runs.RunIndex.from_bytes(bad)
+
+
+def test_hand_built_index_refuses_values_that_do_not_fit():
+    """RunIndex refuses fields that a plain cast would wrap (70000 entries as uint16) or that are not ints."""
+    _, index, _ = small_run(40)
+    ne = index.nentries.astype(np.uint32)
+    ne[0] += 65536
+    assert forge_index(index, nentries=ne) is None
+    assert forge_index(index, first_keys=index.first_keys.astype(np.float64)) is None
+    assert forge_index(index, count=float(index.count)) is None
+    assert forge_index(index, first_keys=[int(x) for x in index.first_keys]) is not None
+
+
+# ------------------------------------------------------------------------------- hostile chunks
+
+
+def forge_index(index, **changes):
+    """A copy of ``index`` with fields replaced (None when the result fails its own checks)."""
+    names = ("count", "block_entries", "last_key", "first_keys", "chunk", "offset", "nentries", "chunk_len", "chunk_crc")
+    fields = {f: getattr(index, f) for f in names}
+    fields.update(changes)
+    try:
+        return runs.RunIndex(**fields)
+    except CorruptionError:
+        return None
+
+
+def decode_outcome(index, raw, c):
+    """Outcome of decode_chunk(raw) as chunk ``c`` in both twins, asserted equal."""
+    got = []
+    for mod in TWINS:
+        with kernel(mod):
+            got.append(outcome(runs.decode_chunk, raw, index, c))
+    assert same(got[0], got[1]), (c, got)
+    return got[0]
+
+
+def assert_bounded(index, c, keys):
+    """Decoded keys are sorted and inside the chunk's key range from the index."""
+    b0, b1 = int(index._chunk_start[c]), int(index._chunk_start[c + 1])
+    assert np.all(keys[1:] >= keys[:-1])
+    assert int(keys[0]) == int(index._bounds[b0]) and int(keys[-1]) <= int(index._bounds[b1])
+
+
+def test_every_bit_flip_in_a_chunk_is_caught_or_bounded():
+    """Each single-bit flip of a chunk: both twins agree; an error, or sorted keys in range, and the CRC sees it."""
+    keys, index, chunks = small_run(200, bsz=8)
+    caught = 0
+    for c in range(min(index.nchunks, 4)):
+        raw = chunks[c]
+        for bit in range(len(raw) * 8):
+            bad = bytearray(raw)
+            bad[bit // 8] ^= 1 << (bit % 8)
+            res = decode_outcome(index, bytes(bad), c)
+            if res[0] == "error":
+                caught += 1
+            else:
+                assert_bounded(index, c, res[1])
+            with pytest.raises(CorruptionError, match="checksum"):
+                runs.decode_chunk(bytes(bad), index, c, checksum=True)
+    assert caught > 0
+
+
+def test_truncated_and_padded_chunks_raise():
+    """A chunk shorter or longer than the index says raises, even when the index is forged to match."""
+    keys, index, chunks = small_run(200, bsz=8)
+    for c, raw in enumerate(chunks):
+        for cut in (0, 1, len(raw) // 2, len(raw) - 1):
+            with pytest.raises(CorruptionError):
+                runs.decode_chunk(raw[:cut], index, c)
+            lens = index.chunk_len.copy()
+            lens[c] = cut
+            forged = forge_index(index, chunk_len=lens)
+            if forged is not None:  # the kernel itself must notice the missing bytes
+                for mod in TWINS:
+                    with kernel(mod), pytest.raises(CorruptionError):
+                        runs.decode_chunk(raw[:cut], forged, c)
+        lens = index.chunk_len.copy()
+        lens[c] += 3
+        forged = forge_index(index, chunk_len=lens)
+        for mod in TWINS:
+            with kernel(mod), pytest.raises(CorruptionError, match="after the block's last entry"):
+                runs.decode_chunk(raw + b"\0\0\0", forged, c)
+
+
+def test_index_claiming_more_than_the_bytes_hold_raises():
+    """More entries, tighter key bounds or a later last key than the chunk encodes raise CorruptionError."""
+    keys, index, chunks = small_run(64, bsz=8)
+    ne = index.nentries.copy()
+    ne[-1] = 8 if ne[-1] < 8 else 7
+    more = forge_index(index, nentries=ne, count=int(ne.sum()))
+    fk = index.first_keys.copy()
+    fk[3] = fk[2]  # block 2's keys now exceed its upper bound
+    tighter = forge_index(index, first_keys=fk)
+    later = forge_index(index, last_key=index.last_key + 1)
+    for forged in (more, tighter, later):
+        assert forged is not None
+        for mod in TWINS:
+            with kernel(mod), pytest.raises(CorruptionError):
+                runs.decode_run(chunks.__getitem__, forged)
+            with kernel(mod), pytest.raises(CorruptionError):
+                runs.probe(chunks.__getitem__, forged, 0, U64MAX)
+
+
+def test_probe_batch_on_damaged_chunk_agrees_across_twins():
+    """probe_batch over garbage chunks raises the same CorruptionError in both twins, or the same rows."""
+    keys, index, chunks = small_run(400, bsz=16, seed=4)
+    rng = np.random.default_rng(11)
+    queries = np.sort(keys[::3].copy())
+    for trial in range(60):
+        bad = [bytearray(c) for c in chunks]
+        c = int(rng.integers(0, len(bad)))
+        for _ in range(int(rng.integers(1, 6))):
+            bad[c][int(rng.integers(0, len(bad[c])))] = int(rng.integers(0, 256))
+        got = []
+        for mod in TWINS:
+            with kernel(mod):
+                got.append(outcome(runs.probe_batch_run, lambda i: bytes(bad[i]), index, queries, 30, 3))
+        assert same(got[0], got[1]), trial
+
+
+def test_garbage_chunks_never_crash():
+    """Random bytes of the right length decode to the same error (or bounded keys) in both twins."""
+    _, index, chunks = small_run(300, bsz=16, seed=2)
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        garbage = [rng.integers(0, 256, len(c)).astype(np.uint8).tobytes() for c in chunks]
+        for c, raw in enumerate(garbage):
+            res = decode_outcome(index, raw, c)
+            if res[0] == "ok":
+                assert_bounded(index, c, res[1])
+
+
+REAL = [small_run(60, bsz, seed) for bsz in (1, 4, 8) for seed in range(3)]
+
+
+@st.composite
+def hostile_blocks(draw):
+    """A real chunk with its true block descriptors, or random bytes and descriptors, then
+    mutated: bytes overwritten, starts/ends/counts nudged, bounds redrawn (kept ascending)."""
+    if draw(st.booleans()):
+        keys, index, chunks = draw(st.sampled_from(REAL))
+        c = draw(st.integers(0, index.nchunks - 1))
+        b0, b1 = int(index._chunk_start[c]), int(index._chunk_start[c + 1])
+        buf = chunks[c]
+        starts, ends = index._starts[b0:b1].copy(), index._ends[b0:b1].copy()
+        counts, bounds = index._counts[b0:b1].copy(), index._bounds[b0 : b1 + 1].copy()
+    else:
+        buf = draw(st.binary(max_size=400))
+        nb = draw(st.integers(0, 5))
+        edge = st.integers(-3, len(buf) + 3)
+        starts = np.array([draw(edge) for _ in range(nb)], np.int64)
+        ends = np.array([draw(edge) for _ in range(nb)], np.int64)
+        counts = np.array([draw(st.one_of(st.integers(1, 16), st.integers(-2, 70_000))) for _ in range(nb)], np.int64)
+        bounds = np.array([draw(st.integers(0, U64MAX)) for _ in range(nb + 1)], np.uint64)
+    if buf and draw(st.booleans()):
+        b = bytearray(buf)
+        for _ in range(draw(st.integers(1, 4))):
+            b[draw(st.integers(0, len(b) - 1))] = draw(st.integers(0, 255))
+        buf = bytes(b)
+    if len(starts) and draw(st.booleans()):
+        j = draw(st.integers(0, len(starts) - 1))
+        arr = draw(st.sampled_from([starts, ends, counts]))
+        arr[j] += draw(st.integers(-3, 3))
+    if draw(st.booleans()):
+        j = draw(st.integers(0, len(bounds) - 1))
+        bounds[j] = draw(st.one_of(st.integers(0, U64MAX), st.just(int(bounds[j]) ^ 1)))
+    return buf, starts, ends, counts, np.sort(bounds)
+
+
+@settings(max_examples=FUZZ_EXAMPLES)
+@given(case=hostile_blocks(), out_len=st.one_of(st.none(), st.integers(0, 300)), seed=st.integers(0, 2**32 - 1))
+def test_fuzz_kernels_on_hostile_bytes(case, out_len, seed):
+    """Hostile bytes and descriptors: both kernels return the same codes and keys, keys always bounded."""
+    buf, starts, ends, counts, bounds = case
+    if out_len is None:  # room for exactly the claimed entries
+        out_len = int(np.clip(counts, 0, 70_000).sum())
+    results = []
+    for mod in TWINS:
+        out = np.zeros(out_len, np.uint64)
+        err, j = mod.decode_blocks(buf, starts, ends, counts, bounds, out)
+        results.append((err, j, out.copy() if err == 0 else None))
+    (e1, j1, o1), (e2, j2, o2) = results
+    assert (e1, j1) == (e2, j2)
+    if e1 == 0:
+        assert same(o1[: counts.sum()], o2[: counts.sum()])
+        pos = 0
+        for j, n in enumerate(counts):
+            part = o1[pos : pos + n]
+            assert part[0] == bounds[j] and np.all(part[1:] >= part[:-1]) and part[-1] <= bounds[j + 1]
+            pos += n
+    rng = np.random.default_rng(seed)
+    flips = np.uint64(1) << rng.integers(0, 64, 6).astype(np.uint64)
+    queries = np.sort(rng.choice(np.append(bounds, np.uint64(seed)), 6) ^ flips)
+    mask = (U64MAX << (64 - int(rng.integers(0, 65)))) & U64MAX
+    probe = [mod.probe_chunk(buf, starts, ends, counts, bounds, queries, mask, int(seed % 11)) for mod in TWINS]
+    assert same(tuple(probe[0]), tuple(probe[1]))
+
+
+# ------------------------------------------------------------------------------- size and memory
+
+
+def test_size_within_ten_percent_of_entropy_floor():
+    """At 10**6 uniform random keys, payload plus index stay within 1.10 x the entropy floor."""
+    n = 10**6
+    keys = np.sort(np.random.default_rng(42).integers(0, U64MAX, n, dtype=np.uint64, endpoint=True))
+    index, chunks = runs.encode_run(keys)
+    bits = 8 * (sum(len(c) for c in chunks) + len(index.to_bytes())) / n
+    floor = 64 - math.log2(n) + 1.44
+    assert bits <= 1.10 * floor, (bits, floor)
+    assert bits <= 1.03 * floor, (bits, floor)  # what the default layout measures (about 1.01)
+
+
+def test_encode_streams_in_bounded_memory():
+    """encode_run allocates its output plus about one chunk buffer, not a copy of the input."""
+    n = 10**6
+    keys = np.sort(np.random.default_rng(1).integers(0, U64MAX, n, dtype=np.uint64, endpoint=True))
+    chunk_bytes = 1 << 20
+    tracemalloc.start()
+    try:
+        index, chunks = runs.encode_run(keys, chunk_bytes=chunk_bytes)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # The output (chunks, index and its derived per-block arrays) plus one chunk buffer: a copy
+    # of the input (8 MB) or even a bool temporary over it (1 MB) would break this.
+    output = sum(len(c) for c in chunks) + index.nbytes()
+    assert peak <= output + chunk_bytes + 80 * index.nblocks + (128 << 10), (peak, output)
