@@ -1,0 +1,283 @@
+"""Concurrency tests: snapshot isolation across processes, map growth under readers, fork, double
+open, the writer lock, read-only and closed stores. Workers live in tests/workers.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+import fpstore
+from fpstore.errors import ClosedError, FpstoreError, ReadOnlyError
+from tests.workers import FEED, CheckFailed, Child, batch, check_snapshot, snapshot, total
+
+READERS = 4
+
+
+def _feed(store, batches: range) -> None:
+    for i in batches:
+        keys, fps = batch(i)
+        store.add_many(keys, fingerprints=fps, pipeline_id=store.pipeline.id, checkpoint=(FEED, i))
+
+
+def _run_writer_with_readers(path: str, stop: int, readers: int, writer_args: tuple[str, ...] = ()) -> tuple[list[str], list[dict]]:
+    """Start ``readers`` snapshot readers, then a feed writer to batch ``stop - 1``; return the
+    writer's lines and each reader's stats. Any reader failure fails the test with its message."""
+    children = [Child("snapshot-reader", path, "--stop", str(stop), "--timeout", "120") for _ in range(readers)]
+    writer = None
+    try:
+        for child in children:
+            assert child.line(timeout=120) == "ready"
+        writer = Child("feed-writer", path, "--stop", str(stop), *writer_args)
+        rc = writer.finish(timeout=180)
+        assert rc == 0, f"writer failed ({rc}): {writer.stderr()}"
+        stats = []
+        for child in children:
+            rc = child.finish(timeout=120)
+            out = child.lines[-1] if child.lines else ""
+            if rc != 0 or out.startswith("FAIL"):
+                raise CheckFailed(f"reader {child.pid} failed ({rc}): {out} {child.stderr()}")
+            stats.append(json.loads(out))
+        return writer.lines, stats
+    finally:
+        for child in children + ([writer] if writer else []):
+            child.close()
+
+
+def test_readers_see_every_table_agree_within_one_snapshot(tmp_path):
+    """Four reader processes find, in every snapshot taken while a writer commits, all tables agreeing with the count and checkpoint."""
+    path = str(tmp_path / "store")
+    with fpstore.open(path, k=3) as store:
+        _feed(store, range(3))  # the early batches every reader queries
+    stop = 60
+    t0 = time.perf_counter()
+    lines, stats = _run_writer_with_readers(path, stop, READERS)
+    print(f"snapshot isolation: {time.perf_counter() - t0:.1f} s, readers {stats}")
+    assert lines[-1] == "done" and f"ack {stop - 1}" in lines
+    for s in stats:
+        # A reader that saw only one or two states did not run alongside the writer: nothing proved.
+        assert s["checkpoints"] >= 5, stats
+    with fpstore.open(path, readonly=True) as store:
+        snap = snapshot(store)
+        check_snapshot(snap)
+        assert snap["ckpt"] == stop - 1 and len(store) == total(stop - 1)
+
+
+def test_map_grows_several_times_under_readers(tmp_path):
+    """A store created with a 1 MiB map grows several times in one writer while two readers keep reading consistent data."""
+    path = str(tmp_path / "store")
+    with fpstore.open(path, k=3, map_size=1 << 20) as store:
+        assert store._storage.env.info()["map_size"] == 1 << 20
+        _feed(store, range(1))
+    stop = 60
+    t0 = time.perf_counter()
+    lines, stats = _run_writer_with_readers(path, stop, 2, ("--small-growth", "--report-map"))
+    sizes = [int(line.split()[1]) for line in lines if line.startswith("map ")]
+    print(f"map growth: {time.perf_counter() - t0:.1f} s, writer map sizes {sizes}, readers {stats}")
+    assert len([s for s in sizes if s > 1 << 20]) >= 3, f"the map grew fewer than 3 times: {sizes}"
+    for s in stats:
+        assert max(s["map_sizes"]) > 1 << 20, f"a reader never followed the growth: {stats}"
+        assert s["checkpoints"] >= 3, stats
+    assert os.path.getsize(os.path.join(path, "data.mdb")) > 1 << 20
+    from tests.test_crash import verify_exact
+
+    verify_exact(path, stop - 1)
+
+
+def _in_child(fn) -> int:
+    """Run ``fn`` in a forked child; its return value (or 99 on an exception) is the exit status."""
+    pid = os.fork()
+    if pid == 0:  # never return into pytest from the child
+        code = 99
+        try:
+            code = fn()
+        except BaseException as exc:  # noqa: BLE001 - reported through the exit status
+            os.write(2, f"child: {type(exc).__name__}: {exc}\n".encode())
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_store_used_after_fork_raises_closed_error(tmp_path):
+    """Every use of a store in a child forked after it was opened raises ClosedError, and the parent's store keeps working."""
+    path = str(tmp_path / "store")
+    store = fpstore.open(path, k=3)
+    try:
+        _feed(store, range(1))
+        pid_ = store.pipeline.id
+        keys, fps = batch(0)
+
+        def child() -> int:
+            calls = [
+                lambda: len(store),
+                lambda: store.get(keys[0]),
+                lambda: store.query(fingerprint=int(fps[0]), pipeline_id=pid_),
+                lambda: store.query_many(fps[:5], pipeline_id=pid_),
+                lambda: store.checkpoint(FEED),
+                lambda: store.add_many(["x"], fingerprints=fps[:1], pipeline_id=pid_),
+                lambda: store.delete(keys[0]),
+            ]
+            for n, call in enumerate(calls):
+                try:
+                    call()
+                except ClosedError:
+                    continue
+                return 10 + n  # this call worked (or raised something else: 99)
+            return 0
+
+        assert _in_child(child) == 0
+        # The child's use (and exit) left the parent's environment intact.
+        assert len(store) == total(0)
+        _feed(store, range(1, 2))
+        assert store.get(batch(1)[0][0]).fingerprint == int(batch(1)[1][0])
+    finally:
+        store.close()
+
+
+def test_child_can_open_the_store_again_after_fork(tmp_path):
+    """A forked child can do what the ClosedError tells it, "open it again in the child", and read the store."""
+    path = str(tmp_path / "store")
+    store = fpstore.open(path, k=3)
+    try:
+        _feed(store, range(1))
+
+        def child() -> int:
+            try:
+                len(store)
+                return 10
+            except ClosedError:
+                pass
+            try:
+                again = fpstore.open(path, readonly=True)
+            except FpstoreError as exc:
+                os.write(2, f"child: reopen refused: {type(exc).__name__}: {exc}\n".encode())
+                return 11
+            return 0 if len(again) == total(0) else 12
+
+        assert _in_child(child) == 0, "the child could not open the store again after fork (see stderr)"
+    finally:
+        store.close()
+
+
+def test_writer_close_releases_the_lock_while_a_forked_child_lives(tmp_path):
+    """close() frees the writer lock for other processes even while a child forked from the writer is still running."""
+    path = str(tmp_path / "store")
+    store = fpstore.open(path, k=3)
+    _feed(store, range(1))
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a forked worker that never touches the store: it just lives until told to exit
+        try:
+            os.close(w)
+            os.read(r, 1)
+        finally:
+            os._exit(0)
+    os.close(r)
+    try:
+        store.close()
+        child = Child("try-open", path)
+        try:
+            rc = child.finish(timeout=120)
+        finally:
+            child.close()
+        assert rc == 0, f"the closed writer's lock is still held (via the forked child): {child.lines}"
+    finally:
+        os.close(w)  # EOF: the forked child exits
+        os.waitpid(pid, 0)
+
+
+def test_double_open_and_writer_lock(tmp_path):
+    """The same path opened twice in one process is refused, a second writer process gets WriterLockedError, a reader process opens."""
+    path = str(tmp_path / "store")
+    store = fpstore.open(path, k=3)
+    try:
+        _feed(store, range(1))
+        for readonly in (False, True):
+            with pytest.raises(FpstoreError, match="already open in this process"):
+                fpstore.open(path, readonly=readonly)
+        assert len(store) == total(0)  # the refused opens left the first one working
+        for args, want_rc, want in ((("--readonly",), 0, f"opened {total(0)}"), ((), 3, "locked")):
+            child = Child("try-open", path, *args)
+            try:
+                rc = child.finish(timeout=120)
+            finally:
+                child.close()
+            assert (rc, child.lines[0].split(" ")[0]) == (want_rc, want.split(" ")[0]), (rc, child.lines)
+            assert child.lines[0].startswith(want)
+    finally:
+        store.close()
+    # Once the writer closes, the lock is free for another process.
+    child = Child("try-open", path)
+    try:
+        assert child.finish(timeout=120) == 0, child.lines
+    finally:
+        child.close()
+    # And this process can take it again, refusing the other process once more.
+    with fpstore.open(path) as again:
+        child = Child("try-open", path)
+        try:
+            assert child.finish(timeout=120) == 3, child.lines
+        finally:
+            child.close()
+        assert len(again) == total(0)
+
+
+def test_readonly_store_refuses_writes(tmp_path):
+    """Writes on a store opened read-only raise ReadOnlyError and change nothing."""
+    path = str(tmp_path / "store")
+    with fpstore.open(path, k=3) as store:
+        _feed(store, range(1))
+    keys, fps = batch(0)
+    with fpstore.open(path, readonly=True) as ro:
+        pid_ = ro.pipeline.id
+        writes = [
+            lambda: ro.add("new", fingerprint=1, pipeline_id=pid_),
+            lambda: ro.add_many(["new"], fingerprints=fps[:1], pipeline_id=pid_),
+            lambda: ro.add_many(["new"], fingerprints=fps[:1], pipeline_id=pid_, checkpoint=(FEED, 5)),
+            lambda: ro.delete(keys[0]),
+        ]
+        for write in writes:
+            with pytest.raises(ReadOnlyError):
+                write()
+        assert ro.readonly
+    with fpstore.open(path) as store:
+        snap = snapshot(store)
+        check_snapshot(snap)
+        assert snap["ckpt"] == 0 and "new" not in store and keys[0] in store
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_every_call_after_close_raises_closed_error(tmp_path, readonly):
+    """After close(), every read and write call raises ClosedError, and close() may be repeated."""
+    path = str(tmp_path / "store")
+    with fpstore.open(path, k=3) as store:
+        _feed(store, range(1))
+    keys, fps = batch(0)
+    store = fpstore.open(path, readonly=readonly)
+    pid_ = store.pipeline.id
+    store.close()
+    calls = {
+        "len": lambda: len(store),
+        "get": lambda: store.get(keys[0]),
+        "getitem": lambda: store[keys[0]],
+        "contains": lambda: keys[0] in store,
+        "iter": lambda: list(store),
+        "query": lambda: store.query(fingerprint=int(fps[0]), pipeline_id=pid_),
+        "query_many": lambda: store.query_many(fps[:3], pipeline_id=pid_),
+        "keys_of": lambda: store.keys_of([1]),
+        "checkpoint": lambda: store.checkpoint(FEED),
+        "info": lambda: store.info(),
+        "add": lambda: store.add("new", fingerprint=1, pipeline_id=pid_),
+        "add_many": lambda: store.add_many(["new"], fingerprints=fps[:1], pipeline_id=pid_, checkpoint=(FEED, 9)),
+        "delete": lambda: store.delete(keys[0]),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ClosedError):
+            call()
+    store.close()
+    store.close()
+    with fpstore.open(path, readonly=True) as again:  # closing released the path for a new open
+        assert len(again) == total(0) and again.checkpoint(FEED) == 0
