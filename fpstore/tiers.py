@@ -266,16 +266,14 @@ class CodecRun:
         self.prefix = prefix
         self.index = cache.index(txn, db, prefix)
         self.get = _getter(txn, db, prefix)
-        self._starts: np.ndarray | None = None
 
     @property
     def count(self) -> int:
         return self.index.count
 
     def entry_starts(self) -> np.ndarray:
-        if self._starts is None:
-            self._starts = np.concatenate([[0], np.cumsum(self.index.nentries, dtype=np.int64)])
-        return self._starts
+        """Position of each block's first entry, and the count at the end (int64[nblocks + 1])."""
+        return self.index.entry_start
 
     def probe(self, lo: int, hi: int) -> np.ndarray:
         return runs.probe(self.get, self.index, lo, hi)

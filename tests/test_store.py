@@ -88,7 +88,7 @@ def test_queries_equal_brute_force_on_1e5(tmp_path, kind, design):
 
 
 class StoreModel(RuleBasedStateMachine):
-    """add, add_many, delete, query at every k' <= k, close and reopen, against a dict of key -> fp."""
+    """add, add_many, bulk_load, delete, compact, query at every k' <= k, all pairs, reopen: against a dict."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -98,7 +98,7 @@ class StoreModel(RuleBasedStateMachine):
         self.path = os.path.join(self.dir, "s")
         self.store = fpstore.open(self.path, k=3, design="r4")
         self.pid = self.store.pipeline.id
-        self.model: dict[str, int] = {}
+        self.model: dict[str | int, int] = {}
         self.base = random.Random(0).getrandbits(64)
 
     def teardown(self) -> None:
@@ -134,7 +134,32 @@ class StoreModel(RuleBasedStateMachine):
         for k, f in zip(keys, fps):
             self.model[k] = f
 
-    @rule(key=st.sampled_from([f"k{i}" for i in range(12)]))
+    @rule(items=st.lists(st.tuples(st.sampled_from([f"k{i}" for i in range(12)] + list(range(6))), st.lists(st.integers(0, 63), max_size=6),
+                                   st.booleans(), st.integers(0, 2**64 - 1)), min_size=1, max_size=10), max_run=st.integers(1, 6))
+    def bulk_load(self, items, max_run):
+        keys = [k for k, *_ in items]
+        fps = np.array([self._fp(fl, far, raw) for _, fl, far, raw in items], dtype=np.uint64)
+        assert self.store.bulk_load(keys, fps, pipeline_id=self.pid, max_run=max_run) > 0
+        for k, f in zip(keys, fps.tolist()):
+            self.model[k] = f
+
+    @rule(full=st.booleans())
+    def compact(self, full):
+        self.store.compact(full=full)
+
+    @rule(k=st.integers(0, 4))
+    def all_pairs(self, k):
+        a, b, d = self.store.near_duplicate_pairs(k)
+        ka, kb = self.store.keys_of(a), self.store.keys_of(b)
+        got = sorted((min(repr(x), repr(y)), max(repr(x), repr(y)), int(z)) for x, y, z in zip(ka, kb, d.tolist()))
+        keys = list(self.model)
+        want = sorted(
+            (min(repr(x), repr(y)), max(repr(x), repr(y)), (self.model[x] ^ self.model[y]).bit_count())
+            for i, x in enumerate(keys) for y in keys[i + 1 :] if (self.model[x] ^ self.model[y]).bit_count() <= k
+        )
+        assert got == want
+
+    @rule(key=st.sampled_from([f"k{i}" for i in range(12)] + list(range(6))))
     def delete(self, key):
         assert self.store.delete(key) == (key in self.model)
         self.model.pop(key, None)
@@ -152,11 +177,13 @@ class StoreModel(RuleBasedStateMachine):
     @invariant()
     def counts_agree(self):
         assert len(self.store) == len(self.model)
-        assert sorted(self.store) == sorted(self.model)
+        assert sorted(self.store, key=repr) == sorted(self.model, key=repr)
+        for key, fp in self.model.items():
+            assert self.store[key].fingerprint == fp
 
 
 TestStoreModel = StoreModel.TestCase
-TestStoreModel.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+TestStoreModel.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
 
 
 # -- documents, verdicts, keys ---------------------------------------------------------------------
