@@ -1,0 +1,621 @@
+"""fpstore-admin, run as the installed command in a subprocess (in process only where noted)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import msgpack
+import pytest
+import zstandard
+
+import fpstore
+from fpstore.cli import build_parser, main
+from fpstore.errors import FormatError
+from fpstore.exchange import export_store, import_stream
+from tools import make_test_warc as mtw
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+DATA = REPO / "tests" / "data"
+DOCS = REPO / "docs" / "cli.md"
+
+
+def admin() -> list[str]:
+    """The installed ``fpstore-admin`` of this interpreter, else ``python -m fpstore`` (the same entry point)."""
+    exe = shutil.which("fpstore-admin")
+    if exe and os.path.dirname(os.path.realpath(exe)) == os.path.dirname(os.path.realpath(sys.executable)):
+        return [exe]
+    return [sys.executable, "-m", "fpstore"]
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(REPO) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    return e
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+    raw: bytes
+
+    def json(self):
+        return json.loads(self.out)
+
+
+def run(*args: object, stdin: bytes | None = None, timeout: float = 120) -> Run:
+    """Run fpstore-admin; every run must end without a traceback."""
+    p = subprocess.run(admin() + [str(a) for a in args], input=stdin, capture_output=True, timeout=timeout, env=env())
+    err = p.stderr.decode("utf-8", "replace")
+    assert "Traceback" not in err, err
+    return Run(p.returncode, p.stdout.decode("utf-8", "replace"), err, p.stdout)
+
+
+def cli(*args: object, stdin: bytes = b"") -> Run:
+    """Run the same ``main()`` in this process (fast; for the many small checks around each command)."""
+    out, err = io.BytesIO(), io.BytesIO()
+    streams = {
+        "stdout": io.TextIOWrapper(out, encoding="utf-8", write_through=True),
+        "stderr": io.TextIOWrapper(err, encoding="utf-8", write_through=True),
+        "stdin": io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"),
+    }
+    saved = {name: getattr(sys, name) for name in streams}
+    try:
+        for name, stream in streams.items():
+            setattr(sys, name, stream)
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse usage errors and --help
+            code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        for name, stream in saved.items():
+            setattr(sys, name, stream)
+    text = err.getvalue().decode("utf-8", "replace")
+    assert "Traceback" not in text, text
+    return Run(code, out.getvalue().decode("utf-8", "replace"), text, out.getvalue())
+
+
+def popen(*args: object) -> subprocess.Popen:
+    return subprocess.Popen(admin() + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
+
+
+WORDS = [f"{w}{i}" for i in range(40) for w in ("river", "stone", "cloud", "ember", "frost")]
+
+
+def synthetic(i: int, n: int = 80) -> str:
+    return " ".join(WORDS[(i * 131 + j * 17 + (j * j) % 7) % len(WORDS)] for j in range(n))
+
+
+def corpus() -> list[dict[str, str]]:
+    """Documents with known near duplicates, an exact duplicate and short texts."""
+    docs = [{"id": f"syn{i}", "text": synthetic(i)} for i in range(40)]
+    docs += [
+        {"id": "keeper", "text": mtw.ARTICLE_A},
+        {"id": "keeper-edit", "text": mtw.ARTICLE_A.replace("brown ledger", "green ledger")},
+        {"id": "keeper-copy", "text": mtw.ARTICLE_A},
+        {"id": "bread", "text": mtw.ARTICLE_B},
+        {"id": "bread-tail", "text": mtw.ARTICLE_B + " Enjoy it warm."},
+        {"id": "notes", "text": mtw.PLAIN},
+        {"id": "short-a", "text": "tiny note about bread"},
+        {"id": "short-b", "text": "Tiny note, about BREAD!"},
+        {"id": "short-c", "text": "something else entirely"},
+    ]
+    return docs
+
+
+def write_jsonl(path: pathlib.Path, docs: list[dict]) -> pathlib.Path:
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return path
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A store built by the command (k=8: one edited word moves 7 bits): the corpus as JSONL plus the sample WARC."""
+    tmp = tmp_path_factory.mktemp("cli")
+    src = write_jsonl(tmp / "corpus.jsonl", corpus())
+    store = tmp / "store.fps"
+    r = run("ingest", store, src, DATA / "sample.warc.gz", "-k", "8", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["added"] == len(corpus()) + len(mtw.TEXT_URIS)
+    return store
+
+
+def copy_store(src: pathlib.Path, dst: pathlib.Path) -> pathlib.Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+# -- help and docs ------------------------------------------------------------------------------------
+
+
+def commands() -> dict[str, object]:
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+    return dict(sub.choices)
+
+
+def doc_sections() -> dict[str, str]:
+    text = DOCS.read_text()
+    parts = re.split(r"^## `fpstore-admin (\w+)`\s*$", text, flags=re.M)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+def test_every_command_has_help_and_is_documented_with_every_option(capsys):
+    """Each command answers --help (exit 0) and has a section in docs/cli.md naming each of its
+    options; the docs describe no command that does not exist."""
+    cmds = commands()
+    sections = doc_sections()
+    assert set(sections) == set(cmds)
+    for name, sub in cmds.items():
+        with pytest.raises(SystemExit) as exc:
+            main([name, "--help"])
+        assert exc.value.code == 0
+        assert f"usage: fpstore-admin {name}" in capsys.readouterr().out
+        for action in sub._actions:
+            for opt in action.option_strings:
+                if opt in ("-h", "--help"):
+                    continue
+                assert re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", sections[name]), (name, opt)
+    r = run("--help")
+    assert r.code == 0 and all(name in r.out for name in cmds)
+    r = run("ingest", "--help")
+    assert r.code == 0 and "--on-error" in r.out
+
+
+def test_usage_errors_exit_2():
+    """Unknown commands and bad options are usage errors (exit 2)."""
+    assert run("frobnicate").code == 2
+    assert cli("query").code == 2
+    assert cli("ingest", "x.fps", "--on-error", "ignore").code == 2
+
+
+def test_demo_still_works():
+    """The demo command prints the sample corpus's near-duplicate pairs."""
+    r = cli("demo", "-k", "3")
+    assert r.code == 0 and "near-duplicate pairs within k=3" in r.out
+
+
+# -- the main job ----------------------------------------------------------------------------------------
+
+
+def test_main_job_ingest_sample_then_clusters(tmp_path):
+    """README's main job: ingest the sample corpus of real text, print near-duplicate clusters."""
+    store = tmp_path / "sample.fps"
+    r = run("ingest", store, "--sample")
+    assert r.code == 0, r.err
+    r = run("dedup", store, "--clusters")
+    assert r.code == 0
+    clusters = [json.loads(line) for line in r.out.splitlines()]
+    assert clusters and all(c["size"] == len(c["keys"]) >= 2 and c["keys"][0] == c["canonical"] for c in clusters)
+    assert re.search(r"\d+ clusters of \d+ documents within k=3", r.err)
+
+
+# -- commands on a built store -----------------------------------------------------------------------------
+
+
+def test_create_then_info(tmp_path):
+    """create takes pipeline and design options and refuses an existing store."""
+    store = tmp_path / "new.fps"
+    r = run("create", store, "--shingle", "2", "--seed", "7", "--min-tokens", "5", "-k", "4", "--expected-size", "1000", "--json")
+    assert r.code == 0, r.err
+    d = r.json()
+    assert d["pipeline"]["shingle"] == 2 and d["pipeline"]["seed"] == 7 and d["pipeline"]["min_tokens"] == 5 and d["k"] == 4
+    assert cli("create", store).code == 2
+    r = run("info", store)
+    assert r.code == 0 and "shingle=2" in r.out and "documents    0" in r.out
+
+
+def test_info(built):
+    """info reports header, pipeline, design, counts, sizes, map use and readers."""
+    r = run("info", built, "--json")
+    assert r.code == 0
+    d = r.json()
+    assert d["documents"] == len(corpus()) + len(mtw.TEXT_URIS)
+    assert d["bytes_per_fingerprint"] > 0 and 0 < d["lmdb"]["map_used"] < 1
+    assert isinstance(d["lmdb"]["readers"], list) and d["lmdb"]["databases"]["docs"]["entries"] == d["documents"]
+    text = cli("info", built).out
+    for word in ("pipeline", "design", "documents", "bytes per fingerprint", "readers", "free"):
+        assert word in text
+
+
+def test_stats(built):
+    """stats gives per-table candidates per probe and distance histograms over a sample."""
+    r = run("stats", built, "--sample", "30", "--json")
+    assert r.code == 0
+    d = r.json()
+    info = cli("info", built, "--json").json()
+    assert len(d["tables"]) == info["tables"] and d["sample"] == 30
+    for t in d["tables"]:
+        c, q = t["candidates_per_probe"], t["candidates_per_query"]
+        assert c["p50"] <= c["p99"] <= c["max"]
+        assert q["p50"] >= 1  # a stored fingerprint's probes find at least itself
+    assert sum(d["distance_random_pairs"].values()) > 0
+    assert d["distance_nearest_neighbour"].get("0", 0) >= 1  # keeper and keeper-copy are identical
+    assert "candidates/probe" in cli("stats", built, "--sample", "10").out
+
+
+def test_verify_ok_and_after_compaction(built, tmp_path):
+    """A healthy store verifies (exit 0); compaction keeps it healthy and its answers the same."""
+    store = copy_store(built, tmp_path / "c.fps")
+    r = run("verify", store)
+    assert r.code == 0 and ": ok (" in r.out and "LMDB verifier ok" in r.out
+    before = cli("query", store, mtw.ARTICLE_A, "--json").json()
+    r = run("compact", store, "--json")
+    assert r.code == 0, r.err
+    assert cli("verify", store, "--json").json()["ok"] is True
+    assert cli("query", store, mtw.ARTICLE_A, "--json").json() == before
+
+
+def test_verify_finds_a_missing_table_entry(built, tmp_path):
+    """Damage (an entry removed from one table) is found: exit 1 and a problem naming the table."""
+    store = copy_store(built, tmp_path / "d.fps")
+    with fpstore.open(store) as s:  # tamper below the API, as a bad disk or a bug would
+        with s._storage.read() as txn:
+            victim = next(iter(txn.cursor(db=s._tables[-1]).iternext(keys=True, values=False)))
+        s._storage.write(lambda txn: txn.delete(victim, db=s._tables[-1]))
+        last = len(s._tables) - 1
+    r = run("verify", store, "--no-copy")
+    assert r.code == 1 and "problem: " in r.out
+    if "fpstore-admin deep check" in r.out:  # the command's own check (the store has no verify())
+        assert f"problem: table {last}" in r.out
+
+
+def test_query_modes(built, tmp_path):
+    """query takes a text argument, stdin, a file or a hex fingerprint; exit 1 when nothing matches."""
+    r = run("query", built, mtw.ARTICLE_A, "--json")
+    assert r.code == 0
+    d = r.json()
+    got = {m["key"]: m["distance"] for m in d["matches"]}
+    assert got["keeper"] == 0 and got["keeper-copy"] == 0 and "keeper-edit" in got
+    assert run("query", built, "-", "--json", stdin=mtw.ARTICLE_A.encode()).json() == d  # the subprocess reads stdin
+    f = tmp_path / "q.txt"
+    f.write_text(mtw.ARTICLE_A)
+    assert cli("query", built, "--file", f, "--json").json() == d
+    r = cli("query", built, "--fingerprint", d["fingerprint"], "--json")
+    assert {m["key"] for m in r.json()["matches"]} == set(got)
+    assert cli("query", built, "--fingerprint", d["fingerprint"], "--limit", "1").out.count("d=") == 1
+    r = run("query", built, synthetic(999))
+    assert r.code == 1 and "0 matches" in r.out
+    r = cli("query", built, synthetic(999), "-k", "40")
+    assert r.code == 2 and "exhaustive" in r.err
+    assert cli("query", built, synthetic(999), "-k", "40", "--exhaustive").code == 0
+    r = cli("query", built, "tiny note about bread", "--json")
+    assert r.json()["short"] is True and {m["key"] for m in r.json()["matches"]} == {"short-a", "short-b"}
+    assert cli("query", built, "--fingerprint", "xyz").code == 2
+    assert cli("query", built, "text", "--file", f).code == 2
+
+
+def test_dedup_pairs_and_clusters(built, tmp_path):
+    """dedup prints each pair once and clusters with the canonical first, as JSONL or CSV."""
+    r = run("dedup", built)
+    assert r.code == 0
+    pairs = [json.loads(line) for line in r.out.splitlines()]
+    keyset = {frozenset((p["a"], p["b"])): p["distance"] for p in pairs}
+    assert len(keyset) == len(pairs)
+    assert keyset[frozenset(("keeper", "keeper-copy"))] == 0
+    assert frozenset(("bread", "bread-tail")) in keyset
+    assert not any("short-a" in k for k in keyset)  # short texts take no part
+    rows = list(csv.reader(io.StringIO(cli("dedup", built, "--format", "csv").out)))
+    assert rows[0] == ["a", "b", "distance"] and len(rows) == len(pairs) + 1
+    out = tmp_path / "clusters.jsonl"
+    assert run("dedup", built, "--clusters", "-o", out).code == 0
+    clusters = [json.loads(line) for line in out.read_text().splitlines()]
+    keeper = [c for c in clusters if "keeper" in c["keys"]][0]
+    assert keeper["canonical"] == keeper["keys"][0] and {"keeper", "keeper-copy", "keeper-edit"} <= set(keeper["keys"])
+    rows = list(csv.reader(io.StringIO(cli("dedup", built, "--clusters", "--format", "csv").out)))
+    assert rows[0] == ["cluster", "canonical", "key"] and len(rows) == 1 + sum(c["size"] for c in clusters)
+
+
+# -- ingest: bad input, resuming, interrupting -----------------------------------------------------------------
+
+
+def test_ingest_bad_jsonl_skip_reports_line_numbers(tmp_path):
+    """Skip mode: malformed lines, missing fields and invalid UTF-8 are reported with line numbers;
+    the good lines are stored; exit 1."""
+    p = tmp_path / "bad.jsonl"
+    p.write_bytes(
+        b'{"url": "a", "body": "' + mtw.PLAIN.encode() + b'"}\n'
+        b'{"url": "b", "body": "two"}\n'
+        b'{"url": "c", "body": \n'
+        b'{"url": "d", "body": "four"}\n'
+        b'{"url": "e"}\n'
+        b'{"url": "f", "body": "caf\xff"}\n'
+    )
+    store = tmp_path / "s.fps"
+    r = run("ingest", store, p, "--key-field", "url", "--text-field", "body")
+    assert r.code == 1
+    assert f"{p}:3: malformed JSON" in r.err
+    assert f"{p}:5: missing field 'body'" in r.err
+    assert f"{p}:6: invalid UTF-8 replaced" in r.err
+    assert "malformed 1" in r.out and "missing-field 1" in r.out
+    with fpstore.open(store, readonly=True) as s:
+        assert sorted(s) == ["a", "b", "d", "f"]
+
+
+def test_ingest_bad_jsonl_stop_keeps_what_came_before(tmp_path):
+    """Stop mode: exit 2 at the bad line, the lines before it stored; after the fix a rerun resumes."""
+    docs = [{"id": f"k{i}", "text": synthetic(i)} for i in range(6)]
+    p = tmp_path / "stop.jsonl"
+    lines = [json.dumps(d) for d in docs]
+    lines[3] = lines[3][:-5]
+    p.write_text("\n".join(lines) + "\n")
+    store = tmp_path / "s.fps"
+    r = run("ingest", store, p, "--on-error", "stop", "--batch-size", "2")
+    assert r.code == 2 and f"stopped at {p}:4" in r.err
+    with fpstore.open(store, readonly=True) as s:
+        assert sorted(s) == ["k0", "k1", "k2"]
+    p.write_text("\n".join(json.dumps(d) for d in docs) + "\n")
+    r = run("ingest", store, p, "--json")
+    assert r.code == 0 and r.json()["sources"][0]["resumed_from"] == "line 3" and r.json()["added"] == 3
+    with fpstore.open(store, readonly=True) as s:
+        assert len(s) == 6
+
+
+def test_ingest_directory_notes_binary_files(tmp_path):
+    """A directory of files: keys are relative paths, binary files are skipped with a note (exit 0)."""
+    root = tmp_path / "site"
+    (root / "sub").mkdir(parents=True)
+    (root / "index.html").write_text(mtw.page("Home", mtw.ARTICLE_B, "nav").decode())
+    (root / "sub" / "notes.txt").write_text(mtw.PLAIN)
+    (root / "image.jpg").write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00")
+    store = tmp_path / "s.fps"
+    r = run("ingest", store, root, "--key-prefix", "site/")
+    assert r.code == 0, r.err
+    assert "image.jpg: binary file (NUL bytes); skipped" in r.err
+    with fpstore.open(store, readonly=True) as s:
+        assert sorted(s) == ["site/index.html", "site/sub/notes.txt"]
+
+
+def test_ingest_truncated_warc_then_complete(tmp_path):
+    """A truncated WARC record is reported (exit 1), the records before it are kept, and once the
+    file is whole a rerun stores the rest: each record exactly once."""
+    whole = (DATA / "sample.warc.gz").read_bytes()
+    path = tmp_path / "crawl.warc.gz"
+    path.write_bytes(whole[: int(len(whole) * 0.6)])
+    store = tmp_path / "s.fps"
+    r = run("ingest", store, path, "--batch-size", "2")
+    assert r.code == 1 and "truncated WARC record" in r.err
+    with fpstore.open(store, readonly=True) as s:
+        first = sorted(s)
+    assert first and set(first) < set(mtw.TEXT_URIS)
+    path.write_bytes(whole)
+    r = run("ingest", store, path, "--json")
+    assert r.code == 0 and r.json()["added"] == len(mtw.TEXT_URIS) - len(first)
+    with fpstore.open(store, readonly=True) as s:
+        assert sorted(s) == sorted(mtw.TEXT_URIS)
+
+
+def test_paths_that_are_not_stores(tmp_path):
+    """A missing path, a file and an empty directory are not stores: exit 2, one line, nothing created."""
+    missing = tmp_path / "missing.fps"
+    r = run("info", missing)
+    assert r.code == 2 and "no fpstore store" in r.err and r.err.count("\n") == 1, r.err
+    for cmd in ("stats", "verify", "compact", "dedup", "export"):
+        r = cli(cmd, missing)
+        assert r.code == 2 and "no fpstore store" in r.err and r.err.count("\n") == 1, (cmd, r.err)
+    assert not missing.exists()
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert cli("info", f).code == 2
+    (tmp_path / "empty").mkdir()
+    assert cli("query", tmp_path / "empty", "text").code == 2
+    r = cli("ingest", tmp_path / "s.fps", tmp_path / "nope.jsonl")
+    assert r.code == 2 and "no such file" in r.err
+
+
+def corpus_file(tmp_path: pathlib.Path, n: int) -> pathlib.Path:
+    return write_jsonl(tmp_path / "big.jsonl", [{"id": f"doc{i}", "text": synthetic(i, 30)} for i in range(n)])
+
+
+def wait_for_checkpoint(store: pathlib.Path, name: str, line: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Poll the store (read-only, as another process would) until its checkpoint passes ``line``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (store / "data.mdb").exists():
+            try:
+                with fpstore.open(store, readonly=True) as s:
+                    pos = s.checkpoint(name)
+                if pos and pos["line"] >= line:
+                    return
+            except fpstore.FpstoreError:
+                pass  # the writer is still creating the store
+        time.sleep(0.01)
+
+
+def test_ingest_killed_midway_then_rerun_stores_each_document_once(tmp_path):
+    """SIGKILL an ingest after some batches; the rerun resumes at the last checkpoint and ends with
+    every document stored exactly once; the store verifies."""
+    n = 3000
+    src = corpus_file(tmp_path, n)
+    store = tmp_path / "k.fps"
+    name = f"ingest:jsonl:{os.path.realpath(src)}"
+    proc = popen("ingest", store, src, "--batch-size", "20", "--no-progress")
+    wait_for_checkpoint(store, name, 200, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, "the ingest ended before it could be killed"
+    with fpstore.open(store, readonly=True) as s:
+        done = s.checkpoint(name)["line"]
+        assert len(s) == done and 200 <= done < n
+    r = run("ingest", store, src, "--json")
+    assert r.code == 0, r.err
+    d = r.json()
+    assert d["sources"][0]["resumed_from"] == f"line {done}" and d["added"] == n - done
+    with fpstore.open(store, readonly=True) as s:
+        assert len(s) == n
+        assert sorted(s) == sorted(f"doc{i}" for i in range(n))
+    assert run("verify", store, "--no-copy").code == 0
+
+
+def test_ingest_ctrl_c_stops_after_the_current_batch(tmp_path):
+    """SIGINT: the ingest commits its current batch and exits 130 with a resume hint; a rerun completes."""
+    n = 3000
+    src = corpus_file(tmp_path, n)
+    store = tmp_path / "i.fps"
+    name = f"ingest:jsonl:{os.path.realpath(src)}"
+    proc = popen("ingest", store, src, "--batch-size", "20", "--no-progress")
+    wait_for_checkpoint(store, name, 100, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    err = err.decode()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert "stopping after the current batch" in err and "rerun the same command to resume" in err
+    with fpstore.open(store, readonly=True) as s:
+        assert len(s) == s.checkpoint(name)["line"] < n
+    assert run("ingest", store, src).code == 0
+    with fpstore.open(store, readonly=True) as s:
+        assert len(s) == n
+
+
+# -- export / import ----------------------------------------------------------------------------------------------
+
+
+def answers(store: pathlib.Path, texts: list[str]) -> list[list[tuple]]:
+    with fpstore.open(store, readonly=True) as s:
+        return [[(m.key, m.distance, m.fingerprint) for m in s.query(text=t)] for t in texts]
+
+
+def test_export_import_round_trip_answers_identically(built, tmp_path):
+    """Export then import into a new store: same pipeline and design, the same answers to every
+    stored text and the same near-duplicate pairs; stdout to stdin works as well as files."""
+    stream = tmp_path / "dump.fpx"
+    r = run("export", built, "-o", stream)
+    assert r.code == 0 and "exported" in r.err
+    new = tmp_path / "copy.fps"
+    r = run("import", new, stream, "--json")
+    assert r.code == 0 and r.json()["created"] is True
+    a, b = cli("info", built, "--json").json(), cli("info", new, "--json").json()
+    assert (a["pipeline_id"], a["design"], a["k"], a["documents"]) == (b["pipeline_id"], b["design"], b["k"], b["documents"])
+    texts = [d["text"] for d in corpus() if not d["id"].startswith("short")] + [synthetic(500), mtw.ARTICLE_B[:300]]
+    assert answers(built, texts) == answers(new, texts)
+    assert cli("dedup", built).out == cli("dedup", new).out
+    piped = run("export", built)
+    assert piped.code == 0 and piped.raw[:4] == b"\x28\xb5\x2f\xfd"  # a zstd frame
+    r = run("import", tmp_path / "piped.fps", "-", stdin=piped.raw)
+    assert r.code == 0
+    assert answers(tmp_path / "piped.fps", texts) == answers(built, texts)
+
+
+@pytest.mark.xfail(
+    reason="Store.add_many(fingerprints=Fingerprints(..., content_hashes=...)) drops the content hashes, "
+    "so short texts (matched only by content hash) are not found after an import",
+    strict=False,
+)
+def test_export_import_round_trip_keeps_the_exact_tier(built, tmp_path):
+    """Short texts match the same documents after export and import."""
+    stream = tmp_path / "dump.fpx"
+    assert cli("export", built, "-o", stream).code == 0
+    assert cli("import", tmp_path / "copy.fps", stream).code == 0
+    texts = ["tiny note about bread", "something else entirely"]
+    assert answers(built, texts) == answers(tmp_path / "copy.fps", texts)
+
+
+def test_import_checks_the_pipeline(built, tmp_path):
+    """An existing store refuses a stream of another pipeline (exit 2, unchanged); a new path takes
+    the stream's pipeline; importing into the same store twice changes nothing."""
+    stream = tmp_path / "dump.fpx"
+    assert cli("export", built, "-o", stream).code == 0
+    other = tmp_path / "other.fps"
+    assert cli("create", other, "--shingle", "2").code == 0
+    r = run("import", other, stream)
+    assert r.code == 2 and "pipeline" in r.err and "new store" in r.err
+    assert cli("info", other, "--json").json()["documents"] == 0
+    new = tmp_path / "fresh.fps"
+    assert cli("import", new, stream).code == 0
+    assert cli("info", new, "--json").json()["pipeline_id"] == cli("info", built, "--json").json()["pipeline_id"]
+    n = cli("info", new, "--json").json()["documents"]
+    r = cli("import", new, stream, "--json")
+    assert r.code == 0 and r.json()["created"] is False
+    assert cli("info", new, "--json").json()["documents"] == n
+
+
+def good_stream(tmp_path: pathlib.Path) -> bytes:
+    with fpstore.open(tmp_path / "src.fps") as s:
+        s.add_many([f"k{i}" for i in range(20)], texts=[synthetic(i) for i in range(20)])
+        s.add_many([b"raw-bytes-key", 12345, "sur\udc80"], texts=[synthetic(30), synthetic(31), synthetic(32)])
+        buf = io.BytesIO()
+        export_store(s, buf)
+    return buf.getvalue()
+
+
+def reframe(objs: list[object]) -> bytes:
+    return zstandard.ZstdCompressor().compress(b"".join(msgpack.packb(o, use_bin_type=True) for o in objs))
+
+
+def unframe(data: bytes) -> list[object]:
+    raw = zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 24)
+    return list(msgpack.Unpacker(io.BytesIO(raw), raw=False, strict_map_key=False))
+
+
+def test_import_round_trip_of_every_key_type(tmp_path):
+    """str, bytes, int and surrogate-holding keys survive export and import (in process)."""
+    data = good_stream(tmp_path)
+    res = import_stream(io.BytesIO(data), str(tmp_path / "dst.fps"))
+    assert res.created and res.records == 23
+    with fpstore.open(tmp_path / "dst.fps", readonly=True) as d, fpstore.open(tmp_path / "src.fps", readonly=True) as s:
+        assert sorted(map(repr, d)) == sorted(map(repr, s))
+        assert d.get(b"raw-bytes-key").fingerprint == s.get(b"raw-bytes-key").fingerprint
+
+
+def hostile(data: bytes) -> dict[str, bytes]:
+    """Damaged and crafted variants of a good stream."""
+    objs = unframe(data)
+    header, records, trailer = objs[0], objs[1:-1], objs[-1]
+    bad_version = dict(header, version=99)
+    bad_record = [header, records[0], ["k", -1, None, 0, None], *records[2:], trailer]
+    tampered = [header, [records[0][0], records[0][1] ^ 1, *records[0][2:]], *records[1:], trailer]
+    return {
+        "truncated": data[: len(data) // 2],
+        "flipped": data[:40] + bytes([data[40] ^ 0xFF]) + data[41:],
+        "not zstd": b"hello, this is not a stream at all",
+        "bad magic": reframe([dict(header, magic="other")] + objs[1:]),
+        "newer version": reframe([bad_version] + objs[1:]),
+        "no trailer": reframe(objs[:-1]),
+    "cut record": reframe(objs[:-1])[:-3],
+        "bad record": reframe(bad_record),
+        "digest mismatch": reframe(tampered),
+        "trailing data": data + data,
+        "huge object": zstandard.ZstdCompressor().compress(msgpack.packb(header) + b"\xc6\x7f\xff\xff\xff" + b"x" * 100),
+        "pipeline id lie": reframe([dict(header, pipeline_id="0000000000000000")] + objs[1:]),
+    }
+
+
+def test_hostile_streams_are_refused_and_leave_nothing(tmp_path):
+    """Every damaged or crafted stream raises FormatError; no new store is left behind and an
+    existing store is unchanged."""
+    data = good_stream(tmp_path)
+    existing = tmp_path / "existing.fps"
+    import_stream(io.BytesIO(data), str(existing))
+    for name, bad in hostile(data).items():
+        target = tmp_path / f"new-{name.replace(' ', '-')}.fps"
+        with pytest.raises(FormatError):
+            import_stream(io.BytesIO(bad), str(target))
+        assert not target.exists(), name
+        assert not [p for p in tmp_path.iterdir() if "importing" in p.name], name
+        with pytest.raises(FormatError):
+            import_stream(io.BytesIO(bad), str(existing))
+        with fpstore.open(existing, readonly=True) as s:
+            assert len(s) == 23, name
+
+
+def test_hostile_stream_on_the_command_line(tmp_path):
+    """The command reports a bad stream in one line with exit 2."""
+    data = good_stream(tmp_path)
+    for name, says in (("truncated", "truncated"), ("no trailer", "truncated"), ("newer version", "upgrade fpstore")):
+        f = tmp_path / "bad.fpx"
+        f.write_bytes(hostile(data)[name])
+        r = run("import", tmp_path / f"x-{name[:3]}.fps", f)
+        assert r.code == 2 and r.err.startswith("fpstore-admin: error: ") and r.err.count("\n") == 1
+        assert says in r.err
