@@ -157,14 +157,37 @@ def pairs_within(fps: np.ndarray, k: int, progress: Callable[[int, int], None] |
     parts_i: list[np.ndarray] = []
     parts_j: list[np.ndarray] = []
     parts_d: list[np.ndarray] = []
-    # Pairs inside groups of identical fingerprints.
+
+    def members(groups: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """Original index of member ``offsets`` of each group in ``groups``."""
+        return order[group_start[groups] + offsets]
+
+    def expand(ga: np.ndarray, gb: np.ndarray, dist: np.ndarray) -> None:
+        """Every document pair of groups ga[i] x gb[i] (identical prints within a group)."""
+        sa, sb = group_size[ga], group_size[gb]
+        if np.all(sa == 1) and np.all(sb == 1):
+            parts_i.append(members(ga, np.zeros(len(ga), np.int64)))
+            parts_j.append(members(gb, np.zeros(len(gb), np.int64)))
+            parts_d.append(dist)
+            return
+        rows = sa * sb
+        pair = np.repeat(np.arange(len(ga)), rows)
+        r = np.arange(int(rows.sum())) - np.repeat(np.cumsum(rows) - rows, rows)
+        parts_i.append(members(ga[pair], r // sb[pair]))
+        parts_j.append(members(gb[pair], r % sb[pair]))
+        parts_d.append(dist[pair])
+
+    # Pairs inside groups of identical fingerprints: all m * m combinations, keeping x < y.
     big = np.flatnonzero(group_size > 1)
-    for g in big.tolist():
-        members = order[group_start[g] : group_start[g] + group_size[g]]
-        a, b = np.triu_indices(len(members), 1)
-        parts_i.append(members[a])
-        parts_j.append(members[b])
-        parts_d.append(np.zeros(len(a), np.uint8))
+    if len(big):
+        m = group_size[big]
+        g = np.repeat(big, m * m)
+        r = np.arange(int((m * m).sum())) - np.repeat(np.cumsum(m * m) - m * m, m * m)
+        x, y = r // group_size[g], r % group_size[g]
+        keep = x < y
+        parts_i.append(members(g[keep], x[keep]))
+        parts_j.append(members(g[keep], y[keep]))
+        parts_d.append(np.zeros(int(keep.sum()), np.uint8))
 
     design = join_design(k, len(uniq))
     nt = len(design.tables)
@@ -187,19 +210,7 @@ def pairs_within(fps: np.ndarray, k: int, progress: Callable[[int, int], None] |
             progress(t + 1, nt)
         if not len(ua):
             continue
-        # Expand distinct-fingerprint pairs to document pairs (groups of identical prints).
-        sa, sb = group_size[ua], group_size[ub]
-        if np.all(sa == 1) and np.all(sb == 1):
-            parts_i.append(order[group_start[ua]])
-            parts_j.append(order[group_start[ub]])
-            parts_d.append(d)
-        else:
-            for x, y, dist in zip(ua.tolist(), ub.tolist(), d.tolist()):
-                ma = order[group_start[x] : group_start[x] + group_size[x]]
-                mb = order[group_start[y] : group_start[y] + group_size[y]]
-                parts_i.append(np.repeat(ma, len(mb)))
-                parts_j.append(np.tile(mb, len(ma)))
-                parts_d.append(np.full(len(ma) * len(mb), dist, np.uint8))
+        expand(ua, ub, d)
     if not parts_i:
         return empty
     i = np.concatenate(parts_i)

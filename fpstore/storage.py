@@ -24,6 +24,7 @@ import fcntl
 import os
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterator, TypeVar
 
 import lmdb
@@ -52,6 +53,25 @@ _NETWORK_FS = {"nfs", "nfs4", "cifs", "smb", "smb2", "smbfs", "ncpfs", "afs", "9
 
 _open_paths: set[str] = set()
 _open_paths_lock = threading.Lock()
+_live: "weakref.WeakSet[Storage]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """Detach a forked child from its parent's environments.
+
+    The child inherits the writer lock's file descriptor (flock locks belong to the open file, so
+    the parent's close would not release the lock while the child lives) and py-lmdb's record of
+    open environments (which would refuse a fresh open in the child). Closing both here lets the
+    child open the store again; the parent's objects raise ClosedError in the child.
+    """
+    global _open_paths_lock
+    _open_paths_lock = threading.Lock()
+    _open_paths.clear()
+    for storage in list(_live):
+        storage._detach_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _filesystem_type(path: str) -> str | None:
@@ -118,6 +138,7 @@ class Storage:
         self._env: lmdb.Environment | None = None
         self._lock_fd: int | None = None
         self._last_reader_check = 0.0
+        self._forked = False
         data_path = os.path.join(self.path, DATA_FILE)
         exists = os.path.exists(data_path)
         if not exists:
@@ -140,6 +161,7 @@ class Storage:
                 )
             _open_paths.add(real)
         self._real = real
+        _live.add(self)
         try:
             if not readonly:
                 os.makedirs(self.path, mode=0o700, exist_ok=True)
@@ -238,13 +260,13 @@ class Storage:
 
     @property
     def env(self) -> lmdb.Environment:
-        if self._env is None:
-            raise ClosedError(f"the store at {self.path} is closed")
         if os.getpid() != self._pid:
             raise ClosedError(
                 f"the store at {self.path} was opened in process {self._pid} and cannot be used after fork(); "
                 "open it again in the child"
             )
+        if self._env is None:
+            raise ClosedError(f"the store at {self.path} is closed")
         return self._env
 
     def check_writable(self) -> None:
@@ -252,9 +274,21 @@ class Storage:
         if self.readonly:
             raise ReadOnlyError(f"the store at {self.path} is open read-only")
 
+    def _detach_after_fork(self) -> None:
+        # In a forked child only: close the inherited descriptors without touching the parent's
+        # state (LMDB clears only reader slots of the closing pid, and the child owns none).
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
+            self._lock_fd = None
+        if self._env is not None:
+            with contextlib.suppress(Exception):
+                self._env.close()
+        self._forked = True
+
     def close(self) -> None:
         """Close the environment and release the writer lock. Idempotent."""
-        if self._env is not None and os.getpid() == self._pid:
+        if self._env is not None and os.getpid() == self._pid and not self._forked:
             self._env.close()
         self._env = None
         if self._lock_fd is not None:

@@ -1045,7 +1045,12 @@ class Store:
         groups = np.split(members, bounds)
         groups.sort(key=lambda g: (-len(g), int(g[0])))
         with self._storage.read() as txn:
-            return [Cluster(self._key_of(txn, int(g[0])), [self._key_of(txn, int(i)) for i in g], g) for g in groups]
+            keys = iter(self._keys_of(txn, [int(i) for g in groups for i in g]))
+            out = []
+            for g in groups:
+                members = [next(keys) for _ in range(len(g))]
+                out.append(Cluster(members[0], members, g))
+            return out
 
     def delete(self, key: str | bytes) -> bool:
         """Delete a document; returns whether it existed. Durable when it returns."""
@@ -1196,10 +1201,30 @@ class Store:
             out_d.append(d[keep].astype(np.uint8))
         return np.concatenate(out_q), np.concatenate(out_i), np.concatenate(out_d)
 
-    def keys_of(self, ids: Iterable[int]) -> list[str | bytes]:
+    def keys_of(self, ids: Iterable[int]) -> list[str | bytes | int]:
         """The keys of document ids (as returned by :meth:`query_many`), in one snapshot."""
         with self._storage.read() as txn:
-            return [self._key_of(txn, int(i)) for i in ids]
+            return self._keys_of(txn, [int(i) for i in ids])
+
+    def _keys_of(self, txn: lmdb.Transaction, ids: list[int]) -> list[str | bytes | int]:
+        """Keys of many ids: incremental records by lookup, bulk ones a key block at a time."""
+        typed: dict[int, bytes] = {}
+        pending: list[int] = []
+        for doc_id in set(ids):
+            raw = txn.get(_U64.pack(doc_id), db=self._docs)
+            if raw is not None:
+                typed[doc_id] = _unpack_record(raw)[0]
+            else:
+                pending.append(doc_id)
+        if pending:
+            dead = set(self._dead_ids(txn).tolist())
+            for seg in self._segments(txn):
+                mine = sorted(i for i in pending if seg.holds(i) and i not in dead)
+                typed.update(zip(mine, seg.keys_at([i - seg.base for i in mine])))
+        try:
+            return [_untyped_key(typed[i]) for i in ids]
+        except KeyError as exc:
+            raise CorruptionError(f"an index entry names document {exc.args[0]}, which has no record") from None
 
     def get(self, key: str | bytes, default: Any = None) -> Document | Any:
         """The stored :class:`Document` for ``key``, or ``default``."""
@@ -1256,7 +1281,8 @@ class Store:
                     hi = min(seg_end, lo + ITER_BATCH)
                     if hi < seg_end:
                         covered = min(covered, hi - 1)
-                    batch.extend((i, seg.key_at(i - seg.base)) for i in range(lo, hi) if i not in dead)
+                    alive = [i for i in range(lo, hi) if i not in dead]
+                    batch.extend(zip(alive, seg.keys_at([i - seg.base for i in alive])))
             batch = sorted(b for b in batch if b[0] <= covered)[:ITER_BATCH]
             if len(batch) == ITER_BATCH:
                 covered = batch[-1][0]

@@ -401,7 +401,29 @@ class KeySegment:
         return CodecRun(self._txn, self._db, self._cache, self.rec["fps"]).at(ordinals)
 
     def key_at(self, ordinal: int) -> bytes:
-        block, offset = divmod(ordinal, KEY_BLOCK)
+        return self.keys_at([ordinal])[0]
+
+    def keys_at(self, ordinals: list[int]) -> list[bytes]:
+        """Typed keys of many ordinals, decoding each key block once."""
+        out: list[bytes] = []
+        blocks: dict[int, Any] = {}
+        for ordinal in ordinals:
+            block, offset = divmod(ordinal, KEY_BLOCK)
+            decoded = blocks.get(block)
+            if decoded is None:
+                decoded = blocks[block] = self._key_block(block)
+            tag, body = decoded
+            if tag == b"I":
+                if offset >= len(body) // 8:
+                    raise CorruptionError(f"segment {self.rec['id']} key block {block} is too short")
+                out.append(b"i" + body[offset * 8 : offset * 8 + 8][::-1])
+            else:
+                if offset >= len(body) or not isinstance(body[offset], bytes):
+                    raise CorruptionError(f"segment {self.rec['id']} key block {block} is malformed")
+                out.append(body[offset])
+        return out
+
+    def _key_block(self, block: int) -> tuple[bytes, Any]:
         if not 0 <= block < self.rec["key_blocks"]:
             raise CorruptionError(f"segment {self.rec['id']} has no key block {block}")
         raw = self._txn.get(_chunk_key(self.rec["keys"], b"K", block), db=self._db)
@@ -413,17 +435,17 @@ class KeySegment:
             raise CorruptionError(f"segment {self.rec['id']} key block {block} does not decompress: {exc}") from None
         tag, body = data[:1], data[1:]
         if tag == b"I":
-            if len(body) % 8 or offset >= len(body) // 8:
-                raise CorruptionError(f"segment {self.rec['id']} key block {block} is too short")
-            return b"i" + body[offset * 8 : offset * 8 + 8][::-1]
+            if len(body) % 8:
+                raise CorruptionError(f"segment {self.rec['id']} key block {block} has a partial key")
+            return tag, body
         if tag == b"M":
             try:
                 keys = msgpack.unpackb(body, raw=False, max_bin_len=1 << 24, max_array_len=KEY_BLOCK)
             except Exception as exc:
                 raise CorruptionError(f"segment {self.rec['id']} key block {block} does not decode: {exc}") from None
-            if not isinstance(keys, list) or offset >= len(keys) or not isinstance(keys[offset], bytes):
+            if not isinstance(keys, list):
                 raise CorruptionError(f"segment {self.rec['id']} key block {block} is malformed")
-            return keys[offset]
+            return tag, keys
         raise CorruptionError(f"segment {self.rec['id']} key block {block} has unknown tag {tag!r}")
 
     def find(self, typed: bytes) -> int | None:

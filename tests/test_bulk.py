@@ -1,0 +1,231 @@
+"""Bulk loads, runs, compaction, batch queries, all pairs and clusters against brute force."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fpstore
+from fpstore.errors import CorruptionError, FpstoreError, InputError, PipelineMismatchError
+from tests.test_store import clustered
+
+
+def brute_pairs(fps: np.ndarray, k: int) -> set[tuple[int, int, int]]:
+    """Every (i, j, d), i < j, with popcount(fps[i] ^ fps[j]) = d <= k, in row blocks."""
+    out: set[tuple[int, int, int]] = set()
+    for lo in range(0, len(fps), 1000):
+        d = np.bitwise_count(fps[lo : lo + 1000, None] ^ fps[None, :])
+        a, b = np.nonzero(d <= k)
+        a = a + lo
+        sel = a < b
+        out.update(zip(a[sel].tolist(), b[sel].tolist(), d[a[sel] - lo, b[sel]].tolist()))
+    return out
+
+
+def data(kind: str, n: int, seed: int = 3) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if kind == "random":
+        fps = rng.integers(0, 2**64, size=n, dtype=np.uint64)
+        fps[: n // 20] = fps[n // 20 : n // 10] ^ np.uint64(0b101)  # some near pairs
+        return fps
+    return clustered(rng, n)
+
+
+@pytest.fixture
+def store(tmp_path):
+    with fpstore.open(tmp_path / "s", k=3) as s:
+        yield s
+
+
+@pytest.mark.parametrize("kind", ["random", "clustered"])
+@pytest.mark.parametrize("k", [0, 3, 5])
+def test_all_pairs_equal_brute_force(tmp_path, kind, k):
+    """near_duplicate_pairs over runs + incremental + tombstones equals brute force, each pair once."""
+    n = 12_000
+    fps = data(kind, n)
+    with fpstore.open(tmp_path / "s", k=3) as s:
+        pid = s.pipeline.id
+        s.bulk_load(np.arange(8000), fps[:8000], pipeline_id=pid, max_run=3000)
+        s.add_many(list(range(8000, n)), fingerprints=fps[8000:], pipeline_id=pid)
+        for key in range(0, n, 97):
+            s.delete(key)
+        live = np.array([i for i in range(n) if i % 97], dtype=np.int64)
+        a, b, d = s.near_duplicate_pairs(k)
+        ka, kb = np.array(s.keys_of(a)), np.array(s.keys_of(b))
+        got = {(min(x, y), max(x, y), z) for x, y, z in zip(ka.tolist(), kb.tolist(), d.tolist())}
+        assert len(got) == len(a)  # each pair once
+        want = {(int(live[i]), int(live[j]), dd) for i, j, dd in brute_pairs(fps[live], k)}
+        assert got == want
+        if k == 3:
+            s.compact()
+            a2, b2, d2 = s.near_duplicate_pairs(k)
+            assert {(min(x, y), max(x, y), z) for x, y, z in zip(s.keys_of(a2), s.keys_of(b2), d2.tolist())} == want
+
+
+def test_clusters_are_connected_components(store):
+    """clusters() equals the connected components of the brute-force pair graph; canonical is the oldest."""
+    fps = data("clustered", 3000, seed=9)
+    store.bulk_load(np.arange(3000), fps, pipeline_id=store.pipeline.id)
+    parent = list(range(3000))
+
+    def find(x):
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for i, j, _ in brute_pairs(fps, 3):
+        ri, rj = find(i), find(j)
+        if ri != rj:
+            parent[max(ri, rj)] = min(ri, rj)
+    comps: dict[int, set[int]] = {}
+    for i in range(3000):
+        comps.setdefault(find(i), set()).add(i)
+    want = {frozenset(c) for c in comps.values() if len(c) > 1}
+    got = store.clusters()
+    assert {frozenset(c.keys) for c in got} == want and len(got) == len(want)
+    assert [len(c.keys) for c in got] == sorted((len(c) for c in want), reverse=True)
+    for c in got:
+        ids = [store[key].id for key in c.keys]
+        assert c.canonical == c.keys[0] and store[c.canonical].id == min(ids)
+
+
+@pytest.mark.parametrize("kind", ["random", "clustered"])
+def test_query_many_over_runs_and_increments_equals_brute_force(tmp_path, kind):
+    """Batch queries over several runs, incremental tables and tombstones equal brute force at every k'."""
+    n = 30_000
+    fps = data(kind, n, seed=5)
+    rng = np.random.default_rng(6)
+    with fpstore.open(tmp_path / "s", k=3) as s:
+        pid = s.pipeline.id
+        s.bulk_load(((np.arange(lo, lo + 5000), fps[lo : lo + 5000]) for lo in range(0, 20_000, 5000)), pipeline_id=pid, max_run=7000)
+        s.add_many(list(range(20_000, n)), fingerprints=fps[20_000:], pipeline_id=pid)
+        dead = set(range(0, n, 53))
+        for key in dead:
+            s.delete(key)
+        live = np.array([i for i in range(n) if i not in dead])
+        q = np.concatenate([fps[rng.integers(0, n, 300)] ^ np.uint64(1 << 7), rng.integers(0, 2**64, 100, dtype=np.uint64)])
+        for kq in range(4):
+            qi, ids, dist = s.query_many(q, pipeline_id=pid, k=kq)
+            keys = s.keys_of(ids)
+            got = set(zip(qi.tolist(), keys, dist.tolist()))
+            d = np.bitwise_count(fps[live][None, :] ^ q[:, None])
+            bq, bi = np.nonzero(d <= kq)
+            assert got == set(zip(bq.tolist(), live[bi].tolist(), d[bq, bi].tolist()))
+        for x in q[:50].tolist():
+            want = {int(live[i]): int(v) for i, v in enumerate(np.bitwise_count(fps[live] ^ np.uint64(x))) if v <= 3}
+            assert {m.key: m.distance for m in s.query(fingerprint=x, pipeline_id=pid)} == want
+
+
+@pytest.mark.parametrize("design", ["r2f1", "r3f2"])
+def test_flip_designs_are_exact_in_batch_and_single_queries(tmp_path, design):
+    """Multi-probe designs (flipped prefixes) answer exactly, over runs and increments."""
+    k = 3 if design == "r2f1" else 8
+    fps = data("clustered", 6000, seed=12)
+    rng = np.random.default_rng(13)
+    with fpstore.open(tmp_path / "s", k=k, design=design) as s:
+        pid = s.pipeline.id
+        s.bulk_load(np.arange(4000), fps[:4000], pipeline_id=pid)
+        s.add_many(list(range(4000, 6000)), fingerprints=fps[4000:], pipeline_id=pid)
+        q = fps[rng.integers(0, 6000, 80)] ^ np.uint64(0b1001)
+        qi, ids, dist = s.query_many(q, pipeline_id=pid)
+        d = np.bitwise_count(fps[None, :] ^ q[:, None])
+        bq, bi = np.nonzero(d <= k)
+        assert set(zip(qi.tolist(), s.keys_of(ids), dist.tolist())) == set(zip(bq.tolist(), bi.tolist(), d[bq, bi].tolist()))
+        for x in q[:10].tolist():
+            want = {i: int(v) for i, v in enumerate(np.bitwise_count(fps ^ np.uint64(x))) if v <= k}
+            assert {m.key: m.distance for m in s.query(fingerprint=x, pipeline_id=pid)} == want
+
+
+def test_bulk_load_replaces_existing_keys_and_last_copy_wins(store):
+    """Keys already stored (incremental or bulk) are replaced; a key repeated in one load keeps its last print."""
+    pid = store.pipeline.id
+    store.add("a", fingerprint=1, pipeline_id=pid)
+    store.bulk_load(["b", "c"], np.array([2, 3], np.uint64), pipeline_id=pid)
+    store.bulk_load(["a", "b", "d", "d"], np.array([10, 20, 40, 41], np.uint64), pipeline_id=pid)
+    assert len(store) == 4
+    assert {k: store[k].fingerprint for k in "abcd"} == {"a": 10, "b": 20, "c": 3, "d": 41}
+    assert {m.key for m in store.query(fingerprint=2, pipeline_id=pid, k=0)} == set()
+    store.add("c", fingerprint=30, pipeline_id=pid)
+    assert store["c"].fingerprint == 30 and len(store) == 4
+    assert sorted(store, key=str) == ["a", "b", "c", "d"]
+
+
+def test_bulk_load_refuses_stale_or_bad_input_and_writes_nothing(store):
+    """Wrong pipeline, bad dtypes, mismatched lengths and negative int keys raise before any write."""
+    pid = store.pipeline.id
+    with pytest.raises(PipelineMismatchError):
+        store.bulk_load(np.arange(3), np.arange(3, dtype=np.uint64), pipeline_id="0000000000000000")
+    with pytest.raises(PipelineMismatchError):
+        store.bulk_load(np.arange(3), np.arange(3, dtype=np.uint64))
+    with pytest.raises(InputError):
+        store.bulk_load(np.arange(3), np.arange(3, dtype=np.int64), pipeline_id=pid)
+    with pytest.raises(InputError):
+        store.bulk_load(np.arange(3), np.arange(4, dtype=np.uint64), pipeline_id=pid)
+    with pytest.raises(InputError):
+        store.bulk_load(np.array([-1, 2]), np.arange(2, dtype=np.uint64), pipeline_id=pid)
+    with pytest.raises(InputError):
+        store.bulk_load([(np.arange(2),)], pipeline_id=pid)
+    assert len(store) == 0 and list(store) == []
+
+
+def test_streamed_chunks_make_runs_of_bounded_size(store):
+    """An iterable of chunks is cut into runs of at most max_run documents, with progress reported."""
+    fps = data("random", 10_000)
+    seen = []
+    loaded = store.bulk_load(
+        ((np.arange(lo, lo + 1000), fps[lo : lo + 1000]) for lo in range(0, 10_000, 1000)),
+        pipeline_id=store.pipeline.id,
+        max_run=2500,
+        progress=lambda done, total: seen.append(done),
+    )
+    assert loaded == 10_000 and len(store) == 10_000
+    assert seen == [2500, 5000, 7500, 10_000]
+    with store._storage.read() as txn:
+        assert [r["count"] for r in store._state(txn).runs] == [2500] * 4
+
+
+def test_compaction_keeps_the_readers_snapshot(store):
+    """A read transaction opened before compaction still answers from its snapshot after it commits."""
+    pid = store.pipeline.id
+    fps = data("random", 5000)
+    store.bulk_load(np.arange(5000), fps, pipeline_id=pid)
+    store.add_many(["x"], fingerprints=fps[:1], pipeline_id=pid)
+    store.delete(1)
+    with store._storage.read() as txn:
+        before = store._probe(txn, int(fps[0]), 3)
+        store.compact()
+        assert store._probe(txn, int(fps[0]), 3) == before
+    after = {m.id: (m.distance, m.fingerprint) for m in store.query(fingerprint=int(fps[0]), pipeline_id=pid)}
+    assert after == before
+
+
+def test_damaged_run_blobs_raise_corruption_not_crashes(tmp_path):
+    """Flipping bytes in stored run chunks gives CorruptionError (or a correct answer), never a crash."""
+    import lmdb
+
+    path = tmp_path / "s"
+    fps = data("random", 20_000)
+    with fpstore.open(path) as s:
+        s.bulk_load(np.arange(20_000), fps, pipeline_id=s.pipeline.id)
+        pid = s.pipeline.id
+    env = lmdb.open(str(path), lib_version=0, max_dbs=256)
+    blobs = env.open_db(b"blobs")
+    rng = np.random.default_rng(0)
+    with env.begin(write=True) as txn:
+        for key, value in list(txn.cursor(db=blobs)):
+            if len(value) > 100:
+                raw = bytearray(value)
+                for pos in rng.integers(0, len(raw), 20):
+                    raw[pos] ^= 0xFF
+                txn.put(key, bytes(raw), db=blobs)
+    env.close()
+    with fpstore.open(path) as s:
+        for x in fps[:30].tolist():
+            try:
+                got = {m.key for m in s.query(fingerprint=x, pipeline_id=pid, k=0)}
+            except FpstoreError as exc:
+                assert isinstance(exc, CorruptionError)
+            else:
+                assert got <= set(range(20_000))
+        with pytest.raises(CorruptionError):
+            s.query_many(fps[:2000], pipeline_id=pid)
