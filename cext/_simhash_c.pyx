@@ -1,5 +1,6 @@
 # cython: language_level=3
-"""Compiled fingerprint kernel, scheme 1. The specification is ``fpstore/_simhash_py.py``.
+"""Compiled fingerprint kernel: SimHash scheme 1 and MinHash1 scheme 1 (``kind`` 0 and 1).
+The specification is ``fpstore/_simhash_py.py``.
 
 Reads a str's code points in place (PEP 393 storage, 1, 2 or 4 bytes per code point), folds them
 through the tokenizer table, hashes each token once, combines token hashes per shingle and counts
@@ -31,6 +32,10 @@ cdef uint64_t DIGEST_A0 = 0x243F6A8885A308D3ULL
 cdef uint64_t DIGEST_B0 = 0x13198A2E03707344ULL
 cdef uint64_t DIGEST_MUL_A = 0xFF51AFD7ED558CCDULL
 cdef uint64_t DIGEST_MUL_B = 0xC4CEB9FE1A85EC53ULL
+cdef uint64_t DENSIFY = 0x5851F42D4C957F2DULL
+
+KIND_SIMHASH64 = 0
+KIND_MINHASH1 = 1
 
 # SPREAD8[v] puts bit l of byte v into byte lane l (0 or 1): adding it counts 8 bits at once.
 # SPREAD16[v] does the same for a nibble into four 16-bit lanes.
@@ -84,6 +89,7 @@ cdef struct Acc:
     uint64_t seed
     uint64_t start
     int shingle
+    int kind                        # 0 SimHash, 1 MinHash1
     int weighted
     Py_ssize_t ntok
     uint64_t ring[MAX_SHINGLE]      # the last `shingle` token hashes, oldest first
@@ -95,6 +101,8 @@ cdef struct Acc:
     int64_t ones[64]
     int64_t total
     uint64_t shingle_sum            # order-independent tie-breaker (see the spec)
+    uint64_t mins[64]               # MinHash1: smallest shingle hash per bin
+    uint64_t filled                 # MinHash1: bit b set when bin b has a minimum
     uint64_t da
     uint64_t db
     const uint64_t* idf_keys
@@ -142,6 +150,14 @@ cdef inline void add_shingle(Acc* acc, Py_ssize_t first, Py_ssize_t count) noexc
         a = (a ^ acc.ring[j]) * SHINGLE_MUL
         weight += acc.wring[j]
     cdef uint64_t sh = fmix64(a)
+    cdef uint64_t b
+    if acc.kind == 1:
+        # One-permutation MinHash: the top 6 bits pick the bin, the bin keeps its minimum.
+        b = sh >> 58
+        if not ((acc.filled >> b) & 1) or sh < acc.mins[b]:
+            acc.mins[b] = sh
+            acc.filled |= (<uint64_t>1) << b
+        return
     acc.shingle_sum += sh
     if not acc.weighted:
         acc.total += 1
@@ -206,12 +222,13 @@ cdef void scan(const char_t* data, Py_ssize_t n, Acc* acc) noexcept nogil:
 
 
 cdef void acc_init(Acc* acc, uint64_t seed, int shingle, const uint64_t* idf_keys,
-                   const uint16_t* idf_weights, uint64_t idf_mask, uint32_t idf_default) noexcept nogil:
+                   const uint16_t* idf_weights, uint64_t idf_mask, uint32_t idf_default, int kind) noexcept nogil:
     memset(acc, 0, sizeof(Acc))
     acc.seed = seed
     acc.start = fmix64(seed + GOLDEN)
     acc.shingle = shingle
-    acc.weighted = idf_keys != NULL
+    acc.kind = kind
+    acc.weighted = idf_keys != NULL and kind == 0
     acc.idf_keys = idf_keys
     acc.idf_weights = idf_weights
     acc.idf_mask = idf_mask
@@ -220,12 +237,44 @@ cdef void acc_init(Acc* acc, uint64_t seed, int shingle, const uint64_t* idf_key
     acc.db = DIGEST_B0 ^ seed
 
 
+cdef uint64_t minhash1_bits(Acc* acc) noexcept nogil:
+    cdef uint64_t filled = acc.filled
+    cdef uint64_t out = 0
+    cdef uint64_t p
+    cdef int i, a
+    cdef int j
+    if filled == 0:
+        return 0
+    for i in range(64):
+        j = i
+        if not ((filled >> i) & 1):
+            # Optimal densification: probe bins in an order fixed by (i, seed), as the spec says.
+            j = -1
+            for a in range(64):
+                p = fmix64(DENSIFY ^ acc.seed ^ <uint64_t>((i << 8) | a)) & 63
+                if (filled >> p) & 1:
+                    j = <int>p
+                    break
+            if j < 0:
+                j = (i + 1) & 63
+                while not ((filled >> j) & 1):
+                    j = (j + 1) & 63
+        out |= (fmix64(acc.mins[j] + <uint64_t>(i + 1) * GOLDEN) & 1) << i
+    return out
+
+
 cdef void acc_finish(Acc* acc, uint64_t* fp, int64_t* ntok, uint64_t* da, uint64_t* db) noexcept nogil:
     cdef int w = acc.shingle
     cdef int b
     if 0 < acc.ntok < w:
         # A short text is one shingle of all its tokens; they sit at the end of the ring.
         add_shingle(acc, w - acc.ntok, acc.ntok)
+    ntok[0] = acc.ntok
+    da[0] = fmix64(acc.da ^ <uint64_t>acc.ntok)
+    db[0] = fmix64(acc.db + <uint64_t>acc.ntok * GOLDEN)
+    if acc.kind == 1:
+        fp[0] = minhash1_bits(acc)
+        return
     flush8(acc)
     flush16(acc)
     cdef uint64_t out = 0
@@ -234,9 +283,6 @@ cdef void acc_finish(Acc* acc, uint64_t* fp, int64_t* ntok, uint64_t* da, uint64
         if 2 * acc.ones[b] > acc.total or (2 * acc.ones[b] == acc.total and (tie_break >> b) & 1):
             out |= (<uint64_t>1) << b
     fp[0] = out
-    ntok[0] = acc.ntok
-    da[0] = fmix64(acc.da ^ <uint64_t>acc.ntok)
-    db[0] = fmix64(acc.db + <uint64_t>acc.ntok * GOLDEN)
 
 
 cdef void scan_any(int kind, const void* data, Py_ssize_t n, Acc* acc) noexcept nogil:
@@ -278,17 +324,19 @@ cdef void _idf_pointers(_Idf idf, const uint64_t** keys, const uint16_t** weight
         default[0] = idf.default
 
 
-def _check(int shingle):
+def _check(int shingle, int kind):
     if _FOLD == NULL:
         raise RuntimeError("set_fold_table() first")
     if not 1 <= shingle <= MAX_SHINGLE:
         raise ValueError(f"shingle must be in 1..{MAX_SHINGLE}")
+    if kind != 0 and kind != 1:
+        raise ValueError(f"unknown fingerprint kind {kind}")
 
 
-def fingerprint(str text, uint64_t seed, int shingle, idf):
+def fingerprint(str text, uint64_t seed, int shingle, idf, int kind=0):
     """Return ``(fingerprint, token_count, digest_a, digest_b)`` of a normalised text."""
-    _check(shingle)
-    cdef _Idf table = None if idf is None else _Idf(idf)
+    _check(shingle, kind)
+    cdef _Idf table = None if idf is None or kind != 0 else _Idf(idf)
     cdef const uint64_t* keys
     cdef const uint16_t* weights
     cdef uint64_t mask, fp, da, db
@@ -297,32 +345,32 @@ def fingerprint(str text, uint64_t seed, int shingle, idf):
     cdef Acc acc
     _idf_pointers(table, &keys, &weights, &mask, &default)
     PyUnicode_READY(text)
-    cdef int kind = PyUnicode_KIND(text)
+    cdef int ukind = PyUnicode_KIND(text)
     cdef const void* data = PyUnicode_DATA(text)
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
-    acc_init(&acc, seed, shingle, keys, weights, mask, default)
+    acc_init(&acc, seed, shingle, keys, weights, mask, default, kind)
     if n > 4096:
         with nogil:
-            scan_any(kind, data, n, &acc)
+            scan_any(ukind, data, n, &acc)
     else:
-        scan_any(kind, data, n, &acc)
+        scan_any(ukind, data, n, &acc)
     acc_finish(&acc, &fp, &ntok, &da, &db)
     return fp, ntok, da, db
 
 
 def fingerprint_batch(list texts, Py_ssize_t lo, Py_ssize_t hi, uint64_t seed, int shingle, idf,
-                      uint64_t[::1] out_fp, int64_t[::1] out_tokens, uint64_t[:, ::1] out_digest):
+                      uint64_t[::1] out_fp, int64_t[::1] out_tokens, uint64_t[:, ::1] out_digest, int kind=0):
     """Fill ``out_fp[i]``, ``out_tokens[i]`` and ``out_digest[i, 0:2]`` for ``texts[lo:hi]``.
 
     Pointers into the strs are gathered with the GIL held (``texts`` keeps them alive), then every
     text is scanned with the GIL released, so several threads can run batches at once.
     """
-    _check(shingle)
+    _check(shingle, kind)
     if lo < 0 or hi > len(texts) or lo > hi:
         raise IndexError("bad batch bounds")
     if out_fp.shape[0] < hi or out_tokens.shape[0] < hi or out_digest.shape[0] < hi or out_digest.shape[1] != 2:
         raise ValueError("output arrays too small")
-    cdef _Idf table = None if idf is None else _Idf(idf)
+    cdef _Idf table = None if idf is None or kind != 0 else _Idf(idf)
     cdef const uint64_t* keys
     cdef const uint16_t* weights
     cdef uint64_t mask
@@ -348,7 +396,7 @@ def fingerprint_batch(list texts, Py_ssize_t lo, Py_ssize_t hi, uint64_t seed, i
             kinds[i] = PyUnicode_KIND(text)
         with nogil:
             for i in range(count):
-                acc_init(&acc, seed, shingle, keys, weights, mask, default)
+                acc_init(&acc, seed, shingle, keys, weights, mask, default, kind)
                 scan_any(kinds[i], datas[i], lengths[i], &acc)
                 acc_finish(&acc, &out_fp[lo + i], &out_tokens[lo + i],
                            &out_digest[lo + i, 0], &out_digest[lo + i, 1])

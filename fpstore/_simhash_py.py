@@ -1,10 +1,13 @@
-"""Pure-Python twin of ``cext/_simhash_c.pyx``: the specification of fingerprint scheme 1.
+"""Pure-Python twin of ``cext/_simhash_c.pyx``: the specification of both fingerprint kinds.
 
 Every function here has a compiled counterpart with the same signature and the same results, bit
 for bit; tests compare the two on generated text. The text reaching these functions is already
-normalised by :func:`fpstore.text.normalize` (type checked, decoded, NFKC).
+normalised by :func:`fpstore.text.normalize` (type checked, decoded, NFKC). ``kind`` selects the
+fingerprint: ``KIND_SIMHASH64`` (0, the default: SimHash scheme 1) or ``KIND_MINHASH1`` (1: 1-bit
+one-permutation MinHash scheme 1). Token hashes, shingle hashes and the content digest are the
+same for both.
 
-Scheme 1, for a text with token sequence t_0 .. t_{n-1} (the v1 token rule, via ``FOLD``):
+SimHash scheme 1, for a text with token sequence t_0 .. t_{n-1} (the v1 token rule, via ``FOLD``):
 
 * token hash: FNV-1a over the folded code points (each code point one 64-bit step), then the
   splitmix64 finaliser of (h XOR seed). FNV alone mixes its high bits poorly, and every bit votes.
@@ -19,6 +22,23 @@ Scheme 1, for a text with token sequence t_0 .. t_{n-1} (the v1 token rule, via 
   10-shingle texts. The sum keeps the tie-break independent of shingle order, like the counters.
 * content digest: two independent multiplicative chains over the token hashes, finalised with the
   token count: a non-cryptographic 128-bit hash of the normalised token stream (exact-duplicate tier).
+
+MinHash1 scheme 1 (64 one-bit MinHash values, one-permutation hashing with optimal densification;
+Li and König's b-bit MinHash with b = 1, Li, Owen and Zhang's one-permutation hashing, Shrivastava's
+optimal densification). Each distinct shingle counts once: repetition changes nothing.
+
+* bins: shingle hash ``sh`` falls in bin ``sh >> 58`` (its top 6 bits); each bin keeps the
+  smallest ``sh`` it received. Two texts agree on a bin's minimum with probability equal to the
+  Jaccard similarity of their shingle sets (conditioned on the bin being non-empty for both).
+* densification: an empty bin e copies the minimum of the first non-empty bin among the probes
+  ``fmix(DENSIFY ^ seed ^ (e << 8 | a)) & 63`` for a = 0..63; if all 64 probes miss, the first
+  non-empty bin after e, cyclically. The probes depend on e and the seed only, so two texts
+  probe alike, which keeps the agreement probability near the Jaccard similarity for short texts.
+* bit i of the fingerprint: the lowest bit of ``fmix(value_i + (i + 1) * GOLDEN)``. Equal minima
+  give equal bits; different minima give equal bits half the time, so the expected Hamming
+  distance is ``32 * (1 - J)``. The salt (i + 1) keeps bins that copied the same minimum from
+  repeating one bit.
+* a text without tokens has fingerprint 0.
 """
 
 from __future__ import annotations
@@ -38,6 +58,9 @@ DIGEST_MUL_A = 0xFF51AFD7ED558CCD
 DIGEST_MUL_B = 0xC4CEB9FE1A85EC53
 IDF_EMPTY = 0xFFFF
 MAX_SHINGLE = 16
+DENSIFY = 0x5851F42D4C957F2D
+KIND_SIMHASH64 = 0
+KIND_MINHASH1 = 1
 
 _fold: np.ndarray | None = None
 _fold_list: list[int] | None = None
@@ -101,18 +124,67 @@ def _token_hashes(text: str, seed: int) -> list[int]:
     return out
 
 
-def fingerprint(text: str, seed: int, shingle: int, idf: Any) -> tuple[int, int, int, int]:
+def minhash1_bits(mins: list[int], filled: int, seed: int) -> int:
+    """The 64-bit fingerprint from per-bin minima (``filled`` has bit b set when bin b got a shingle)."""
+    if not filled:
+        return 0
+    fp = 0
+    for i in range(64):
+        j = i
+        if not (filled >> i) & 1:
+            j = -1
+            for a in range(64):
+                p = fmix64(DENSIFY ^ seed ^ ((i << 8) | a)) & 63
+                if (filled >> p) & 1:
+                    j = p
+                    break
+            if j < 0:
+                j = (i + 1) & 63
+                while not (filled >> j) & 1:
+                    j = (j + 1) & 63
+        fp |= (fmix64((mins[j] + (i + 1) * GOLDEN) & M64) & 1) << i
+    return fp
+
+
+def _digests(th: list[int], seed: int) -> tuple[int, int]:
+    n = len(th)
+    da = DIGEST_A0 ^ seed
+    db = DIGEST_B0 ^ seed
+    for t in th:
+        da = ((_rotl(da, 23) ^ t) * DIGEST_MUL_A) & M64
+        db = (((db + t) & M64) * DIGEST_MUL_B) & M64
+        db ^= db >> 29
+    return fmix64(da ^ n), fmix64((db + n * GOLDEN) & M64)
+
+
+def fingerprint(text: str, seed: int, shingle: int, idf: Any, kind: int = KIND_SIMHASH64) -> tuple[int, int, int, int]:
     """Return ``(fingerprint, token_count, digest_a, digest_b)`` of a normalised text.
 
-    ``seed`` is a uint64, ``shingle`` in 1..16, ``idf`` None (tf weighting) or an idf table.
+    ``seed`` is a uint64, ``shingle`` in 1..16, ``idf`` None (tf weighting) or an idf table (SimHash
+    only: MinHash1 ignores it), ``kind`` ``KIND_SIMHASH64`` or ``KIND_MINHASH1``.
     """
     th = _token_hashes(text, seed)
     n = len(th)
+    start = fmix64((seed + GOLDEN) & M64)
+    windows = n - shingle + 1 if n >= shingle else (1 if n else 0)
+    if kind == KIND_MINHASH1:
+        mins = [0] * 64
+        filled = 0
+        for i in range(windows):
+            a = start
+            for t in th[i : i + shingle]:
+                a = ((a ^ t) * SHINGLE_MUL) & M64
+            sh = fmix64(a)
+            b = sh >> 58
+            if not (filled >> b) & 1 or sh < mins[b]:
+                mins[b] = sh
+                filled |= 1 << b
+        return (minhash1_bits(mins, filled, seed), n, *_digests(th, seed))
+    if kind != KIND_SIMHASH64:
+        raise ValueError(f"unknown fingerprint kind {kind}")
     ones = [0] * 64
     total = 0
     shingle_sum = 0
-    start = fmix64((seed + GOLDEN) & M64)
-    windows = n - shingle + 1 if n >= shingle else (1 if n else 0)
     for i in range(windows):
         a = start
         weight = 0
@@ -133,13 +205,7 @@ def fingerprint(text: str, seed: int, shingle: int, idf: Any) -> tuple[int, int,
     for b in range(64):
         if 2 * ones[b] > total or (2 * ones[b] == total and (tie_break >> b) & 1):
             fp |= 1 << b
-    da = DIGEST_A0 ^ seed
-    db = DIGEST_B0 ^ seed
-    for t in th:
-        da = ((_rotl(da, 23) ^ t) * DIGEST_MUL_A) & M64
-        db = (((db + t) & M64) * DIGEST_MUL_B) & M64
-        db ^= db >> 29
-    return fp, n, fmix64(da ^ n), fmix64((db + n * GOLDEN) & M64)
+    return (fp, n, *_digests(th, seed))
 
 
 def fingerprint_batch(
@@ -152,10 +218,11 @@ def fingerprint_batch(
     out_fp: np.ndarray,
     out_tokens: np.ndarray,
     out_digest: np.ndarray,
+    kind: int = KIND_SIMHASH64,
 ) -> None:
     """Fill ``out_fp[i]``, ``out_tokens[i]`` and ``out_digest[i, 0:2]`` for ``texts[lo:hi]``."""
     for i in range(lo, hi):
-        fp, n, da, db = fingerprint(texts[i], seed, shingle, idf)
+        fp, n, da, db = fingerprint(texts[i], seed, shingle, idf, kind)
         out_fp[i] = fp
         out_tokens[i] = n
         out_digest[i, 0] = da

@@ -16,7 +16,11 @@ from fpstore import _backend, _simhash_py, text
 from fpstore.errors import FormatError, InputError
 from tests.conftest import load_twins
 
-GOLDEN = json.loads((pathlib.Path(__file__).parent / "golden" / "fingerprints_v1.json").read_text())
+GOLDEN_DIR = pathlib.Path(__file__).parent / "golden"
+GOLDEN = json.loads((GOLDEN_DIR / "fingerprints_v1.json").read_text())
+GOLDEN_FILES = {name: json.loads((GOLDEN_DIR / name).read_text()) for name in ("fingerprints_v1.json", "fingerprints_v2.json")}
+LEGACY = {"kind": "simhash64", "html": "off"}  # the defaults of the first releases
+KINDS = [_simhash_py.KIND_SIMHASH64, _simhash_py.KIND_MINHASH1]
 VOCAB = [f"w{i}" for i in range(5000)]
 
 texts = st.one_of(
@@ -38,33 +42,49 @@ def _idf():
     return fpstore.IdfTable({"the": 0, "quick": 40, "café": 255, "x" * 300: 7}, default=90)
 
 
-@given(texts, st.integers(1, 6), st.integers(0, 2**64 - 1), st.booleans())
-def test_twins_agree_bit_for_bit(raw, shingle, seed, weighted):
-    """The compiled kernel equals the Python specification on arbitrary text, shingle, seed, weights."""
+@given(texts, st.integers(1, 6), st.integers(0, 2**64 - 1), st.booleans(), st.sampled_from(KINDS))
+def test_twins_agree_bit_for_bit(raw, shingle, seed, weighted, kind):
+    """The compiled kernel equals the Python specification on arbitrary text, shingle, seed, weights, kind."""
     c, py = _compiled_and_python()
     idf = _idf()._kernel_table(seed) if weighted else None
     t = text.normalize(raw)
-    assert c.fingerprint(t, seed, shingle, idf) == py.fingerprint(t, seed, shingle, idf)
+    assert c.fingerprint(t, seed, shingle, idf, kind) == py.fingerprint(t, seed, shingle, idf, kind)
 
 
-@given(st.lists(texts, max_size=12), st.integers(1, 4))
-def test_batch_equals_single(raws, shingle):
+@given(st.lists(st.sampled_from(VOCAB[:300]), max_size=120), st.integers(1, 4), st.integers(0, 2**64 - 1))
+def test_twins_agree_on_minhash1_densification(words, shingle, seed):
+    """Texts of 0..120 tokens (so 0..64+ filled bins, every densification path) agree in both twins."""
+    c, py = _compiled_and_python()
+    t = " ".join(words)
+    k = _simhash_py.KIND_MINHASH1
+    assert c.fingerprint(t, seed, shingle, None, k) == py.fingerprint(t, seed, shingle, None, k)
+
+
+@given(st.lists(texts, max_size=12), st.integers(1, 4), st.sampled_from(KINDS))
+def test_batch_equals_single(raws, shingle, kind):
     """fingerprint_batch fills exactly what single calls return, in both twins."""
     for mod in _compiled_and_python():
         ts = [text.normalize(r) for r in raws]
         n = len(ts)
         fp, tok, dig = np.zeros(n, np.uint64), np.zeros(n, np.int64), np.zeros((n, 2), np.uint64)
-        mod.fingerprint_batch(ts, 0, n, 5, shingle, None, fp, tok, dig)
+        mod.fingerprint_batch(ts, 0, n, 5, shingle, None, fp, tok, dig, kind)
         for i, t in enumerate(ts):
-            assert (int(fp[i]), int(tok[i]), int(dig[i, 0]), int(dig[i, 1])) == mod.fingerprint(t, 5, shingle, None)
+            assert (int(fp[i]), int(tok[i]), int(dig[i, 0]), int(dig[i, 1])) == mod.fingerprint(t, 5, shingle, None, kind)
 
 
 def test_long_ascii_block_counts_past_lane_flush(simhash_kernel):
-    """More than 255 shingles (a byte-lane flush) and 16-bit-lane flushes still equal the spec."""
+    """More than 255 shingles (a byte-lane flush) and 16-bit-lane flushes still equal the spec, both kinds."""
     t = " ".join(random.Random(3).choice(VOCAB) for _ in range(5000))
     idf = _idf()._kernel_table(0)
     for table in (None, idf):
-        assert simhash_kernel.fingerprint(t, 0, 3, table) == _simhash_py.fingerprint(t, 0, 3, table)
+        for kind in KINDS:
+            assert simhash_kernel.fingerprint(t, 0, 3, table, kind) == _simhash_py.fingerprint(t, 0, 3, table, kind)
+
+
+def test_unknown_kernel_kind_is_refused(simhash_kernel):
+    """A kind number the kernel does not know raises ValueError in both twins."""
+    with pytest.raises(ValueError):
+        simhash_kernel.fingerprint("a b c", 0, 3, None, 7)
 
 
 def test_compiled_backend_is_loaded():
@@ -82,10 +102,11 @@ def _doc(rng: random.Random, n: int = 400) -> list[str]:
     return [rng.choice(VOCAB) for _ in range(n)]
 
 
-def test_one_edit_moves_few_bits_and_unrelated_texts_many():
+@pytest.mark.parametrize("kind", ["minhash1", "simhash64"])
+def test_one_edit_moves_few_bits_and_unrelated_texts_many(kind):
     """400-word texts: one changed token moves <= 8 bits; unrelated texts differ in >= 20 bits."""
     rng = random.Random(2024)
-    pipe = fpstore.Pipeline()
+    pipe = fpstore.Pipeline(kind=kind)
     for _ in range(50):
         a = _doc(rng)
         b = list(a)
@@ -96,12 +117,17 @@ def test_one_edit_moves_few_bits_and_unrelated_texts_many():
         assert fpstore.hamming(fa, fc) >= 20
 
 
-def test_bits_are_balanced_and_uncorrelated():
-    """Over 10^5 random texts each bit is set with probability 0.5 +- 0.01 and bit pairs barely correlate."""
+@pytest.mark.parametrize("kind", ["minhash1", "simhash64"])
+def test_bits_are_balanced_and_uncorrelated(kind):
+    """Over 10^5 random texts each bit is set with probability 0.5 +- 0.01 and bit pairs barely correlate.
+
+    12-token texts have 10 shingles: MinHash1 fills at most 10 of its 64 bins, so this also checks
+    that densified bins do not repeat or bias bits.
+    """
     rng = np.random.default_rng(7)
     words = rng.integers(0, 1_000_000, size=(100_000, 12))
     docs = [" ".join(f"t{w}" for w in row) for row in words.tolist()]
-    fps = fpstore.Pipeline().fingerprint_many(docs)
+    fps = fpstore.Pipeline(kind=kind).fingerprint_many(docs)
     bits = ((fps[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)).astype(np.float64)
     p = bits.mean(axis=0)
     assert np.all(np.abs(p - 0.5) <= 0.01), p
@@ -110,15 +136,19 @@ def test_bits_are_balanced_and_uncorrelated():
     assert off.max() < 0.02, off.max()
 
 
-@pytest.mark.parametrize("name", sorted(GOLDEN["pipelines"]))
-def test_golden_fingerprints(name):
-    """Committed fingerprints pin scheme 1; changing them must be a deliberate new pipeline version."""
-    from tools.gen_golden import PIPELINES
+@pytest.mark.parametrize("file,name", [(f, n) for f in sorted(GOLDEN_FILES) for n in sorted(GOLDEN_FILES[f]["pipelines"])])
+def test_golden_fingerprints(file, name):
+    """Committed fingerprints pin every supported version; changing them must be a deliberate new version."""
+    from tools.gen_golden import GOLDEN as SOURCES
 
-    pipe = PIPELINES[name]
-    gold = GOLDEN["pipelines"][name]
+    pipe = SOURCES[file][1][name]
+    data = GOLDEN_FILES[file]
+    gold = data["pipelines"][name]
     assert pipe.id == gold["id"]
-    for t, fp, ntok, ch in zip(GOLDEN["texts"], gold["fingerprints"], gold["tokens"], gold["content_hashes"]):
+    if "config" in gold:
+        assert pipe.config == gold["config"]
+        assert fpstore.Pipeline.from_config(gold["config"]).id == gold["id"]
+    for t, fp, ntok, ch in zip(data["texts"], gold["fingerprints"], gold["tokens"], gold["content_hashes"]):
         sig = pipe.signature(t)
         assert (f"{sig.fingerprint:016x}", sig.tokens, sig.content_hash.hex()) == (fp, ntok, ch), t
 
@@ -126,22 +156,48 @@ def test_golden_fingerprints(name):
 def test_pipeline_id_is_stable_and_changes_with_every_parameter():
     """The same parameters give the same id; any change gives another."""
     base = fpstore.Pipeline()
-    assert base.id == fpstore.Pipeline().id == "7d098142278897b3"
+    assert base.id == fpstore.Pipeline().id == "3711d4b2ac097d9d"
+    assert fpstore.Pipeline(**LEGACY).id == "7d098142278897b3"  # the first releases' default, unchanged
     variants = [
         fpstore.Pipeline(shingle=2),
         fpstore.Pipeline(seed=1),
         fpstore.Pipeline(min_tokens=5),
-        fpstore.Pipeline(weighting="idf", idf=_idf()),
-        fpstore.Pipeline(weighting="idf", idf=fpstore.IdfTable({"the": 1}, default=90)),
+        fpstore.Pipeline(html="off"),
+        fpstore.Pipeline(kind="simhash64"),
+        fpstore.Pipeline(**LEGACY),
+        fpstore.Pipeline(weighting="idf", idf=_idf(), **LEGACY),
+        fpstore.Pipeline(weighting="idf", idf=fpstore.IdfTable({"the": 1}, default=90), **LEGACY),
     ]
     ids = {base.id} | {v.id for v in variants}
     assert len(ids) == 1 + len(variants)
 
 
+def test_legacy_config_gives_legacy_fingerprints():
+    """A store header written by the first releases rebuilds a pipeline with their exact fingerprints."""
+    legacy_config = {"kind": "simhash64", "scheme": 1, "tokenizer": 1, "unicode": "14.0.0", "shingle": 3,
+                     "seed": 0, "weighting": "tf", "idf": None, "min_tokens": 20}
+    pipe = fpstore.Pipeline.from_config(legacy_config)
+    assert pipe.config == legacy_config and pipe.id == "7d098142278897b3"
+    assert pipe.kind == "simhash64" and pipe.html == "off"
+    gold = GOLDEN["pipelines"]["default"]
+    for t, fp in zip(GOLDEN["texts"], gold["fingerprints"]):
+        assert f"{pipe.fingerprint(t):016x}" == fp
+
+
 def test_config_round_trip_and_refusals():
     """from_config rebuilds the same pipeline; unknown schemes, fields or idf mismatches are refused."""
     idf = _idf()
-    pipe = fpstore.Pipeline(shingle=4, seed=9, weighting="idf", idf=idf, min_tokens=3)
+    for p in (fpstore.Pipeline(shingle=2, seed=3, min_tokens=4), fpstore.Pipeline(html="off"), fpstore.Pipeline(kind="simhash64")):
+        assert fpstore.Pipeline.from_config(p.config).id == p.id
+    with pytest.raises(FormatError, match="kind"):
+        fpstore.Pipeline.from_config({**fpstore.Pipeline().config, "kind": "minhash9"})
+    with pytest.raises(FormatError, match="html"):
+        fpstore.Pipeline.from_config({**fpstore.Pipeline().config, "html": "off"})
+    with pytest.raises(FormatError):
+        fpstore.Pipeline.from_config({**fpstore.Pipeline().config, "html": "main-v9"})
+    with pytest.raises(FormatError):
+        fpstore.Pipeline.from_config({**fpstore.Pipeline().config, "weighting": "tf"})
+    pipe = fpstore.Pipeline(shingle=4, seed=9, weighting="idf", idf=idf, min_tokens=3, kind="simhash64")
     assert fpstore.Pipeline.from_config(pipe.config, idf).id == pipe.id
     with pytest.raises(FormatError, match="idf"):
         fpstore.Pipeline.from_config(pipe.config, None)
@@ -155,7 +211,9 @@ def test_config_round_trip_and_refusals():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"shingle": 0}, {"shingle": 17}, {"seed": -1}, {"seed": 2**64}, {"weighting": "bm25"}, {"weighting": "idf"}, {"min_tokens": -1}],
+    [{"shingle": 0}, {"shingle": 17}, {"seed": -1}, {"seed": 2**64}, {"weighting": "bm25"}, {"weighting": "idf"},
+     {"min_tokens": -1}, {"kind": "bogus"}, {"html": "bogus"}, {"weighting": "tf"}, {"kind": "simhash64", "weighting": "set"},
+     {"kind": "simhash64", "weighting": "idf"}],
 )
 def test_bad_pipeline_parameters(kwargs):
     """Out-of-range parameters raise InputError (a ValueError)."""
@@ -187,7 +245,7 @@ def test_idf_weighting_lets_stopwords_barely_vote():
     docs = [" ".join(rng.choice(VOCAB) for _ in range(200)) for _ in range(50)]
     stop = ["the", "of", "and", "a", "to"]
     idf = fpstore.IdfTable.build([d + " " + " ".join(stop) for d in docs])
-    tf, weighted = fpstore.Pipeline(), fpstore.Pipeline(weighting="idf", idf=idf)
+    tf, weighted = fpstore.Pipeline(kind="simhash64"), fpstore.Pipeline(kind="simhash64", weighting="idf", idf=idf)
     moved_tf = moved_idf = 0
     for d in docs:
         noisy = d + " " + " ".join(rng.choice(stop) for _ in range(150))
@@ -267,3 +325,59 @@ def test_hamming_helpers():
         fpstore.hamming(-1, 0)
     with pytest.raises(InputError):
         fpstore.hamming_many(np.array([1.0]), a)
+
+
+def test_minhash1_counts_each_distinct_shingle_once():
+    """Repeating a text's shingles changes nothing for minhash1 (a set), but moves simhash64 tf."""
+    rng = random.Random(11)
+    base = _doc(rng, 200)
+    repeated = " ".join(base + base[:50] * 4)
+    once = " ".join(base + base[:50])
+    mh = fpstore.Pipeline()
+    assert mh.fingerprint(once) == mh.fingerprint(" ".join(base + base[:50] + base[:50]))
+    assert fpstore.hamming(mh.fingerprint(once), mh.fingerprint(repeated)) <= 2  # only the seams differ
+
+
+def test_minhash1_distance_tracks_jaccard():
+    """Mean distance over many pairs is 32 * (1 - J) within a few percent, for J = 0.5 and J = 0.8."""
+    rng = random.Random(12)
+    pipe = fpstore.Pipeline(shingle=1)
+    for target in (0.5, 0.8):
+        ds = []
+        for i in range(300):
+            common = [f"c{i}x{j}" for j in range(int(400 * target / (1 + target) * 2))]
+            rest = int((len(common) / target - len(common)) / 2)
+            a = common + [f"a{i}x{j}" for j in range(rest)]
+            b = common + [f"b{i}x{j}" for j in range(rest)]
+            j_true = len(common) / (len(common) + 2 * rest)
+            ds.append(fpstore.hamming(pipe.fingerprint(" ".join(a)), pipe.fingerprint(" ".join(b))) / (32 * (1 - j_true)))
+        assert 0.9 < np.mean(ds) < 1.1, (target, np.mean(ds))
+
+
+PAGE = (
+    "<!DOCTYPE html><html><head><title>{t}</title><script>var a = {t!r};</script></head><body>"
+    "<nav>{nav}</nav><main><h1>{t}</h1><p>{body}</p></main><footer>{foot}</footer></body></html>"
+)
+
+
+def test_raw_html_is_reduced_to_its_main_content():
+    """A raw page fingerprints like its main text; navigation, footer and scripts do not vote."""
+    rng = random.Random(13)
+    body = " ".join(_doc(rng, 300))
+    a = PAGE.format(t="Title", nav="Home Docs Blog " * 30, body=body, foot="Copyright 2024")
+    b = PAGE.format(t="Title", nav="Other site menu entirely " * 50, body=body, foot="(c) someone else, 1999")
+    pipe = fpstore.Pipeline()
+    assert pipe.fingerprint(a) == pipe.fingerprint(b) == pipe.fingerprint("Title " + body)
+    assert pipe.fingerprint(a.encode()) == pipe.fingerprint(a)
+    assert pipe.signatures([a, b]).values.tolist() == [pipe.fingerprint(a)] * 2
+    off = fpstore.Pipeline(html="off")
+    assert off.fingerprint(a) != off.fingerprint(b)
+
+
+def test_html_off_and_plain_text_are_untouched():
+    """Text that does not look like HTML is fingerprinted as it is, whatever the html mode."""
+    t = "<stdin> is a file name; 3 < 4 and 5 > 2 " * 10
+    assert fpstore.Pipeline().fingerprint(t) == fpstore.Pipeline(html="off").fingerprint(t)
+    assert fpstore.Pipeline().prepare("plain text") == "plain text"
+    with pytest.raises(TypeError, match="index 1"):
+        fpstore.Pipeline().signatures(["<p>a</p>", 5])

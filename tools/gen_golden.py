@@ -1,9 +1,15 @@
-"""Write ``tests/golden/fingerprints_v1.json``: the fingerprints that pin pipeline scheme 1.
+"""Write the golden fingerprints that pin every pipeline version this build supports.
 
-    python tools/gen_golden.py
+    cd /work/main && PYTHONPATH=/work/main python tools/gen_golden.py
 
-Run this only when a pipeline change is deliberate (a new scheme or tokenizer version); the golden
-test fails on any other change to a fingerprint, which is the point.
+* ``tests/golden/fingerprints_v1.json``: SimHash scheme 1 without HTML extraction, the pipelines
+  of fpstore's first releases (their ids and fingerprints must never change: stores made with
+  them must stay readable). Regenerating it must leave the file byte-identical.
+* ``tests/golden/fingerprints_v2.json``: the current defaults (MinHash1 scheme 1, HTML main-v1)
+  and their variants, on the same texts plus raw HTML pages.
+
+Run this only when a pipeline change is deliberate (a new scheme, kind, extractor or tokenizer
+version); the golden test fails on any other change to a fingerprint, which is the point.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import pathlib
 
 import fpstore
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "golden" / "fingerprints_v1.json"
+GOLDEN_DIR = pathlib.Path(__file__).resolve().parent.parent / "tests" / "golden"
 
 TEXTS = [
     "",
@@ -34,28 +40,68 @@ TEXTS = [
     " ".join(f"word{i % 97}" for i in range(1000)),
 ]
 
+_LEGACY = {"kind": "simhash64", "html": "off"}
+
+# Version 1: the pipelines of the first releases, spelled out (their defaults were these).
 PIPELINES = {
-    "default": fpstore.Pipeline(),
-    "shingle1": fpstore.Pipeline(shingle=1),
-    "shingle5_seed": fpstore.Pipeline(shingle=5, seed=0xDEADBEEFCAFEF00D),
+    "default": fpstore.Pipeline(**_LEGACY),
+    "shingle1": fpstore.Pipeline(shingle=1, **_LEGACY),
+    "shingle5_seed": fpstore.Pipeline(shingle=5, seed=0xDEADBEEFCAFEF00D, **_LEGACY),
     "idf": fpstore.Pipeline(
-        weighting="idf", idf=fpstore.IdfTable({"the": 0, "fox": 200, "quick": 50, "ut": 3}, default=100)
+        weighting="idf", idf=fpstore.IdfTable({"the": 0, "fox": 200, "quick": 50, "ut": 3}, default=100), **_LEGACY
     ),
 }
 
+_PAGE = (
+    "<!DOCTYPE html><html><head><title>Site - {title}</title><style>p {{color: red}}</style></head><body>"
+    "<nav><a href='/'>Home</a> <a href='/docs'>Documentation</a> <a href='/blog'>Blog</a></nav>"
+    "<header><h1>Example site</h1></header><main><h2>{title}</h2>{body}</main>"
+    "<footer>Copyright 2024 Example. All rights reserved.</footer><script>var x = 1;</script></body></html>"
+)
+HTML_TEXTS = [
+    _PAGE.format(title="The fox", body="<p>The <b>quick</b> brown fox jumps over the lazy dog.</p>"),
+    _PAGE.format(title="Lorem", body="<p>" + TEXTS[12] + "</p><pre><span class='k'>def</span> f(): pass</pre>"),
+    "<p>A fragment</p><p>with a few</p><div>paragraphs &amp; an entity &eacute;</div>",
+    "<html><body><article>only article text here</article></body></html>",
+    "<stdin> is not markup, and neither is this line",
+    "\ufeff<!doctype html><body>" + "word " * 30 + "<nav>menu</nav></body>",
+]
 
-def main() -> None:
-    data = {"texts": TEXTS, "pipelines": {}}
-    for name, pipe in PIPELINES.items():
+# Version 2: this build's defaults and variants.
+PIPELINES_V2 = {
+    "default": fpstore.Pipeline(),
+    "shingle1": fpstore.Pipeline(shingle=1),
+    "shingle5_seed": fpstore.Pipeline(shingle=5, seed=0xDEADBEEFCAFEF00D),
+    "html_off": fpstore.Pipeline(html="off"),
+    "simhash64_html": fpstore.Pipeline(kind="simhash64"),
+}
+
+GOLDEN = {"fingerprints_v1.json": (TEXTS, PIPELINES), "fingerprints_v2.json": (TEXTS + HTML_TEXTS, PIPELINES_V2)}
+
+
+def write(name: str) -> None:
+    texts, pipelines = GOLDEN[name]
+    data = {"texts": texts, "pipelines": {}}
+    for name_, pipe in pipelines.items():
         sigs = [pipe.signature(t) for t in TEXTS]
-        data["pipelines"][name] = {
+        data["pipelines"][name_] = {
             "id": pipe.id,
+            "config": pipe.config,
             "fingerprints": [f"{s.fingerprint:016x}" for s in sigs],
             "tokens": [s.tokens for s in sigs],
             "content_hashes": [s.content_hash.hex() for s in sigs],
         }
-    OUT.write_text(json.dumps(data, indent=1, ensure_ascii=True) + "\n")
-    print(f"wrote {OUT}")
+    if name == "fingerprints_v1.json":
+        for p in data["pipelines"].values():
+            del p["config"]  # version 1 files predate the field: keep them byte-identical
+    out = GOLDEN_DIR / name
+    out.write_text(json.dumps(data, indent=1, ensure_ascii=True) + "\n")
+    print(f"wrote {out}")
+
+
+def main() -> None:
+    for name in GOLDEN:
+        write(name)
 
 
 if __name__ == "__main__":
