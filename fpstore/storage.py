@@ -313,8 +313,9 @@ class Storage:
     # -- transactions -------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def read(self, *, buffers: bool = False) -> Iterator[lmdb.Transaction]:
-        """A read-only snapshot. With ``buffers=True`` values are views valid inside it only."""
+    def read(self, *, buffers: bool = True) -> Iterator[lmdb.Transaction]:
+        """A read-only snapshot. Values are views into the map, valid inside it only (copying
+        a multi-MiB run chunk per probe would cost milliseconds): copy what must outlive it."""
         env = self.env
         self._maybe_reader_check()
         for attempt in range(3):
@@ -355,7 +356,9 @@ class Storage:
         self._maybe_reader_check()
         while True:
             try:
-                txn = env.begin(write=True)
+                # Views, as for reads; valid until the next write in the transaction, so callers
+                # decode what they read before writing.
+                txn = env.begin(write=True, buffers=True)
             except lmdb.MapResizedError:
                 env.set_mapsize(0)
                 continue

@@ -307,6 +307,9 @@ class Store:
         with self._storage.read() as txn:
             raw = txn.get(H_HEADER, db=self._storage.dbs["meta"])
             idf_raw = txn.get(H_IDF, db=self._storage.dbs["meta"])
+            # Views point into the map: copy what outlives the transaction.
+            raw = bytes(raw) if raw is not None else None
+            idf_raw = bytes(idf_raw) if idf_raw is not None else None
         if raw is None:
             raise NotAStoreError(f"{path} has no fpstore header")
         header = self._decode_header(raw)
@@ -755,7 +758,8 @@ class Store:
         n = len(typed_keys)
         fps = sigs.values
         short = sigs.short if sigs.short is not None else np.zeros(n, dtype=bool)
-        has_text = texts is not None
+        # Content hashes come with texts, and with Fingerprints that carry them (an import).
+        has_hash = sigs.content_hashes is not None
         # Last occurrence of a key wins; earlier ones are dropped before any write.
         last: dict[bytes, int] = {}
         for i, t in enumerate(typed_keys):
@@ -780,8 +784,8 @@ class Store:
                 else:
                     count += 1
                 ids[i] = doc_id
-                flags = (FLAG_TEXT if has_text else 0) | (FLAG_SHORT if short[i] else 0)
-                content_hash = sigs.content_hash(i) if has_text else None
+                flags = (FLAG_TEXT if has_hash else 0) | (FLAG_SHORT if short[i] else 0)
+                content_hash = sigs.content_hash(i) if has_hash else None
                 packed_id = _U64.pack(doc_id)
                 docs.append((packed_id, _pack_record(typed, int(fps[i]), content_hash, 0, flags)))
                 key_items.append((_lookup_key(typed), packed_id))
@@ -1087,6 +1091,7 @@ class Store:
         key, _ = self._encode_checkpoint((name, None))
         with self._storage.read() as txn:
             raw = txn.get(key, db=self._meta)
+            raw = bytes(raw) if raw is not None else None
         if raw is None:
             return None
         try:

@@ -141,7 +141,7 @@ def delete_prefix(txn: lmdb.Transaction, db: Any, prefix: bytes) -> None:
     if not cur.set_range(prefix):
         return
     while True:
-        key = cur.key()
+        key = bytes(cur.key())
         if not key.startswith(prefix):
             return
         if not cur.delete():
