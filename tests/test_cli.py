@@ -225,7 +225,9 @@ def test_info(built):
     assert d["documents"] == len(corpus()) + len(mtw.TEXT_URIS)
     assert d["bytes_per_fingerprint"] > 0 and 0 < d["lmdb"]["map_used"] < 1
     assert isinstance(d["lmdb"]["readers"], list) and d["lmdb"]["databases"]["docs"]["entries"] == d["documents"]
-    text = cli("info", built).out
+    r = cli("info", built)
+    assert r.code == 0, r.err
+    text = r.out
     for word in ("pipeline", "design", "documents", "bytes per fingerprint", "readers", "free"):
         assert word in text
 
