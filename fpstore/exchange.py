@@ -220,7 +220,7 @@ def read_stream(fh: IO[bytes]) -> tuple[StreamHeader, StreamRecords]:
     try:
         first = next(objects)
     except StopIteration:
-        raise FormatError("the stream is empty (no header)") from None
+        raise FormatError("the stream ends before its header: it is empty or truncated") from None
     header = _check_header(first)
     return header, StreamRecords(objects, header, fh)
 
