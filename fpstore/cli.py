@@ -139,14 +139,19 @@ def _open(path: str, *, readonly: bool = True) -> fpstore.Store:
 
 def _pipeline_from(args: argparse.Namespace, defaults: bool) -> fpstore.Pipeline | None:
     """The pipeline the options ask for; None when no option was given and ``defaults`` is False."""
-    given = {name: getattr(args, name) for name in ("shingle", "seed", "min_tokens") if getattr(args, name) is not None}
+    given = {name: getattr(args, name) for name in ("kind", "html", "shingle", "seed", "min_tokens") if getattr(args, name) is not None}
     if not given and not defaults:
         return None
     return fpstore.Pipeline(**given)
 
 
 def _add_pipeline_options(p: argparse.ArgumentParser, note: str = "") -> None:
+    from fpstore.pipeline import HTML_MODES, KINDS
+
     g = p.add_argument_group("pipeline" + note)
+    g.add_argument("--kind", choices=sorted(KINDS), default=None, help="fingerprint kind (default: the default pipeline's)")
+    g.add_argument("--html", choices=list(HTML_MODES), default=None,
+                   help="HTML handling: reduce HTML input to its main content, or 'off' (default: the default pipeline's)")
     g.add_argument("--shingle", type=int, default=None, metavar="W", help="words per shingle (default 3)")
     g.add_argument("--seed", type=int, default=None, help="64-bit hash seed (default 0)")
     g.add_argument("--min-tokens", type=int, default=None, metavar="N",
@@ -956,6 +961,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("demo", _cmd_demo, store=False, json_out=False)
     p.add_argument("-k", type=int, default=6, help="Hamming radius (default 6)")
+
+    from fpstore import evaluate_cli
+
+    evaluate_cli.register(sub)
     return parser
 
 

@@ -510,11 +510,6 @@ def test_export_import_round_trip_answers_identically(built, tmp_path):
     assert answers(tmp_path / "piped.fps", texts) == answers(built, texts)
 
 
-@pytest.mark.xfail(
-    reason="Store.add_many(fingerprints=Fingerprints(..., content_hashes=...)) drops the content hashes, "
-    "so short texts (matched only by content hash) are not found after an import",
-    strict=False,
-)
 def test_export_import_round_trip_keeps_the_exact_tier(built, tmp_path):
     """Short texts match the same documents after export and import."""
     stream = tmp_path / "dump.fpx"
