@@ -23,7 +23,7 @@ from typing import IO, Any, Callable, Iterator, Sequence
 import numpy as np
 
 import fpstore
-from fpstore.errors import FpstoreError, InputError, NotAStoreError
+from fpstore.errors import FpstoreError, InputError, PipelineMismatchError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 PROG = "fpstore-admin"
@@ -731,8 +731,18 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise InputError("the same source is given twice")
     created = not os.path.exists(os.path.join(args.store, "data.mdb"))
-    store = fpstore.open(args.store, k=args.k, pipeline=_pipeline_from(args, False),
+    store = fpstore.open(args.store, k=args.k, pipeline=_pipeline_from(args, False) if created else None,
                          design=args.design, expected_size=args.expected_size)
+    if not created:
+        # Pipeline options name fields of the existing store's pipeline: each must match.
+        given = {f: getattr(args, f) for f in ("kind", "html", "shingle", "seed", "min_tokens") if getattr(args, f) is not None}
+        differ = {f: (store.pipeline.config.get(f), v) for f, v in given.items() if store.pipeline.config.get(f) != v}
+        if differ:
+            store.close()
+            raise PipelineMismatchError(
+                f"{args.store} was created with " + ", ".join(f"{f}={a!r}, not {b!r}" for f, (a, b) in differ.items())
+                + "; fingerprints of different pipelines are not comparable: ingest into a new store instead"
+            )
     stop = threading.Event()
     interrupted = {"n": 0}
 

@@ -365,6 +365,16 @@ def test_ingest_bad_jsonl_stop_keeps_what_came_before(tmp_path):
         assert len(s) == 6
 
 
+def test_ingest_pipeline_options_must_match_an_existing_store(tmp_path):
+    """Pipeline options create a new store's pipeline; for an existing store each must match."""
+    src = write_jsonl(tmp_path / "a.jsonl", corpus()[:3])
+    store = tmp_path / "s.fps"
+    assert cli("ingest", store, src, "--shingle", "2", "--kind", "simhash64").code == 0
+    r = cli("ingest", store, src, "--shingle", "3")
+    assert r.code == 2 and "shingle=2, not 3" in r.err and "kind" not in r.err
+    assert cli("ingest", store, src, "--shingle", "2").code == 0
+
+
 def test_ingest_directory_notes_binary_files(tmp_path):
     """A directory of files: keys are relative paths, binary files are skipped with a note (exit 0)."""
     root = tmp_path / "site"
