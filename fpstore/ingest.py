@@ -29,6 +29,7 @@ import hashlib
 import io
 import json
 import os
+import stat
 import threading
 import time
 import zlib
@@ -42,6 +43,7 @@ __all__ = [
     "IngestResult",
     "Item",
     "JsonlSource",
+    "Note",
     "Problem",
     "SampleSource",
     "Source",
@@ -277,7 +279,7 @@ class DirectorySource(Source):
                         st = os.stat(full)
                     except OSError:
                         continue
-                    if not _is_regular(st.st_mode):
+                    if not stat.S_ISREG(st.st_mode):
                         continue
                     rel = name if rel_root == "." else f"{rel_root}/{name}".replace(os.sep, "/")
                     out.append((tuple(rel.split("/")), rel, st.st_size))
@@ -326,12 +328,6 @@ class DirectorySource(Source):
 
     def describe(self, pos: dict[str, Any] | None) -> str:
         return "the start" if not pos else f"file {pos.get('count')} ({pos.get('file')})"
-
-
-def _is_regular(mode: int) -> bool:
-    import stat
-
-    return stat.S_ISREG(mode)
 
 
 def _load_fastwarc() -> Any:
