@@ -502,7 +502,10 @@ def _lmdb_check(store: fpstore.Store, tmp_parent: str | None) -> tuple[list[str]
     the copy, and open the copy as a store."""
     problems: list[str] = []
     parent = tmp_parent or os.path.dirname(os.path.abspath(store.path))
-    tmp = tempfile.mkdtemp(prefix=".fpstore-verify-", dir=parent)
+    try:
+        tmp = tempfile.mkdtemp(prefix=".fpstore-verify-", dir=parent)
+    except OSError as exc:
+        raise InputError(f"cannot make a temporary copy in {parent} ({exc.strerror}); pass --tmp DIR or --no-copy") from None
     facts: dict[str, Any] = {}
     try:
         store._storage.env.copy(tmp, compact=True)
