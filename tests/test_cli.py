@@ -375,6 +375,16 @@ def test_ingest_pipeline_options_must_match_an_existing_store(tmp_path):
     assert cli("ingest", store, src, "--shingle", "2").code == 0
 
 
+def test_ingest_progress_bar(tmp_path):
+    """--progress draws a bar with percent, rate and ETA on stderr, ending at 100%."""
+    src = write_jsonl(tmp_path / "p.jsonl", corpus())
+    r = cli("ingest", tmp_path / "s.fps", src, "--progress", "--batch-size", "5")
+    assert r.code == 0
+    last = r.err.split("\r")[-1]
+    assert "100.0%" in last and "docs/s" in last and "MB/s" in last and "ETA" in last
+    assert "\r[" not in cli("ingest", tmp_path / "t.fps", src).err  # not a terminal: no bar
+
+
 def test_ingest_directory_notes_binary_files(tmp_path):
     """A directory of files: keys are relative paths, binary files are skipped with a note (exit 0)."""
     root = tmp_path / "site"
