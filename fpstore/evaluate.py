@@ -570,8 +570,10 @@ def format_curve(c: Curve) -> str:
     return "\n".join(rows)
 
 
-def plot(curves: Sequence[Curve], path: str | os.PathLike, title: str = "", target_precision: float | None = None) -> None:
-    """Write a PNG of precision and recall against k for each Hamming curve.
+def plot(curves: Sequence[Curve], path: str | os.PathLike, title: str = "", target_precision: float | None = None,
+         metric: str = "pr") -> None:
+    """Write a PNG of precision and recall (``metric="pr"``) or of F1 (``"f1"``) against k for each
+    Hamming curve.
 
     Raises :class:`ImportError` with the install command when matplotlib is missing.
     """
@@ -586,12 +588,15 @@ def plot(curves: Sequence[Curve], path: str | os.PathLike, title: str = "", targ
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for n, c in enumerate(x for x in curves if not _is_similarity(x)):
         col = colors[n % len(colors)]
+        if metric == "f1":
+            ax.plot(c.ks, c.f1, "-o", color=col, ms=3, label=c.name)
+            continue
         ax.plot(c.ks, c.precision, "-o", color=col, ms=3, label=f"{c.name}: precision")
         ax.plot(c.ks, c.recall, "--s", color=col, ms=3, label=f"{c.name}: recall")
-    if target_precision is not None:
+    if target_precision is not None and metric != "f1":
         ax.axhline(target_precision, color="grey", lw=0.8, ls=":")
     ax.set_xlabel("k (Hamming distance)")
-    ax.set_ylabel("precision / recall")
+    ax.set_ylabel("F1" if metric == "f1" else "precision / recall")
     ax.set_ylim(0, 1.02)
     ax.set_xticks(range(0, MAX_K + 1, 2))
     ax.grid(alpha=0.3)

@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         print(ev.format_table(rep2.curves))
         ev.plot(rep2.curves, args.out / "weighting.png", title="weighting and MinHash form", target_precision=0.95)
         if args.img:
-            ev.plot([c for c in rep2.curves if "tf (proto)" not in c.name or "ln" in c.name], args.img / "weighting.png",
-                    title="weighting: precision (solid) and recall (dashed) by k", target_precision=0.95)
+            ev.plot(rep2.curves, args.img / "weighting.png", title="F1 by k: weighting and MinHash form (HTML main-v1, w=3)",
+                    metric="f1")
 
         seeds = {f"minhash1 seed {s}": pipe(seed=s) for s in range(5)}
         seeds.update({f"simhash tf main-v1 seed {s}": pipe(kind="simhash64", seed=s) for s in range(5)})
@@ -185,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         report["widths"] = rep3.to_dict()
         print("\n### Shingle width (minhash1, main-v1; truth stays word 3-shingle J >= 0.8), F1 by k\n")
         print(ev.format_table(rep3.curves))
+        if args.img:
+            ev.plot(rep3.curves, args.img / "shingle_width.png", title="F1 by k: shingle width (minhash1, HTML main-v1)", metric="f1")
         for thr in (0.7, 0.9):
             r = ev.evaluate_corpus(corpus, {"minhash1 (default)": pipe(), "simhash tf, main-v1": pipe(kind="simhash64", html="main-v1")},
                                    threshold=thr, reference=True)
