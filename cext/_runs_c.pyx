@@ -479,3 +479,102 @@ cdef void _copy_hits(Hits* h, int64_t[::1] qpos, uint64_t[::1] key, uint8_t[::1]
     memcpy(&qpos[0], h.qpos, h.n * sizeof(int64_t))
     memcpy(&key[0], h.key, h.n * sizeof(uint64_t))
     memcpy(&dist[0], h.dist, h.n * sizeof(uint8_t))
+
+
+def locate(const uint64_t[::1] bounds, uint64_t lo, uint64_t hi):
+    """Blocks ``b0 .. b1 - 1`` meeting ``[lo, hi]``: see ``fpstore._runs_py.locate``."""
+    cdef Py_ssize_t nb = bounds.shape[0] - 1, a, z, mid
+    if nb <= 0:
+        return 0, 0
+    # b0: first b in 0..nb-1 with bounds[b + 1] >= lo (nb when none).
+    a, z = 0, nb
+    while a < z:
+        mid = (a + z) >> 1
+        if bounds[mid + 1] < lo:
+            a = mid + 1
+        else:
+            z = mid
+    cdef Py_ssize_t b0 = a
+    # b1: first b in 0..nb-1 with bounds[b] > hi (nb when none).
+    a, z = 0, nb
+    while a < z:
+        mid = (a + z) >> 1
+        if bounds[mid] <= hi:
+            a = mid + 1
+        else:
+            z = mid
+    return b0, a
+
+
+def probe_blocks(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] ends,
+                 const int64_t[::1] counts, const uint64_t[::1] bounds, Py_ssize_t b0, Py_ssize_t b1,
+                 uint64_t lo, uint64_t hi, uint64_t query, int k):
+    """Keys of blocks b0..b1-1 in [lo, hi] within k of query: see ``fpstore._runs_py.probe_blocks``."""
+    cdef Py_ssize_t nb = starts.shape[0], b, i
+    if ends.shape[0] != nb or counts.shape[0] != nb or bounds.shape[0] != nb + 1:
+        raise ValueError("starts, ends, counts and bounds disagree in length")
+    if b0 < 0 or b1 > nb:
+        raise ValueError("block range outside the run")
+    cdef const uint8_t* bp = &buf[0] if buf.shape[0] > 0 else NULL
+    cdef int64_t n
+    cdef int err
+    cdef uint64_t key
+    cdef int64_t maxn = 1
+    for b in range(b0, b1):
+        if maxn < counts[b] <= C_MAX_ENTRIES:
+            maxn = counts[b]
+    # Sized by the blocks in range (a few KiB), not the format's maximum, so malloc stays cheap.
+    cdef uint64_t* tmp = <uint64_t*>malloc(maxn * sizeof(uint64_t))
+    if tmp == NULL:
+        raise MemoryError()
+    out = []
+    try:
+        for b in range(b0, b1):
+            n = counts[b]
+            if n < 1 or n > C_MAX_ENTRIES:
+                return ERR_COUNT, b, []
+            err = _decode_block(bp, buf.shape[0], starts[b], ends[b], n, bounds[b], bounds[b + 1], tmp)
+            if err:
+                return err, b, []
+            for i in range(n):
+                key = tmp[i]
+                if lo <= key <= hi and fps_popcount64(key ^ query) <= k:
+                    out.append(key)
+        return OK, -1, out
+    finally:
+        free(tmp)
+
+
+def positions_in_blocks(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] ends,
+                        const int64_t[::1] counts, const uint64_t[::1] bounds, const int64_t[::1] entry_start,
+                        Py_ssize_t b0, Py_ssize_t b1, uint64_t key):
+    """Run positions of ``key`` in blocks b0..b1-1: see ``fpstore._runs_py.positions_in_blocks``."""
+    cdef Py_ssize_t nb = starts.shape[0], b, i
+    if ends.shape[0] != nb or counts.shape[0] != nb or bounds.shape[0] != nb + 1 or entry_start.shape[0] != nb + 1:
+        raise ValueError("index arrays disagree in length")
+    if b0 < 0 or b1 > nb:
+        raise ValueError("block range outside the run")
+    cdef const uint8_t* bp = &buf[0] if buf.shape[0] > 0 else NULL
+    cdef int64_t n, maxn = 1
+    cdef int err
+    for b in range(b0, b1):
+        if maxn < counts[b] <= C_MAX_ENTRIES:
+            maxn = counts[b]
+    cdef uint64_t* tmp = <uint64_t*>malloc(maxn * sizeof(uint64_t))
+    if tmp == NULL:
+        raise MemoryError()
+    out = []
+    try:
+        for b in range(b0, b1):
+            n = counts[b]
+            if n < 1 or n > C_MAX_ENTRIES:
+                return ERR_COUNT, b, []
+            err = _decode_block(bp, buf.shape[0], starts[b], ends[b], n, bounds[b], bounds[b + 1], tmp)
+            if err:
+                return err, b, []
+            for i in range(n):
+                if tmp[i] == key:
+                    out.append(entry_start[b] + i)
+        return OK, -1, out
+    finally:
+        free(tmp)

@@ -11,13 +11,15 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from fpstore import _backend
+from fpstore import _backend, runs as runs_codec
 from fpstore.design import Design, designs_for_k
 from fpstore.tiers import Run
 
 _search = _backend.load("search")
 
 __all__ = ["batch_probe_runs", "join_design", "pairs_within", "probe_runs"]
+
+_M64 = 0xFFFFFFFFFFFFFFFF
 
 
 def probe_runs(runs: Iterable[Run], design: Design, fp: int, k: int) -> list[tuple[int, int, int]]:
@@ -28,14 +30,19 @@ def probe_runs(runs: Iterable[Run], design: Design, fp: int, k: int) -> list[tup
         if not run.count:
             continue
         hits: dict[int, int] = {}
-        for t in range(len(design.tables)):
+        for t, table in enumerate(design.tables):
             perm = design.permute_one(fp, t)
             tab = run.table(t)
-            for lo, hi in design.probe_prefixes(perm, t):
-                for cand in tab.probe(lo, hi).tolist():
-                    d = (cand ^ perm).bit_count()
-                    if d <= k:
-                        hits[design.unpermute_one(cand, t)] = d
+            if table.flips:
+                ranges = design.probe_prefixes(perm, t)
+            else:
+                low = _M64 >> table.prefix_bits if table.prefix_bits < 64 else 0
+                ranges = [(perm & ~low & _M64, perm | low)]
+            for lo, hi in ranges:
+                # The kernel keeps keys within k of the unflipped query, so flipped prefixes
+                # (multi-probe designs) are verified against the real query too.
+                for cand in runs_codec.probe_one(tab.get, tab.index, lo, hi, perm, k):
+                    hits[design.unpermute_one(cand, t)] = (cand ^ perm).bit_count()
         if hits:
             fps = np.array(sorted(hits), dtype=np.uint64)
             ki, ids = run.ids_of(fps)
@@ -75,8 +82,6 @@ def batch_probe_runs(
     out_id: list[np.ndarray] = []
     out_d: list[np.ndarray] = []
     out_fp: list[np.ndarray] = []
-    from fpstore import runs as runs_codec
-
     for run in runs:
         if not run.count or not len(queries):
             continue

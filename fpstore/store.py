@@ -133,6 +133,13 @@ def _unpack_record(raw: bytes) -> tuple[bytes, int, bytes | None, int, int]:
     return typed, fp, content_hash, canonical, flags
 
 
+def _fingerprint_int(value: object) -> int:
+    """One fingerprint as a Python int, checked (no numpy on the single-query path)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and 0 <= int(value) < 1 << 64:
+        return int(value)
+    raise InputError(f"fingerprint must be an int in 0..2**64-1, got {value!r}")
+
+
 def _u64(raw: bytes, what: str) -> int:
     if len(raw) != 8:
         raise CorruptionError(f"{what} is {len(raw)} bytes, expected 8")
@@ -520,6 +527,8 @@ class Store:
         """Ids in the incremental tables within ``k`` of ``fp`` → (distance, fingerprint)."""
         design = self.design
         found: dict[int, tuple[int, int]] = {}
+        if txn.stat(self._tables[0])["entries"] == 0:  # all compacted into runs: skip T seeks
+            return found
         for t, db in enumerate(self._tables):
             perm = design.permute_one(fp, t)
             cur = txn.cursor(db=db)
@@ -582,7 +591,9 @@ class Store:
         return {int(ids[i]): (int(dist[i]), int(fps[i])) for i in sel}
 
     def _matches(self, txn: lmdb.Transaction, found: dict[int, tuple[int, int]]) -> list[Match]:
-        return _sort_matches([Match(self._key_of(txn, i), d, f, i) for i, (d, f) in found.items()])
+        ids = list(found)
+        keys = self._keys_of(txn, ids)
+        return _sort_matches([Match(key, found[i][0], found[i][1], i) for key, i in zip(keys, ids)])
 
     # -- writing helpers (inside a write transaction) -------------------------------------------
 
@@ -644,7 +655,7 @@ class Store:
             fp, short, content_hash, flags = sig.fingerprint, sig.short, sig.content_hash, FLAG_TEXT
         else:
             self._check_pipeline_id(pipeline_id)
-            fp = int(as_fingerprint_array([fingerprint], "fingerprint")[0])
+            fp = _fingerprint_int(fingerprint)
             short, content_hash, flags = False, None, 0
         if short:
             flags |= FLAG_SHORT
@@ -1132,7 +1143,7 @@ class Store:
                 content_hash = sig.content_hash
         else:
             self._check_pipeline_id(pipeline_id)
-            fp = int(as_fingerprint_array([fingerprint], "fingerprint")[0])
+            fp = _fingerprint_int(fingerprint)
         with self._storage.read() as txn:
             if content_hash is not None:
                 found = {i: (0, fp) for i in self._content_ids(txn, content_hash)}
@@ -1222,9 +1233,8 @@ class Store:
             else:
                 pending.append(doc_id)
         if pending:
-            dead = set(self._dead_ids(txn).tolist())
             for seg in self._segments(txn):
-                mine = sorted(i for i in pending if seg.holds(i) and i not in dead)
+                mine = sorted(i for i in pending if seg.holds(i) and not self._is_dead(txn, i))
                 typed.update(zip(mine, seg.keys_at([i - seg.base for i in mine])))
         try:
             return [_untyped_key(typed[i]) for i in ids]
