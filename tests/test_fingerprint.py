@@ -381,3 +381,19 @@ def test_html_off_and_plain_text_are_untouched():
     assert fpstore.Pipeline().prepare("plain text") == "plain text"
     with pytest.raises(TypeError, match="index 1"):
         fpstore.Pipeline().signatures(["<p>a</p>", 5])
+
+
+def test_store_add_takes_raw_html(tmp_path):
+    """Store.add(text=raw HTML) fingerprints the main content: the plain text finds the page, another
+    site's wrapper around the same article is a match, and the store records the new pipeline."""
+    rng = random.Random(14)
+    body = " ".join(_doc(rng, 300))
+    page = PAGE.format(t="Title", nav="Home Docs Blog " * 30, body=body, foot="Copyright 2024")
+    other_site = PAGE.format(t="Title", nav="Another menu " * 40, body=body, foot="Mirror, 2025")
+    with fpstore.open(tmp_path / "s", k=5) as store:
+        assert store.pipeline.id == fpstore.Pipeline().id
+        store.add("page", text=page)
+        assert [m.key for m in store.query(text="Title " + body)] == ["page"]
+        assert [(m.key, m.distance) for m in store.query(text=other_site)] == [("page", 0)]
+        unrelated = PAGE.format(t="Other", nav="Home Docs Blog " * 30, body=" ".join(_doc(rng, 300)), foot="Copyright 2024")
+        assert store.query(text=unrelated) == []
