@@ -48,6 +48,7 @@ from fpstore.errors import InputError
 __all__ = [
     "Corpus",
     "Curve",
+    "Report",
     "Truth",
     "evaluate_corpus",
     "evaluate_pairs",
@@ -114,6 +115,8 @@ def load_corpus(path: str | os.PathLike, *, limit: int | None = None) -> Corpus:
     if p.is_dir():
         for root, dirs, files in os.walk(p):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            if limit is not None and len(texts) >= limit:
+                break
             for name in sorted(files):
                 f = pathlib.Path(root) / name
                 if name.startswith(".") or f.suffix.lower() not in _TEXT_SUFFIXES or f.stat().st_size > 16 << 20:

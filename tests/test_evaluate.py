@@ -172,6 +172,7 @@ def test_load_corpus_directory_and_jsonl(tmp_path):
     (d / "image.png").write_bytes(b"\x89PNG")
     c = ev.load_corpus(d)
     assert c.ids == ["a.txt", "sub/b.html"] and c.formats == ["text", "html"]
+    assert ev.load_corpus(d, limit=1).ids == ["a.txt"]
     assert "menu" in c.truth[1] and "<" not in c.truth[1]
     j = tmp_path / "c.jsonl"
     j.write_text(json.dumps({"id": "x", "text": "<p>a</p><p>b</p><p>c</p>", "truth": "a b c"}) + "\n\n"
