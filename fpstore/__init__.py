@@ -17,13 +17,15 @@ from fpstore.store import AddResult, Document, Match, Store, open
 
 
 @functools.lru_cache(maxsize=16)
-def _pipeline(shingle: int) -> Pipeline:
-    return Pipeline(shingle=shingle)
+def _simhash_pipeline(shingle: int) -> Pipeline:
+    return Pipeline(kind="simhash64", html="off", shingle=shingle)
 
 
 def simhash(text: object, shingle: int = 3) -> int:
-    """64-bit SimHash of ``text`` with the default pipeline and ``shingle`` words per shingle."""
-    return _pipeline(shingle).fingerprint(text)
+    """Charikar's 64-bit SimHash of ``text``: tokenizer v1, ``shingle`` words per shingle, tf
+    weights, no HTML extraction (``Pipeline(kind="simhash64", html="off")``). Stores default to
+    the better-calibrated ``Pipeline()`` (1-bit MinHash, docs/tuning.md)."""
+    return _simhash_pipeline(shingle).fingerprint(text)
 
 
 __all__ = [
