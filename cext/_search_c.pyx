@@ -222,3 +222,89 @@ def components(Py_ssize_t n, const int64_t[::1] a, const int64_t[::1] b):
                 x = parent[x]
             parent[i] = x
     return labels
+
+
+cdef enum:
+    RADIX_BITS = 11
+    RADIX_BINS = 1 << RADIX_BITS
+    RADIX_MASK = RADIX_BINS - 1
+
+
+cdef int _radix_pass_needed(const uint64_t* src, Py_ssize_t n, int shift) noexcept nogil:
+    cdef uint64_t first = (src[0] >> shift) & RADIX_MASK
+    cdef Py_ssize_t i
+    for i in range(1, n):
+        if ((src[i] >> shift) & RADIX_MASK) != first:
+            return 1
+    return 0
+
+
+def radix_sort(const uint64_t[::1] keys, bint with_order=False):
+    """Sorted copy of ``keys`` (and, with ``with_order``, the stable argsort as int64).
+
+    LSD radix sort, 11-bit digits (2,048 bins stay in L1; 16-bit digits measured slower than
+    numpy's sort), six passes; a pass whose digit is equal everywhere is skipped.
+    """
+    cdef Py_ssize_t n = keys.shape[0], i
+    out = np.empty(n, np.uint64)
+    order = np.empty(n if with_order else 0, np.int64)
+    if n == 0:
+        return (out, order) if with_order else out
+    tmp = np.empty(n, np.uint64)
+    tmp_order = np.empty(n if with_order else 0, np.int64)
+    cdef uint64_t[::1] a = out
+    cdef uint64_t[::1] b = tmp
+    cdef int64_t[::1] oa = order
+    cdef int64_t[::1] ob = tmp_order
+    cdef uint64_t* src
+    cdef uint64_t* dst
+    cdef int64_t* osrc
+    cdef int64_t* odst
+    cdef uint64_t* swap
+    cdef int64_t* oswap
+    cdef int64_t* counts = <int64_t*>malloc(RADIX_BINS * sizeof(int64_t))
+    cdef int shift, d
+    cdef int64_t total, c
+    if counts == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            for i in range(n):
+                a[i] = keys[i]
+            if with_order:
+                for i in range(n):
+                    oa[i] = i
+            src, dst = &a[0], &b[0]
+            osrc = &oa[0] if with_order else NULL
+            odst = &ob[0] if with_order else NULL
+            for shift in range(0, 64, RADIX_BITS):
+                if not _radix_pass_needed(src, n, shift):
+                    continue
+                for d in range(RADIX_BINS):
+                    counts[d] = 0
+                for i in range(n):
+                    counts[(src[i] >> shift) & RADIX_MASK] += 1
+                total = 0
+                for d in range(RADIX_BINS):
+                    c = counts[d]
+                    counts[d] = total
+                    total += c
+                for i in range(n):
+                    d = (src[i] >> shift) & RADIX_MASK
+                    dst[counts[d]] = src[i]
+                    if with_order:
+                        odst[counts[d]] = osrc[i]
+                    counts[d] += 1
+                swap = src
+                src = dst
+                dst = swap
+                oswap = osrc
+                osrc = odst
+                odst = oswap
+    finally:
+        free(counts)
+    # An odd number of passes left the result in the scratch arrays.
+    result = out if src == &a[0] else tmp
+    if with_order:
+        return result, (order if (n == 0 or osrc == &oa[0]) else tmp_order)
+    return result

@@ -103,3 +103,10 @@ def components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
             else:
                 parent[rx] = ry
     return np.array([find(i) for i in range(n)], dtype=np.int64)
+
+
+def radix_sort(keys: np.ndarray, with_order: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Sorted copy of uint64 ``keys`` and, with ``with_order``, the stable argsort (int64)."""
+    order = np.argsort(keys, kind="stable").astype(np.int64)
+    out = keys[order].astype(np.uint64)
+    return (out, order) if with_order else out

@@ -473,14 +473,8 @@ class Store:
 
     def _id_of(self, txn: lmdb.Transaction, typed: bytes) -> int | None:
         """The live id of a key: an incremental document's, else the newest bulk load's."""
-        raw = txn.get(_lookup_key(typed), db=self._keys)
-        if raw is not None:
-            doc_id = _u64(raw, "key table entry")
-            # A hashed lookup key could in principle collide; the record holds the full key.
-            if len(typed) > _MAX_RAW_KEY:
-                rec = self._record(txn, doc_id)
-                if rec is None or rec[0] != typed:
-                    return None
+        doc_id = self._id_of_incremental(txn, typed)
+        if doc_id is not None:
             return doc_id
         for seg in reversed(self._segments(txn)):
             doc_id = seg.find(typed)
@@ -489,6 +483,46 @@ class Store:
                 # decides: dead means deleted.
                 return None if self._is_dead(txn, doc_id) else doc_id
         return None
+
+    def _ids_of_many(self, txn: lmdb.Transaction, typed: list[bytes], hashes: np.ndarray | None = None) -> list[int | None]:
+        """:meth:`_id_of` for many keys, with the key segments searched in batches."""
+        out: list[int | None] = [None] * len(typed)
+        pending: list[int] = []
+        for i, t in enumerate(typed):
+            doc_id = self._id_of_incremental(txn, t)
+            if doc_id is not None:
+                out[i] = doc_id
+            else:
+                pending.append(i)
+        segments = self._segments(txn)
+        if not pending or not segments:
+            return out
+        if hashes is None:
+            hashes = np.fromiter((tiers.key_hash(t) for t in typed), dtype=np.uint64, count=len(typed))
+        for seg in reversed(segments):
+            if not pending:
+                break
+            found = seg.find_many([typed[i] for i in pending], hashes[pending])
+            still: list[int] = []
+            for j, i in enumerate(pending):
+                doc_id = found.get(j)
+                if doc_id is None:
+                    still.append(i)
+                elif not self._is_dead(txn, doc_id):  # the newest copy decides (see _id_of)
+                    out[i] = doc_id
+            pending = still
+        return out
+
+    def _id_of_incremental(self, txn: lmdb.Transaction, typed: bytes) -> int | None:
+        raw = txn.get(_lookup_key(typed), db=self._keys)
+        if raw is None:
+            return None
+        doc_id = _u64(raw, "key table entry")
+        if len(typed) > _MAX_RAW_KEY:  # a hashed lookup key could collide: the record holds the key
+            rec = self._record(txn, doc_id)
+            if rec is None or rec[0] != typed:
+                return None
+        return doc_id
 
     def _record(self, txn: lmdb.Transaction, doc_id: int) -> tuple[bytes, int, bytes | None, int, int] | None:
         """(typed key, fingerprint, content hash, canonical id, flags) of a live document, or None."""
@@ -785,9 +819,10 @@ class Store:
             docs: list[tuple[bytes, bytes]] = []
             key_items: list[tuple[bytes, bytes]] = []
             content_items: list[tuple[bytes, bytes]] = []
-            for i in keep.tolist():
+            kept = keep.tolist()
+            old_ids = self._ids_of_many(txn, [typed_keys[i] for i in kept])
+            for i, old_id in zip(kept, old_ids):
                 typed = typed_keys[i]
-                old_id = self._id_of(txn, typed)
                 doc_id = next_id  # new even when replacing (see add)
                 next_id += 1
                 if old_id is not None:
@@ -892,9 +927,12 @@ class Store:
             if keys.ndim != 1 or (keys.dtype.kind == "i" and len(keys) and keys.min() < 0):
                 raise InputError("integer key arrays must be one-dimensional and non-negative")
             int_keys = keys.astype(np.uint64)
-            # The last copy of a key wins: unique over the reversed array finds last positions.
-            _, rev_first = np.unique(int_keys[::-1], return_index=True)
-            keep = np.sort(n - 1 - rev_first)
+            if n < 2 or bool(np.all(int_keys[1:] > int_keys[:-1])):
+                keep = np.arange(n)  # strictly increasing (np.arange ids, say): no repeats
+            else:
+                # The last copy of a key wins: unique over the reversed array finds last positions.
+                _, rev_first = np.unique(int_keys[::-1], return_index=True)
+                keep = np.sort(n - 1 - rev_first)
         else:
             typed_all = [_typed_key(k) for k in keys]  # type: ignore[union-attr]
             last = {t: i for i, t in enumerate(typed_all)}
@@ -907,7 +945,7 @@ class Store:
         m = len(fps)
         if m == 0:
             return 0
-        order = np.argsort(fps, kind="stable")
+        order = search.argsort_u64(fps)
         sorted_fps = fps[order]
         if int_keys is not None:
             int_keys = int_keys[order]
@@ -925,9 +963,9 @@ class Store:
         tables = [fps_prefix]  # table 0 is the identity: the segment's sorted fingerprints serve both
         for t in range(1, len(self.design.tables)):
             prefix = tiers.run_prefix(run_id, t)
-            blobs += tiers.codec_run_blobs(prefix, np.sort(self.design.permute(sorted_fps, t)))
+            blobs += tiers.codec_run_blobs(prefix, search.sort_u64(self.design.permute(sorted_fps, t)))
             tables.append(prefix)
-        horder = np.argsort(hashes, kind="stable")
+        horder = search.argsort_u64(hashes)
         blobs += tiers.codec_run_blobs(tiers.seg_prefix(seg_id, b"h"), hashes[horder])
         ord_blobs, ord_rec = tiers.packed_blobs(tiers.seg_prefix(seg_id, b"o"), horder.astype(np.uint64))
         blobs += ord_blobs
@@ -944,9 +982,11 @@ class Store:
         def work(txn: lmdb.Transaction) -> int:
             replaced = 0
             if check_existing:
-                for i in range(m):
-                    t = b"i" + int(int_keys[i]).to_bytes(8, "big") if int_keys is not None else typed[i]  # type: ignore[index]
-                    old = self._id_of(txn, t)
+                if int_keys is not None:
+                    all_typed = [b"i" + k.to_bytes(8, "big") for k in int_keys.tolist()]
+                else:
+                    all_typed = typed  # type: ignore[assignment]
+                for old in self._ids_of_many(txn, all_typed, hashes):
                     if old is not None:
                         self._remove(txn, old)
                         replaced += 1
@@ -994,11 +1034,11 @@ class Store:
         tables: list[bytes] = []
         new_runs = [r for r in state.runs if r not in merged]
         if len(fps):
-            order = np.argsort(fps, kind="stable")
+            order = search.argsort_u64(fps)
             fps, ids = fps[order], ids[order]
             for t in range(len(self.design.tables)):
                 prefix = tiers.run_prefix(run_id, t)
-                blobs += tiers.codec_run_blobs(prefix, fps if t == 0 else np.sort(self.design.permute(fps, t)))
+                blobs += tiers.codec_run_blobs(prefix, fps if t == 0 else search.sort_u64(self.design.permute(fps, t)))
                 tables.append(prefix)
             id_blobs, id_rec = tiers.packed_blobs(tiers.run_prefix(run_id, 0xFFFF), ids)
             blobs += id_blobs
@@ -1171,13 +1211,14 @@ class Store:
                 keep = ~np.isin(rid.astype(np.uint64), dead)
                 rq, rid, rd = rq[keep], rid[keep], rd[keep]
             iq, iid, idist = self._batch_incremental(txn, fps, kq)
+        if len(iq):
+            # The incremental tables report a document once per table that reaches it.
+            first = search.unique_rows(iq, iid)
+            iq, iid, idist = iq[first], iid[first], idist[first]
+        # Runs report each (query, document) once, and no document is in two tiers.
         q = np.concatenate([rq, iq])
         ids = np.concatenate([rid, iid])
         dist = np.concatenate([rd, idist])
-        if len(q):
-            # A document shared by several tables appears once per table: keep one row.
-            _, first = np.unique(np.stack([q, ids]), axis=1, return_index=True)
-            q, ids, dist = q[first], ids[first], dist[first]
         order = np.lexsort((ids, dist, q))
         return q[order], ids[order], dist[order]
 

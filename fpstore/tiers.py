@@ -301,14 +301,58 @@ class CodecRun:
         return runs.decode_run(self.get, self.index)
 
     def positions(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For uint64 ``keys``: (key index, position) of every stored copy of each."""
-        out_k: list[int] = []
-        out_p: list[int] = []
-        for ki, key in enumerate(keys.tolist()):
-            pos = runs.positions_one(self.get, self.index, key)
-            out_k += [ki] * len(pos)
-            out_p += pos
-        return np.array(out_k, dtype=np.int64), np.array(out_p, dtype=np.int64)
+        """For sorted unique uint64 ``keys``: (key index, position) of every stored copy of each.
+
+        A few keys are looked up block by block; many are merged with the chunks that can hold
+        them, each decoded once.
+        """
+        idx = self.index
+        if idx.count == 0 or not len(keys):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        if len(keys) <= 16:
+            out_k: list[int] = []
+            out_p: list[int] = []
+            for ki, key in enumerate(keys.tolist()):
+                pos = runs.positions_one(self.get, idx, key)
+                out_k += [ki] * len(pos)
+                out_p += pos
+            return np.array(out_k, dtype=np.int64), np.array(out_p, dtype=np.int64)
+        bounds = idx._bounds
+        inside = (keys >= bounds[0]) & (keys <= bounds[-1])
+        first_block = np.searchsorted(bounds[1:], keys[inside], side="left")
+        needed = set(np.unique(idx.chunk[first_block]).tolist())
+        chunk_start = idx._chunk_start
+        # Copies of a key may continue into the next chunk: take it too when the boundary key repeats.
+        for c in sorted(needed):
+            while c + 1 < idx.nchunks and bounds[chunk_start[c + 1]] == bounds[chunk_start[c + 1] - 1]:
+                c += 1
+                needed.add(c)
+        out_ki: list[np.ndarray] = []
+        out_pos: list[np.ndarray] = []
+        for group in _consecutive(sorted(needed)):
+            parts = [runs.decode_chunk(self.get(c), idx, c) for c in group]
+            values = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            base = int(idx.entry_start[chunk_start[group[0]]])
+            left = np.searchsorted(values, keys, side="left")
+            right = np.searchsorted(values, keys, side="right")
+            count = right - left
+            hit = np.flatnonzero(count)
+            if not len(hit):
+                continue
+            reps = count[hit]
+            ki = np.repeat(hit, reps)
+            offs = np.arange(int(reps.sum())) - np.repeat(np.cumsum(reps) - reps, reps)
+            out_ki.append(ki)
+            out_pos.append(base + left[ki] + offs)
+        if not out_ki:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        ki = np.concatenate(out_ki)
+        pos = np.concatenate(out_pos)
+        # A key found in two overlapping groups is reported once per stored copy.
+        order = np.lexsort((pos, ki))
+        ki, pos = ki[order], pos[order]
+        keep = np.concatenate([[True], (ki[1:] != ki[:-1]) | (pos[1:] != pos[:-1])])
+        return ki[keep].astype(np.int64), pos[keep].astype(np.int64)
 
     def at(self, positions: np.ndarray) -> np.ndarray:
         """Keys at ``positions`` (int64, each in 0..count-1)."""
@@ -322,6 +366,17 @@ class CodecRun:
             block = runs.decode_block(self.get(int(self.index.chunk[b])), self.index, b)
             out[sel] = block[positions[sel] - starts[b]]
         return out
+
+
+def _consecutive(values: list[int]) -> list[list[int]]:
+    """Split sorted ints into runs of consecutive values."""
+    groups: list[list[int]] = []
+    for v in values:
+        if groups and groups[-1][-1] + 1 == v:
+            groups[-1].append(v)
+        else:
+            groups.append([v])
+    return groups
 
 
 def read_packed(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: dict[str, int], positions: np.ndarray) -> np.ndarray:
@@ -447,6 +502,31 @@ class KeySegment:
                 raise CorruptionError(f"segment {self.rec['id']} key block {block} is malformed")
             return tag, keys
         raise CorruptionError(f"segment {self.rec['id']} key block {block} has unknown tag {tag!r}")
+
+    def find_many(self, typed: list[bytes], hashes: np.ndarray) -> dict[int, int]:
+        """For keys (with their :func:`key_hash` values): key index -> id, for those stored here
+        (dead or alive). Hash positions are found in one merge, keys checked a block at a time."""
+        if not len(typed):
+            return {}
+        table = CodecRun(self._txn, self._db, self._cache, self.rec["hashes"])
+        uniq, inverse = np.unique(hashes, return_inverse=True)
+        hi, pos = table.positions(uniq)
+        if not len(pos):
+            return {}
+        ordinals = read_packed(self._txn, self._db, self.rec["ordinals"]["prefix"], self.rec["ordinals"], pos)
+        if len(ordinals) and int(ordinals.max()) >= self.count:
+            raise CorruptionError(f"segment {self.rec['id']} key index points past its keys")
+        stored = self.keys_at(ordinals.tolist())
+        by_hash: dict[int, list[tuple[bytes, int]]] = {}
+        for h_index, key, ordinal in zip(hi.tolist(), stored, ordinals.tolist()):
+            by_hash.setdefault(h_index, []).append((key, ordinal))
+        out: dict[int, int] = {}
+        for i, h_index in enumerate(inverse.tolist()):
+            for key, ordinal in by_hash.get(h_index, ()):
+                if key == typed[i]:
+                    out[i] = self.base + ordinal
+                    break
+        return out
 
     def find(self, typed: bytes) -> int | None:
         """Id of ``typed`` in this segment (dead or alive), or None."""
