@@ -863,29 +863,49 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    """Fingerprint the sample corpus of real text on this machine and print its near-duplicate pairs."""
+    """Ingest the sample corpus of real text on this machine into a store and print its near-duplicate clusters."""
+    import tempfile
+
     from fpstore.samples import sample_corpus
 
     docs = list(sample_corpus())
     if not docs:
         print("no sample text found on this machine", file=sys.stderr)
         return EXIT_ERROR
-    names = [n for n, _ in docs]
-    pipe = fpstore.Pipeline()
-    t0 = time.perf_counter()
-    sigs = pipe.signatures([t for _, t in docs])
-    elapsed = time.perf_counter() - t0
-    mb = sum(len(t) for _, t in docs) / 1e6
-    print(f"fingerprinted {len(docs)} documents ({mb:.1f} MB) in {elapsed * 1000:.1f} ms with pipeline {pipe.id}")
-    fps = sigs.values
-    dist = np.bitwise_count(fps[:, None] ^ fps[None, :])
-    a, b = np.nonzero(np.triu(dist <= args.k, k=1))
-    order = np.lexsort((b, a, dist[a, b]))
-    print(f"{len(order)} near-duplicate pairs within k={args.k}:")
-    for i in order:
-        x, y = int(a[i]), int(b[i])
-        same = " (same token stream)" if (sigs.content_hashes[x] == sigs.content_hashes[y]).all() else ""
-        print(f"  d={int(dist[x, y]):2d}  {names[x]}  ~  {names[y]}{same}")
+    tmp = None
+    path = args.store
+    if path is None:
+        tmp = tempfile.TemporaryDirectory(prefix="fpstore-demo-")
+        path = os.path.join(tmp.name, "demo.fps")
+    try:
+        mb = sum(len(t) for _, t in docs) / 1e6
+        t0 = time.perf_counter()
+        with fpstore.open(path, k=args.k) as store:
+            store.add_many([n for n, _ in docs], texts=[t for _, t in docs], checkpoint=("demo", len(docs)))
+            elapsed = time.perf_counter() - t0
+            print(f"stored {len(store)} documents ({mb:.1f} MB of text) in {elapsed * 1000:.0f} ms at {path}")
+            print(f"pipeline {store.pipeline.id} ({store.pipeline.kind}); {store.design.describe(len(store))}")
+            # What a crawler sees: a page that is a lightly edited copy of one already stored.
+            name, text = max(docs, key=lambda d: len(d[1]))
+            words = text.split()
+            edited = " ".join(words[: len(words) // 2] + ["(edited)"] + words[len(words) // 2 + 1 :])
+            verdict = store.add("demo/edited-copy", text=edited)
+            print(f"add('demo/edited-copy'): near-duplicate of {verdict.duplicate_of!r} "
+                  f"(distance {verdict.near_duplicates[0].distance if verdict.near_duplicates else '-'}), canonical {verdict.canonical!r}")
+        with fpstore.open(path, readonly=True) as store:
+            clusters = store.clusters()
+        print(f"{len(clusters)} near-duplicate clusters within k={args.k} (canonical first):")
+        for c in clusters[: args.limit]:
+            print(f"  {len(c.keys):3d}  {c.canonical}")
+            for key in c.keys[1 : 1 + args.members]:
+                print(f"         ~ {key}")
+            if len(c.keys) > 1 + args.members:
+                print(f"         ... and {len(c.keys) - 1 - args.members} more")
+        if len(clusters) > args.limit:
+            print(f"  ... and {len(clusters) - args.limit} more clusters (--limit)")
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
     return EXIT_OK
 
 
@@ -973,7 +993,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=10000, metavar="N", help="documents per transaction (default 10000)")
 
     p = command("demo", _cmd_demo, store=False, json_out=False)
-    p.add_argument("-k", type=int, default=6, help="Hamming radius (default 6)")
+    p.add_argument("-k", type=int, default=5, help="Hamming radius (default 5, the calibrated k of the default pipeline)")
+    p.add_argument("--store", default=None, help="keep the demo store at this path (default: a temporary directory)")
+    p.add_argument("--limit", type=int, default=15, help="clusters to print (default 15)")
+    p.add_argument("--members", type=int, default=4, help="members to print per cluster (default 4)")
 
     from fpstore import evaluate_cli
 
