@@ -181,10 +181,16 @@ def test_usage_errors_exit_2():
     assert cli("ingest", "x.fps", "--on-error", "ignore").code == 2
 
 
-def test_demo_still_works():
-    """The demo command prints the sample corpus's near-duplicate pairs."""
-    r = cli("demo", "-k", "3")
-    assert r.code == 0 and "near-duplicate pairs within k=3" in r.out
+def test_demo_stores_the_sample_and_prints_clusters(tmp_path):
+    """The demo stores the sample corpus, recognises an edited copy and prints clusters from the store."""
+    path = tmp_path / "demo.fps"
+    r = cli("demo", "-k", "3", "--store", str(path))
+    assert r.code == 0, r.err
+    assert "near-duplicate clusters within k=3" in r.out
+    assert "add('demo/edited-copy'): near-duplicate of None" not in r.out
+    with fpstore.open(path, readonly=True) as store:
+        assert "demo/edited-copy" in store and store.checkpoint("demo") == len(store) - 1
+        assert store["demo/edited-copy"].canonical is not None
 
 
 # -- the main job ----------------------------------------------------------------------------------------
