@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import time
 
 import numpy as np
@@ -18,6 +19,7 @@ from tests.workers import (
     FEED,
     CheckFailed,
     Child,
+    ForkServer,
     batch,
     batch_size,
     check_keys,
@@ -26,7 +28,8 @@ from tests.workers import (
     total,
 )
 
-KILL_CYCLES = int(os.environ.get("FPSTORE_KILL_CYCLES", "100"))
+KILL_CYCLES = int(os.environ.get("FPSTORE_KILL_CYCLES", "240"))
+VERIFY_EVERY = 60  # cycles between runs of LMDB's structural verifier (0.1 to 1 s each)
 KILL_SEED = int(os.environ.get("FPSTORE_KILL_SEED", "1"))
 #: Kill delays, counted from the worker's "ready" line (store open, checkpoint read): a commit of
 #: 200..1000 fingerprints takes ~5 to ~30 ms here, so these land before, inside and between commits.
@@ -81,57 +84,86 @@ def verify_exact(path: str, last: int) -> None:
         store.close()
 
 
+def lmdb_verify(path: str) -> list[str]:
+    """LMDB's own offline structural verifier (``python -m lmdb verify``) on a closed store's file."""
+    from lmdb import verify as lmdb_verify_mod
+
+    return lmdb_verify_mod.verify(path, subdir=True)
+
+
 def run_kill_cycles(
-    path: str, cycles: int, seed: int, log=print, min_delay: float = MIN_DELAY, max_delay: float = MAX_DELAY
+    path: str,
+    cycles: int,
+    seed: int,
+    log=print,
+    min_delay: float = MIN_DELAY,
+    max_delay: float = MAX_DELAY,
+    verify_every: int = VERIFY_EVERY,
 ) -> dict:
-    """``cycles`` times: start a feed writer, SIGKILL it after a random delay, check the oracle."""
+    """``cycles`` times: fork a feed writer, SIGKILL it after a random delay, check the oracle.
+
+    Writers are forked from one long-lived server process (tests/workers.py ``ForkServer``), so a
+    cycle costs a fork, not an interpreter start; every writer still opens the store from scratch.
+    LMDB's structural verifier runs every ``verify_every`` cycles.
+    """
     rng = random.Random(seed)
     ckpt: int | None = None
-    stats = {"cycles": 0, "kills": 0, "acked": 0, "spawn_to_ready": 0.0, "verify": 0.0}
+    stats = {"cycles": 0, "kills": 0, "acked": 0, "lmdb_verified": 0, "spawn_to_ready": 0.0, "verify": 0.0, "recovery_max_ms": 0.0}
     stats.update(dict.fromkeys(["before_first_batch", "inside_add_many", "after_commit_before_ack", "between_batches"], 0))
     started = time.perf_counter()
-    for cycle in range(cycles):
-        t0 = time.perf_counter()
-        child = Child("feed-writer", path)
-        try:
-            ready = child.line(timeout=120)
-            stats["spawn_to_ready"] += time.perf_counter() - t0
+    server = ForkServer(path)
+    try:
+        for cycle in range(cycles):
+            t0 = time.perf_counter()
+            pid, resumed = server.start_feed(timeout=120)
+            ready_s = time.perf_counter() - t0
+            stats["spawn_to_ready"] += ready_s
+            # Time from fork to "ready" is the recovery time: open after a kill, read the checkpoint.
+            stats["recovery_max_ms"] = max(stats["recovery_max_ms"], round(1000 * ready_s, 1))
             # The writer resumes from the stored checkpoint, which is the one this parent verified.
-            assert ready == f"ready {ckpt}", f"cycle {cycle}: worker says {ready!r}, store checkpoint is {ckpt}"
+            assert resumed == ckpt, f"cycle {cycle}: worker resumes from {resumed}, store checkpoint is {ckpt}"
             time.sleep(rng.uniform(min_delay, max_delay))
-            rc = child.kill()
+            os.kill(pid, signal.SIGKILL)
+            rc, lines = server.reap()
             if rc != -9:
-                raise CheckFailed(f"cycle {cycle}: writer exited with {rc} before the kill: {child.stderr()}")
-        finally:
-            child.close()
-        stats["kills"] += 1
-        acks = [int(line.split()[1]) for line in child.lines if line.startswith("ack ")]
-        start = 0 if ckpt is None else ckpt + 1
-        assert acks == list(range(start, start + len(acks))), f"cycle {cycle}: acks out of order {acks}"
-        acked = acks[-1] if acks else ckpt
-        t1 = time.perf_counter()
-        new = verify_oracle(path, rng)
-        stats["verify"] += time.perf_counter() - t1
-        # No acknowledged batch lost; at most the one batch in flight committed without its ack.
-        assert (new if new is not None else -1) >= (acked if acked is not None else -1), (
-            f"cycle {cycle}: batch {acked} was acknowledged but the checkpoint is {new}"
-        )
-        assert (new if new is not None else -1) <= (acked if acked is not None else -1) + 1, (
-            f"cycle {cycle}: checkpoint {new} is beyond the batch in flight after ack {acked}"
-        )
-        stats["acked"] += len(acks)
-        begun = [int(line.split()[1]) for line in child.lines if line.startswith("begin ")]
-        if new != acked:
-            where = "after_commit_before_ack"  # the batch in flight committed; its ack never came
-        elif begun and begun[-1] != acked:
-            where = "inside_add_many"  # killed while preparing or writing a batch: it is absent
-        elif not begun:
-            where = "before_first_batch"
-        else:
-            where = "between_batches"
-        stats[where] += 1
-        ckpt = new
-        stats["cycles"] += 1
+                raise CheckFailed(f"cycle {cycle}: writer exited with {rc} before the kill: {lines[-3:]}")
+            stats["kills"] += 1
+            acks = [int(line.split()[1]) for line in lines if line.startswith("ack ")]
+            start = 0 if ckpt is None else ckpt + 1
+            assert acks == list(range(start, start + len(acks))), f"cycle {cycle}: acks out of order {acks}"
+            acked = acks[-1] if acks else ckpt
+            t1 = time.perf_counter()
+            new = verify_oracle(path, rng)
+            if verify_every and (cycle + 1) % verify_every == 0:
+                problems = lmdb_verify(path)
+                assert not problems, f"cycle {cycle}: LMDB verifier: {problems[:5]}"
+                stats["lmdb_verified"] += 1
+            stats["verify"] += time.perf_counter() - t1
+            # No acknowledged batch lost; at most the one batch in flight committed without its ack.
+            assert (new if new is not None else -1) >= (acked if acked is not None else -1), (
+                f"cycle {cycle}: batch {acked} was acknowledged but the checkpoint is {new}"
+            )
+            assert (new if new is not None else -1) <= (acked if acked is not None else -1) + 1, (
+                f"cycle {cycle}: checkpoint {new} is beyond the batch in flight after ack {acked}"
+            )
+            stats["acked"] += len(acks)
+            begun = [int(line.split()[1]) for line in lines if line.startswith("begin ")]
+            if new != acked:
+                where = "after_commit_before_ack"  # the batch in flight committed; its ack never came
+            elif begun and begun[-1] != acked:
+                where = "inside_add_many"  # killed while preparing or writing a batch: it is absent
+            elif not begun:
+                where = "before_first_batch"
+            else:
+                where = "between_batches"
+            stats[where] += 1
+            ckpt = new
+            stats["cycles"] += 1
+    finally:
+        server.close()
+    problems = lmdb_verify(path)
+    assert not problems, f"LMDB verifier after {cycles} kills: {problems[:5]}"
+    stats["lmdb_verified"] += 1
     elapsed = time.perf_counter() - started
     stats["checkpoint"] = ckpt
     stats["seconds"] = round(elapsed, 2)

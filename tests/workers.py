@@ -140,14 +140,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 class Child:
     """A worker subprocess whose stdout lines the parent reads with a timeout."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, stdin: bool = False, prefix: tuple[str, ...] = ()) -> None:
         import subprocess
 
         self.args = args
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.workers", *args],
+            [*prefix, sys.executable, "-m", "tests.workers", *args],
             cwd=ROOT,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
@@ -209,6 +209,12 @@ class Child:
         self.lines.extend(line for line in rest.split("\n") if line)
         return rc
 
+    def send(self, line: str) -> None:
+        """Write one command line to the child's stdin (started with ``stdin=True``)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+
     def stderr(self) -> str:
         if self.proc.poll() is None:
             return "(still running)"
@@ -217,9 +223,55 @@ class Child:
     def close(self) -> None:
         if self.proc.poll() is None:
             self.kill()
-        for f in (self.proc.stdout, self.proc.stderr):
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if f is not None:
-                f.close()
+                try:
+                    f.close()
+                except OSError:  # a pipe to a child that is gone
+                    pass
+
+
+class ForkServer(Child):
+    """A long-lived worker that has imported fpstore and forks one feed writer per kill cycle.
+
+    A fresh interpreter costs ~0.3 s of imports per cycle; a fork costs a few milliseconds, and
+    the forked writer still opens the store from scratch (the recovery path under test). The
+    server keeps each dead writer unreaped until :meth:`reap`, so its pid cannot be reused before
+    the parent has sent its SIGKILL.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__("fork-server", path, stdin=True)
+        assert self.line(timeout=120) == "server ready"
+
+    def start_feed(self, stop: int = 1 << 40, timeout: float = 60.0) -> tuple[int, int | None]:
+        """Fork a feed writer; return (its pid, the checkpoint it resumes from)."""
+        self.lines.clear()
+        self.send(f"feed {stop}")
+        line = self.line(timeout)
+        parts = line.split()
+        if parts[:1] != ["ready"]:
+            raise CheckFailed(f"fork server: expected 'ready PID CKPT', got {line!r}")
+        return int(parts[1]), None if parts[2] == "None" else int(parts[2])
+
+    def reap(self, timeout: float = 60.0) -> tuple[int, list[str]]:
+        """Reap the current writer (kill it first, or let it finish); return (exit code, its lines)."""
+        self.send("reap")
+        while True:
+            line = self.line(timeout)
+            if line.startswith("exit "):
+                lines = self.lines[:-1]
+                self.lines.clear()
+                return int(line.split()[1]), lines
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.send("quit")
+                self.proc.wait(10)
+            except Exception:  # noqa: BLE001 - a server that does not answer is killed below
+                pass
+        super().close()
 
 
 # -- workers -------------------------------------------------------------------------------------
@@ -230,7 +282,7 @@ def say(*parts: object) -> None:
     sys.stdout.flush()
 
 
-def feed_writer(args: argparse.Namespace) -> int:
+def feed_writer(args: argparse.Namespace, ready: str = "ready") -> int:
     """Resume the feed from its checkpoint; print ``begin i`` before batch i and ``ack i`` once it
     has committed; stop at --stop."""
     import fpstore
@@ -244,7 +296,7 @@ def feed_writer(args: argparse.Namespace) -> int:
     store = fpstore.open(args.path)
     pos = store.checkpoint(FEED)
     start = 0 if pos is None else pos + 1
-    say("ready", pos)
+    say(ready, pos)
     pid = store.pipeline.id
     last_size = None
     for i in range(start, args.stop):
@@ -261,6 +313,41 @@ def feed_writer(args: argparse.Namespace) -> int:
             time.sleep(args.pause)
     store.close()
     say("done")
+    return 0
+
+
+def fork_server(args: argparse.Namespace) -> int:
+    """Import fpstore once, then serve stdin commands: ``feed STOP`` forks a feed writer (which
+    prints ``ready PID CKPT``, then ``begin``/``ack`` lines), ``reap`` waits for it and prints
+    ``exit CODE``, ``quit`` ends the server."""
+    import fpstore  # noqa: F401 - the point: every forked writer starts with it imported
+    import fpstore.store  # noqa: F401
+
+    for i in range(8):
+        batch(i)
+    child = 0
+    say("server ready")
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            break
+        cmd = line.split()
+        if cmd[0] == "feed":
+            child = os.fork()
+            if child == 0:
+                code = 1
+                try:
+                    ns = argparse.Namespace(path=args.path, stop=int(cmd[1]), small_growth=False, report_map=False, pause=0.0)
+                    code = feed_writer(ns, ready=f"ready {os.getpid()}")
+                except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                    say("FAIL", type(exc).__name__, exc)
+                finally:
+                    os._exit(code)
+        elif cmd[0] == "reap":
+            _, status = os.waitpid(child, 0)
+            say("exit", os.waitstatus_to_exitcode(status))
+        elif cmd[0] == "quit":
+            break
     return 0
 
 
@@ -352,6 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--small-growth", action="store_true")
     p.add_argument("--report-map", action="store_true")
     p.set_defaults(fn=feed_writer)
+    p = sub.add_parser("fork-server")
+    p.add_argument("path")
+    p.set_defaults(fn=fork_server)
     p = sub.add_parser("snapshot-reader")
     p.add_argument("path")
     p.add_argument("--stop", type=int, required=True)
