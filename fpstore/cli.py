@@ -572,7 +572,7 @@ def _cmd_compact(args: argparse.Namespace) -> int:
             raise InputError("this fpstore build cannot compact stores yet")
         before = store._storage.info()
         t0 = time.monotonic()
-        result = compact()
+        result = store.compact_file() if args.file else compact()
         after = store._storage.info()
     data = {
         "result": result if isinstance(result, dict) else None,
@@ -586,7 +586,10 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     else:
         res = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in (data["result"] or {}).items())
         print(f"compacted {args.store} in {data['seconds']:.2f} s" + (f": {res}" if res else ""))
-        print(f"file {_mib(data['file_size'])}; freed pages are reused by later writes")
+        if args.file:
+            print(f"file {_mib(data['file_size'])} (rewritten without free pages)")
+        else:
+            print(f"file {_mib(data['file_size'])}; freed pages are reused by later writes (--file shrinks the file)")
     return EXIT_OK
 
 
@@ -949,7 +952,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tmp", metavar="DIR", default=None,
                    help="where to put the temporary copy (default: beside the store; needs its size free)")
 
-    command("compact", _cmd_compact)
+    p = command("compact", _cmd_compact)
+    p.add_argument(
+        "--file", action="store_true",
+        help="also rewrite the file without free pages (needs the store to itself: no other process may have it open)",
+    )
 
     p = command("query", _cmd_query)
     p.add_argument("text", nargs="?", metavar="TEXT", help="the text to look up; '-' reads stdin")

@@ -49,6 +49,11 @@ MAX_GROWTH_STEP = 8 << 30
 READER_CHECK_INTERVAL = 30.0  # seconds between periodic reader_check() calls
 DATA_FILE = "data.mdb"
 WRITER_LOCK = "writer.lock"
+#: Every process with the store open holds a shared flock on this file; replacing data.mdb (file
+#: compaction) needs it exclusively, because a process still mapping the old file would go on
+#: reading a frozen snapshot without knowing.
+OPEN_LOCK = "open.lock"
+COMPACT_PREFIX = "compact-"
 _NETWORK_FS = {"nfs", "nfs4", "cifs", "smb", "smb2", "smbfs", "ncpfs", "afs", "9p", "fuse.sshfs", "ceph", "glusterfs", "lustre"}
 
 _open_paths: set[str] = set()
@@ -90,6 +95,15 @@ def _filesystem_type(path: str) -> str | None:
         if (real == mount_point or real.startswith(mount_point.rstrip("/") + "/")) and len(mount_point) > len(best):
             best, best_type = mount_point, fields[2]
     return best_type
+
+
+def _fsync_path(path: str) -> None:
+    """fsync a file or a directory (a rename is durable only once its directory is synced)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def translate(exc: BaseException, action: str) -> FpstoreError:
@@ -162,10 +176,13 @@ class Storage:
             _open_paths.add(real)
         self._real = real
         _live.add(self)
+        self._open_fd: int | None = None
         try:
             if not readonly:
                 os.makedirs(self.path, mode=0o700, exist_ok=True)
                 self._take_writer_lock()
+                self._remove_stale_compactions()
+            self._take_open_lock()
             self._env = self._open_env(map_size if map_size is not None else (0 if exists else INITIAL_MAP_SIZE))
             self.dbs: dict[str, Any] = {}
             #: True when this open created the environment: the caller creates its sub-databases
@@ -192,6 +209,73 @@ class Storage:
                 "a store has one writer at a time: open with readonly=True to read"
             ) from None
         self._lock_fd = fd
+
+    def _take_open_lock(self) -> None:
+        lock_path = os.path.join(self.path, OPEN_LOCK)
+        try:
+            flags = os.O_RDONLY | os.O_CLOEXEC if self.readonly else os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+            fd = os.open(lock_path, flags, 0o600)
+        except FileNotFoundError:
+            return  # a read-only open of a store whose writer never made the file: nothing to share
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StorageError(f"{self.path} is being rewritten by a file compaction; open it again in a moment") from None
+        self._open_fd = fd
+
+    def _remove_stale_compactions(self) -> None:
+        """Remove copies left by a file compaction that died before its switch (the writer's job)."""
+        import shutil
+
+        for name in os.listdir(self.path):
+            if name.startswith(COMPACT_PREFIX):
+                shutil.rmtree(os.path.join(self.path, name), ignore_errors=True)
+
+    def compact_file(self, reopen: Callable[[], None]) -> tuple[int, int]:
+        """Rewrite data.mdb without free pages and switch to it atomically; returns sizes (before, after).
+
+        Only the writer may do it, and only while no other process has the store open. The copy is
+        fsynced (LMDB's compacting copy does not) and renamed over data.mdb, then the directory is
+        fsynced: a crash before the rename leaves the old file, after it the new one.
+        ``reopen`` re-opens sub-databases on the new environment.
+        """
+        self.check_writable()
+        if self._open_fd is None:
+            raise StorageError(f"{self.path}: no open lock to check that the store is unshared")
+        try:
+            fcntl.flock(self._open_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StorageError(
+                f"{self.path} is open in another process; file compaction needs it alone (close the readers first)"
+            ) from None
+        data = os.path.join(self.path, DATA_FILE)
+        before = os.path.getsize(data)
+        tmp = os.path.join(self.path, f"{COMPACT_PREFIX}{os.getpid()}")
+        try:
+            os.makedirs(tmp, mode=0o700, exist_ok=True)
+            try:
+                self.env.copy(tmp, compact=True)
+            except lmdb.Error as exc:
+                raise translate(exc, "copying the store for file compaction") from exc
+            copy = os.path.join(tmp, DATA_FILE)
+            _fsync_path(copy)
+            _fsync_path(tmp)
+            map_size = self.env.info()["map_size"]
+            self.env.close()
+            self._env = None
+            os.replace(copy, data)
+            _fsync_path(self.path)
+            after = os.path.getsize(data)
+            self._env = self._open_env(map_size)
+            self.dbs = {}
+            reopen()
+        finally:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+            fcntl.flock(self._open_fd, fcntl.LOCK_SH)
+        return before, after
 
     def _open_env(self, map_size: int) -> lmdb.Environment:
         try:
@@ -277,10 +361,12 @@ class Storage:
     def _detach_after_fork(self) -> None:
         # In a forked child only: close the inherited descriptors without touching the parent's
         # state (LMDB clears only reader slots of the closing pid, and the child owns none).
-        if self._lock_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._lock_fd)
-            self._lock_fd = None
+        for name in ("_lock_fd", "_open_fd"):
+            fd = getattr(self, name, None)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                setattr(self, name, None)
         if self._env is not None:
             with contextlib.suppress(Exception):
                 self._env.close()
@@ -291,10 +377,12 @@ class Storage:
         if self._env is not None and os.getpid() == self._pid and not self._forked:
             self._env.close()
         self._env = None
-        if self._lock_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._lock_fd)  # releases the flock
-            self._lock_fd = None
+        for name in ("_lock_fd", "_open_fd"):
+            fd = getattr(self, name, None)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)  # releases the flock
+                setattr(self, name, None)
         with _open_paths_lock:
             _open_paths.discard(getattr(self, "_real", ""))
 

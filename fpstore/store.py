@@ -1063,6 +1063,23 @@ class Store:
         self._storage.write(work, action="compacting")
         return {"runs_merged": len(merged), "incremental": incremental, "entries": int(len(fps))}
 
+    def compact_file(self) -> dict[str, int]:
+        """Compact (see :meth:`compact`), then rewrite the file without its free pages.
+
+        LMDB reuses freed pages but never shrinks its file; this copies the live pages to a new
+        file and switches to it atomically. It needs the store to itself: another process with the
+        store open makes it raise :class:`~fpstore.errors.StorageError` before anything changes.
+        """
+        result = self.compact()
+        tables = [_table_name(t) for t in range(len(self.design.tables))]
+
+        def reopen() -> None:
+            self._storage.open_dbs(BASE_DBS + tables)
+            self._bind_dbs()
+
+        before, after = self._storage.compact_file(reopen)
+        return {**result, "file_bytes_before": before, "file_bytes_after": after}
+
     # -- all pairs ------------------------------------------------------------------------------
 
     def near_duplicate_pairs(self, k: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

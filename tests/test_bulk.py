@@ -229,3 +229,66 @@ def test_damaged_run_blobs_raise_corruption_not_crashes(tmp_path):
                 assert got <= set(range(20_000))
         with pytest.raises(CorruptionError):
             s.query_many(fps[:2000], pipeline_id=pid)
+
+
+def test_file_compaction_shrinks_the_file_and_keeps_answers(tmp_path):
+    """compact_file rewrites data.mdb smaller, answers stay equal, and the store reopens."""
+    import os
+
+    path = tmp_path / "s"
+    fps = data("random", 60_000)
+    with fpstore.open(path) as s:
+        pid = s.pipeline.id
+        s.bulk_load(np.arange(60_000), fps, pipeline_id=pid)
+        s.add_many(list(range(60_000, 70_000)), fingerprints=fps[:10_000] ^ np.uint64(1), pipeline_id=pid)
+        for key in range(0, 60_000, 3):
+            s.delete(key)
+        q = fps[:500] ^ np.uint64(1 << 9)
+        before = s.query_many(q, pipeline_id=pid)
+        size_before = os.path.getsize(path / "data.mdb")
+        result = s.compact_file()
+        assert result["file_bytes_after"] == os.path.getsize(path / "data.mdb") < size_before
+        after = s.query_many(q, pipeline_id=pid)
+        assert all(np.array_equal(x, y) for x, y in zip(before, after))
+        s.add("new", fingerprint=1, pipeline_id=pid)
+    with fpstore.open(path, readonly=True) as r:
+        assert len(r) == 70_000 - 20_000 + 1 and "new" in r
+        assert all(np.array_equal(x, y) for x, y in zip(before, r.query_many(q, pipeline_id=pid)))
+    assert not [n for n in os.listdir(path) if n.startswith("compact-")]
+
+
+def test_file_compaction_refuses_while_another_process_has_the_store(tmp_path):
+    """With a reader process holding the store open, compact_file raises and changes nothing."""
+    import subprocess
+    import sys
+
+    from fpstore.errors import StorageError
+
+    path = tmp_path / "s"
+    with fpstore.open(path) as s:
+        s.add("a", fingerprint=1, pipeline_id=s.pipeline.id)
+        reader = subprocess.Popen(
+            [sys.executable, "-c", "import fpstore, sys, time; s = fpstore.open(sys.argv[1], readonly=True); print(len(s), flush=True); time.sleep(30)", str(path)],
+            stdout=subprocess.PIPE, text=True,
+        )
+        try:
+            assert reader.stdout.readline().strip() == "1"
+            with pytest.raises(StorageError, match="another process"):
+                s.compact_file()
+            assert "a" in s
+        finally:
+            reader.kill()
+            reader.wait()
+        s.compact_file()  # alone again: allowed
+        assert "a" in s
+
+
+def test_stale_compaction_copy_is_removed_by_the_next_writer(tmp_path):
+    """A copy left by a file compaction that died before its switch is cleaned up on open."""
+    path = tmp_path / "s"
+    fpstore.open(path).close()
+    (path / "compact-12345").mkdir()
+    (path / "compact-12345" / "data.mdb").write_bytes(b"partial")
+    with fpstore.open(path) as s:
+        assert s.add("a", fingerprint=1, pipeline_id=s.pipeline.id).id
+    assert not (path / "compact-12345").exists()
