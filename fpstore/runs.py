@@ -6,7 +6,7 @@ its gaps Rice coded (see :mod:`fpstore._runs_py` for the block format), and bloc
 chunks of at most ``chunk_bytes`` (4 MiB by default; a block never spans two chunks), which the
 store keeps as one LMDB value each. A :class:`RunIndex` (per block: first key, chunk, byte offset,
 entry count; per chunk: length and CRC-32) lets a probe decode exactly the blocks it needs. The
-byte layouts are in ``docs/format-runs.md``.
+byte layouts are in ``docs/format.md``.
 
 Chunks come from disk and are untrusted: every decoder checks lengths and ranges and raises
 :class:`~fpstore.errors.CorruptionError` instead of reading out of bounds; decoded keys always lie
@@ -53,7 +53,7 @@ _kernel = load("runs")
 
 #: Version of the run index and block format written by this build (the only one it reads).
 RUN_FORMAT_VERSION = 1
-#: Keys per block. Measured (docs/format-runs.md): 256 costs 0.3 bit/key of index and header,
+#: Keys per block. Measured (docs/format.md): 256 costs 0.3 bit/key of index and header,
 #: against 0.6 at 128; decoding one block still takes under 1 µs.
 DEFAULT_BLOCK_ENTRIES = 256
 #: Bytes per chunk (one LMDB value): big enough that per-value overhead vanishes, small enough
@@ -241,7 +241,7 @@ class RunIndex:
         return _HEADER.size + _BLOCK_RECORD * self.nblocks + _CHUNK_RECORD * self.nchunks + _CRC.size
 
     def to_bytes(self) -> bytes:
-        """The index's bytes: header, little-endian arrays, CRC-32 (layout in docs/format-runs.md)."""
+        """The index's bytes: header, little-endian arrays, CRC-32 (layout in docs/format.md)."""
         header = _HEADER.pack(
             _MAGIC, RUN_FORMAT_VERSION, 0, self.block_entries, self.nchunks, self.nblocks, self.count, self.last_key
         )

@@ -1,7 +1,7 @@
 """Benchmark the sorted-run codec (fpstore.runs): size against the entropy floor, encode, decode,
 batch probe and single-range probe, for n uniform random sorted keys.
 
-    python tools/bench_codec.py --threads          # n = 10^5, 10^6, 10^7: the table in docs/format-runs.md
+    python tools/bench_codec.py --threads          # n = 10^5, 10^6, 10^7: the table in docs/format.md
     python tools/bench_codec.py --alternatives     # other block codings and block sizes
     python tools/bench_codec.py --n 1000000 --repeat 9
 
