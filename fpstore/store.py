@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
@@ -107,8 +108,15 @@ def _lookup_key(typed: bytes) -> bytes:
     return b"h" + hashlib.blake2b(typed, digest_size=32).digest()
 
 
+_record_packer = threading.local()
+
+
 def _pack_record(typed_key: bytes, fp: int, content_hash: bytes | None, canonical: int, flags: int) -> bytes:
-    return msgpack.packb([typed_key, fp, content_hash, canonical, flags], use_bin_type=True)
+    # One Packer per thread: msgpack.packb builds a new one per call, which costs more than packing.
+    packer = getattr(_record_packer, "packer", None)
+    if packer is None:
+        packer = _record_packer.packer = msgpack.Packer(use_bin_type=True)
+    return packer.pack([typed_key, fp, content_hash, canonical, flags])
 
 
 def _unpack_record(raw: bytes) -> tuple[bytes, int, bytes | None, int, int]:
@@ -488,8 +496,18 @@ class Store:
         """:meth:`_id_of` for many keys, with the key segments searched in batches."""
         out: list[int | None] = [None] * len(typed)
         pending: list[int] = []
+        lookup = [_lookup_key(t) for t in typed]
+        # One C-level pass over the keys table for the whole batch (getmulti wants sorted keys).
+        found = {bytes(k): v for k, v in txn.cursor(db=self._keys).getmulti(sorted(set(lookup)))}
         for i, t in enumerate(typed):
-            doc_id = self._id_of_incremental(txn, t)
+            raw = found.get(lookup[i])
+            doc_id = None
+            if raw is not None:
+                doc_id = _u64(raw, "key table entry")
+                if len(t) > _MAX_RAW_KEY:  # a hashed lookup key could collide: the record holds the key
+                    rec = self._record(txn, doc_id)
+                    if rec is None or rec[0] != t:
+                        doc_id = None
             if doc_id is not None:
                 out[i] = doc_id
             else:
