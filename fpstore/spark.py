@@ -31,6 +31,7 @@ import json
 import math
 import os
 import shutil
+import socket
 import time
 import uuid
 from dataclasses import dataclass
@@ -389,13 +390,16 @@ def _verify_fn(plan: _JoinPlan):
     return verify
 
 
-def _heavy_buckets(distinct_fps: "DataFrame", plan: _JoinPlan, fp_col: str, max_bucket: int, seed: int) -> dict[int, np.ndarray]:
+def _heavy_buckets(fps: "DataFrame", plan: _JoinPlan, fp_col: str, max_bucket: int, seed: int) -> dict[int, np.ndarray]:
     """Buckets (per design table, prefix) estimated to hold more than about ``max_bucket``
-    distinct fingerprints, from a sample of ``64 / max_bucket`` of them (all when that is >= 1)."""
+    distinct fingerprints, from a sample of ``64 / max_bucket`` of the rows (all when that is
+    >= 1), deduplicated. The sample only steers the split; a missed or extra split changes the
+    work, never the answer."""
     from pyspark.sql import functions as F
 
     fraction = min(1.0, 64.0 / max_bucket)
-    sample = distinct_fps if fraction >= 1.0 else distinct_fps.sample(fraction=fraction, seed=seed)
+    sample = fps.select(fp_col)
+    sample = (sample if fraction >= 1.0 else sample.sample(fraction=fraction, seed=seed)).distinct()
     # A bucket of max_bucket members shows about 64 of them in the sample; flag from half that.
     threshold = max(2, int(math.ceil(fraction * max_bucket / 2)))
     rows = (
@@ -470,8 +474,10 @@ def near_duplicates(
     if design is None and expected_size is None:
         expected_size = rows.count()
     plan = _JoinPlan.build(_flip_free(design, k, expected_size or 1), k)
-    distinct = groups.select("fp")
-    heavy = _heavy_buckets(distinct, plan, "fp", max_bucket, seed) if max_bucket is not None else {}
+    heavy = _heavy_buckets(rows, plan, "fp", max_bucket, seed) if max_bucket is not None else {}
+    # The group sizes are not needed here, but selecting one keeps the aggregate identical to the
+    # other uses of ``groups``, so Spark shuffles the rows for it once and reuses the exchange.
+    distinct = groups.select("fp", F.size("ids").alias("m"))
     nparts = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
     keyed = distinct.mapInArrow(_explode_fn(plan, "fp", heavy), "v int, bucket long, fp long")
     fp_pairs = keyed.repartition(nparts, "v", "bucket").mapInArrow(
@@ -772,9 +778,15 @@ def _write_fn(root: str, payload: dict[str, Any], design_cfg: dict[str, Any], k:
             out_n.append(count)
             out_b.append(size)
             del loaded
+        host = socket.gethostname()
         yield pa.RecordBatch.from_arrays(
-            [pa.array(out_s, pa.int32()), pa.array(out_n, pa.int64()), pa.array(out_b, pa.int64())],
-            names=["shard", "count", "bytes"],
+            [
+                pa.array(out_s, pa.int32()),
+                pa.array(out_n, pa.int64()),
+                pa.array(out_b, pa.int64()),
+                pa.array([host] * len(out_s), pa.string()),
+            ],
+            names=["shard", "count", "bytes", "host"],
         )
 
     return write
@@ -835,21 +847,22 @@ def build_shards(
     routed = rows.mapInArrow(_route_fn(id_col, shards), f"{_schema_ddl(rows)}, _shard int")
     written = (
         routed.repartition(shards, "_shard")
-        .mapInArrow(_write_fn(root, payload, d.config(), k, id_col, fp_col), "shard int, count long, bytes long")
+        .mapInArrow(_write_fn(root, payload, d.config(), k, id_col, fp_col), "shard int, count long, bytes long, host string")
         .collect()
     )
-    counts = {int(r["shard"]): (int(r["count"]), int(r["bytes"])) for r in written}
+    counts = {int(r["shard"]): (int(r["count"]), int(r["bytes"]), r["host"]) for r in written}
     import fpstore
 
     for s in range(shards):
         if s not in counts:  # no row routed here: an empty store keeps every shard openable
             with fpstore.open(os.path.join(root, _shard_dir(s)), k=k, pipeline=pipe, design=d):
                 pass
-            counts[s] = (0, 0)
+            counts[s] = (0, 0, socket.gethostname())
     manifest = {
         "format": MANIFEST_FORMAT,
         "shards": [
-            {"shard": s, "path": _shard_dir(s), "count": counts[s][0], "bytes": counts[s][1]} for s in range(shards)
+            {"shard": s, "path": _shard_dir(s), "count": counts[s][0], "bytes": counts[s][1], "host": counts[s][2]}
+            for s in range(shards)
         ],
         "routing": {
             "rule": ROUTING,
@@ -860,7 +873,7 @@ def build_shards(
         "pipeline_id": pipe.id,
         "pipeline": pipe.config,
         "design": d.config(),
-        "count": sum(c for c, _ in counts.values()),
+        "count": sum(c[0] for c in counts.values()),
         "created": int(time.time()),
     }
     tmp = os.path.join(root, MANIFEST + ".tmp")

@@ -137,6 +137,31 @@ def test_corpus_has_what_the_tests_need(corpus, expected_pairs):
     assert dists.count(0) > 1_500 and all(dists.count(d) > 100 for d in range(1, K + 1))
 
 
+def test_missing_pyspark_names_the_extra(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyspark.sql", None)
+    with pytest.raises(ImportError, match=r"fpstore\[spark\]"):
+        fs.near_duplicates(None, K)
+
+
+def test_heavy_buckets_are_found(spark, corpus, corpus_df):
+    # The dense cluster (600 + 600 fingerprints sharing their top 36 bits) overfills the buckets of
+    # the tables whose prefix lies in those bits; the sample finds them and nothing else.
+    from fpstore.search import join_design
+
+    plan = fs._JoinPlan.build(join_design(K, len(corpus)), K)
+    heavy = fs._heavy_buckets(corpus_df, plan, "fp", 100, 0)
+    uniq = np.unique(corpus)
+    want = {}
+    for t, table in enumerate(plan.design.tables):
+        prefix = fs._permute(uniq, table) >> np.uint64(64 - table.prefix_bits)
+        values, counts = np.unique(prefix, return_counts=True)
+        if (counts >= 100).any():
+            want[t] = values[counts >= 100].tolist()
+    assert want and {t: v.tolist() for t, v in heavy.items()} == want
+
+
 def test_near_duplicates_equals_brute_force(spark, corpus_df, expected_pairs):
     # max_bucket=100 splits the dense cluster's buckets into sub-tables (on a 20,000-row sample:
     # 64/100 of the rows), so the split path is part of the exact answer checked here.
