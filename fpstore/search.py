@@ -7,6 +7,7 @@ permutations preserve Hamming distance, so a distance computed on permuted keys 
 
 from __future__ import annotations
 
+import os
 from typing import Callable, Iterable
 
 import numpy as np
@@ -71,47 +72,66 @@ def _flip_variants(design: Design, t: int, perm: np.ndarray) -> tuple[np.ndarray
 
 
 def batch_probe_runs(
-    runs: Iterable[Run], design: Design, queries: np.ndarray, k: int
+    runs: Iterable[Run], design: Design, queries: np.ndarray, k: int, threads: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Batch mode: every (query index, id, distance, fingerprint) with the entry within ``k``.
 
-    Per run and table, the permuted queries (and their flip variants) are sorted and merged with
-    the sorted run in the compiled kernel. Rows may repeat across tables; the caller deduplicates.
+    Per table, the permuted queries (and their flip variants) are sorted once and merged with each
+    run's sorted table in the compiled kernel; each (query, document) pair is reported once, from
+    the first table that reaches it. Tables run on ``threads`` threads (None: all cores) for large
+    batches: the kernel and numpy release the GIL. Chunks are read on the calling thread (an LMDB
+    transaction belongs to one thread); the workers only compute on the mapped memory.
     """
-    out_q: list[np.ndarray] = []
-    out_id: list[np.ndarray] = []
-    out_d: list[np.ndarray] = []
-    out_fp: list[np.ndarray] = []
-    for run in runs:
-        if not run.count or not len(queries):
-            continue
-        q_parts: list[np.ndarray] = []
-        f_parts: list[np.ndarray] = []
-        for t, table in enumerate(design.tables):
-            perm = design.permute(queries, t)
-            variants, origin = _flip_variants(design, t, perm)
-            order = argsort_u64(variants)
-            tab = run.table(t)
-            # With flips a variant's own distance is not the query's: verify against the query.
-            kk = 64 if table.flips else k
-            qpos, stored, _ = runs_codec.probe_batch_run(tab.get, tab.index, variants[order], table.prefix_bits, kk)
-            if not len(qpos):
-                continue
-            qi = origin[order[qpos]]
-            dist = np.bitwise_count(stored ^ perm[qi])
-            keep = dist <= k
-            qi, found = qi[keep], design.unpermute(stored[keep], t)
+    runs = [r for r in runs if r.count]
+    empty = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64)
+    if not runs or not len(queries):
+        return empty
+    ntab = len(design.tables)
+    # Everything the workers read, fetched here: (index, chunk views) per run and table.
+    fetched = [[(tab.index, [tab.get(c) for c in range(tab.index.nchunks)]) for tab in (run.table(t) for t in range(ntab))] for run in runs]
+
+    def table_work(t: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        table = design.tables[t]
+        perm = design.permute(queries, t)
+        variants, origin = _flip_variants(design, t, perm)
+        sorted_variants, order = _search.radix_sort(np.ascontiguousarray(variants), True)
+        origin = origin[order]
+        # With flips a variant's own distance is not the query's: verify against the query.
+        kk = 64 if table.flips else k
+        out = []
+        for per_run in fetched:
+            index, chunks = per_run[t]
+            qpos, stored, _ = runs_codec.probe_batch_run(chunks.__getitem__, index, sorted_variants, table.prefix_bits, kk)
+            qi = origin[qpos]
+            if table.flips:
+                keep = np.bitwise_count(stored ^ perm[qi]) <= k
+                qi, stored = qi[keep], stored[keep]
+            found = design.unpermute(stored, t)
             if t and len(qi):
                 # Report a (query, fingerprint) pair from the first table that reaches it only,
                 # so no global deduplication is needed (the rule of the all-pairs join).
                 fresh = ~_reached_earlier(design, t, queries[qi], found)
                 qi, found = qi[fresh], found[fresh]
-            q_parts.append(qi)
-            f_parts.append(found)
-        if not q_parts:
+            out.append((qi, found))
+        return out
+
+    nthreads = _threads(threads)
+    if nthreads > 1 and len(queries) >= 20_000 and ntab > 1:
+        from fpstore.pipeline import _executor
+
+        per_table = list(_executor(nthreads).map(table_work, range(ntab)))
+    else:
+        per_table = [table_work(t) for t in range(ntab)]
+
+    out_q: list[np.ndarray] = []
+    out_id: list[np.ndarray] = []
+    out_d: list[np.ndarray] = []
+    out_fp: list[np.ndarray] = []
+    for r, run in enumerate(runs):
+        qi = np.concatenate([per_table[t][r][0] for t in range(ntab)])
+        fps = np.concatenate([per_table[t][r][1] for t in range(ntab)])
+        if not len(qi):
             continue
-        qi = np.concatenate(q_parts)
-        fps = np.concatenate(f_parts)
         uniq, inverse = np.unique(fps, return_inverse=True)
         ki, ids = run.ids_of(uniq)
         # Expand: each (query, fingerprint) row gets every id holding that fingerprint.
@@ -120,6 +140,12 @@ def batch_probe_runs(
         starts = np.searchsorted(ki, np.arange(len(uniq)), side="left")
         ends = np.searchsorted(ki, np.arange(len(uniq)), side="right")
         counts = (ends - starts)[inverse]
+        if np.all(counts == 1):
+            out_q.append(qi)
+            out_id.append(ids[starts[inverse]].astype(np.int64))
+            out_fp.append(fps)
+            out_d.append(np.bitwise_count(fps ^ queries[qi]).astype(np.uint8))
+            continue
         rows = np.repeat(np.arange(len(qi)), counts)
         offs = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
         take = np.repeat(starts[inverse], counts) + offs
@@ -128,8 +154,17 @@ def batch_probe_runs(
         out_fp.append(fps[rows])
         out_d.append(np.bitwise_count(fps[rows] ^ queries[qi[rows]]).astype(np.uint8))
     if not out_q:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64)
+        return empty
     return np.concatenate(out_q), np.concatenate(out_id), np.concatenate(out_d), np.concatenate(out_fp)
+
+
+def _threads(threads: int | None) -> int:
+    if threads is not None:
+        return max(1, int(threads))
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
 def sort_u64(keys: np.ndarray) -> np.ndarray:
@@ -142,17 +177,23 @@ def argsort_u64(keys: np.ndarray) -> np.ndarray:
     return _search.radix_sort(np.ascontiguousarray(keys, dtype=np.uint64), True)[1]
 
 
+def _prefix_masks(design: Design) -> list[int]:
+    """Each table's prefix as a mask of original fingerprint bits (permutations move bits only)."""
+    masks = []
+    for t, table in enumerate(design.tables):
+        p = table.prefix_bits
+        permuted = ((1 << p) - 1) << (64 - p) if p else 0
+        masks.append(design.unpermute_one(permuted, t))
+    return masks
+
+
 def _reached_earlier(design: Design, t: int, queries: np.ndarray, found: np.ndarray) -> np.ndarray:
-    """True where a table before ``t`` probes ``found`` for the query (its prefix is within the
-    table's flips of the query's)."""
+    """True where a table before ``t`` probes ``found`` for the query: the bits where they differ
+    hit that table's prefix in at most its flips (one AND and popcount per table, no permutes)."""
+    diff = queries ^ found
     out = np.zeros(len(queries), dtype=bool)
-    for earlier in range(t):
-        table = design.tables[earlier]
-        if table.prefix_bits == 0:
-            return np.ones(len(queries), dtype=bool)
-        shift = np.uint64(64 - table.prefix_bits)
-        diff = (design.permute(queries, earlier) ^ design.permute(found, earlier)) >> shift
-        out |= np.bitwise_count(diff) <= table.flips
+    for earlier, mask in enumerate(_prefix_masks(design)[:t]):
+        out |= np.bitwise_count(diff & np.uint64(mask)) <= design.tables[earlier].flips
     return out
 
 
@@ -241,13 +282,7 @@ def pairs_within(fps: np.ndarray, k: int, progress: Callable[[int, int], None] |
         ua, ub = porder[a], porder[b]
         if t and len(ua):
             # Keep a pair only in the first table whose prefix it shares.
-            keep = np.ones(len(ua), dtype=bool)
-            for earlier in range(t):
-                shift = np.uint64(64 - design.tables[earlier].prefix_bits)
-                pa = design.permute(uniq[ua], earlier)
-                pb = design.permute(uniq[ub], earlier)
-                same = (pa >> shift) == (pb >> shift) if design.tables[earlier].prefix_bits else np.ones(len(ua), bool)
-                keep &= ~same
+            keep = ~_reached_earlier(design, t, uniq[ua], uniq[ub])
             ua, ub, d = ua[keep], ub[keep], d[keep]
         if progress is not None:
             progress(t + 1, nt)
