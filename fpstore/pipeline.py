@@ -381,19 +381,28 @@ class Pipeline:
         """
         if isinstance(texts, (str, bytes)):
             raise TypeError("texts must be a sequence of texts, not a single text")
-        prepared = [self.prepare(t, index=i) for i, t in enumerate(texts)]
-        n = len(prepared)
+        texts = list(texts)
+        for i, t in enumerate(texts):  # every type error before any work, naming its index
+            if not isinstance(t, (str, bytes, bytearray, memoryview)):
+                raise TypeError(f"text at index {i} must be str or UTF-8 bytes, not {type(t).__name__}")
+        n = len(texts)
         fps = np.zeros(n, dtype=np.uint64)
         ntok = np.zeros(n, dtype=np.int64)
         digests = np.zeros((n, 2), dtype=np.uint64)
         threads = _available_cores() if threads is None else int(threads)
         if threads < 1:
             raise InputError(f"threads must be >= 1, got {threads}")
-        bounds = [(lo, min(lo + _BATCH, n)) for lo in range(0, n, _BATCH)]
+        # Smaller chunks when threaded, so every thread gets work even for a few hundred texts.
+        size = _BATCH if threads == 1 else max(16, min(_BATCH, -(-n // (4 * threads))))
+        bounds = [(lo, min(lo + size, n)) for lo in range(0, n, size)]
 
         def run(bound: tuple[int, int]) -> None:
-            _kernel.fingerprint_batch(prepared, bound[0], bound[1], self.seed, self.shingle, self._idf_kernel, fps, ntok,
-                                      digests, self._kind)
+            # Preparation (HTML extraction, NFKC) holds the GIL, the kernel releases it: doing
+            # both per chunk on the workers overlaps one chunk's Python with another's kernel.
+            lo, hi = bound
+            prepared = [self.prepare(texts[i], index=i) for i in range(lo, hi)]
+            _kernel.fingerprint_batch(prepared, 0, hi - lo, self.seed, self.shingle, self._idf_kernel, fps[lo:hi],
+                                      ntok[lo:hi], digests[lo:hi], self._kind)
 
         if threads == 1 or len(bounds) < 2:
             for b in bounds:

@@ -73,3 +73,18 @@ def test_shipped_table_matches_the_rule():
         is_tok = not (0xD800 <= cp <= 0xDFFF) and unicodedata.category(ch)[0] in "LNM"
         expected = ord(ch.lower()[0]) if is_tok else 0
         assert fold[cp] == expected, hex(cp)
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_nfkc_alphabet = st.sampled_from(
+    list("aeiouAEZ09 .,-\t\n") + ["\u0301", "\u0308", "\u0327", "\u1100", "\u1161", "\u11a8", "\uac00", "\u2026", "\ufb01",
+     "\uff21", "\u00e9", "e\u0301", "\u0390", "\u1e9b\u0323", "\u0d4a", "\u0d46\u0d3e", "\u2126", "\u00bd", "\u3000", "\u0130", "\u1f71"]
+)
+
+
+@given(st.lists(_nfkc_alphabet, max_size=60).map("".join) | st.text(max_size=80))
+@settings(max_examples=500)
+def test_segmented_nfkc_equals_unicodedata(s):
+    """nfkc() (normalising only non-ASCII stretches) equals unicodedata's NFKC of the whole text."""
+    assert text.nfkc(s) == unicodedata.normalize("NFKC", s)
