@@ -977,12 +977,10 @@ class Store:
             base = self._meta_int(txn, H_NEXT_ID)
         run_id, seg_id = state.next_run, state.next_seg
         fps_prefix = tiers.seg_prefix(seg_id, b"f")
-        blobs = tiers.codec_run_blobs(fps_prefix, sorted_fps)
-        tables = [fps_prefix]  # table 0 is the identity: the segment's sorted fingerprints serve both
-        for t in range(1, len(self.design.tables)):
-            prefix = tiers.run_prefix(run_id, t)
-            blobs += tiers.codec_run_blobs(prefix, search.sort_u64(self.design.permute(sorted_fps, t)))
-            tables.append(prefix)
+        # Table 0 is the identity: the segment's sorted fingerprints serve both.
+        prefixes = [fps_prefix] + [tiers.run_prefix(run_id, t) for t in range(1, len(self.design.tables))]
+        blobs = self._encode_tables(sorted_fps, prefixes)
+        tables = prefixes
         horder = search.argsort_u64(hashes)
         blobs += tiers.codec_run_blobs(tiers.seg_prefix(seg_id, b"h"), hashes[horder])
         ord_blobs, ord_rec = tiers.packed_blobs(tiers.seg_prefix(seg_id, b"o"), horder.astype(np.uint64))
@@ -1019,6 +1017,27 @@ class Store:
 
         return self._storage.write(work, action=f"bulk loading {m} documents")
 
+    def _encode_tables(self, sorted_fps: np.ndarray, prefixes: list[bytes]) -> tiers.Blobs:
+        """Every table of a run, encoded under its prefix: permute, sort, Rice-code.
+
+        The tables are independent and the permute, the radix sort and the encoder release the
+        GIL, so they run on all cores.
+        """
+        design = self.design
+
+        def encode(t: int) -> tiers.Blobs:
+            keys = sorted_fps if t == 0 else search.sort_u64(design.permute(sorted_fps, t))
+            return tiers.codec_run_blobs(prefixes[t], keys)
+
+        threads = search._threads(None)
+        if threads > 1 and len(sorted_fps) >= 100_000:
+            from fpstore.pipeline import _executor
+
+            parts = list(_executor(threads).map(encode, range(len(prefixes))))
+        else:
+            parts = [encode(t) for t in range(len(prefixes))]
+        return [blob for part in parts for blob in part]
+
     def compact(self, *, full: bool = True) -> dict[str, int]:
         """Merge the incremental tables (and, when ``full``, every run) into one new run per table.
 
@@ -1054,10 +1073,8 @@ class Store:
         if len(fps):
             order = search.argsort_u64(fps)
             fps, ids = fps[order], ids[order]
-            for t in range(len(self.design.tables)):
-                prefix = tiers.run_prefix(run_id, t)
-                blobs += tiers.codec_run_blobs(prefix, fps if t == 0 else search.sort_u64(self.design.permute(fps, t)))
-                tables.append(prefix)
+            tables = [tiers.run_prefix(run_id, t) for t in range(len(self.design.tables))]
+            blobs += self._encode_tables(fps, tables)
             id_blobs, id_rec = tiers.packed_blobs(tiers.run_prefix(run_id, 0xFFFF), ids)
             blobs += id_blobs
             new_runs.append({"id": run_id, "count": len(fps), "tables": tables, "ids": id_rec})
