@@ -78,8 +78,8 @@ C_PROBE: float = 1.0
 #: Cost of one candidate: decode it in a run block, popcount and compare. Measured on this
 #: store (docs/benchmarks.md): a run probe costs ~4 us of fixed work, while the kernel decodes and
 #: verifies a 256-entry block in ~1 us, so a candidate costs ~1/250 of a probe; candidates in the
-#: incremental LMDB tables cost more (a cursor step each), hence 0.02 rather than 0.004.
-C_CANDIDATE: float = 0.02
+#: incremental LMDB tables cost more (a cursor step each), hence 0.01 rather than 0.004.
+C_CANDIDATE: float = 0.01
 #: Per-table cost charged per query: each table stores every fingerprint again (space, page cache,
 #: one more write per add), amortised over a workload of about one add per query.
 C_TABLE: float = 1.0
