@@ -82,6 +82,18 @@ def fmix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def fmix64_array(x: np.ndarray) -> np.ndarray:
+    """:func:`fmix64` of every element of a uint64 array (a new array; wrapping arithmetic)."""
+    x = x.astype(np.uint64, copy=True)
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(30)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    return x
+
+
 def _rotl(x: int, r: int) -> int:
     return ((x << r) | (x >> (64 - r))) & M64
 

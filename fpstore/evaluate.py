@@ -42,6 +42,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from fpstore import _simhash_py as _spec
+
 from fpstore import text as _text
 from fpstore.errors import InputError
 
@@ -164,13 +166,7 @@ def _tokens(t: str) -> list[str]:
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.uint64, copy=True)
-    x ^= x >> np.uint64(30)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(0x94D049BB133111EB)
-    x ^= x >> np.uint64(31)
-    return x
+    return _spec.fmix64_array(x)
 
 
 def shingle_sets(texts: Sequence[str], shingle: int = 3) -> tuple[list[np.ndarray], bool]:

@@ -32,7 +32,7 @@ import numpy as np
 import zstandard
 
 from fpstore import _backend, runs
-from fpstore._simhash_py import fmix64
+from fpstore._simhash_py import fmix64, fmix64_array
 from fpstore.errors import CorruptionError
 
 _search = _backend.load("search")
@@ -72,14 +72,7 @@ def key_hash(typed: bytes) -> int:
 
 def key_hashes_int(keys: np.ndarray) -> np.ndarray:
     """:func:`key_hash` of integer keys, vectorised (uint64 in, uint64 out)."""
-    x = keys.astype(np.uint64) ^ np.uint64(_INT_KEY_SEED)
-    with np.errstate(over="ignore"):
-        x ^= x >> np.uint64(30)
-        x *= np.uint64(0xBF58476D1CE4E5B9)
-        x ^= x >> np.uint64(27)
-        x *= np.uint64(0x94D049BB133111EB)
-        x ^= x >> np.uint64(31)
-    return x
+    return fmix64_array(keys.astype(np.uint64) ^ np.uint64(_INT_KEY_SEED))
 
 
 # -- blob names ---------------------------------------------------------------------------------------
