@@ -445,7 +445,10 @@ def near_duplicates(
     5. the fingerprint pairs joined back to the ids of their groups.
 
     A partition is verified in memory: size ``partitions`` so that one holds a few million rows.
-    The DataFrame is lazy; caching ``df`` first avoids reading it three times.
+    The group-by of step 1 feeds steps 1, 2 and 5; Spark shuffles it once and reuses the exchange
+    when ``df`` is read from files, but not over a cached ``df`` (Spark 4 does not reuse
+    exchanges above an in-memory relation: measured, the rows are then shuffled four times), so
+    pass ``df`` uncached.
     """
     _require()
     from pyspark.sql import functions as F
