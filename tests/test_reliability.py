@@ -201,3 +201,220 @@ def test_kill_inside_commit_syscalls(scenario, tmp_path, op_name, syscall, when,
         else:
             raise AssertionError(f"{what}: the store is in none of the allowed states {sorted(allowed)}: {err}")
     _check_after_kill(path, op, steps, scenario, what)
+
+
+# -- power loss: an ext4 image on a loop device, copied while the writer is stopped ---------------
+
+POWERLOSS_CYCLES = int(os.environ.get("FPSTORE_POWERLOSS_CYCLES", "30"))
+POWERLOSS_PER_STORE = 40
+
+
+def _run(*cmd: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(cmd), capture_output=True, text=True)
+    if proc.returncode not in ok:
+        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr[-800:]}")
+    return proc
+
+
+@pytest.fixture
+def ext4(tmp_path):
+    """A function mounting a new (or given) ext4 image on a loop device; everything unmounted at the end."""
+    if os.geteuid() != 0:
+        pytest.skip("power-loss emulation needs root (loop devices and mount)")
+    for tool in ("mkfs.ext4", "e2fsck", "mount", "umount"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"power-loss emulation needs {tool} (e2fsprogs, mount)")
+    if not os.path.exists("/dev/loop-control"):
+        pytest.skip("power-loss emulation needs loop devices (/dev/loop-control is missing)")
+    mounted: list[str] = []
+
+    def mount(image: str, where: str, *, new: bool = False) -> str:
+        if new:
+            with open(image, "wb") as f:
+                f.truncate(96 << 20)
+            _run("mkfs.ext4", "-q", "-F", image)
+        os.makedirs(where, exist_ok=True)
+        proc = subprocess.run(["mount", "-o", "loop", image, where], capture_output=True, text=True)
+        if proc.returncode != 0:
+            if new and not mounted:
+                pytest.skip(f"cannot mount an ext4 image on a loop device here: {proc.stderr.strip()}")
+            raise AssertionError(f"mount {image} failed: {proc.stderr}")
+        mounted.append(where)
+        return where
+
+    def umount(where: str) -> None:
+        _run("umount", where)
+        mounted.remove(where)
+
+    mount.umount = umount  # type: ignore[attr-defined]
+    yield mount
+    for where in reversed(mounted):
+        subprocess.run(["umount", "-l", where], capture_output=True)
+
+
+def _wait_stopped(pid: int, timeout: float = 10.0) -> None:
+    """Until the kernel reports ``pid`` stopped (a syscall in flight, an fsync say, completes first)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                return
+        time.sleep(0.001)
+    raise AssertionError(f"writer {pid} did not stop within {timeout} s")
+
+
+def test_power_loss_keeps_every_acknowledged_batch(ext4, tmp_path):
+    """A crash-consistent copy of an ext4 image taken while the writer is stopped (power cut) fscks, mounts and holds every acknowledged batch, exactly."""
+    from tests.test_crash import verify_oracle
+
+    seed = int(os.environ.get("FPSTORE_POWERLOSS_SEED", "5"))
+    rng = random.Random(seed)
+    image = str(tmp_path / "disk.img")
+    live = ext4(image, str(tmp_path / "live"), new=True)
+    snap_img, snap_dir = str(tmp_path / "snap.img"), str(tmp_path / "snap")
+    figures = {"cycles": 0, "acked": 0, "lost": 0, "in_flight_survived": 0, "fsck_repairs": 0, "recover_ms_max": 0.0}
+    server = None
+    store_no = -1
+    t0 = time.perf_counter()
+    try:
+        for cycle in range(POWERLOSS_CYCLES):
+            if cycle % POWERLOSS_PER_STORE == 0:  # a fresh store now and then: the image is 96 MiB
+                if server is not None:
+                    server.close()
+                    shutil.rmtree(path)
+                store_no += 1
+                path = os.path.join(live, f"store{store_no}")
+                fpstore.open(path, k=3).close()
+                server = ForkServer(path)
+                ckpt = None
+            pid, resumed = server.start_feed()
+            assert resumed == ckpt or (resumed is not None and ckpt is not None and resumed >= ckpt), (resumed, ckpt)
+            time.sleep(rng.uniform(0.005, 0.200))
+            os.kill(pid, signal.SIGSTOP)  # the power goes: nothing more reaches the disk from the writer
+            _wait_stopped(pid)
+            shutil.copyfile(image, snap_img)  # what the disk holds now (the host page cache of the image)
+            os.kill(pid, signal.SIGKILL)
+            rc, lines = server.reap()
+            assert rc == -signal.SIGKILL, f"cycle {cycle}: writer exited {rc}: {lines[-3:]}"
+            acks = [int(line.split()[1]) for line in lines if line.startswith("ack ")]
+            acked = acks[-1] if acks else resumed
+            figures["acked"] += len(acks)
+            # Power back: fsck replays the journal, then the copy is mounted and opened.
+            t1 = time.perf_counter()
+            fsck = _run("e2fsck", "-fy", snap_img, ok=(0, 1))
+            figures["fsck_repairs"] += fsck.returncode == 1
+            ext4(snap_img, snap_dir)
+            spath = os.path.join(snap_dir, f"store{store_no}")
+            got = verify_oracle(spath, rng)  # count, tables and sampled keys agree with batches 0..got
+            figures["recover_ms_max"] = max(figures["recover_ms_max"], round(1000 * (time.perf_counter() - t1), 1))
+            problems = lmdb_problems(spath)
+            ext4.umount(snap_dir)
+            os.remove(snap_img)
+            assert not problems, f"cycle {cycle}: LMDB verifier on the power-cut copy: {problems[:3]}"
+            lo = -1 if acked is None else acked
+            assert (got if got is not None else -1) >= lo, f"cycle {cycle}: batch {acked} was acknowledged, the power-cut copy has {got}"
+            assert (got if got is not None else -1) <= lo + 1, f"cycle {cycle}: copy has {got}, beyond the one batch in flight after {acked}"
+            figures["in_flight_survived"] += (got if got is not None else -1) == lo + 1
+            with fpstore.open(path, readonly=True) as s:  # the live store (process crash): the same rule
+                ckpt = s.checkpoint(FEED)
+            figures["cycles"] += 1
+    finally:
+        if server is not None:
+            server.close()
+    figures["seconds"] = round(time.perf_counter() - t0, 1)
+    print(f"FIGURES power loss: {figures}")
+    assert figures["acked"] >= POWERLOSS_CYCLES // 2, f"too few batches were acknowledged to prove anything: {figures}"
+
+
+# -- full disks and I/O errors ------------------------------------------------------------------------
+
+
+def _fill_and_recover(path: str, *, stop: int, extra: tuple[str, ...] = (), prefix: tuple[str, ...] = (),
+                      free=None) -> dict:
+    """Run fill-writer until its write fails; check the failed batch is absent (in a second process,
+    while the writer still holds the store); free the space; let it feed on to ``stop``; check every
+    batch. Returns what happened."""
+    from tests.test_crash import verify_exact, verify_oracle
+
+    child = Child("fill-writer", path, "--stop", str(stop), *extra, *(("--wait",) if free else ()), stdin=bool(free), prefix=prefix)
+    try:
+        ready = child.line(timeout=120)
+        assert ready.startswith("ready"), ready
+        while not (line := child.line(timeout=120)).startswith(("error", "no-error")):
+            assert line.startswith("ack "), line
+        assert line.startswith("error"), f"no write failed: {child.lines}"
+        _, etype, failed, *msg = line.split(" ", 3)
+        failed = int(failed)
+        again = child.line(timeout=120)
+        if not free:  # the failed batch is absent: in the writer's own view, its retry is the first to commit it
+            pass
+        if free:
+            assert child.line(timeout=120) == "waiting"
+            # The failed batch is absent and the store is consistent, seen from another process.
+            got = verify_oracle(path, random.Random(1))
+            want = failed if again == "again ok" else (failed - 1 if failed else None)  # a retry may succeed
+            assert got == want, f"batch {failed} failed ({etype}), then {again}, but the checkpoint is {got}"
+            free()
+            child.send("go")
+        rc = child.finish(timeout=180)
+        assert rc == 0, f"the writer did not recover ({rc}): {child.lines[-4:]} {child.stderr()}"
+    finally:
+        child.close()
+    recovered = [x for x in child.lines if x.startswith(("same-store", "reopened"))]
+    verify_exact(path, stop - 1)
+    assert not lmdb_problems(path)
+    return {"error": etype, "batch": failed, "again": again, "recovery": recovered[0] if recovered else None, "message": msg}
+
+
+def test_full_tmpfs_raises_storage_error_and_recovers(ext4, tmp_path):
+    """On a full tmpfs a batch fails with a StorageError (StoreFullError or, from LMDB's short-write EIO, StorageError) and is absent; once the filesystem grows, the same writer carries on and loses nothing."""
+    mnt = str(tmp_path / "small")
+    os.makedirs(mnt)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", mnt], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        path = os.path.join(mnt, "store")
+        fpstore.open(path, k=3).close()
+        out = _fill_and_recover(path, stop=30, free=lambda: _run("mount", "-o", "remount,size=128m", mnt))
+    finally:
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
+    print(f"FIGURES full tmpfs: {out}")
+    # LMDB turns the short write of a full filesystem into EIO (measured on tmpfs), so fpstore can
+    # only say StorageError there; ENOSPC reaching LMDB whole gives StoreFullError (tests below).
+    assert out["error"] in ("StoreFullError", "StorageError"), out
+    assert out["again"] in ("again StoreFullError", "again StorageError"), out
+
+
+def test_file_size_limit_raises_store_full_error_and_recovers(tmp_path):
+    """With RLIMIT_FSIZE reached (EFBIG) a batch fails with StoreFullError and is absent; once the limit is lifted the same writer carries on."""
+    path = str(tmp_path / "store")
+    fpstore.open(path, k=3).close()
+    size = os.path.getsize(os.path.join(path, "data.mdb"))
+    out = _fill_and_recover(path, stop=30, extra=("--fsize", str(size + (2 << 20))), free=lambda: None)
+    print(f"FIGURES file size limit: {out}")
+    # errors.py: StoreFullError is "the disk or the configured size limit is full". LMDB reports
+    # the short write at the limit as EIO, which fpstore passes on as a plain StorageError.
+    assert out["error"] == "StoreFullError", f"a file size limit (EFBIG) was reported as {out['error']}: {out['message']}"
+
+
+#: Errors injected into LMDB's commit syscalls: (syscall, occurrence, errno, expected error class).
+IO_ERRORS = [
+    ("writev", 3, "ENOSPC", "StoreFullError"),
+    ("writev", 3, "EIO", "StorageError"),
+    ("fdatasync", 3, "EIO", "StorageError"),
+    ("fdatasync", 3, "ENOSPC", "StoreFullError"),
+    ("pwrite64", 2, "EIO", "StorageError"),
+]
+
+
+@pytest.mark.parametrize("syscall,when,err,want", IO_ERRORS, ids=[f"{s}{w}-{e}" for s, w, e, _ in IO_ERRORS])
+def test_injected_io_errors_raise_typed_errors_and_lose_nothing(tmp_path, syscall, when, err, want):
+    """An I/O error injected (strace) into a commit's writes, sync or meta page raises a typed StorageError, leaves the batch absent, and the writer recovers."""
+    strace = _strace()
+    path = str(tmp_path / "store")
+    fpstore.open(path, k=3).close()
+    prefix = (strace, "-f", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}", "-e", f"inject={syscall}:error={err}:when={when}")
+    out = _fill_and_recover(path, stop=8, prefix=prefix, free=lambda: None)
+    print(f"FIGURES injected {err} at {syscall} #{when}: {out}")
+    assert out["error"] == want, out

@@ -733,6 +733,7 @@ class Child:
             [*prefix, sys.executable, "-m", "tests.workers", *args],
             cwd=ROOT,
             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: kill() reaches a tracee under strace too
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
@@ -767,9 +768,15 @@ class Child:
 
     def kill(self) -> int:
         """SIGKILL the child, reap it, and keep every line it printed before dying."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
+        self._kill_group()
         return self.finish()
+
+    def _kill_group(self) -> None:
+        """SIGKILL the child's process group (the child, and a tracee when the child is strace)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def finish(self, timeout: float = 60.0) -> int:
         """Wait for the child; collect the rest of its stdout into ``lines``; return its status."""
@@ -781,7 +788,7 @@ class Child:
         while True:  # read to EOF, which comes once the child is gone
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
-                os.kill(self.proc.pid, signal.SIGKILL)
+                self._kill_group()
                 self.proc.wait()
                 raise CheckFailed(f"worker {self.args} did not finish within {timeout} s; stderr: {self.stderr()}")
             chunk = os.read(fd, 65536)
@@ -801,9 +808,19 @@ class Child:
         self.proc.stdin.flush()
 
     def stderr(self) -> str:
+        """What the child wrote to stderr so far (never waits: a tracee may hold the pipe open)."""
+        import select
+
         if self.proc.poll() is None:
             return "(still running)"
-        return self.proc.stderr.read().decode(errors="replace")[-4000:]
+        fd = self.proc.stderr.fileno()
+        out = b""
+        while select.select([fd], [], [], 0.2)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            out += chunk
+        return out.decode(errors="replace")[-4000:]
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -838,6 +855,21 @@ class ForkServer(Child):
         if parts[:1] != ["ready"]:
             raise CheckFailed(f"fork server: expected 'ready PID CKPT', got {line!r}")
         return int(parts[1]), None if parts[2] == "None" else int(parts[2])
+
+    def poll_lines(self) -> list[str]:
+        """Every complete line already printed, without waiting (appended to ``lines``)."""
+        import select
+
+        fd = self.proc.stdout.fileno()
+        while select.select([fd], [], [], 0)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            self._buf += chunk
+        while b"\n" in self._buf:
+            raw, self._buf = self._buf.split(b"\n", 1)
+            self.lines.append(raw.decode())
+        return self.lines
 
     def call(self, *args: str, timeout: float = 120.0) -> tuple[int, list[str]]:
         """Fork a worker running ``python -m tests.workers ARGS`` (no spaces in args), wait for it
@@ -905,6 +937,70 @@ def feed_writer(args: argparse.Namespace, ready: str = "ready") -> int:
                 last_size = size
         if args.pause:
             time.sleep(args.pause)
+    store.close()
+    say("done")
+    return 0
+
+
+def fill_writer(args: argparse.Namespace) -> int:
+    """Feed until a write fails (a full disk, a file size limit, an injected I/O error); report the
+    error, try once more, then (after ``go`` on stdin with --wait) free the limit and feed on to
+    --stop, in the same Store object when it still works, else after reopening it.
+
+    Lines: ``ready CKPT``, ``ack i``, ``error TYPE i MESSAGE``, ``again TYPE``, ``waiting``,
+    ``same-store`` or ``reopened TYPE``, ``ack i``..., ``done``."""
+    import resource
+
+    import fpstore
+    from fpstore.errors import FpstoreError
+
+    store = fpstore.open(args.path)
+    if args.fsize:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (args.fsize, resource.RLIM_INFINITY))
+    pos = store.checkpoint(FEED)
+    i = 0 if pos is None else pos + 1
+    say("ready", pos)
+    pid = store.pipeline.id
+    while i < args.stop:
+        keys, fps = batch(i)
+        try:
+            store.add_many(keys, fingerprints=fps, pipeline_id=pid, checkpoint=(FEED, i))
+        except FpstoreError as exc:
+            say("error", type(exc).__name__, i, str(exc).replace("\n", " ")[:300])
+            break
+        say("ack", i)
+        i += 1
+    else:
+        say("no-error")
+        return 2
+    try:
+        store.add_many(keys, fingerprints=fps, pipeline_id=pid, checkpoint=(FEED, i))
+        say("again", "ok")
+        i += 1
+    except FpstoreError as exc:
+        say("again", type(exc).__name__)
+    if args.wait:
+        say("waiting")
+        if sys.stdin.readline().strip() != "go":
+            return 3
+    if args.fsize:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    try:
+        keys, fps = batch(i)
+        store.add_many(keys, fingerprints=fps, pipeline_id=pid, checkpoint=(FEED, i))
+        say("same-store")
+        say("ack", i)
+        i += 1
+    except FpstoreError as exc:
+        store.close()
+        store = fpstore.open(args.path)
+        say("reopened", type(exc).__name__)
+    while i < args.stop:
+        keys, fps = batch(i)
+        store.add_many(keys, fingerprints=fps, pipeline_id=pid, checkpoint=(FEED, i))
+        say("ack", i)
+        i += 1
     store.close()
     say("done")
     return 0
@@ -1051,6 +1147,12 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("fork-server")
     p.add_argument("path")
     p.set_defaults(fn=fork_server)
+    p = sub.add_parser("fill-writer")
+    p.add_argument("path")
+    p.add_argument("--stop", type=int, default=1 << 40)
+    p.add_argument("--fsize", type=int, default=0, help="RLIMIT_FSIZE in bytes")
+    p.add_argument("--wait", action="store_true", help="wait for 'go' on stdin before freeing space")
+    p.set_defaults(fn=fill_writer)
     p = sub.add_parser("crash-op")
     p.add_argument("path")
     p.add_argument("--op", type=int, required=True)
