@@ -418,3 +418,184 @@ def test_injected_io_errors_raise_typed_errors_and_lose_nothing(tmp_path, syscal
     out = _fill_and_recover(path, stop=8, prefix=prefix, free=lambda: None)
     print(f"FIGURES injected {err} at {syscall} #{when}: {out}")
     assert out["error"] == want, out
+
+
+# -- damaged and hostile files -------------------------------------------------------------------------
+
+DAMAGE_CASES = int(os.environ.get("FPSTORE_DAMAGE_CASES", "160"))
+#: Damage kinds drawn by the random test. Truncation and zeroed pages crash the process today; they
+#: have exhaustive tests of their own below, so that this one keeps checking byte flips.
+KINDS = os.environ.get("FPSTORE_DAMAGE_KINDS", "flip,flip_page").split(",")
+
+
+def _damage_bytes(path: str, rng: random.Random) -> str:
+    """Damage ``path``/data.mdb in place: flipped bytes, a zeroed page, a truncation or a torn tail."""
+    data_path = os.path.join(path, "data.mdb")
+    size = os.path.getsize(data_path)
+    kind = rng.choice(KINDS)
+    with open(data_path, "r+b") as f:
+        if kind == "flip":
+            for _ in range(rng.randint(1, 8)):
+                pos = rng.randrange(size)
+                f.seek(pos)
+                b = f.read(1)
+                f.seek(pos)
+                f.write(bytes([b[0] ^ rng.randint(1, 255)]))
+        elif kind == "flip_page":  # several flips inside one page beyond the two meta pages
+            page = rng.randrange(2, size // 4096)
+            for _ in range(rng.randint(1, 16)):
+                pos = page * 4096 + rng.randrange(4096)
+                f.seek(pos)
+                b = f.read(1)
+                f.seek(pos)
+                f.write(bytes([b[0] ^ rng.randint(1, 255)]))
+        elif kind == "zero_page":
+            f.seek(rng.randrange(size // 4096) * 4096)
+            f.write(bytes(4096))
+        elif kind == "truncate":
+            f.truncate(rng.randrange(size))
+        else:
+            f.truncate(rng.randrange(size // 4096) * 4096)
+    return kind
+
+
+def _garbage_value(path: str, rng: random.Random) -> str:
+    """Replace one value (or add one bad key) in one of the store's sub-databases, through LMDB."""
+    import lmdb
+    import msgpack
+
+    env = lmdb.open(path, subdir=True, lib_version=0, max_dbs=256, map_size=0)
+    try:
+        names = [bytes(k) for k, _ in env.begin().cursor()]
+        name = rng.choice(names)
+        db = env.open_db(name)
+        with env.begin(write=True, db=db) as txn:
+            stat = txn.stat(db)
+            keys = [bytes(k) for k in txn.cursor().iternext(values=False)]
+            key = rng.choice(keys) if keys else b"x"
+            old = bytes(txn.get(key) or b"")
+            choice = rng.choice(["random", "truncate", "flip", "empty", "msgpack", "bad_key", "delete"])
+            if choice == "random":
+                value = rng.randbytes(rng.choice([1, 7, 8, 16, 100, 5000]))
+            elif choice == "truncate":
+                value = old[: rng.randrange(len(old))] if old else b"\x00"
+            elif choice == "flip" and old:
+                pos = rng.randrange(len(old))
+                value = old[:pos] + bytes([old[pos] ^ rng.randint(1, 255)]) + old[pos + 1 :]
+            elif choice == "msgpack":
+                value = msgpack.packb(rng.choice([None, 1 << 63, -1, "s", [1, 2], {"v": 2}, {"runs": 1}, b"\x00" * 9]))
+            else:
+                value = b""
+            if choice == "bad_key":
+                txn.put(rng.randbytes(rng.choice([1, 9, 15, 17, 30])), value or b"", db=db)
+            elif choice == "delete" and keys:
+                txn.delete(key)
+            elif name in (b"meta", b"docs", b"keys", b"blobs") or stat["entries"] == 0:
+                txn.put(key, value, db=db)
+            else:  # index tables and sets: the damage is in the keys (their values are empty)
+                txn.delete(key)
+                txn.put(value[:500] or b"\x01", b"", db=db)
+        return f"{choice} {name.decode(errors='replace')}:{key[:12]!r}"
+    finally:
+        env.close()
+
+
+def _run_damage_cases(scenario: dict, tmp_path, cases: int, seed: int, make) -> dict:
+    """``cases`` damaged copies of the scenario stores, each opened and used (reads, and writes on
+    every third) in a forked child: an answer or an FpstoreError, never another exception, a hang
+    or a signal."""
+    rng = random.Random(seed)
+    server = ForkServer(str(tmp_path))
+    outcomes: dict[str, int] = {}
+    failures: list[str] = []
+    try:
+        for n in range(cases):
+            base = rng.choice([3, 7])
+            path = copy_store(os.path.join(scenario["root"], f"base{base}"), str(tmp_path / f"d{n}"))
+            what = make(path, rng)
+            write = n % 3 == 0
+            rc, lines = server.call("exercise", path, *(["--write"] if write else []), "--seconds", "30")
+            if rc < 0:
+                failures.append(f"case {n} ({what}, base{base}, {'write' if write else 'read'}): killed by signal {-rc}"
+                                f"{' (a hang: SIGALRM)' if -rc == signal.SIGALRM else ''}; last lines {lines[-2:]}")
+            elif rc != 0:
+                failures.append(f"case {n} ({what}, base{base}): " + "; ".join(x for x in lines if x.startswith(("BUG", "FAIL")))[:600])
+            else:
+                result = json.loads(lines[-1])
+                key = "opened" if result.get("open") == "ok" else f"refused ({result.get('open')})"
+                outcomes[key] = outcomes.get(key, 0) + 1
+                for name, res in result.items():
+                    if res != "ok":
+                        outcomes[res] = outcomes.get(res, 0) + 1
+            shutil.rmtree(path)
+    finally:
+        server.close()
+    return {"cases": cases, "failures": failures, "outcomes": outcomes}
+
+
+def test_damaged_store_files_raise_typed_errors_or_answer(scenario, tmp_path):
+    """Copies of a store with runs, segments and tombstones with random bytes flipped (anywhere, or many in one page) answer or raise FpstoreError: never another exception, a hang or a crash."""
+    seed = int(os.environ.get("FPSTORE_DAMAGE_SEED", "11"))
+    t0 = time.perf_counter()
+    out = _run_damage_cases(scenario, tmp_path, DAMAGE_CASES, seed, _damage_bytes)
+    print(f"FIGURES damaged files: {len(out['failures'])} failures in {out['cases']} cases, {time.perf_counter() - t0:.1f} s, outcomes {out['outcomes']}")
+    assert not out["failures"], f"{len(out['failures'])} of {out['cases']} damaged files broke the process:\n" + "\n".join(out["failures"][:12])
+
+
+def test_garbage_in_every_sub_database_raises_typed_errors_or_answers(scenario, tmp_path):
+    """A garbage, truncated, flipped, empty or wrongly typed value (or a bad key) in any sub-database gives an answer or an FpstoreError, never another exception or a crash."""
+    seed = int(os.environ.get("FPSTORE_DAMAGE_SEED", "11")) + 1
+    t0 = time.perf_counter()
+    out = _run_damage_cases(scenario, tmp_path, DAMAGE_CASES, seed, _garbage_value)
+    print(f"FIGURES garbage values: {len(out['failures'])} failures in {out['cases']} cases, {time.perf_counter() - t0:.1f} s, outcomes {out['outcomes']}")
+    assert not out["failures"], f"{len(out['failures'])} of {out['cases']} damaged values broke the process:\n" + "\n".join(out["failures"][:12])
+
+
+def _each_page_case(scenario, tmp_path, base: int, damage) -> list[str]:
+    """For every page of the closed scenario store ``base``: damage a copy with ``damage(f, page,
+    npages)``, open it and read everything in a forked child; the failures."""
+    src = os.path.join(scenario["root"], f"base{base}")
+    npages = os.path.getsize(os.path.join(src, "data.mdb")) // 4096
+    server = ForkServer(str(tmp_path))
+    failures: list[str] = []
+    try:
+        for page in range(npages):
+            path = copy_store(src, str(tmp_path / f"p{page}"))
+            with open(os.path.join(path, "data.mdb"), "r+b") as f:
+                what = damage(f, page, npages)
+            if what:
+                rc, lines = server.call("exercise", path, "--seconds", "30")
+                if rc != 0:
+                    why = f"signal {-rc} ({signal.Signals(-rc).name})" if rc < 0 else "; ".join(x for x in lines if x.startswith("BUG"))[:300]
+                    failures.append(f"{what}: {why}")
+            shutil.rmtree(path)
+    finally:
+        server.close()
+    return failures
+
+
+def test_truncated_store_file_is_refused_not_a_crash(scenario, tmp_path):
+    """data.mdb cut at any page boundary (an interrupted copy) opens with an FpstoreError or answers: never SIGBUS."""
+
+    def cut(f, page, npages):
+        if page < 2:
+            return None
+        f.truncate(page * 4096)
+        return f"data.mdb cut to {page} of {npages} pages"
+
+    failures = _each_page_case(scenario, tmp_path, 7, cut)
+    print(f"FIGURES truncation: {len(failures)} crashes")
+    assert not failures, f"{len(failures)} truncated copies broke the process, e.g.:\n" + "\n".join(failures[:8])
+
+
+def test_zeroed_page_is_reported_not_a_crash(scenario, tmp_path):
+    """A store file with any one page zeroed (a lost disk block) answers or raises FpstoreError: never an LMDB assertion abort."""
+
+    def zero(f, page, npages):
+        f.seek(page * 4096)
+        f.write(bytes(4096))
+        return f"page {page} of {npages} zeroed"
+
+    failures = _each_page_case(scenario, tmp_path, 7, zero)
+    print(f"FIGURES zeroed pages: {len(failures)} crashes")
+    assert not failures, f"{len(failures)} copies with a zeroed page broke the process, e.g.:\n" + "\n".join(failures[:8])

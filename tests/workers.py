@@ -1006,6 +1006,67 @@ def fill_writer(args: argparse.Namespace) -> int:
     return 0
 
 
+def exercise(args: argparse.Namespace) -> int:
+    """Open a (possibly damaged) store and use every reading call (and with --write, writes): each
+    must answer or raise an FpstoreError. Prints ``BUG name: error at file:line`` for anything else
+    and exits 3; a crash of the interpreter shows as a signal in the exit status; SIGALRM after
+    --seconds catches a hang."""
+    import traceback
+
+    import fpstore
+    from fpstore.errors import FpstoreError
+
+    signal.alarm(int(args.seconds))
+    outcomes: dict[str, str] = {}
+    bugs: list[str] = []
+
+    def attempt(name: str, fn) -> object:
+        try:
+            result = fn()
+        except FpstoreError as exc:
+            outcomes[name] = type(exc).__name__
+            return None
+        except Exception as exc:  # noqa: BLE001 - the finding this worker exists for
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            bugs.append(f"{name}: {type(exc).__name__}: {str(exc)[:200]} at {where.filename}:{where.lineno}")
+            outcomes[name] = "BUG"
+            return None
+        outcomes[name] = "ok"
+        return result
+
+    store = attempt("open", lambda: fpstore.open(args.path, readonly=not args.write, create=False))
+    if store is not None:
+        data = scenario_data()
+        keys = list(data["a"][0][:20]) + [int(k) for k in data["b"][0][:20]] + [k for k, _ in data["texts"]] + list(data["c"][0][:10])
+        fps = np.concatenate([data["a"][1][:20], data["b"][1][:20], data["c"][1][:10]])
+        pid = attempt("pipeline", lambda: store.pipeline.id)
+        attempt("len", lambda: len(store))
+        attempt("iter", lambda: list(store))
+        attempt("get", lambda: [store.get(k) for k in keys])
+        attempt("contains", lambda: [k in store for k in keys])
+        attempt("query", lambda: [store.query(fingerprint=int(f), pipeline_id=pid) for f in fps[::5]])
+        attempt("query_text", lambda: store.query(text=data["texts"][0][1]))
+        found = attempt("query_many", lambda: store.query_many(fps, pipeline_id=pid))
+        attempt("pairs", lambda: store.near_duplicate_pairs())
+        attempt("clusters", lambda: store.clusters())
+        attempt("checkpoint", lambda: store.checkpoint(FEED))
+        if found is not None:
+            attempt("keys_of", lambda: store.keys_of(found[1][:50]))
+        attempt("info", lambda: store.info())
+        if args.write:
+            attempt("add_many", lambda: store.add_many(["x1", "x2", keys[0]], fingerprints=fps[:3], pipeline_id=pid, checkpoint=(FEED, 9)))
+            attempt("add", lambda: store.add("x3", text=data["texts"][1][1]))
+            attempt("delete", lambda: [store.delete(k) for k in keys[::7]])
+            attempt("bulk_load", lambda: store.bulk_load(np.arange(50_000, 50_010), fps[:10], pipeline_id=pid))
+            attempt("compact", lambda: store.compact(full=True))
+            attempt("after_writes", lambda: (len(store), store.near_duplicate_pairs(), list(store)))
+        attempt("close", store.close)
+    for bug in bugs:
+        say("BUG", bug)
+    say(json.dumps(outcomes))
+    return 3 if bugs else 0
+
+
 def fork_server(args: argparse.Namespace) -> int:
     """Import fpstore once, then serve stdin commands: ``feed STOP`` forks a feed writer (which
     prints ``ready PID CKPT``, then ``begin``/``ack`` lines), ``reap`` waits for it and prints
@@ -1153,6 +1214,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fsize", type=int, default=0, help="RLIMIT_FSIZE in bytes")
     p.add_argument("--wait", action="store_true", help="wait for 'go' on stdin before freeing space")
     p.set_defaults(fn=fill_writer)
+    p = sub.add_parser("exercise")
+    p.add_argument("path")
+    p.add_argument("--write", action="store_true")
+    p.add_argument("--seconds", type=float, default=30)
+    p.set_defaults(fn=exercise)
     p = sub.add_parser("crash-op")
     p.add_argument("path")
     p.add_argument("--op", type=int, required=True)
