@@ -599,3 +599,258 @@ def test_zeroed_page_is_reported_not_a_crash(scenario, tmp_path):
     failures = _each_page_case(scenario, tmp_path, 7, zero)
     print(f"FIGURES zeroed pages: {len(failures)} crashes")
     assert not failures, f"{len(failures)} copies with a zeroed page broke the process, e.g.:\n" + "\n".join(failures[:8])
+
+
+# -- format compatibility ------------------------------------------------------------------------------
+
+GOLDEN = os.path.join(ROOT, "tests", "golden_stores")
+
+
+def _golden_names() -> list[str]:
+    return sorted(n for n in os.listdir(GOLDEN) if os.path.exists(os.path.join(GOLDEN, n, "reference.json")))
+
+
+def _key(item: list) -> object:
+    tag, value = item
+    return value if tag in ("s", "i") else bytes.fromhex(value)
+
+
+def _kj(key: object) -> list:
+    return ["s", key] if isinstance(key, str) else ["i", key] if isinstance(key, int) else ["b", bytes(key).hex()]
+
+
+@pytest.mark.parametrize("name", _golden_names())
+def test_golden_store_answers_reference_queries(name, tmp_path):
+    """A committed golden store (runs, segments, tombstones, texts, default pipeline) opens and answers its reference queries, and this build can write to it."""
+    with open(os.path.join(GOLDEN, name, "reference.json"), encoding="utf-8") as f:
+        ref = json.load(f)
+    path = copy_store(os.path.join(GOLDEN, name), str(tmp_path / name))
+    with fpstore.open(path, readonly=True) as store:
+        assert store.header["format"] == ref["format"]
+        assert store.pipeline.id == ref["pipeline_id"] and store.pipeline.config == ref["pipeline"]
+        assert store.design.name == ref["design"] and store.k == ref["k"]
+        assert len(store) == ref["count"]
+        for cname, position in ref["checkpoints"].items():
+            assert store.checkpoint(cname) == position
+        documents = {_key(k): (fp, short) for k, fp, short in ref["documents"]}
+        assert sorted(map(_kj, store)) == sorted(map(_kj, documents))
+        for key, (fp, short) in documents.items():
+            doc = store.get(key)
+            assert doc is not None and doc.fingerprint == fp and doc.short == short, (key, doc)
+        for q in ref["queries"]:
+            got = sorted([_kj(m.key), m.distance] for m in store.query(fingerprint=q["fingerprint"], pipeline_id=store.pipeline.id))
+            assert got == q["matches"], q["fingerprint"]
+        for q in ref["text_queries"]:
+            got = sorted([_kj(m.key), m.distance] for m in store.query(text=q["text"]))
+            assert got == q["matches"], q["text"][:60]
+        a, b, d = store.near_duplicate_pairs()
+        keys = store.keys_of(np.concatenate([a, b]).tolist())
+        got_pairs = sorted(sorted([_kj(x), _kj(y)]) + [int(z)] for x, y, z in zip(keys[: len(a)], keys[len(a) :], d))
+        assert got_pairs == ref["pairs"]
+    with fpstore.open(path) as store:  # this build writes the format it reads
+        store.add_many(["new-doc"], fingerprints=[12345], pipeline_id=store.pipeline.id)
+        assert [m.key for m in store.query(fingerprint=12345, pipeline_id=store.pipeline.id)] == ["new-doc"]
+        assert len(store) == ref["count"] + 1
+
+
+def _edit(path: str, db: bytes, key_filter, fn) -> int:
+    """Rewrite values of sub-database ``db`` whose key passes ``key_filter`` with ``fn(value)``."""
+    import lmdb
+
+    env = lmdb.open(path, subdir=True, lib_version=0, max_dbs=256, map_size=0)
+    try:
+        handle = env.open_db(db)
+        n = 0
+        with env.begin(write=True, db=handle) as txn:
+            for key, value in list(txn.cursor()):
+                if key_filter(bytes(key)):
+                    txn.put(bytes(key), fn(bytes(value)))
+                    n += 1
+        return n
+    finally:
+        env.close()
+
+
+def test_newer_format_is_refused(tmp_path):
+    """A store whose header names a newer format or an unknown required feature is refused on open (reading or writing); a newer run index version is refused on use."""
+    import msgpack
+    import zlib
+
+    from fpstore.errors import FormatError
+    from fpstore.store import FORMAT_VERSION
+
+    src = os.path.join(GOLDEN, _golden_names()[-1])
+
+    def header_edit(fn):
+        def edit(raw: bytes) -> bytes:
+            header = msgpack.unpackb(raw, raw=False)
+            fn(header)
+            return msgpack.packb(header, use_bin_type=True)
+        return edit
+
+    cases = {
+        "newer format": header_edit(lambda h: h.update(format=FORMAT_VERSION + 1)),
+        "unknown feature": header_edit(lambda h: h.update(features=h["features"] + ["fancy-runs-v9"])),
+    }
+    for what, edit in cases.items():
+        path = copy_store(src, str(tmp_path / what.replace(" ", "-")))
+        assert _edit(path, b"meta", lambda k: k == b"header", edit) == 1
+        for readonly in (True, False):
+            with pytest.raises(FormatError, match="upgrade fpstore"):
+                fpstore.open(path, readonly=readonly, create=False)
+
+    def newer_run_index(raw: bytes) -> bytes:
+        body = raw[:4] + (2).to_bytes(2, "little") + raw[6:-4]
+        return body + zlib.crc32(body).to_bytes(4, "little")
+
+    path = copy_store(src, str(tmp_path / "run-index-v2"))
+    assert _edit(path, b"blobs", lambda k: k.startswith(b"r") and k.endswith(b"I"), newer_run_index) > 0
+    with fpstore.open(path, readonly=True) as store:
+        with pytest.raises(FormatError, match="upgrade fpstore"):
+            store.query(fingerprint=1, pipeline_id=store.pipeline.id)
+        with pytest.raises(FormatError):
+            store.near_duplicate_pairs()
+
+
+def test_files_of_other_formats_are_refused(tmp_path):
+    """A directory holding random bytes, an empty file, an LMDB file of the other bundled format, or a foreign LMDB environment is refused with an FpstoreError, in a child that must not crash."""
+    import lmdb
+
+    cases = {}
+    p = tmp_path / "random"
+    p.mkdir()
+    (p / "data.mdb").write_bytes(random.Random(1).randbytes(64 << 10))
+    cases["random bytes"] = p
+    p = tmp_path / "empty"
+    p.mkdir()
+    (p / "data.mdb").write_bytes(b"")
+    cases["empty data.mdb"] = p
+    p = tmp_path / "text"
+    p.mkdir()
+    (p / "data.mdb").write_text("SQLite format 3\x00 not an lmdb file\n" * 200)
+    cases["another file format"] = p
+    env = lmdb.open(str(tmp_path / "lmdb1"), lib_version=1, max_dbs=4)
+    with env.begin(write=True) as txn:
+        txn.put(b"k", b"v")
+    env.close()
+    cases["LMDB 1.0 format"] = tmp_path / "lmdb1"
+    env = lmdb.open(str(tmp_path / "foreign"), lib_version=0, max_dbs=8)
+    with env.begin(write=True) as txn:
+        txn.put(b"meta", b"not ours")
+    env.open_db(b"docs")
+    env.close()
+    cases["foreign LMDB environment"] = tmp_path / "foreign"
+    server = ForkServer(str(tmp_path))
+    try:
+        for what, path in cases.items():
+            for write in (False, True):
+                rc, lines = server.call("exercise", str(path), *(["--write"] if write else []))
+                assert rc == 0, f"{what}: the child died ({rc}): {lines[-3:]}"
+                opened = json.loads(lines[-1])["open"]
+                # An empty data.mdb opened read-only gives StorageError (LMDB's EBADF), typed if not apt.
+                assert opened in ("NotAStoreError", "FormatError", "CorruptionError", "StorageError"), f"{what}: open gave {opened}"
+    finally:
+        server.close()
+
+
+# -- security ------------------------------------------------------------------------------------------
+
+
+def test_store_directory_and_files_are_private(tmp_path):
+    """A new store's directory is mode 0700 and its files 0600, whatever the umask."""
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "store"
+        fpstore.open(path, k=3).close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+    for name in os.listdir(path):
+        mode = stat.S_IMODE(os.stat(path / name).st_mode)
+        assert mode & 0o077 == 0, f"{name} is mode {oct(mode)}"
+
+
+def test_no_code_is_evaluated_from_store_files_or_input():
+    """No module of fpstore imports pickle, marshal or shelve, or calls eval, exec or compile: nothing read from a store or a command line can run code."""
+    import ast
+
+    banned_modules = {"pickle", "cPickle", "marshal", "shelve", "dill", "cloudpickle", "jsonpickle"}
+    banned_calls = {"eval", "exec", "compile", "__import__"}
+    pkg = os.path.join(ROOT, "fpstore")
+    found = []
+    for name in sorted(os.listdir(pkg)):
+        if not name.endswith(".py"):
+            continue
+        tree = ast.parse(open(os.path.join(pkg, name), encoding="utf-8").read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found += [f"{name}: import {a.name}" for a in node.names if a.name.split(".")[0] in banned_modules]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in banned_modules:
+                found.append(f"{name}: from {node.module} import ...")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in banned_calls:
+                found.append(f"{name}:{node.lineno}: {node.func.id}()")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("unpackb", "Unpacker"):
+                # msgpack must never be asked to build objects through hooks
+                bad = [kw.arg for kw in node.keywords if kw.arg in ("object_hook", "object_pairs_hook", "ext_hook", "list_hook")]
+                found += [f"{name}:{node.lineno}: msgpack {b}" for b in bad]
+    assert not found, found
+
+
+# -- fuzzed decoders ---------------------------------------------------------------------------------
+
+#: Inputs per decoder; derandomized, so a run is reproducible (tools/torture.py fuzz runs for hours).
+FUZZ_EXAMPLES = int(os.environ.get("FPSTORE_FUZZ_EXAMPLES", "2000"))
+
+
+def test_fuzzed_decoders_raise_only_typed_errors():
+    """Every decoder of on-disk bytes (run index, chunks, state, header, records, key blocks, idf, packed ids), fed mutated and random bytes in a child process, answers or raises FpstoreError."""
+    child = Child("fuzz", "--examples", str(FUZZ_EXAMPLES))
+    t0 = time.perf_counter()
+    try:
+        rc = child.finish(timeout=600)
+    finally:
+        child.close()
+    assert rc == 0, f"the fuzzing process died ({rc}): {child.lines[-3:]} {child.stderr()}"
+    findings = [line for line in child.lines if line.startswith("FINDING")]
+    counts = json.loads(child.lines[-1])
+    total = sum(sum(c.values()) for c in counts.values())
+    print(f"FIGURES fuzz: {total} inputs in {time.perf_counter() - t0:.1f} s, {len(findings)} findings, {counts}")
+    assert not findings, "\n".join(findings[:10])
+    for target, c in counts.items():
+        assert sum(c.values()) >= FUZZ_EXAMPLES // 2, f"{target} ran only {c}"
+        assert c.get("ok", 0) and len(c) > 1, f"{target} saw only one outcome, so the fuzzer is not reaching it: {c}"
+
+
+# -- what the oracle found -----------------------------------------------------------------------------
+
+
+def test_query_many_reports_each_match_once_when_a_run_holds_repeated_fingerprints(tmp_path):
+    """query_many returns each (query, document) pair once, also when a run holds two documents with the same fingerprint."""
+    with fpstore.open(tmp_path / "s", k=3) as store:
+        pid = store.pipeline.id
+        store.add_many(["x", "y", "z"], fingerprints=[5, 5, 0xFFFF_FFFF_0000_0000], pipeline_id=pid)
+        before = sorted(zip(*(a.tolist() for a in store.query_many([5], pipeline_id=pid))))
+        store.compact()  # both copies of 5 now live in one run
+        after = sorted(zip(*(a.tolist() for a in store.query_many([5], pipeline_id=pid))))
+        ids = sorted(store.get(k).id for k in ("x", "y"))
+        assert before == [(0, ids[0], 0), (0, ids[1], 0)]
+        assert after == before, f"after compaction query_many repeats rows: {after}"
+
+
+#: A zstd frame whose header declares 466 TB of content (found by the fuzzer, target key_block).
+HOSTILE_ZSTD = b"(\xb5/\xfd\xd4)\xc5\x00\x00\x80I\xa8\x01\x00\x02\x00\x03\x00\x04\x00\x00\xe5\x00\x00\x00\xbc\x04P\x02"
+
+
+def test_key_block_declaring_a_huge_size_raises_corruption_error(scenario, tmp_path):
+    """A key block whose zstd frame header declares a huge content size raises CorruptionError (the decompression bound holds), not MemoryError."""
+    path = copy_store(os.path.join(scenario["root"], "base7"), str(tmp_path / "s"))
+    assert _edit(path, b"blobs", lambda k: k.startswith(b"s") and b"kK" in k, lambda v: HOSTILE_ZSTD) > 0
+    server = ForkServer(str(tmp_path))
+    try:
+        rc, lines = server.call("exercise", path)
+    finally:
+        server.close()
+    assert rc in (0, 3), f"the child died ({rc}): {lines[-2:]}"
+    outcome = json.loads(lines[-1])
+    bugs = [line for line in lines if line.startswith("BUG")]
+    assert outcome["get"] == "CorruptionError" and not bugs, bugs

@@ -663,7 +663,7 @@ def fuzz_worker(args: argparse.Namespace) -> int:
     targets = args.targets.split(",")
     counts: dict[str, dict[str, int]] = {t: {} for t in targets}
     findings: list[str] = []
-    per_target = args.seconds / len(targets)
+    per_target = args.seconds / len(targets) if args.seconds else float("inf")
 
     def mutated(seed_list: list[bytes]) -> st.SearchStrategy[bytes]:
         """A seed with a few bytes replaced, truncated or extended; or arbitrary bytes."""
@@ -686,7 +686,7 @@ def fuzz_worker(args: argparse.Namespace) -> int:
     for target in targets:
         deadline = time.monotonic() + per_target
 
-        @hypothesis.settings(max_examples=10**9, deadline=None, database=None, derandomize=False,
+        @hypothesis.settings(max_examples=args.examples or 10**9, deadline=None, database=None, derandomize=bool(args.examples),
                              suppress_health_check=list(hypothesis.HealthCheck), phases=[hypothesis.Phase.generate])
         @hypothesis.given(mutated(seeds[target]))
         def run(data: bytes) -> None:
@@ -1228,7 +1228,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("path")
     p.set_defaults(fn=build_scenario)
     p = sub.add_parser("fuzz")
-    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--seconds", type=float, default=0, help="run each target for its share of this (random inputs)")
+    p.add_argument("--examples", type=int, default=0, help="or: this many derandomized inputs per target")
     p.add_argument("--targets", default=",".join(FUZZ_TARGETS))
     p.set_defaults(fn=fuzz_worker)
     p = sub.add_parser("snapshot-reader")
