@@ -57,6 +57,8 @@ __all__ = [
     "near_duplicates",
     "query_batch",
     "shard_of",
+    "spark_batch_design",
+    "spark_join_design",
     "to_signed",
     "to_unsigned",
 ]
@@ -266,11 +268,50 @@ class _JoinPlan:
         return keep
 
 
-def _flip_free(design: Design | str | None, k: int, n: int) -> Design:
-    from fpstore.search import join_design
+#: Spark cost constants (CPU microseconds, measured by tools/bench_spark.py on local[2], see
+#: docs/scale-out.md). near_duplicates: each extra table costs about C_KEY per distinct
+#: fingerprint (explode, shuffle, sort, verify); a comparison in the self_join kernel C_CMP.
+#: query_batch: a stored row costs about C_PROBE per table (permute, two binary searches) and
+#: C_CAND per candidate it meets (gather, popcount, filter).
+C_KEY = 0.5
+C_CMP = 0.003
+C_PROBE = 0.3
+C_CAND = 0.12
 
+
+def _flip_free_catalogue(k: int) -> list[Design]:
+    from fpstore.design import designs_for_k
+
+    return [d for d in designs_for_k(k) if all(t.flips == 0 for t in d.tables)]
+
+
+def spark_join_design(k: int, n: int) -> Design:
+    """The flip-free design of least Spark cost for a self-join of ``n`` distinct fingerprints:
+    ``C_KEY`` per table per fingerprint plus ``C_CMP`` per comparison (``n / 2**(p + 1)`` per
+    fingerprint and table). k = 3: r4 up to about 4 * 10**7, then r5 (10 tables; 8 * 10**9 gives
+    buckets of ~140) up to about 1.5 * 10**10, where the store's model would already take r6 and
+    shuffle twice the rows."""
+    n = max(int(n), 1)
+    return min(
+        _flip_free_catalogue(k),
+        key=lambda d: sum(C_KEY + C_CMP * n / 2.0 ** (t.prefix_bits + 1) for t in d.tables),
+    )
+
+
+def spark_batch_design(k: int, q: int) -> Design:
+    """The flip-free design of least cost per streamed row for a batch of ``q`` queries:
+    ``C_PROBE`` per table plus ``C_CAND`` per candidate (``q / 2**p`` per table). k = 3: r4 below
+    about 2.5 * 10**5 queries, r5 above."""
+    q = max(int(q), 1)
+    return min(
+        _flip_free_catalogue(k),
+        key=lambda d: sum(C_PROBE + C_CAND * q / 2.0**t.prefix_bits for t in d.tables),
+    )
+
+
+def _flip_free(design: Design | str | None, k: int, n: int, batch: bool = False) -> Design:
     if design is None:
-        return join_design(k, n)
+        return spark_batch_design(k, n) if batch else spark_join_design(k, n)
     d = design_for(design.k if isinstance(design, Design) else k, n, design)
     if d.k < k:
         raise DesignError(f"design {d.name!r} is exact up to k={d.k}, not k={k}")
@@ -435,8 +476,8 @@ def near_duplicates(
 
     1. rows grouped by fingerprint: all pairs inside a group at distance 0;
     2. each distinct fingerprint exploded into one row per table of a flip-free design
-       (``design``, default :func:`fpstore.search.join_design` for ``expected_size``, default the
-       row count) keyed by (table, prefix of the permuted fingerprint);
+       (``design``, default :func:`spark_join_design` for ``expected_size``, default the row
+       count) keyed by (table, prefix of the permuted fingerprint);
     3. buckets estimated (from a sample) to hold more than ``max_bucket`` fingerprints are split
        again on further bits (:func:`_sub_tables`); ``None`` turns the split off;
     4. rows repartitioned by (table, bucket) into ``partitions`` (default
@@ -594,7 +635,8 @@ def query_batch(
     """Every (query, stored row) pair within ``k`` bits, exactly once: ``(query_id, id, distance)``.
 
     Manku's batch mode: the queries (the small side: collected to the driver) are built into one
-    sorted permuted table per table of a flip-free design and broadcast; every partition of
+    sorted permuted table per table of a flip-free design (``design``, default
+    :func:`spark_batch_design` for the batch size) and broadcast; every partition of
     ``stored_df`` streams its rows past them in ``mapInArrow``, so the large side is read once and
     never shuffled. A (query, row) pair is reported from the first table whose prefix both share.
     ``query_id_col``/``query_fp_col`` default to ``id_col``/``fp_col``.
@@ -610,7 +652,7 @@ def query_batch(
     q = queries_df.select(qid, qfp).where(queries_df[qfp].isNotNull()).toArrow()
     qfps = _arrow_u64(q.column(qfp).combine_chunks())
     qids = q.column(qid).combine_chunks()
-    d = _flip_free(design, k, max(len(qfps), 1))
+    d = _flip_free(design, k, max(len(qfps), 1), batch=True)
     payload = {"token": uuid.uuid4().hex, "design": d.config(), "fps": qfps, "ids": qids}
     bc = stored_df.sparkSession.sparkContext.broadcast(payload)
     names = ("query_id", "id", "distance")

@@ -149,9 +149,7 @@ def test_missing_pyspark_names_the_extra(monkeypatch):
 def test_heavy_buckets_are_found(spark, corpus, corpus_df):
     # The dense cluster (600 + 600 fingerprints sharing their top 36 bits) overfills the buckets of
     # the tables whose prefix lies in those bits; the sample finds them and nothing else.
-    from fpstore.search import join_design
-
-    plan = fs._JoinPlan.build(join_design(K, len(corpus)), K)
+    plan = fs._JoinPlan.build(fs.spark_join_design(K, len(corpus)), K)
     heavy = fs._heavy_buckets(corpus_df, plan, "fp", 100, 0)
     uniq = np.unique(corpus)
     want = {}

@@ -3,8 +3,8 @@
     cd /work/main && PYTHONPATH=/work/main nice -n 10 python tools/bench_spark.py --json /tmp/bench_spark.json
 
 ``--sizes 100000,1000000`` sets the fingerprint counts of near_duplicates and query_batch;
-``--texts 100000`` the documents of fingerprint(); ``--queries 10000,100000`` the batches of
-query_batch;
+``--texts 100000`` the documents of fingerprint(); ``--queries 10000,100000,1000000`` the
+batches of query_batch (each at most the size);
 ``--cores 2`` the local[N]. Results go to ``docs/scale-out.md``, section "Measured".
 
 What it measures, one Spark session for everything (its start-up is reported, not counted):
@@ -15,14 +15,15 @@ What it measures, one Spark session for everything (its start-up is reported, no
   not over a cached frame); texts (300 words over a 5,000-word vocabulary, seeded per row)
   generated on the executors, cached and counted before the clock starts; the queries of
   query_batch cached likewise.
-* Each operation runs to completion into Spark's ``noop`` sink (every row computed, nothing
-  written), timed by the wall clock; near_duplicates includes its row count and its heavy-bucket
-  sample, which a user pays too.
+* Each operation runs ``--repeat`` times (default 3) to completion into Spark's ``noop`` sink
+  (every row computed, nothing written; near_duplicates is cached and counted to report its pair
+  count), timed by the wall clock; near_duplicates includes its row count and its heavy-bucket
+  sample, which a user pays too. Medians are reported, and the best run.
 * Rows/s is input rows over wall seconds. CPU seconds are the user+system time of the whole
   process tree (driver, JVM, Python workers) over the run, read from /proc: on a shared machine
   they, not the wall clock, give the per-core rate (rows per CPU second) the 8-billion estimate
   scales from. Shuffle bytes and records come from Spark's REST API (the UI runs on a free port).
-* The machine's load average (1 min) before and after each run is printed with it.
+* The machine's load average (1 min), lowest and highest seen around the runs, is printed too.
 
 Benchmarks are scripts, not tests: nothing here is named for pytest to collect.
 """
@@ -132,10 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="100000,1000000")
     ap.add_argument("--texts", type=int, default=100_000)
-    ap.add_argument("--queries", default="10000,100000", help="query_batch batch sizes")
+    ap.add_argument("--queries", default="10000,100000,1000000", help="query_batch batch sizes (at most the size)")
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--k", type=int, default=3)
-    ap.add_argument("--designs", default="auto,r5", help="near_duplicates designs (auto = join_design)")
+    ap.add_argument("--designs", default="auto,r5", help="near_duplicates designs (auto = spark_join_design)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each operation (median and best reported)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
@@ -168,25 +170,32 @@ def main(argv: list[str] | None = None) -> int:
     print(f"spark local[{args.cores}] up in {startup:.1f} s; load {os.getloadavg()[0]:.2f}", flush=True)
 
     def measure(name: str, rows: int, action, **extra) -> dict:
-        load0 = os.getloadavg()[0]
+        walls, cpus, loads = [], [], []
+        out = None
         b0, r0 = shuffle.totals()
-        c0 = tree_cpu_seconds(me)
-        t = time.perf_counter()
-        out = action()
-        wall = time.perf_counter() - t
-        cpu = tree_cpu_seconds(me) - c0
+        for _ in range(args.repeat):
+            loads.append(os.getloadavg()[0])
+            c0 = tree_cpu_seconds(me)
+            t = time.perf_counter()
+            out = action()
+            walls.append(time.perf_counter() - t)
+            cpus.append(tree_cpu_seconds(me) - c0)
+        loads.append(os.getloadavg()[0])
         b1, r1 = shuffle.totals()
+        wall, cpu = float(np.median(walls)), float(np.median(cpus))
         rec = {
             "op": name,
             "rows": rows,
             "wall_s": round(wall, 2),
+            "wall_best_s": round(min(walls), 2),
             "cpu_s": round(cpu, 2),
             "rows_per_s": round(rows / wall),
+            "rows_per_s_best": round(rows / min(walls)),
             "rows_per_cpu_s": round(rows / cpu) if cpu else None,
-            "shuffle_bytes": b1 - b0,
-            "shuffle_records": r1 - r0,
-            "load_before": round(load0, 2),
-            "load_after": round(os.getloadavg()[0], 2),
+            "shuffle_bytes": (b1 - b0) // args.repeat,
+            "shuffle_records": (r1 - r0) // args.repeat,
+            "load_min": round(min(loads), 2),
+            "load_max": round(max(loads), 2),
             **extra,
             **({"output": out} if out is not None else {}),
         }
@@ -209,16 +218,15 @@ def main(argv: list[str] | None = None) -> int:
         measure("fingerprint", args.texts, lambda: noop(fs.fingerprint(texts, "text", pipe)), pipeline="Pipeline()")
         texts.unpersist()
 
-    from fpstore.search import join_design
 
     for n in [int(x) for x in args.sizes.split(",") if x]:
         fps = corpus(n)
         src = os.path.join(tmp, f"fps-{n}")
         fs.fingerprints_frame(spark, np.arange(n, dtype=np.int64), fps).repartition(4 * args.cores).write.parquet(src)
         df = spark.read.parquet(src)
-        for dname in args.designs.split(","):
+        for dname in [x for x in args.designs.split(",") if x]:
             design = None if dname == "auto" else dname
-            d = join_design(args.k, n) if design is None else fs._flip_free(design, args.k, n)
+            d = fs._flip_free(design, args.k, n)
 
             def nd(design=design) -> int:
                 pairs = fs.near_duplicates(df, args.k, design=design).cache()
@@ -230,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         for q in [min(int(x), n) for x in args.queries.split(",") if x]:
             qdf = fs.fingerprints_frame(spark, np.arange(q, dtype=np.int64), corpus(q, seed=2)).cache()
             qdf.count()
-            qd = join_design(args.k, q)
+            qd = fs.spark_batch_design(args.k, q)
             measure("query_batch", n, lambda: noop(fs.query_batch(df, qdf, args.k)), queries=q, design=qd.name)
             qdf.unpersist()
 
