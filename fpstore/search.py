@@ -134,6 +134,11 @@ def batch_probe_runs(
             continue
         uniq, inverse = np.unique(fps, return_inverse=True)
         ki, ids = run.ids_of(uniq)
+        if len(ki) > len(uniq):
+            # Some fingerprint is stored more than once in this run, and the merge reported one
+            # row per stored copy: keep one row per (query, fingerprint) before expanding to ids.
+            first = unique_rows(qi, fps)
+            qi, fps, inverse = qi[first], fps[first], inverse[first]
         # Expand: each (query, fingerprint) row gets every id holding that fingerprint.
         order = np.argsort(ki, kind="stable")
         ki, ids = ki[order], ids[order]

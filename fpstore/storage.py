@@ -31,6 +31,7 @@ import lmdb
 
 from fpstore.errors import (
     ClosedError,
+    CorruptionError,
     FpstoreError,
     NotAStoreError,
     ReadOnlyError,
@@ -106,8 +107,42 @@ def _fsync_path(path: str) -> None:
         os.close(fd)
 
 
-def translate(exc: BaseException, action: str) -> FpstoreError:
-    """An fpstore error for an lmdb (or OS) error raised during ``action``."""
+def _verify_file(path: str) -> None:
+    """Verify-then-trust: walk data.mdb with py-lmdb's pure-Python structural verifier before
+    LMDB maps it. LMDB trusts its pages (a zeroed or forged page can abort the process inside the
+    engine), so a file from elsewhere is checked first; ~115 MB/s, hence opt-in."""
+    from lmdb import verify as lmdb_verify
+
+    try:
+        problems = lmdb_verify.verify(path)
+    except lmdb_verify.VerifyError as exc:
+        raise CorruptionError(f"{path}: the store file cannot be verified: {exc}") from None
+    except OSError as exc:
+        raise StorageError(f"{path}: cannot read the store file to verify it: {exc}") from None
+    if problems:
+        shown = "; ".join(problems[:3])
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise CorruptionError(f"{path}: the store file failed LMDB's structural check: {shown}{more}")
+
+
+def _looks_full(path: str) -> bool:
+    """True when the store's disk is (nearly) full or its data file reached RLIMIT_FSIZE."""
+    import resource
+
+    try:
+        st = os.statvfs(path)
+        if st.f_bavail * st.f_frsize < (4 << 20):
+            return True
+        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if soft != resource.RLIM_INFINITY and os.path.getsize(os.path.join(path, DATA_FILE)) + (64 << 20) >= soft:
+            return True
+    except OSError:
+        return False
+    return False
+
+
+def translate(exc: BaseException, action: str, path: str | None = None) -> FpstoreError:
+    """An fpstore error for an lmdb (or OS) error raised during ``action`` on the store at ``path``."""
     if isinstance(exc, FpstoreError):
         return exc
     if isinstance(exc, lmdb.ReadonlyError):
@@ -124,6 +159,10 @@ def translate(exc: BaseException, action: str) -> FpstoreError:
     text = str(exc)
     if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or "No space left" in text or "File too large" in text:
         return StoreFullError(f"{action}: the disk is full ({exc}); the batch was not applied")
+    if path is not None and (code == errno.EIO or "Input/output error" in text) and _looks_full(path):
+        # LMDB reports a short write as EIO; at a full disk or the process's file size limit
+        # that short write is the limit, not a broken device.
+        return StoreFullError(f"{action}: the disk or the file size limit is full ({exc}); the batch was not applied")
     if isinstance(exc, (lmdb.Error, OSError)):
         return StorageError(f"{action}: {type(exc).__name__}: {exc}; the batch was not applied")
     return StorageError(f"{action}: {exc!r}")
@@ -145,6 +184,7 @@ class Storage:
         create: bool,
         map_size: int | None = None,
         allow_network_fs: bool = False,
+        verify: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         self.readonly = readonly
@@ -167,6 +207,8 @@ class Storage:
                     f"{self.path} is on a network filesystem ({fs}), where LMDB's locking is unsafe; "
                     "move the store to a local disk, or pass allow_network_fs=True if you know better"
                 )
+        if verify and exists:
+            _verify_file(self.path)
         real = os.path.realpath(self.path)
         with _open_paths_lock:
             if real in _open_paths:
@@ -189,6 +231,7 @@ class Storage:
             #: and header in one transaction (:meth:`create`), so a crash never leaves half a store.
             self.is_new = not exists
             if exists:
+                self._check_file_length()
                 self.open_dbs(names)
             self.reader_check()
         except BaseException:
@@ -209,6 +252,22 @@ class Storage:
                 "a store has one writer at a time: open with readonly=True to read"
             ) from None
         self._lock_fd = fd
+
+    def _check_file_length(self) -> None:
+        """Refuse a data file shorter than the pages its meta page says are in use.
+
+        LMDB maps the file and would touch those pages past its end, which kills the process with
+        SIGBUS; an interrupted copy or a truncated disk image looks exactly like that.
+        """
+        env = self._env
+        assert env is not None
+        used = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+        size = os.path.getsize(os.path.join(self.path, DATA_FILE))
+        if size < used:
+            raise CorruptionError(
+                f"{self.path}: {DATA_FILE} is {size} bytes but its pages in use end at {used}: "
+                "the file is truncated (an interrupted copy?); restore it from a good copy"
+            )
 
     def _take_open_lock(self) -> None:
         lock_path = os.path.join(self.path, OPEN_LOCK)
@@ -451,7 +510,7 @@ class Storage:
                 env.set_mapsize(0)
                 continue
             except lmdb.Error as exc:
-                raise translate(exc, action) from exc
+                raise translate(exc, action, self.path) from exc
             try:
                 result = fn(txn)
                 txn.commit()
@@ -461,7 +520,7 @@ class Storage:
                 self._grow()
             except lmdb.Error as exc:
                 txn.abort()
-                raise translate(exc, action) from exc
+                raise translate(exc, action, self.path) from exc
             except BaseException:
                 txn.abort()
                 raise

@@ -265,11 +265,13 @@ class Store:
         create: bool = True,
         map_size: int | None = None,
         allow_network_fs: bool = False,
+        verify: bool = False,
     ) -> None:
         if pipeline is not None and not isinstance(pipeline, Pipeline):
             raise InputError(f"pipeline must be a fpstore.Pipeline, not {type(pipeline).__name__}")
         self._storage = Storage(
-            path, BASE_DBS, readonly=readonly, create=create, map_size=map_size, allow_network_fs=allow_network_fs
+            path, BASE_DBS, readonly=readonly, create=create, map_size=map_size,
+            allow_network_fs=allow_network_fs, verify=verify,
         )
         try:
             if self._storage.is_new:
@@ -1432,6 +1434,7 @@ def open(
     create: bool = True,
     map_size: int | None = None,
     allow_network_fs: bool = False,
+    verify: bool = False,
 ) -> Store:
     """Open the store in directory ``path``, creating it (mode 0700) when missing and ``create``.
 
@@ -1439,6 +1442,9 @@ def open(
     default 3). ``pipeline`` defaults to :class:`Pipeline()` for a new store and must match an
     existing store's. ``design`` is ``"auto"`` (chosen from ``expected_size``), a design name or a
     :class:`~fpstore.design.Design`. One process writes; others open with ``readonly=True``.
+
+    ``verify=True`` checks the file's structure before LMDB maps it (verify-then-trust, for
+    store files from elsewhere: LMDB itself trusts its pages and can abort on a damaged one).
     """
     return Store(
         path,
@@ -1450,4 +1456,5 @@ def open(
         create=create,
         map_size=map_size,
         allow_network_fs=allow_network_fs,
+        verify=verify,
     )

@@ -59,6 +59,24 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return d
 
 
+def bounded_decompress(raw: bytes, limit: int, what: str) -> bytes:
+    """zstd-decompress untrusted bytes into at most ``limit`` bytes, else CorruptionError.
+
+    ``max_output_size`` alone is not a bound: zstandard ignores it when the frame header declares
+    a content size, and allocates whatever the header claims (a fuzzed key block asked for 466 TB).
+    """
+    try:
+        declared = zstandard.frame_content_size(raw)
+    except zstandard.ZstdError as exc:
+        raise CorruptionError(f"{what} is not a zstd frame: {exc}") from None
+    if declared > limit:
+        raise CorruptionError(f"{what} declares {declared} bytes of content, more than the {limit} allowed")
+    try:
+        return _decompressor().decompress(raw, max_output_size=limit)
+    except zstandard.ZstdError as exc:
+        raise CorruptionError(f"{what} does not decompress: {exc}") from None
+
+
 # -- keys --------------------------------------------------------------------------------------------
 
 
@@ -477,10 +495,7 @@ class KeySegment:
         raw = self._txn.get(_chunk_key(self.rec["keys"], b"K", block), db=self._db)
         if raw is None:
             raise CorruptionError(f"segment {self.rec['id']} lacks key block {block}")
-        try:
-            data = _decompressor().decompress(bytes(raw), max_output_size=MAX_KEY_BLOCK_BYTES)
-        except zstandard.ZstdError as exc:
-            raise CorruptionError(f"segment {self.rec['id']} key block {block} does not decompress: {exc}") from None
+        data = bounded_decompress(bytes(raw), MAX_KEY_BLOCK_BYTES, f"segment {self.rec['id']} key block {block}")
         tag, body = data[:1], data[1:]
         if tag == b"I":
             if len(body) % 8:

@@ -458,3 +458,25 @@ def test_deleting_a_canonical_leaves_its_variants_consistent(store):
     assert store["b"].canonical is None
     assert store.add("c", text=t).canonical == "b"
     assert store.add("b", text=t).canonical is None  # idempotent re-add of the new canonical
+
+
+def test_verify_on_open_refuses_a_damaged_file_before_lmdb_maps_it(tmp_path):
+    """open(verify=True) finds a zeroed B-tree page with the offline verifier and raises CorruptionError."""
+    import shutil
+
+    from fpstore.errors import CorruptionError
+
+    path = tmp_path / "s"
+    with fpstore.open(path) as s:
+        s.add_many([f"d{i}" for i in range(3000)], fingerprints=np.arange(3000, dtype=np.uint64) * 7919, pipeline_id=s.pipeline.id)
+    with fpstore.open(path, verify=True) as s:  # a sound file passes
+        assert len(s) == 3000
+    with fpstore.open(path, readonly=True) as s:
+        last = s._storage.env.info()["last_pgno"]  # written by the last commit: a live page
+    bad = tmp_path / "bad"
+    shutil.copytree(path, bad)
+    with open(bad / "data.mdb", "r+b") as f:
+        f.seek(last * 4096)
+        f.write(bytes(4096))
+    with pytest.raises(CorruptionError, match="structural check"):
+        fpstore.open(bad, verify=True)
