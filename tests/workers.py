@@ -1034,7 +1034,7 @@ def exercise(args: argparse.Namespace) -> int:
         outcomes[name] = "ok"
         return result
 
-    store = attempt("open", lambda: fpstore.open(args.path, readonly=not args.write, create=False))
+    store = attempt("open", lambda: fpstore.open(args.path, readonly=not args.write, create=False, **({"verify": True} if args.verify else {})))
     if store is not None:
         data = scenario_data()
         keys = list(data["a"][0][:20]) + [int(k) for k in data["b"][0][:20]] + [k for k, _ in data["texts"]] + list(data["c"][0][:10])
@@ -1218,6 +1218,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("path")
     p.add_argument("--write", action="store_true")
     p.add_argument("--seconds", type=float, default=30)
+    p.add_argument("--verify", action="store_true", help="open with verify=True (check a file from elsewhere first)")
     p.set_defaults(fn=exercise)
     p = sub.add_parser("crash-op")
     p.add_argument("path")
