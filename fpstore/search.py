@@ -96,8 +96,10 @@ def batch_probe_runs(
         variants, origin = _flip_variants(design, t, perm)
         sorted_variants, order = _search.radix_sort(np.ascontiguousarray(variants), True)
         origin = origin[order]
-        # With flips a variant's own distance is not the query's: verify against the query.
-        kk = 64 if table.flips else k
+        # With flips a variant's distance is not the query's: the kernel keeps candidates within
+        # k + flips of the variant (the query is at most `flips` bits from it, so nothing within k
+        # of the query is lost), and numpy checks the real distance.
+        kk = min(64, k + table.flips)
         out = []
         for per_run in fetched:
             index, chunks = per_run[t]

@@ -1,0 +1,76 @@
+"""Query cost at large k: the radius the calibration asks for (issue 6).
+
+    python tools/bench_large_k.py [--n 1000000] [--ks 3,5,8,10] [--queries 2000] [--batch 100000]
+
+For each k the store is bulk-loaded with n random fingerprints under the design fpstore picks
+(``design="auto"``), then queried with stored fingerprints carrying k//2 flipped bits: single
+queries (one Python call each; p50/p99 µs), and one ``query_many`` batch (queries/s). Answers
+are checked against numpy brute force on a sample (recall 1.0, no extra rows). Numpy brute force
+on the same stored array runs in the same process as the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+
+import numpy as np
+
+import fpstore
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=float, default=1e6)
+    ap.add_argument("--ks", default="3,5,8,10")
+    ap.add_argument("--queries", type=int, default=2000)
+    ap.add_argument("--batch", type=int, default=100_000)
+    args = ap.parse_args()
+    n = int(args.n)
+    rng = np.random.default_rng(7)
+    fps = rng.integers(0, 2**64, size=n, dtype=np.uint64)
+    print(f"n = {n:,}; load {os.getloadavg()[0]:.1f}")
+    print("| k | design | tables | probes/query | single p50 µs | single p99 µs | query_many q/s | brute force q/s | exact |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    for k in (int(x) for x in args.ks.split(",")):
+        d = tempfile.mkdtemp(dir=os.environ.get("TMPDIR"))
+        try:
+            with fpstore.open(os.path.join(d, "s"), k=k, expected_size=n) as s:
+                pid = s.pipeline.id
+                s.bulk_load(np.arange(n, dtype=np.uint64), fps, pipeline_id=pid)
+                flips = np.zeros(args.batch, np.uint64)
+                for _ in range(k // 2):
+                    flips |= np.uint64(1) << rng.integers(0, 64, args.batch).astype(np.uint64)
+                q = fps[rng.integers(0, n, args.batch)] ^ flips
+                lat = []
+                for x in q[: args.queries].tolist():
+                    t0 = time.perf_counter()
+                    s.query(fingerprint=x, pipeline_id=pid)
+                    lat.append(time.perf_counter() - t0)
+                lat_us = np.array(lat) * 1e6
+                t0 = time.perf_counter()
+                qi, ids, dist = s.query_many(q, pipeline_id=pid)
+                batch_rate = len(q) / (time.perf_counter() - t0)
+                sample = q[:200]
+                t0 = time.perf_counter()
+                dd = np.bitwise_count(fps[None, :] ^ sample[:, None])
+                brute_rate = len(sample) / (time.perf_counter() - t0)
+                bq, bi = np.nonzero(dd <= k)
+                want = set(zip(bq.tolist(), (bi + 0).tolist()))
+                keys = s.keys_of(ids[qi < 200])
+                got = set(zip(qi[qi < 200].tolist(), keys))
+                exact = got == want
+                print(
+                    f"| {k} | {s.design.name} | {len(s.design.tables)} | {s.design.probes_per_query()} | "
+                    f"{np.percentile(lat_us, 50):.0f} | {np.percentile(lat_us, 99):.0f} | {batch_rate:,.0f} | {brute_rate:,.0f} | {exact} |",
+                    flush=True,
+                )
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
