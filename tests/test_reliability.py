@@ -86,6 +86,13 @@ def _points(census: dict, rng: random.Random, rounds: int) -> list[tuple[int, st
     for op in range(len(SCENARIO_OPS)):
         writes = census[op]["writes"]
         n = len(writes)
+        if SCENARIO_OPS[op] == "compact_file":
+            # The file switch: copy, fsync copy and directory, rename over data.mdb, fsync the store
+            # directory. No transaction commits (the logical compaction before it has nothing to do).
+            assert census[op]["fsyncs"] == 3, census[op]
+            for fpoint in ("before_fsync@1", "after_fsync@1", "after_fsync@2", "before_replace", "after_replace", "after_fsync@3"):
+                cases.append((op, fpoint, 0))
+            continue
         picks = {1, n} | ({2} if n > 2 else set())
         if SCENARIO_OPS[op] == "texts_deletes":
             picks |= {4, 5, 8}  # last text, first delete (incremental), a delete that tombstones a run entry
@@ -117,7 +124,9 @@ def _check_after_kill(path: str, op: int, steps: int, scenario: dict, what: str)
             raise AssertionError(f"{what}: expected the model after {steps} committed transaction(s) of {SCENARIO_OPS[op]}: {exc}") from None
         got = layout(store)
     nwrites = len(scenario["census"][op]["writes"])
-    if nwrites == 1:  # one transaction: the layout is exactly the old one or the new one
+    if SCENARIO_OPS[op] == "compact_file":
+        assert got == scenario["layouts"][op], f"{what}: layout {got}, expected {scenario['layouts'][op]}"
+    elif nwrites == 1:  # one transaction: the layout is exactly the old one or the new one
         want = scenario["layouts"][op + steps]
         assert got == want, f"{what}: layout {got}, expected {want} ({'new' if steps else 'old'} state)"
     with fpstore.open(path) as store:  # recovery: run the whole operation again
@@ -128,6 +137,8 @@ def _check_after_kill(path: str, op: int, steps: int, scenario: dict, what: str)
             raise AssertionError(f"{what}: after running {SCENARIO_OPS[op]} again: {exc}") from None
         if SCENARIO_OPS[op].startswith("compact"):
             assert layout(store) == scenario["layouts"][op + 1], f"{what}: compaction again gives {layout(store)}"
+    stale = [n for n in os.listdir(path) if n.startswith("compact-")]
+    assert not stale, f"{what}: the writer's open left a dead compaction's copy behind: {stale}"
 
 
 def test_kill_at_named_points_leaves_old_or_new_state(scenario, tmp_path):
@@ -857,3 +868,43 @@ def test_key_block_declaring_a_huge_size_raises_corruption_error(scenario, tmp_p
     outcome = json.loads(lines[-1])
     bugs = [line for line in lines if line.startswith("BUG")]
     assert outcome["get"] == "CorruptionError" and not bugs, bugs
+
+
+#: The file switch of Store.compact_file, where a power cut may fall (the process is stopped there).
+FILE_SWITCH_POINTS = ["before_fsync@1", "after_fsync@2", "before_replace", "after_replace", "after_fsync@3"]
+
+
+def test_power_loss_during_file_compaction_leaves_old_or_new_file(ext4, scenario, tmp_path):
+    """A power cut at each step of the file switch (copy, fsyncs, rename over data.mdb, directory fsync) leaves a store that fscks, opens and holds the same documents (the old file or the new one)."""
+    op = SCENARIO_OPS.index("compact_file")
+    image = str(tmp_path / "disk.img")
+    live = ext4(image, str(tmp_path / "live"), new=True)
+    snap_img, snap_dir = str(tmp_path / "snap.img"), str(tmp_path / "snap")
+    sizes = {}
+    for n, point in enumerate(FILE_SWITCH_POINTS):
+        path = copy_store(os.path.join(scenario["root"], f"base{op}"), os.path.join(live, f"s{n}"))
+        before = os.path.getsize(os.path.join(path, "data.mdb"))
+        _run("sync", "-f", path)  # the store to compact is on the disk before the power cut
+        child = Child("crash-op", path, "--op", str(op), "--point", f"stop:{point}")
+        try:
+            assert child.line(timeout=120).startswith("running")
+            _wait_stopped(child.pid, timeout=120)
+            shutil.copyfile(image, snap_img)
+        finally:
+            child.close()  # SIGKILL
+        _run("e2fsck", "-fy", snap_img, ok=(0, 1))
+        ext4(snap_img, snap_dir)
+        try:
+            spath = os.path.join(snap_dir, f"s{n}")
+            size = os.path.getsize(os.path.join(spath, "data.mdb"))
+            assert not lmdb_problems(spath), f"power cut at {point}: LMDB verifier"
+            with fpstore.open(spath, readonly=True) as store:
+                check_model(store, model_after(op))
+            with fpstore.open(spath) as store:  # the writer's open clears a dead compaction's copy
+                pass
+            assert not [x for x in os.listdir(spath) if x.startswith("compact-")], os.listdir(spath)
+            sizes[point] = "old" if size == before else f"new ({size} of {before} bytes)"
+        finally:
+            ext4.umount(snap_dir)
+            os.remove(snap_img)
+    print(f"FIGURES power cut during file compaction: {sizes}")

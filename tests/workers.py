@@ -176,7 +176,7 @@ def scenario_data() -> dict:
     return {"a": (a_keys, a_fps), "b": (b_keys, b_fps), "texts": texts, "deletes": deletes, "c": (c_keys, c_fps), "d": (d_keys, d_fps)}
 
 
-SCENARIO_OPS = ("add_many_a", "bulk_load_b", "texts_deletes", "add_many_c", "compact_partial", "add_many_d", "compact_full")
+SCENARIO_OPS = ("add_many_a", "bulk_load_b", "texts_deletes", "add_many_c", "compact_partial", "add_many_d", "compact_full", "compact_file")
 BULK_MAX_RUN = 400
 
 
@@ -202,6 +202,8 @@ def run_op(store, op: int) -> None:
         store.add_many(data["d"][0], fingerprints=data["d"][1], pipeline_id=pid, checkpoint=(FEED, 2))
     elif name == "compact_full":
         store.compact(full=True)
+    elif name == "compact_file":
+        store.compact_file()
 
 
 def model_steps(op: int) -> list:
@@ -311,6 +313,11 @@ def check_model(store, model: dict, k: int = SCENARIO_K) -> None:
 #   after_commit@N    the N-th write transaction committed; SIGKILL before the call returns
 #   put@N.M           SIGKILL at the M-th mutation (put, putmulti, delete, drop) of write N
 #   after_reserve@N   the N-th map reservation (bulk load, compaction) grew the map; SIGKILL
+#   before_fsync@N    file compaction: before the N-th fsync (1: the copy, 2: its directory,
+#   after_fsync@N       3: the store directory after the rename); or just after it
+#   before_replace    file compaction: the copy is synced, the environment closed; before the rename
+#   after_replace     file compaction: data.mdb renamed over, its directory not yet synced
+# A point prefixed "stop:" sends SIGSTOP instead (the power-loss test copies the disk then).
 # "census" runs the operation and reports, per write transaction, how many mutations it made.
 
 
@@ -338,16 +345,23 @@ class _CountingTxn:
         return iter(self._txn)
 
 
+_DEATH = [signal.SIGKILL]
+
+
 def _die() -> None:
     sys.stdout.flush()
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), _DEATH[0])
+    os.kill(os.getpid(), signal.SIGKILL)  # after a SIGSTOP and SIGCONT: never carry on past the point
 
 
 def install_crash_point(point: str) -> dict:
     """Patch fpstore's storage layer in this process for ``point``; returns the census record."""
     import fpstore.storage
 
-    census: dict = {"writes": [], "reserves": 0}
+    census: dict = {"writes": [], "reserves": 0, "fsyncs": 0}
+    if point.startswith("stop:"):
+        _DEATH[0] = signal.SIGSTOP
+        point = point[len("stop:"):]
     kind, _, where = point.partition("@")
     n_at, _, m_at = where.partition(".")
     n_at = int(n_at) if n_at else 0
@@ -382,8 +396,28 @@ def install_crash_point(point: str) -> dict:
         if kind == "after_reserve" and census["reserves"] == n_at:
             _die()
 
+    orig_fsync = fpstore.storage._fsync_path
+    orig_replace = os.replace
+
+    def fsync_path(path):
+        census["fsyncs"] += 1
+        if kind == "before_fsync" and census["fsyncs"] == n_at:
+            _die()
+        orig_fsync(path)
+        if kind == "after_fsync" and census["fsyncs"] == n_at:
+            _die()
+
+    def replace(src, dst, **kw):
+        if kind == "before_replace":
+            _die()
+        orig_replace(src, dst, **kw)
+        if kind == "after_replace":
+            _die()
+
     fpstore.storage.Storage.write = write
     fpstore.storage.Storage.reserve = reserve
+    fpstore.storage._fsync_path = fsync_path
+    os.replace = replace
     return census
 
 
@@ -415,10 +449,10 @@ def build_scenario(args: argparse.Namespace) -> int:
         if op == len(SCENARIO_OPS):
             break
         census["writes"].clear()
-        census["reserves"] = 0
+        census["reserves"] = census["fsyncs"] = 0
         with fpstore.open(work) as store:
             run_op(store, op)
-        say(json.dumps({"op": op, "writes": census["writes"], "reserves": census["reserves"]}))
+        say(json.dumps({"op": op, "writes": census["writes"], "reserves": census["reserves"], "fsyncs": census["fsyncs"]}))
     return 0
 
 
