@@ -245,7 +245,9 @@ def ext4(tmp_path):
                 f.truncate(96 << 20)
             _run("mkfs.ext4", "-q", "-F", image)
         os.makedirs(where, exist_ok=True)
-        proc = subprocess.run(["mount", "-o", "loop", image, where], capture_output=True, text=True)
+        # noauto_da_alloc: ext4 then does not flush a file renamed over another by itself, so a
+        # missing fsync before a rename shows up as a torn file instead of being papered over.
+        proc = subprocess.run(["mount", "-o", "loop,noauto_da_alloc", image, where], capture_output=True, text=True)
         if proc.returncode != 0:
             if new and not mounted:
                 pytest.skip(f"cannot mount an ext4 image on a loop device here: {proc.stderr.strip()}")
@@ -433,7 +435,7 @@ def test_injected_io_errors_raise_typed_errors_and_lose_nothing(tmp_path, syscal
 
 # -- damaged and hostile files -------------------------------------------------------------------------
 
-DAMAGE_CASES = int(os.environ.get("FPSTORE_DAMAGE_CASES", "160"))
+DAMAGE_CASES = int(os.environ.get("FPSTORE_DAMAGE_CASES", "120"))
 #: Damage kinds drawn by the random test. Truncation and zeroed pages crash the process today; they
 #: have exhaustive tests of their own below, so that this one keeps checking byte flips.
 KINDS = os.environ.get("FPSTORE_DAMAGE_KINDS", "flip,flip_page").split(",")
@@ -813,7 +815,7 @@ def test_no_code_is_evaluated_from_store_files_or_input():
 # -- fuzzed decoders ---------------------------------------------------------------------------------
 
 #: Inputs per decoder; derandomized, so a run is reproducible (tools/torture.py fuzz runs for hours).
-FUZZ_EXAMPLES = int(os.environ.get("FPSTORE_FUZZ_EXAMPLES", "2000"))
+FUZZ_EXAMPLES = int(os.environ.get("FPSTORE_FUZZ_EXAMPLES", "1500"))
 
 
 def test_fuzzed_decoders_raise_only_typed_errors():
@@ -889,6 +891,12 @@ def test_power_loss_during_file_compaction_leaves_old_or_new_file(ext4, scenario
         try:
             assert child.line(timeout=120).startswith("running")
             _wait_stopped(child.pid, timeout=120)
+            # Another process fsyncs a file of its own: ext4 commits its journal, the rename in it,
+            # but not the data of files nobody synced. Then the power goes.
+            with open(os.path.join(live, "other.log"), "ab") as other:
+                other.write(b"x")
+                other.flush()
+                os.fsync(other.fileno())
             shutil.copyfile(image, snap_img)
         finally:
             child.close()  # SIGKILL
