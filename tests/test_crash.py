@@ -1,8 +1,10 @@
 """Crash tests: a writer SIGKILLed at random points, and a reader SIGKILLed inside a transaction.
 
 The oracle (tests/workers.py): batch i is a pure function of i, committed with checkpoint
-("feed", i), so after any kill the store must hold exactly batches 0..checkpoint. The long version
-is ``python tools/torture.py kill --cycles 2000``.
+("feed", i), so after any kill the store must hold exactly batches 0..checkpoint. Writers are forked
+from a server that has imported fpstore (a cycle costs a fork, not an interpreter start). The long
+version is ``python tools/torture.py kill --cycles 2000``; kills at named points, power loss and
+full disks are in tests/test_reliability.py.
 """
 
 from __future__ import annotations
