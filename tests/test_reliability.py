@@ -603,10 +603,9 @@ def test_truncated_store_file_is_refused_not_a_crash(scenario, tmp_path):
 
 
 def test_zeroed_page_is_reported_not_a_crash(scenario, tmp_path):
-    """A store file with any one page zeroed (a lost disk block), opened with verify=True, answers or raises FpstoreError: never an LMDB assertion abort.
-
-    Without verify=True LMDB trusts its pages: a zeroed B-tree page aborts the process in
-    mdb_cursor_next (7 of the 94 pages of this store); docs/reliability.md says so."""
+    """A store file with any one page zeroed (a lost disk block), opened with verify=True, answers or raises FpstoreError: never an LMDB assertion abort."""
+    # Without verify=True LMDB trusts its pages: a zeroed B-tree page aborts the process in
+    # mdb_cursor_next (7 of the 94 pages of this store); docs/reliability.md says so.
 
     def zero(f, page, npages):
         f.seek(page * 4096)
