@@ -823,7 +823,7 @@ def _write_fn(root: str, payload: dict[str, Any], design_cfg: dict[str, Any], k:
             # A retried task starts over: build beside the final path, then rename into place.
             tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
             with fpstore.open(tmp, k=k, pipeline=pipe, design=design, expected_size=len(fps)) as store:
-                loaded = store.bulk_load(keys, fps, pipeline_id=pipe.id)
+                store.bulk_load(keys, fps, pipeline_id=pipe.id)
                 count = len(store)
             if os.path.exists(final):
                 shutil.rmtree(final)
@@ -832,7 +832,6 @@ def _write_fn(root: str, payload: dict[str, Any], design_cfg: dict[str, Any], k:
             out_s.append(s)
             out_n.append(count)
             out_b.append(size)
-            del loaded
         host = socket.gethostname()
         yield pa.RecordBatch.from_arrays(
             [
@@ -874,8 +873,8 @@ def build_shards(
     ``path/shard-NNNNN`` (a local path: in a cluster, a directory every executor and the reader can
     reach, see docs/scale-out.md), with one design for all shards (``design`` chosen for
     ``expected_size / shards``; ``expected_size`` defaults to the row count). ``pipeline`` (default
-    ``Pipeline()``) must have id ``pipeline_id``. Keys must be unique; rows with a null fingerprint
-    are skipped. ``path/manifest.json`` records the shards, the routing rule, the pipeline, the
+    ``Pipeline()``) must have id ``pipeline_id``. Keys must be unique (integer keys non-negative, as
+    the store requires); rows with a null fingerprint are skipped. ``path/manifest.json`` records the shards, the routing rule, the pipeline, the
     design and the counts.
     """
     _require()
