@@ -380,8 +380,8 @@ def _fill_and_recover(path: str, *, stop: int, extra: tuple[str, ...] = (), pref
     return {"error": etype, "batch": failed, "again": again, "recovery": recovered[0] if recovered else None, "message": msg}
 
 
-def test_full_tmpfs_raises_storage_error_and_recovers(ext4, tmp_path):
-    """On a full tmpfs a batch fails with a StorageError (StoreFullError or, from LMDB's short-write EIO, StorageError) and is absent; once the filesystem grows, the same writer carries on and loses nothing."""
+def test_full_tmpfs_raises_store_full_error_and_recovers(ext4, tmp_path):
+    """On a full tmpfs a batch fails with StoreFullError and is absent; once the filesystem grows, the same writer carries on and loses nothing."""
     mnt = str(tmp_path / "small")
     os.makedirs(mnt)
     proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", mnt], capture_output=True, text=True)
@@ -394,10 +394,23 @@ def test_full_tmpfs_raises_storage_error_and_recovers(ext4, tmp_path):
     finally:
         subprocess.run(["umount", "-l", mnt], capture_output=True)
     print(f"FIGURES full tmpfs: {out}")
-    # LMDB turns the short write of a full filesystem into EIO (measured on tmpfs), so fpstore can
-    # only say StorageError there; ENOSPC reaching LMDB whole gives StoreFullError (tests below).
-    assert out["error"] in ("StoreFullError", "StorageError"), out
-    assert out["again"] in ("again StoreFullError", "again StorageError"), out
+    # LMDB reports the short write at a full filesystem as EIO; fpstore must still say StoreFullError.
+    assert out["error"] == "StoreFullError", out
+    assert out["again"] == "again StoreFullError", out
+
+
+def test_full_ext4_raises_store_full_error_and_recovers(ext4, tmp_path):
+    """On a full ext4 filesystem a batch fails with StoreFullError and is absent; once a ballast file is deleted, the same writer carries on and loses nothing."""
+    mnt = ext4(str(tmp_path / "small.img"), str(tmp_path / "small"), new=True)
+    path = os.path.join(mnt, "store")
+    fpstore.open(path, k=3).close()
+    st = os.statvfs(mnt)
+    ballast = os.path.join(mnt, "ballast")
+    with open(ballast, "wb") as f:  # leave ~3 MiB free
+        os.posix_fallocate(f.fileno(), 0, max(0, st.f_bavail * st.f_frsize - (3 << 20)))
+    out = _fill_and_recover(path, stop=30, free=lambda: os.remove(ballast))
+    print(f"FIGURES full ext4: {out}")
+    assert out["error"] == "StoreFullError", out
 
 
 def test_file_size_limit_raises_store_full_error_and_recovers(tmp_path):
