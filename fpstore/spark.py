@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from fpstore import _backend, search
+from fpstore import _backend
 from fpstore.design import Design, Table, design_for
 from fpstore.errors import DesignError, FormatError, InputError, PipelineMismatchError
 from fpstore.pipeline import IdfTable, Pipeline
@@ -1016,11 +1016,6 @@ class ShardSet:
         qs, ids, ds = [], [], []
         for s, st in enumerate(self.stores):
             q, i, d = st.query_many(fingerprints, pipeline_id=pipeline_id, k=k)
-            # Store.query_many (search.batch_probe_runs) repeats a (query, document) row once per
-            # stored copy of the document's fingerprint when a run holds identical fingerprints;
-            # keep each row once until the store does.
-            first = np.sort(search.unique_rows(q, i))
-            q, i, d = q[first], i[first], d[first]
             qs.append(q)
             ids.append(i * self.shards + s)
             ds.append(d)
