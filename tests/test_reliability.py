@@ -2,9 +2,10 @@
 files, fuzzed decoders, format compatibility (RELIABILITY.md's table; the random kill -9 test is in
 tests/test_crash.py, readers and locks in tests/test_concurrency.py).
 
-The oracle for the named-point tests is the scenario of tests/workers.py: seven operations (every
+The oracle for the named-point tests is the scenario of tests/workers.py: eight operations (every
 kind of write: add_many, a three-run bulk load, text adds, deletes that tombstone run entries,
-replacements across tiers, partial and full compaction), each a few write transactions, with a
+replacements across tiers, partial and full compaction, file compaction), each a few write
+transactions (or, for the file compaction, the steps of a file switch), with a
 model (key -> fingerprint, checkpoint) after every transaction. After a kill the store must equal
 the model after exactly the transactions that committed, answer every query and
 ``near_duplicate_pairs`` as brute force over that model does, pass LMDB's structural verifier, and
@@ -22,17 +23,14 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
 import fpstore
-from fpstore.errors import FpstoreError
 from tests.workers import (
     FEED,
-    SCENARIO_K,
     SCENARIO_OPS,
     CheckFailed,
     Child,
@@ -288,6 +286,7 @@ def test_power_loss_keeps_every_acknowledged_batch(ext4, tmp_path):
     # (A lost acknowledged batch fails the test at once, so the figures never need to count one.)
     figures = {"cycles": 0, "acked": 0, "in_flight_survived": 0, "fsck_journal_replays": 0, "recover_ms_max": 0.0}
     server = None
+    path = ""
     store_no = -1
     t0 = time.perf_counter()
     try:
@@ -360,8 +359,6 @@ def _fill_and_recover(path: str, *, stop: int, extra: tuple[str, ...] = (), pref
         _, etype, failed, *msg = line.split(" ", 3)
         failed = int(failed)
         again = child.line(timeout=120)
-        if not free:  # the failed batch is absent: in the writer's own view, its retry is the first to commit it
-            pass
         if free:
             assert child.line(timeout=120) == "waiting"
             # The failed batch is absent and the store is consistent, seen from another process.

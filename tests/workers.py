@@ -496,7 +496,6 @@ def fuzz_seeds() -> dict[str, list[bytes]]:
     """Valid inputs for each target (a fuzzer mutates from these)."""
     import zstandard
 
-    from fpstore import runs
     from fpstore.pipeline import IdfTable, Pipeline
     from fpstore.store import _pack_record
     from fpstore.tiers import State

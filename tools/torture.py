@@ -45,7 +45,7 @@ if __name__ == "__main__" and sys.argv[1:2] == ["fuzz-target"]:
         import fpstore.runs  # noqa: F401
         import fpstore.store  # noqa: F401
         import fpstore.tiers  # noqa: F401
-        import tests.workers  # noqa: F401
+        import tests.workers  # noqa: F401, E402
 
 import fpstore  # noqa: E402
 from tests.test_concurrency import _feed, _run_writer_with_readers  # noqa: E402
@@ -128,7 +128,7 @@ def _atheris_target(args: argparse.Namespace) -> None:
 def fuzz(args: argparse.Namespace, root: str) -> None:
     targets = args.targets.split(",") if args.targets else list(FUZZ_TARGETS)
     try:
-        import atheris  # noqa: F401
+        import atheris  # noqa: F401 - only whether it is installed
 
         engine = "atheris"
     except ImportError:
