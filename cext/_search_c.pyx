@@ -277,7 +277,9 @@ def radix_sort(const uint64_t[::1] keys, bint with_order=False):
             src, dst = &a[0], &b[0]
             osrc = &oa[0] if with_order else NULL
             odst = &ob[0] if with_order else NULL
-            for shift in range(0, 64, RADIX_BITS):
+            shift = -RADIX_BITS
+            while shift + RADIX_BITS < 64:
+                shift += RADIX_BITS
                 if not _radix_pass_needed(src, n, shift):
                     continue
                 for d in range(RADIX_BINS):

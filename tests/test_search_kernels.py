@@ -1,0 +1,90 @@
+"""The search kernels (self-join, bit packing, union-find, radix sort) equal their Python twins."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
+
+from fpstore import _backend
+from tests.conftest import load_twins
+
+C, PY = load_twins("search")
+
+u64_arrays = hnp.arrays(
+    np.uint64,
+    st.integers(0, 400),
+    elements=st.one_of(st.integers(0, 2**64 - 1), st.integers(0, 7), st.sampled_from([0, 2**63, 2**64 - 1])),
+)
+
+
+def test_compiled_search_kernel_is_loaded():
+    """Without FPSTORE_PUREPYTHON the compiled search kernel is the one that runs."""
+    assert _backend.load("search").__name__ == "fpstore._search_c"
+
+
+@given(u64_arrays, st.booleans())
+@settings(max_examples=200)
+def test_radix_sort_equals_stable_numpy_sort(keys, with_order):
+    """radix_sort gives numpy's sorted order and stable argsort, on random, tiny and extreme values."""
+    got = C.radix_sort(keys, with_order)
+    want = PY.radix_sort(keys, with_order)
+    if with_order:
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    else:
+        assert np.array_equal(got, want)
+
+
+def test_radix_sort_large_and_skipped_passes():
+    """Large arrays, and arrays whose high or low digits are all equal (passes skipped), sort right."""
+    rng = np.random.default_rng(1)
+    for keys in (
+        rng.integers(0, 2**64, 300_000, dtype=np.uint64),
+        rng.integers(0, 2**16, 300_000).astype(np.uint64),
+        rng.integers(0, 2**16, 300_000).astype(np.uint64) << np.uint64(48),
+    ):
+        s, o = C.radix_sort(keys, True)
+        assert np.array_equal(s, np.sort(keys)) and np.array_equal(o, np.argsort(keys, kind="stable"))
+
+
+@given(u64_arrays, st.integers(0, 64), st.integers(0, 12))
+@settings(max_examples=150)
+def test_self_join_equals_twin_and_brute_force(keys, prefix_bits, k):
+    """self_join returns exactly the brute-force pairs sharing the prefix within k."""
+    keys = np.sort(keys)
+    got = C.self_join(keys, prefix_bits, k)
+    want = PY.self_join(keys, prefix_bits, k)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    shift = 64 - prefix_bits
+    brute = {
+        (i, j)
+        for i in range(len(keys))
+        for j in range(i + 1, len(keys))
+        if (int(keys[i]) >> shift if shift < 64 else 0) == (int(keys[j]) >> shift if shift < 64 else 0)
+        and (int(keys[i]) ^ int(keys[j])).bit_count() <= k
+    }
+    assert set(zip(got[0].tolist(), got[1].tolist())) == brute
+
+
+@given(u64_arrays, st.integers(0, 64))
+def test_pack_unpack_round_trip(values, width):
+    """pack_bits/unpack_bits round-trip any values fitting the width, equal to the twin, and refuse short buffers."""
+    mask = np.uint64((1 << width) - 1) if width < 64 else np.uint64(2**64 - 1)
+    values = values & mask
+    packed = C.pack_bits(values, width)
+    assert packed == PY.pack_bits(values, width)
+    pos = np.arange(len(values), dtype=np.int64)
+    err, out = C.unpack_bits(np.frombuffer(packed, np.uint8), width, len(values), pos)
+    assert err == 0 and np.array_equal(out, values)
+    if width and len(values):
+        assert C.unpack_bits(np.frombuffer(packed[:-8], np.uint8), width, len(values), pos)[0] == 1
+        assert C.unpack_bits(np.frombuffer(packed, np.uint8), width, len(values), np.array([len(values)], np.int64))[0] == 1
+
+
+@given(st.integers(1, 60).flatmap(lambda n: st.tuples(st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=80))))
+def test_components_equal_twin(case):
+    """Union-find labels equal the twin's: each node labelled by its component's smallest node."""
+    n, edges = case
+    a = np.array([e[0] for e in edges], np.int64)
+    b = np.array([e[1] for e in edges], np.int64)
+    assert np.array_equal(C.components(n, a, b), PY.components(n, a, b))
