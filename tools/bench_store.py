@@ -1,0 +1,331 @@
+"""Store benchmark (issue 3, item 9): incremental adds, single and batch queries, bytes on disk,
+with faiss ``IndexBinaryMultiHash`` (exact configurations) and numpy brute force side by side.
+
+    cd /work/main && PYTHONPATH=/work/main python3 tools/bench_store.py --max 1e7 --json /work/bench-tmp/bench_store.json
+    cd /work/main && PYTHONPATH=/work/main python3 tools/bench_store.py --quick      # 10^5 only, a smoke run
+    cd /work/main && PYTHONPATH=/work/main python3 tools/bench_store.py --max 1e7 --cpus 1   # pinned to one CPU: one thread
+    cd /work/main && PYTHONPATH=/work/main python3 tools/bench_store.py --report /work/bench-tmp/bench_store.json  # tables again
+
+For each n in 10^5, 10^6 (and 10^7 with ``--max 1e7``) uniform random 64-bit fingerprints with
+integer keys 0..n-1, and for each design (``auto``, chosen by ``design_for(3, n)``, and ``r5``,
+the 10-table design that the "<= 70 B per fingerprint" target is about; auto is run once when it
+resolves to r5):
+
+* **add**: the last ``--add-sample`` (100,000) fingerprints go in through ``Store.add_many`` in
+  batches of 1,000, one durable commit each (the store's default sync mode). Below that the
+  fingerprints are first loaded with ``Store.bulk_load`` (one run), so at 10^6 and 10^7 the add
+  rate is measured on top of a bulk-loaded base of n - 100,000; at 10^5 every fingerprint is
+  added incrementally. The add rate is fingerprints over the summed wall time of the batches.
+* **on disk**: ``data.mdb`` file size, used pages ((last page + 1) x page size) and live pages
+  (reachable from some sub-database; the difference is LMDB's free list, pages freed by earlier
+  commits and reused by later ones), per fingerprint, and per sub-database.
+* **query**: ``Store.query(fingerprint=..., pipeline_id=...)``, one Python call per query, 5,000
+  timed queries after 200 untimed ones: p50 / p90 / p99 / max wall latency, and p50 / p99 of each
+  call's thread-CPU time (which leaves out time descheduled by other load). Queries: 80 % stored fingerprints with 1-3 flipped bits (so
+  matches exist), 20 % uniform random. ``Store.query_many`` on a batch of 100,000 such queries:
+  median rate over up to 3 runs.
+* **exact**: 300 queries through ``query`` and ``query_many`` compared key for key with numpy
+  brute force (recall 1.0 and no extra match is printed as "exact").
+* **compacted**: the same query figures after ``Store.compact()`` (everything in one run).
+
+Peers in the same process, one thread each: faiss ``IndexBinaryMultiHash`` 4 x 16 bits with
+nflip = 0 and 2 x 32 bits with nflip = 1 (both exact at k = 3; recall checked against brute force):
+build time, RAM (anonymous RSS delta after adding), single-query latency (one ``range_search``
+call per query), batch rate on the same 100,000 queries; numpy brute force
+(``np.bitwise_count(stored ^ q) <= 3``) one query at a time for about 3 s.
+
+Medians, not means; the machine load (``uptime``) is printed before and after. Stores go under
+``--tmp`` (/work/bench-tmp) and are deleted after each measurement. Not collected by pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import _bench_common as bc  # noqa: E402
+
+import fpstore  # noqa: E402
+from fpstore.design import design_for  # noqa: E402
+
+K = 3
+
+
+def check_exact(store: Any, verify: np.ndarray, truth: list[np.ndarray]) -> dict[str, Any]:
+    """``query`` and ``query_many`` against brute force (keys are indices into the stored array)."""
+    pid = store.pipeline.id
+    want = sum(len(t) for t in truth)
+    single_missing = single_extra = 0
+    for q, t in zip(verify.tolist(), truth):
+        got = {m.key for m in store.query(fingerprint=q, pipeline_id=pid)}
+        ts = set(t.tolist())
+        single_missing += len(ts - got)
+        single_extra += len(got - ts)
+    qi, ids, _ = store.query_many(verify, pipeline_id=pid)
+    keys = store.keys_of(ids.tolist())
+    got_pairs = set(zip(qi.tolist(), keys))
+    want_pairs = {(i, int(x)) for i, t in enumerate(truth) for x in t.tolist()}
+    many_missing, many_extra = len(want_pairs - got_pairs), len(got_pairs - want_pairs)
+    exact = single_missing == single_extra == many_missing == many_extra == 0
+    return {
+        "queries": len(verify),
+        "matches": want,
+        "query_missing": single_missing,
+        "query_extra": single_extra,
+        "query_many_missing": many_missing,
+        "query_many_extra": many_extra,
+        "exact": exact,
+    }
+
+
+def measure_queries(store: Any, single: np.ndarray, batch: np.ndarray, repeat: int) -> dict[str, Any]:
+    pid = store.pipeline.id
+    singles = single.tolist()
+    # The first query after open loads run indexes: report it apart from the warm figures.
+    _, first_s, _ = bc.timed(lambda: store.query(fingerprint=singles[0], pipeline_id=pid))
+    lat, cpu_qps = bc.time_calls(lambda q: store.query(fingerprint=q, pipeline_id=pid), singles)
+    res: dict[str, Any] = {}
+    br = bc.median_rate(lambda: res.__setitem__("r", store.query_many(batch, pipeline_id=pid)), len(batch), repeat)
+    br["matches"] = int(len(res["r"][0]))
+    return {"first_query_us": first_s * 1e6, "single": lat, "single_qps_cpu": cpu_qps, "batch": br}
+
+
+def bench_fpstore(
+    n: int, design: str, label: str, fps: np.ndarray, args: argparse.Namespace,
+    single: np.ndarray, batch: np.ndarray, verify: np.ndarray, truth: list[np.ndarray],
+) -> dict[str, Any]:
+    path = bc.fresh_dir(Path(args.tmp) / f"store-{n}-{design}")
+    out: dict[str, Any] = {"n": n, "design_arg": label}
+    try:
+        store = fpstore.open(path, k=K, design=design, expected_size=n)
+        out["design"] = store.design.describe(n)
+        out["design_name"] = store.design.name
+        pid = store.pipeline.id
+        added = min(args.add_sample, n)
+        base = n - added
+        out["bulk_base"] = base
+        if base:
+            _, w, c = bc.timed(lambda: store.bulk_load(np.arange(base, dtype=np.int64), fps[:base], pipeline_id=pid))
+            out["bulk_s"], out["bulk_rate"] = w, base / w
+        batch_s = []
+        cpu0 = time.process_time()
+        for s in range(base, n, args.batch):
+            keys = list(range(s, min(s + args.batch, n)))
+            chunk = fps[s : s + len(keys)]
+            t = time.perf_counter()
+            store.add_many(keys, fingerprints=chunk, pipeline_id=pid)
+            batch_s.append(time.perf_counter() - t)
+        cpu = time.process_time() - cpu0
+        bs = np.array(batch_s)
+        out["add"] = {
+            "added": added,
+            "batch": args.batch,
+            "rate": added / bs.sum(),
+            "rate_cpu": added / cpu if cpu else float("nan"),
+            "batch_ms_p50": float(np.percentile(bs, 50) * 1e3),
+            "batch_ms_p99": float(np.percentile(bs, 99) * 1e3),
+            "batch_ms_max": float(bs.max() * 1e3),
+        }
+        bc.note(f"  n={n} {label}: add {out['add']['rate']:,.0f}/s")
+        out["size"] = bc.store_sizes(store)
+        out["query"] = measure_queries(store, single, batch, args.repeat)
+        bc.note(f"  n={n} {label}: single p99 {out['query']['single']['p99']:.1f} us, batch {out['query']['batch']['rate']:,.0f}/s")
+        out["exact"] = check_exact(store, verify, truth)
+        if not args.no_compact:
+            r, w, _ = bc.timed(store.compact)
+            out["compact"] = {"seconds": w, "result": r}
+            out["size_compacted"] = bc.store_sizes(store)
+            out["query_compacted"] = measure_queries(store, single, batch, args.repeat)
+            out["exact_compacted"] = check_exact(store, verify, truth)
+        store.close()
+    finally:
+        bc.remove(path)
+    return out
+
+
+def run_n(n: int, args: argparse.Namespace, rng: np.random.Generator) -> dict[str, Any]:
+    bc.note(f"n={n:,}: {bc.uptime()}")
+    res: dict[str, Any] = {"n": n, "load_before": bc.uptime()}
+    fps = bc.random_fps(n, rng)
+    single = bc.make_queries(fps, args.single, rng)
+    batch = bc.make_queries(fps, args.batch_queries, rng)
+    verify = bc.make_queries(fps, args.verify, rng)
+    truth = bc.brute_force(fps, verify.tolist(), K)
+    designs: list[list[str]] = []  # [label, argument, resolved name]
+    for d in args.designs:
+        name = design_for(K, n, d).name
+        dup = next((x for x in designs if x[2] == name), None)
+        if dup is not None:
+            dup[0] += f" = {d}"
+        else:
+            designs.append([f"auto ({name})" if d == "auto" else d, d, name])
+    res["fpstore"] = [bench_fpstore(n, d, lab, fps, args, single, batch, verify, truth) for lab, d, _ in designs]
+    if not args.no_faiss and bc.faiss_available() is None:
+        bc.note(f"n={n:,}: faiss")
+        res["faiss"] = bc.faiss_peer(fps, K, single, batch, verify, truth, repeat=args.repeat)
+    res["brute"] = bc.brute_force_rate(fps, single, K, budget_s=args.brute_budget)
+    res["load_after"] = bc.uptime()
+    return res
+
+
+def report(results: list[dict[str, Any]]) -> str:
+    out = []
+    rows = []
+    for r in results:
+        for s in r["fpstore"]:
+            a, q = s["add"], s["query"]
+            base = f"bulk {s['bulk_base']:,} + add {a['added']:,}" if s["bulk_base"] else f"add {a['added']:,}"
+            lat = q["single"]
+            ex = s["exact"]
+            rows.append([
+                bc.fmt_n(s["n"]), s["design_arg"], base,
+                f"{bc.fmt_rate(a['rate'])} ({a['batch_ms_p50']:.1f} / {a['batch_ms_p99']:.1f} ms)",
+                " / ".join(bc.fmt_us(lat[p]) for p in ("p50", "p90", "p99", "max")),
+                " / ".join(bc.fmt_us(lat.get(p, float("nan"))) for p in ("cpu_p50", "cpu_p99")),
+                bc.fmt_rate(1e6 / lat["mean"]),
+                bc.fmt_rate(q["batch"]["rate"]),
+                f"{s['size']['file_size'] / s['n']:.0f} / {s['size']['used_bytes'] / s['n']:.0f} / {s['size']['live_bytes'] / s['n']:.0f}",
+                "yes" if ex["exact"] else f"NO ({ex})",
+            ])
+    out.append(bc.md_table(
+        ["n", "design", "stored as", "add_many fp/s (batch p50 / p99)", "query µs p50 / p90 / p99 / max", "CPU µs p50 / p99",
+         "query/s (1 call each)", "query_many q/s", "B/fp file / used / live", "exact (300 q)"], rows))
+    rows = []
+    for r in results:
+        for s in r["fpstore"]:
+            if "compact" not in s:
+                continue
+            lat = s["query_compacted"]["single"]
+            rows.append([
+                bc.fmt_n(s["n"]), s["design_arg"], f"{s['compact']['seconds']:.2f}",
+                " / ".join(bc.fmt_us(lat[p]) for p in ("p50", "p90", "p99", "max")),
+                " / ".join(bc.fmt_us(lat.get(p, float("nan"))) for p in ("cpu_p50", "cpu_p99")),
+                bc.fmt_rate(1e6 / lat["mean"]),
+                bc.fmt_rate(s["query_compacted"]["batch"]["rate"]),
+                f"{s['size_compacted']['file_size'] / s['n']:.0f} / {s['size_compacted']['used_bytes'] / s['n']:.0f} / {s['size_compacted']['live_bytes'] / s['n']:.0f}",
+                "yes" if s["exact_compacted"]["exact"] else f"NO ({s['exact_compacted']})",
+            ])
+    if rows:
+        out.append("\nAfter `Store.compact()` (one run per table, no incremental entries):\n")
+        out.append(bc.md_table(["n", "design", "compact s", "query µs p50 / p90 / p99 / max", "CPU µs p50 / p99", "query/s",
+                                "query_many q/s", "B/fp file / used / live", "exact"], rows))
+    rows = []
+    for r in results:
+        for s in r["fpstore"]:
+            dbs = s["size"]["dbs"]
+            tabs = [v for k, v in dbs.items() if k.startswith("t") and k[1:].isdigit()]
+            inc = s["add"]["added"]
+            tab_b = sum(v["bytes"] for v in tabs)
+            rec_b = dbs["docs"]["bytes"] + dbs["keys"]["bytes"]
+            rows.append([
+                bc.fmt_n(s["n"]), s["design_arg"], len(tabs),
+                f"{tab_b / inc / len(tabs):.1f}", f"{tab_b / inc:.0f}", f"{rec_b / inc:.0f}",
+                f"{(tab_b + rec_b) / inc:.0f}",
+                f"{dbs['blobs']['bytes'] / s['bulk_base']:.1f}" if s["bulk_base"] else "–",
+            ])
+    out.append("\nWhere the bytes go (used pages per sub-database, before compaction):\n")
+    out.append(bc.md_table(["n", "design", "tables", "incremental B/fp/table", "incremental tables B/fp",
+                            "docs + keys B/fp", "incremental total B/fp", "runs (blobs) B per bulk fp"], rows))
+    rows = []
+    for r in results:
+        for f in r.get("faiss", []):
+            lat = f["single"]
+            rows.append([
+                bc.fmt_n(r["n"]), f"faiss {f['config']}", f"{f['build_s']:.2f}", f"{f['ram_per_fp']:.0f}",
+                " / ".join(bc.fmt_us(lat[p]) for p in ("p50", "p90", "p99", "max")),
+                " / ".join(bc.fmt_us(lat.get(p, float("nan"))) for p in ("cpu_p50", "cpu_p99")),
+                bc.fmt_rate(1e6 / lat["mean"]), bc.fmt_rate(f["batch"]["rate"]),
+                f"{f['recall']:.4f} ({f['verified_matches']} matches), {f['extra']} extra",
+            ])
+        b = r["brute"]
+        rows.append([bc.fmt_n(r["n"]), "numpy brute force", "–", "8", "–", "–", bc.fmt_rate(b["qps"]), "–",
+                     f"exact by definition ({b['queries']} queries timed)"])
+    out.append("\nPeers, same process and same queries, one thread:\n")
+    out.append(bc.md_table(["n", "peer", "build s", "RAM B/fp", "query µs p50 / p90 / p99 / max", "CPU µs p50 / p99", "query/s",
+                            "batch q/s", "recall vs brute force"], rows))
+    rows = []
+    for r in results:
+        best_single = max((1e6 / f["single"]["mean"], f["config"]) for f in r.get("faiss", [])) if r.get("faiss") else None
+        best_batch = max((f["batch"]["rate"], f["config"]) for f in r.get("faiss", [])) if r.get("faiss") else None
+        for s in r["fpstore"]:
+            q = s["query"]
+            qc = s.get("query_compacted", q)
+            cells = [bc.fmt_n(s["n"]), s["design_arg"]]
+            if best_single:
+                cells += [
+                    f"{1e6 / q['single']['mean'] / best_single[0]:.2f}× / {1e6 / qc['single']['mean'] / best_single[0]:.2f}× ({best_single[1]})",
+                    f"{q['batch']['rate'] / best_batch[0]:.2f}× / {qc['batch']['rate'] / best_batch[0]:.2f}× ({best_batch[1]})",
+                ]
+            cells.append(f"{q['batch']['rate'] / r['brute']['qps']:.0f}×")
+            cells.append(f"{q['batch']['matches']:,} / " + ", ".join(f"{f['batch'].get('matches', '?')}" for f in r.get("faiss", [])))
+            rows.append(cells)
+    out.append("\nRatios (fpstore ÷ best faiss configuration; before / after compaction):\n")
+    out.append(bc.md_table(["n", "design", "query/s vs faiss", "batch q/s vs faiss", "batch vs brute force",
+                            "batch matches fpstore / faiss"], rows))
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--max", type=float, default=1e6, help="largest n (1e7 adds 10^7)")
+    ap.add_argument("--n", type=float, nargs="*", help="explicit sizes instead of 10^5..--max")
+    ap.add_argument("--quick", action="store_true", help="10^5 only, a smoke run")
+    ap.add_argument("--designs", nargs="*", default=["auto", "r5"])
+    ap.add_argument("--add-sample", type=int, default=100_000)
+    ap.add_argument("--batch", type=int, default=1000)
+    ap.add_argument("--single", type=int, default=5000)
+    ap.add_argument("--batch-queries", type=int, default=100_000)
+    ap.add_argument("--verify", type=int, default=300)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--brute-budget", type=float, default=3.0)
+    ap.add_argument("--no-compact", action="store_true")
+    ap.add_argument("--no-faiss", action="store_true")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tmp", default=bc.DEFAULT_TMP)
+    ap.add_argument("--json", help="write every figure to this file")
+    ap.add_argument("--cpus", type=int, help="pin the process to this many CPUs (1: fpstore runs one thread)")
+    ap.add_argument("--report", metavar="JSON", help="only print the tables of a saved --json file")
+    args = ap.parse_args()
+    if args.report:
+        import json
+
+        saved = json.load(open(args.report))
+        print(f"<!-- {' '.join(saved['argv'])} -->")
+        print(f"fpstore {saved.get('code', '?')}; {saved.get('cpus', '?')} CPU(s) available to the process.\n")
+        print(f"Load before: `{saved['load_before']}`; after: `{saved['load_after']}`.\n")
+        print(report(saved["results"]))
+        return
+    if args.quick:
+        sizes = [10**5]
+    elif args.n:
+        sizes = [int(x) for x in args.n]
+    else:
+        sizes = [10**e for e in (5, 6, 7) if 10**e <= args.max]
+    cpus = bc.pin_cpus(args.cpus)
+    code = bc.code_version()
+    rng = np.random.default_rng(args.seed)
+    start = bc.uptime()
+    t0 = time.perf_counter()
+    results = [run_n(n, args, rng) for n in sizes]
+    end = bc.uptime()
+    text = report(results)
+    print(f"<!-- {' '.join(sys.argv)} -->")
+    print(f"fpstore {code}; {cpus} CPU(s) available to the process (fpstore's thread pools use them all; "
+          f"faiss runs 1 OpenMP thread).\n")
+    print(f"Load before: `{start}`; after: `{end}`; {time.perf_counter() - t0:.0f} s in all.\n")
+    print(text)
+    bc.write_json(args.json, {"argv": sys.argv, "machine": bc.machine(), "code": code, "cpus": cpus,
+                             "load_before": start, "load_after": end,
+                             "results": results})
+
+
+if __name__ == "__main__":
+    main()
