@@ -20,6 +20,7 @@ comparable and mixing them silently breaks every answer.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -300,7 +301,7 @@ class Pipeline:
             config["html"] = self.html
         return config
 
-    @property
+    @functools.cached_property
     def id(self) -> str:
         """16 hex digits: a digest of the canonical msgpack form of :attr:`config`."""
         canonical = msgpack.packb(sorted(self.config.items()), use_bin_type=True)
