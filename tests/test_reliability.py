@@ -926,3 +926,76 @@ def test_power_loss_during_file_compaction_leaves_old_or_new_file(ext4, scenario
             ext4.umount(snap_dir)
             os.remove(snap_img)
     print(f"FIGURES power cut during file compaction: {sizes}")
+
+
+
+def test_overflow_page_with_damaged_flags_raises_typed_errors(scenario, tmp_path):
+    """An overflow page (a run chunk, a key block) whose type flags are damaged, which LMDB reports as MDB_CORRUPTED, gives FpstoreError in every read and write: never another exception."""
+    import struct
+
+    def damage_flags(f, page, npages):
+        if page < 2:
+            return None
+        f.seek(page * 4096 + 10)  # LMDB 0.9 page header: pgno (8 bytes), pad (2), flags (2)
+        (flags,) = struct.unpack("<H", f.read(2))
+        if flags != 0x04:  # P_OVERFLOW only: damaged B-tree pages can abort LMDB (see the zeroed-page test)
+            return None
+        f.seek(page * 4096 + 10)
+        f.write(struct.pack("<H", 0x13))  # branch | leaf | leaf2: the byte a damaged disk gave (found by torture damage)
+        return f"overflow page {page} of {npages} flagged 0x13"
+
+    failures = _each_page_case(scenario, tmp_path, 7, damage_flags, "--write")
+    print(f"FIGURES damaged overflow flags: {len(failures)} failures")
+    assert not failures, f"{len(failures)} copies with a damaged overflow page broke the process, e.g.:\n" + "\n".join(failures[:8])
+
+
+def _exercise(tmp_path, path: str, *options: str) -> dict:
+    """Run the exercise worker on ``path`` in a forked child; fail on a crash or an untyped error."""
+    server = ForkServer(str(tmp_path))
+    try:
+        rc, lines = server.call("exercise", path, *options)
+    finally:
+        server.close()
+    assert rc >= 0, f"the child died with signal {-rc}: {lines[-2:]}"
+    bugs = [line for line in lines if line.startswith("BUG")]
+    assert rc == 0 and not bugs, "\n".join(bugs) or lines[-2:]
+    return json.loads(lines[-1])
+
+
+def test_incremental_table_keys_out_of_order_raise_corruption_error(scenario, tmp_path):
+    """A damaged key in an incremental table (keys no longer in order on their page) makes query_many raise CorruptionError or answer, never a numpy ValueError."""
+    from fpstore.design import Design
+    from tests.workers import scenario_data
+
+    op = SCENARIO_OPS.index("add_many_c")  # base3: add_many_a's documents are in the incremental tables
+    path = copy_store(os.path.join(scenario["root"], f"base{op}"), str(tmp_path / "s"))
+    with fpstore.open(path, readonly=True) as store:
+        design: Design = store.design
+    data_path = os.path.join(path, "data.mdb")
+    raw = bytearray(open(data_path, "rb").read())
+    fps = scenario_data()["a"][1]
+    for fp in fps[5:15].tolist():  # keys of table 1 that the exercise's queries reach
+        at = raw.find(design.permute_one(fp, 1).to_bytes(8, "big"))
+        assert at > 0
+        raw[at] ^= 0x71  # the top byte: the key now sorts far from its neighbours
+    open(data_path, "wb").write(bytes(raw))
+    outcome = _exercise(tmp_path, path)
+    assert outcome["query_many"] in ("ok", "CorruptionError"), outcome
+
+
+def test_document_id_beyond_int64_in_a_run_raises_corruption_error(scenario, tmp_path):
+    """A run's id column whose stored minimum is damaged (ids past 2**63) makes clusters and the key lookups raise CorruptionError or answer, never struct.error."""
+    import msgpack
+
+    path = copy_store(os.path.join(scenario["root"], f"base{len(SCENARIO_OPS)}"), str(tmp_path / "s"))
+
+    def damage_state(raw: bytes) -> bytes:
+        state = msgpack.unpackb(raw, raw=False)
+        packed = [r for r in state["runs"] if "prefix" in r["ids"]]
+        assert packed, "the scenario's full compaction makes a run with a packed id column"
+        packed[0]["ids"]["min"] = (1 << 63) + 7
+        return msgpack.packb(state, use_bin_type=True)
+
+    assert _edit(path, b"meta", lambda k: k == b"state", damage_state) == 1
+    outcome = _exercise(tmp_path, path)
+    assert outcome["clusters"] in ("ok", "CorruptionError"), outcome
