@@ -1299,6 +1299,8 @@ class Store:
                 raise CorruptionError(f"table {t} holds keys of the wrong length")
             pairs = np.frombuffer(raw, dtype=">u8").reshape(-1, 2)
             keys, ids = pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.int64)
+            if len(keys) > 1 and bool(np.any(keys[1:] < keys[:-1])):
+                raise CorruptionError(f"table {t} holds keys out of order: the store is damaged")
             perm = self.design.permute(fps, t)
             variants, origin = search._flip_variants(self.design, t, perm)
             low = np.uint64(((1 << 64) - 1) >> table.prefix_bits) if table.prefix_bits < 64 else np.uint64(0)
@@ -1325,6 +1327,8 @@ class Store:
         typed: dict[int, bytes] = {}
         pending: list[int] = []
         for doc_id in set(ids):
+            if not 0 < doc_id < 1 << 63:
+                raise CorruptionError(f"an index names document id {doc_id}, outside any id this store assigns")
             raw = txn.get(_U64.pack(doc_id), db=self._docs)
             if raw is not None:
                 typed[doc_id] = _unpack_record(raw)[0]

@@ -166,14 +166,18 @@ def blobs_size(blobs: Blobs) -> int:
 def delete_prefix(txn: lmdb.Transaction, db: Any, prefix: bytes) -> None:
     """Delete every blob whose name starts with ``prefix``."""
     cur = txn.cursor(db=db)
-    if not cur.set_range(prefix):
-        return
-    while True:
-        key = bytes(cur.key())
-        if not key.startswith(prefix):
+    try:
+        if not cur.set_range(prefix):
             return
-        if not cur.delete():
-            return
+        while True:
+            key = bytes(cur.key())
+            if not key.startswith(prefix):
+                return
+            if not cur.delete():
+                return
+    except SystemError as exc:
+        # py-lmdb raises SystemError (not lmdb.Error) from Cursor.delete on a corrupted page.
+        raise CorruptionError(f"deleting blobs {prefix!r} hit a damaged page: {exc}") from None
 
 
 # -- state ---------------------------------------------------------------------------------------------
@@ -439,8 +443,13 @@ class Run:
         if "base" in ids:
             if len(positions) and (positions.min() < 0 or positions.max() >= self.count):
                 raise CorruptionError(f"position outside run {self.id}")
-            return positions.astype(np.uint64) + np.uint64(ids["base"])
-        return read_packed(self._txn, self._db, ids["prefix"], ids, positions)
+            out = positions.astype(np.uint64) + np.uint64(ids["base"])
+        else:
+            out = read_packed(self._txn, self._db, ids["prefix"], ids, positions)
+        # Ids are assigned from 1 upward; one past 2**63 can only come from damaged bytes.
+        if len(out) and (int(out.max()) >= 1 << 63 or int(out.min()) == 0):
+            raise CorruptionError(f"run {self.id} names a document id outside any this store assigns")
+        return out
 
     def all_ids(self) -> np.ndarray:
         return self.ids_at(np.arange(self.count, dtype=np.int64))
