@@ -15,7 +15,7 @@ Any exception other than an FpstoreError, a broken decoder promise, or a crash i
 ``snapshot``: rounds of a writer committing ``--batches`` batches while reader processes check, in
 every snapshot, that all tables agree with the count and checkpoint (tests/test_concurrency.py).
 ``powerloss``, ``points`` and ``damage`` repeat the power-loss, named crash point and damaged-file
-tests of tests/test_reliability.py with more cycles and other seeds.
+(byte damage and garbled values) tests of tests/test_reliability.py with more cycles and other seeds.
 
 Each prints one line of figures per store, target or round and a ``SUMMARY`` line (JSON) at the end;
 exits 1 on the first failure (the failure's message is printed).
@@ -223,9 +223,10 @@ def snapshots(args: argparse.Namespace, root: str) -> None:
 
 
 def _pytest_long(args: argparse.Namespace, root: str, test: str, env: dict[str, str]) -> None:
-    """Run one test of tests/test_reliability.py with bigger figures (through its environment knobs)."""
+    """Run tests of tests/test_reliability.py (names separated by commas) with bigger figures
+    (through their environment knobs)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", f"tests/test_reliability.py::{test}"],
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", *(f"tests/test_reliability.py::{t}" for t in test.split(","))],
         cwd=ROOT, env={**os.environ, **env}, text=True, capture_output=True,
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("FIGURES", "SKIP", "FAIL"))]
@@ -248,8 +249,9 @@ def points(args: argparse.Namespace, root: str) -> None:
 
 
 def damage(args: argparse.Namespace, root: str) -> None:
-    _pytest_long(args, root, "test_damaged_store_files_raise_typed_errors_or_answer",
-                 {"FPSTORE_DAMAGE_CASES": str(args.cases), "FPSTORE_DAMAGE_SEED": str(args.seed)})
+    _pytest_long(args, root, "test_damaged_store_files_raise_typed_errors_or_answer,test_garbage_in_every_sub_database_raises_typed_errors_or_answers",
+                 {"FPSTORE_DAMAGE_CASES": str(args.cases), "FPSTORE_DAMAGE_SEED": str(args.seed),
+                  "FPSTORE_DAMAGE_KINDS": args.kinds})
 
 
 def main() -> int:
@@ -286,8 +288,10 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.set_defaults(fn=points)
     p = sub.add_parser("damage")
-    p.add_argument("--cases", type=int, default=5000)
+    p.add_argument("--cases", type=int, default=5000, help="per test: byte damage, then garbled values")
     p.add_argument("--seed", type=int, default=11)
+    p.add_argument("--kinds", default="flip,flip_page,truncate,truncate_page",
+                   help="byte damage kinds (zero_page aborts LMDB unless the store is opened with verify=True)")
     p.set_defaults(fn=damage)
     for name, p in sub.choices.items():
         if name != "fuzz-target":
