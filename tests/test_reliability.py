@@ -999,3 +999,12 @@ def test_document_id_beyond_int64_in_a_run_raises_corruption_error(scenario, tmp
     assert _edit(path, b"meta", lambda k: k == b"state", damage_state) == 1
     outcome = _exercise(tmp_path, path)
     assert outcome["clusters"] in ("ok", "CorruptionError"), outcome
+
+
+def test_damaged_document_count_raises_corruption_error(scenario, tmp_path):
+    """A document count damaged to a huge value (found by the long garbled-values run) makes len() and list(store) raise CorruptionError or answer, never MemoryError."""
+    path = copy_store(os.path.join(scenario["root"], f"base{len(SCENARIO_OPS)}"), str(tmp_path / "s"))
+    # list(store) asks len() for a size hint first: a count past the ids ever given out is damage.
+    assert _edit(path, b"meta", lambda k: k == b"count", lambda v: (1 << 62).to_bytes(8, "big")) == 1
+    outcome = _exercise(tmp_path, path)
+    assert outcome["iter"] in ("ok", "CorruptionError") and outcome["len"] in ("ok", "CorruptionError"), outcome
