@@ -1,12 +1,17 @@
-"""Subprocess entry points for the crash and concurrency tests, and the oracle they share.
+"""Subprocess entry points for the reliability tests, and the oracles they share.
 
 Run as ``python -m tests.workers COMMAND PATH [options]`` with the repository root as the working
 directory (or as ``python tests/workers.py ...``). Workers talk to the parent on stdout, one line
 per event, flushed at once, so that a parent that SIGKILLs a worker still reads every line the
 worker printed before it died. A failed check prints ``FAIL <message>`` and exits with status 1.
+``fork-server`` forks workers from one interpreter that has imported fpstore (``ForkServer``).
 
-The oracle: batch ``i`` is a pure function of ``i`` (seeded numpy), so a store fed batches
+The feed oracle: batch ``i`` is a pure function of ``i`` (seeded numpy), so a store fed batches
 ``0..c`` with ``checkpoint=("feed", c)`` must hold exactly those documents after any crash.
+The scenario oracle: eight operations covering every kind of write, and a model of the store after
+each of their transactions (``model_after``, ``check_model``: every answer against brute force).
+Also here: named crash points patched into the storage layer (``install_crash_point``), the
+``exercise`` worker that uses a damaged store, and the fuzz targets of every on-disk decoder.
 """
 
 from __future__ import annotations
