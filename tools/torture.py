@@ -6,6 +6,7 @@
     python tools/torture.py powerloss --cycles 100
     python tools/torture.py points --rounds 5
     python tools/torture.py damage --cases 5000
+    python tools/torture.py syscalls --cases 300
 
 ``kill``: SIGKILL a feed writer at random points, ``--per-store`` cycles on each fresh store, then
 resume it once to the end and check every document (tests/test_crash.py has the checks).
@@ -14,8 +15,9 @@ of on-disk bytes (tests/workers.py ``FUZZ_TARGETS``), the time split evenly betw
 Any exception other than an FpstoreError, a broken decoder promise, or a crash is a finding.
 ``snapshot``: rounds of a writer committing ``--batches`` batches while reader processes check, in
 every snapshot, that all tables agree with the count and checkpoint (tests/test_concurrency.py).
-``powerloss``, ``points`` and ``damage`` repeat the power-loss, named crash point and damaged-file
-(byte damage and garbled values) tests of tests/test_reliability.py with more cycles and other seeds.
+``powerloss``, ``points``, ``damage`` and ``syscalls`` repeat the power-loss, named crash point,
+damaged-file (byte damage and garbled values) and strace kill tests of tests/test_reliability.py
+with more cycles and other seeds.
 
 Each prints one line of figures per store, target or round and a ``SUMMARY`` line (JSON) at the end;
 exits 1 on the first failure (the failure's message is printed).
@@ -248,6 +250,11 @@ def points(args: argparse.Namespace, root: str) -> None:
                  {"FPSTORE_POINT_ROUNDS": str(args.rounds)})
 
 
+def syscalls(args: argparse.Namespace, root: str) -> None:
+    _pytest_long(args, root, "test_kill_at_random_syscalls_of_every_operation",
+                 {"FPSTORE_SYSCALL_RANDOM": str(args.cases), "FPSTORE_SYSCALL_SEED": str(args.seed)})
+
+
 def damage(args: argparse.Namespace, root: str) -> None:
     _pytest_long(args, root, "test_damaged_store_files_raise_typed_errors_or_answer,test_garbage_in_every_sub_database_raises_typed_errors_or_answers",
                  {"FPSTORE_DAMAGE_CASES": str(args.cases), "FPSTORE_DAMAGE_SEED": str(args.seed),
@@ -287,6 +294,10 @@ def main() -> int:
     p = sub.add_parser("points")
     p.add_argument("--rounds", type=int, default=5)
     p.set_defaults(fn=points)
+    p = sub.add_parser("syscalls")
+    p.add_argument("--cases", type=int, default=300)
+    p.add_argument("--seed", type=int, default=9)
+    p.set_defaults(fn=syscalls)
     p = sub.add_parser("damage")
     p.add_argument("--cases", type=int, default=5000, help="per test: byte damage, then garbled values")
     p.add_argument("--seed", type=int, default=11)
