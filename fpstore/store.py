@@ -1374,7 +1374,12 @@ class Store:
 
     def __len__(self) -> int:
         with self._storage.read() as txn:
-            return self._meta_int(txn, H_COUNT)
+            count = self._meta_int(txn, H_COUNT)
+            # Ids start at 1 and are never reused, so more live documents than ids ever given
+            # out can only be a damaged counter (list(store) would preallocate from it).
+            if count > self._meta_int(txn, H_NEXT_ID) - 1:
+                raise CorruptionError(f"the store's document count {count} exceeds the ids it ever assigned: the counter is damaged")
+            return count
 
     def __iter__(self) -> Iterator[str | bytes | int]:
         """Keys in id order; read in batches so no transaction spans a yield."""
