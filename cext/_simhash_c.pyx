@@ -198,6 +198,76 @@ ctypedef fused char_t:
     uint32_t
 
 
+cdef const uint8_t* _ACTIVE = NULL
+cdef object _active_keepalive = None
+
+
+def set_active_table(bits):
+    """Install the uint8[0x110000 // 8] bitset of NFKC-active code points (bit cp & 7 of byte cp >> 3)."""
+    global _ACTIVE, _active_keepalive
+    cdef const uint8_t[::1] view = bits
+    if view.shape[0] != 0x110000 // 8:
+        raise ValueError("active table must have 0x110000 // 8 bytes")
+    _active_keepalive = view
+    _ACTIVE = &view[0]
+
+
+cdef inline bint is_active(uint32_t cp) noexcept nogil:
+    # Code points above U+10FFFF never occur in a CPython str; treated as active, never looked up.
+    return cp > 0x10FFFF or (_ACTIVE[cp >> 3] >> (cp & 7)) & 1
+
+
+cdef Py_ssize_t active_runs(const char_t* data, Py_ssize_t n, Py_ssize_t* out, Py_ssize_t cap) noexcept nogil:
+    # Writes start, end pairs of maximal active runs into out (up to cap pairs); returns the
+    # number of runs found, which may exceed cap (the caller then asks again with room for all).
+    cdef Py_ssize_t i = 0, runs = 0, start
+    while i < n:
+        if not is_active(data[i]):
+            i += 1
+            continue
+        start = i
+        i += 1
+        while i < n and is_active(data[i]):
+            i += 1
+        if runs < cap:
+            out[2 * runs] = start
+            out[2 * runs + 1] = i
+        runs += 1
+    return runs
+
+
+def nfkc_active_runs(str text):
+    """Flat list ``[start0, end0, start1, end1, ...]`` of the maximal runs of NFKC-active code
+    points in ``text`` (see ``fpstore.text.nfkc``); empty for ASCII text."""
+    if _ACTIVE == NULL:
+        raise RuntimeError("set_active_table() first")
+    PyUnicode_READY(text)
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
+    cdef int kind = PyUnicode_KIND(text)
+    cdef const void* data = PyUnicode_DATA(text)
+    cdef Py_ssize_t cap = 16, runs, i
+    cdef Py_ssize_t* buf
+    if text.isascii():
+        return []
+    while True:
+        buf = <Py_ssize_t*>malloc(2 * cap * sizeof(Py_ssize_t))
+        if buf == NULL:
+            raise MemoryError()
+        with nogil:
+            if kind == 1:
+                runs = active_runs(<const uint8_t*>data, n, buf, cap)
+            elif kind == 2:
+                runs = active_runs(<const uint16_t*>data, n, buf, cap)
+            else:
+                runs = active_runs(<const uint32_t*>data, n, buf, cap)
+        if runs <= cap:
+            out = [buf[i] for i in range(2 * runs)]
+            free(buf)
+            return out
+        free(buf)
+        cap = runs
+
+
 cdef void scan(const char_t* data, Py_ssize_t n, Acc* acc) noexcept nogil:
     cdef uint64_t h = FNV_OFFSET
     cdef uint64_t seed = acc.seed

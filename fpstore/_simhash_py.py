@@ -73,6 +73,36 @@ def set_fold_table(fold: np.ndarray) -> None:
     _fold_list = fold.tolist()
 
 
+_active: np.ndarray | None = None
+
+
+def set_active_table(bits: np.ndarray) -> None:
+    """Install the uint8[0x110000 // 8] bitset of NFKC-active code points (bit cp & 7 of byte cp >> 3)."""
+    global _active
+    if len(bits) != 0x110000 // 8:
+        raise ValueError("active table must have 0x110000 // 8 bytes")
+    _active = np.unpackbits(np.asarray(bits, dtype=np.uint8), bitorder="little").astype(bool)
+
+
+def nfkc_active_runs(text: str) -> list[int]:
+    """Flat list ``[start0, end0, start1, end1, ...]`` of the maximal runs of NFKC-active code
+    points in ``text`` (see ``fpstore.text.nfkc``); empty for ASCII text."""
+    if _active is None:
+        raise RuntimeError("set_active_table() first")
+    out: list[int] = []
+    start = -1
+    for i, ch in enumerate(text):
+        if _active[ord(ch)]:
+            if start < 0:
+                start = i
+        elif start >= 0:
+            out += [start, i]
+            start = -1
+    if start >= 0:
+        out += [start, len(text)]
+    return out
+
+
 def fmix64(x: int) -> int:
     """splitmix64's finaliser: a bijection on 64-bit integers with full avalanche."""
     x ^= x >> 30

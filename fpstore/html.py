@@ -48,6 +48,10 @@ _FRAGMENT_TAG = re.compile(
 )
 
 
+#: What :func:`looks_like_html` skips before its "<" test.
+LEADING_SPACE = " \t\r\n\ufeff"
+
+
 def looks_like_html(text: str) -> bool:
     """True when ``text`` is an HTML document or fragment.
 
@@ -58,7 +62,7 @@ def looks_like_html(text: str) -> bool:
     """
     i = 0
     n = len(text)
-    while i < n and i < 256 and text[i] in " \t\r\n\ufeff":
+    while i < n and i < 256 and text[i] in LEADING_SPACE:
         i += 1
     if i >= n or text[i] != "<":
         return False

@@ -39,8 +39,7 @@ from fpstore.errors import FormatError, InputError
 
 __all__ = ["FINGERPRINT_SCHEME", "HTML_MODES", "KINDS", "Fingerprints", "IdfTable", "Pipeline", "Signature"]
 
-_kernel = _backend.load("simhash")
-_kernel.set_fold_table(_text.FOLD)
+_kernel = _backend.load("simhash")  # text.py installs its tables in it
 
 #: Version of the hashing and counting scheme of ``kind="simhash64"`` (see ``fpstore/_simhash_py.py``).
 FINGERPRINT_SCHEME = 1
@@ -401,7 +400,11 @@ class Pipeline:
             # Preparation (HTML extraction, NFKC) holds the GIL, the kernel releases it: doing
             # both per chunk on the workers overlaps one chunk's Python with another's kernel.
             lo, hi = bound
-            prepared = [self.prepare(texts[i], index=i) for i in range(lo, hi)]
+            # ASCII text that does not open with "<" is its own prepared form: skip the calls.
+            prepared = [
+                t if t.__class__ is str and t.isascii() and t.lstrip(_html.LEADING_SPACE)[:1] != "<" else self.prepare(t, index=i)
+                for i, t in zip(range(lo, hi), texts[lo:hi])
+            ]
             _kernel.fingerprint_batch(prepared, 0, hi - lo, self.seed, self.shingle, self._idf_kernel, fps[lo:hi],
                                       ntok[lo:hi], digests[lo:hi], self._kind)
 

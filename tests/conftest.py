@@ -21,9 +21,10 @@ def load_twins(name: str) -> tuple[object, object]:
 
 @pytest.fixture(params=["c", "py"])
 def simhash_kernel(request):
-    """Each fingerprint-kernel twin in turn, with the v1 fold table installed."""
+    """Each fingerprint-kernel twin in turn, with the v1 fold and NFKC tables installed."""
     from fpstore import text
 
     mod = importlib.import_module(f"fpstore._simhash_{request.param}")
     mod.set_fold_table(text.FOLD)
+    mod.set_active_table(text.ACTIVE_BITS)
     return mod

@@ -88,3 +88,41 @@ _nfkc_alphabet = st.sampled_from(
 def test_segmented_nfkc_equals_unicodedata(s):
     """nfkc() (normalising only non-ASCII stretches) equals unicodedata's NFKC of the whole text."""
     assert text.nfkc(s) == unicodedata.normalize("NFKC", s)
+
+
+@given(st.lists(_nfkc_alphabet, max_size=60).map("".join) | st.text(max_size=80) | st.text(alphabet=st.characters(codec=None), max_size=80))
+@settings(max_examples=300)
+def test_active_runs_agree_between_twins(s):
+    """The compiled scan finds the same runs of NFKC-active code points as its Python twin."""
+    from tests.conftest import load_twins
+
+    c, py = load_twins("simhash")
+    for mod in (c, py):
+        mod.set_active_table(text.ACTIVE_BITS)
+    runs = c.nfkc_active_runs(s)
+    assert runs == py.nfkc_active_runs(s)
+    assert all(not text.ACTIVE_BITS[ord(ch) >> 3] >> (ord(ch) & 7) & 1 for ch in s[: runs[0] if runs else len(s)])
+
+
+def test_inert_code_points_are_inert_under_this_python():
+    """Every code point the committed table calls inert is, by this Python's unicodedata, a starter
+    that is its own NFKC form: the condition nfkc()'s segmentation relies on. A later Unicode
+    keeps this by its stability policy; this test notices if it ever does not."""
+    bad = [
+        hex(cp)
+        for a, b in _unicode_v1.NFKC_INERT_RANGES
+        for cp in range(a, b)
+        if unicodedata.combining(chr(cp)) or unicodedata.normalize("NFKC", chr(cp)) != chr(cp)
+    ]
+    assert bad == []
+    # An inert character followed by a mark that composes with it: the run reaches back one.
+    assert text.nfkc("x\u00e9\u0323y\u2026") == unicodedata.normalize("NFKC", "x\u00e9\u0323y\u2026")
+
+
+@given(st.lists(st.tuples(st.integers(0, 120), _nfkc_alphabet | st.text(max_size=3)), max_size=12))
+@settings(max_examples=300)
+def test_sparse_nfkc_equals_unicodedata(pieces):
+    """Long mostly-ASCII text with a few active stretches takes the per-run path of nfkc()."""
+    s = "".join("lorem ipsum " * (n // 12) + "x" * (n % 12) + piece for n, piece in pieces)
+    assert text.nfkc(s) == unicodedata.normalize("NFKC", s)
+    assert text.normalize(s) == unicodedata.normalize("NFKC", s)

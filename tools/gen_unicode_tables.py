@@ -32,6 +32,48 @@ def simple_lower(ch: str) -> str:
     return low[0]
 
 
+def composes_backward() -> set[int]:
+    """Code points that can be the second half of a canonical composition (NFC_QC=Maybe)."""
+    out = set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3))  # Hangul V and T jamo
+    for cp in range(0x110000):
+        parts = unicodedata.decomposition(chr(cp)).split()
+        if len(parts) == 2 and not parts[0].startswith("<"):
+            pair = "".join(chr(int(x, 16)) for x in parts)
+            if unicodedata.normalize("NFC", pair) == chr(cp):  # a primary composite
+                out.add(int(parts[1], 16))
+    return out
+
+
+def nfkc_inert_ranges() -> list[tuple[int, int]]:
+    """Half-open ranges of code points that NFKC leaves alone whatever surrounds them.
+
+    Inert: assigned, not a surrogate, canonical combining class 0, its own NFKC form, and never the
+    second half of a composition. Text splits into independent NFKC segments before each inert
+    character, so only the non-inert stretches (with the character before each) need normalising.
+    Unassigned code points are not inert: a later Unicode may give them a mapping.
+    """
+    backward = composes_backward()
+    ranges: list[tuple[int, int]] = []
+    start = None
+    for cp in range(0x110000):
+        ch = chr(cp)
+        inert = (
+            not 0xD800 <= cp <= 0xDFFF
+            and unicodedata.category(ch) != "Cn"
+            and unicodedata.combining(ch) == 0
+            and unicodedata.normalize("NFKC", ch) == ch
+            and cp not in backward
+        )
+        if inert and start is None:
+            start = cp
+        elif not inert and start is not None:
+            ranges.append((start, cp))
+            start = None
+    if start is not None:
+        ranges.append((start, 0x110000))
+    return ranges
+
+
 def main() -> int:
     ranges: list[tuple[int, int]] = []
     lower: list[tuple[int, int]] = []
@@ -68,9 +110,12 @@ def main() -> int:
     lines += [f"    ({a:#x}, {b:#x})," for a, b in ranges]
     lines += [")", "", "# (code point, simple lowercase) for token characters whose lowercase differs.", "LOWER = ("]
     lines += [f"    ({a:#x}, {b:#x})," for a, b in lower]
+    inert = nfkc_inert_ranges()
+    lines += [")", "", "# Half-open ranges [start, end) of NFKC-inert code points (see text.nfkc).", "NFKC_INERT_RANGES = ("]
+    lines += [f"    ({a:#x}, {b:#x})," for a, b in inert]
     lines += [")", ""]
     OUT.write_text("\n".join(lines))
-    print(f"{OUT}: {len(ranges)} ranges, {len(lower)} lowercase pairs, Unicode {unicodedata.unidata_version}")
+    print(f"{OUT}: {len(ranges)} ranges, {len(lower)} lowercase pairs, {len(inert)} inert ranges, Unicode {unicodedata.unidata_version}")
     return 0
 
 
