@@ -382,7 +382,7 @@ cdef int _hits_push(Hits* h, int64_t qpos, uint64_t key, int dist) noexcept nogi
 
 cdef int _probe(const uint8_t* buf, int64_t buflen, const int64_t* starts, const int64_t* ends,
                 const int64_t* counts, const uint64_t* bounds, const int64_t* estart, Py_ssize_t nb,
-                const uint64_t* queries, Py_ssize_t nq, uint64_t mask_hi, int k,
+                const uint64_t* queries, Py_ssize_t nq, uint64_t mask_hi, int k, bint positions,
                 uint64_t* keys, uint8_t* done, Hits* hits, Py_ssize_t* failed) noexcept nogil:
     # Merge of two sorted streams (Manku section 3.3): groups of queries sharing a prefix, each
     # a key range [lo, hi], against the chunk's keys. b and j (block, key position) only move
@@ -418,7 +418,7 @@ cdef int _probe(const uint8_t* buf, int64_t buflen, const int64_t* starts, const
                 for t in range(qi, qe):
                     d = fps_popcount64(s ^ queries[t])
                     if d <= k:
-                        if _hits_push(hits, t, s, d):
+                        if _hits_push(hits, t, <uint64_t>j if positions else s, d):
                             return C_ERR_NOMEM
                 j += 1
             if j < jend:
@@ -431,7 +431,7 @@ cdef int _probe(const uint8_t* buf, int64_t buflen, const int64_t* starts, const
 
 def probe_chunk(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] ends,
                 const int64_t[::1] counts, const uint64_t[::1] bounds,
-                const uint64_t[::1] queries, uint64_t mask_hi, int k):
+                const uint64_t[::1] queries, uint64_t mask_hi, int k, bint positions=False):
     """Batch probe of one chunk: see ``fpstore._runs_py.probe_chunk``."""
     cdef Py_ssize_t nb = starts.shape[0], nq = queries.shape[0], j
     if ends.shape[0] != nb or counts.shape[0] != nb or bounds.shape[0] != nb + 1:
@@ -457,7 +457,7 @@ def probe_chunk(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t
     try:
         with nogil:
             err = _probe(bp, buf.shape[0], &starts[0], &ends[0], &counts[0], &bounds[0],
-                         &estart[0], nb, &queries[0], nq, mask_hi, k, &keys[0], &done[0],
+                         &estart[0], nb, &queries[0], nq, mask_hi, k, positions, &keys[0], &done[0],
                          &hits, &failed)
         if err == C_ERR_NOMEM:
             raise MemoryError("probe_chunk: out of memory for results")

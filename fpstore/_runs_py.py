@@ -254,6 +254,7 @@ def probe_chunk(
     queries: np.ndarray,
     mask_hi: int,
     k: int,
+    positions: bool = False,
 ) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]:
     """Batch probe of one chunk: sorted ``queries`` against the chunk's keys, by shared prefix.
 
@@ -268,7 +269,9 @@ def probe_chunk(
     Returns ``(err, j, qpos, keys, dist)``: ``err`` and the failing block ``j`` as for
     :func:`decode_blocks` (the arrays are then empty); otherwise one row per pair, ``qpos`` the
     query's position in ``queries`` (int64), ``keys`` the stored key (uint64), ``dist`` the
-    distance (uint8), ordered by stored key position, then by query position.
+    distance (uint8), ordered by stored key position, then by query position. With
+    ``positions``, ``keys`` holds the stored key's position in the chunk (entries counted from
+    the chunk's first block) instead of the key.
     """
     b8 = np.frombuffer(buf, np.uint8)
     nb = len(starts)
@@ -290,6 +293,8 @@ def probe_chunk(
     needed = g1 < len(glo)
     needed[needed] = glo[g1[needed]] <= bounds[1:][needed]
     parts = []
+    where = []
+    estart = np.concatenate([[0], np.cumsum(counts.astype(np.int64))])
     for j in np.flatnonzero(needed):
         err, keys = _decode_block(
             b8, int(starts[j]), int(ends[j]), int(counts[j]), int(bounds[j]), int(bounds[j + 1])
@@ -297,6 +302,7 @@ def probe_chunk(
         if err:
             return err, int(j), *_no_hits()
         parts.append(keys)
+        where.append(np.arange(estart[j], estart[j + 1], dtype=np.int64))
     if not parts:
         return OK, -1, *_no_hits()
     keys = np.concatenate(parts)
@@ -308,7 +314,8 @@ def probe_chunk(
     keep = dist <= k
     qidx, kidx, dist = qidx[keep], kidx[keep], dist[keep]
     order = np.lexsort((qidx, kidx))
-    return OK, -1, qidx[order], keys[kidx[order]], dist[order]
+    found = np.concatenate(where)[kidx[order]].astype(np.uint64) if positions else keys[kidx[order]]
+    return OK, -1, qidx[order], found, dist[order]
 
 
 def locate(bounds: np.ndarray, lo: int, hi: int) -> tuple[int, int]:

@@ -591,7 +591,8 @@ def _prefix_mask(prefix_bits: int) -> int:
 
 
 def _probe_one_chunk(
-    buf: np.ndarray, index: RunIndex, c: int, queries: np.ndarray, qa: int, qb: int, mask: int, k: int
+    buf: np.ndarray, index: RunIndex, c: int, queries: np.ndarray, qa: int, qb: int, mask: int, k: int,
+    positions: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     b0, b1 = int(index._chunk_start[c]), int(index._chunk_start[c + 1])
     err, j, qpos, keys, dist = _kernel.probe_chunk(
@@ -603,11 +604,14 @@ def _probe_one_chunk(
         queries[qa:qb],
         mask,
         k,
+        positions,
     )
     if err:
         raise _corrupt(index, err, b0 + j)
     if qa:
         qpos += qa
+    if positions:  # positions in the chunk -> positions in the run
+        keys = keys.astype(np.int64) + int(index._entry_start[b0])
     return qpos, keys, dist
 
 
@@ -644,11 +648,15 @@ def probe_batch(
 
 
 def probe_batch_run(
-    chunks_getter: ChunkGetter, index: RunIndex, queries_sorted: np.ndarray, prefix_bits: int, k: int
+    chunks_getter: ChunkGetter, index: RunIndex, queries_sorted: np.ndarray, prefix_bits: int, k: int,
+    *, positions: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`probe_batch` over the whole run: reads only the chunks some query's prefix reaches.
 
     Rows are ordered by stored key, then query position; each (query, stored copy) pair once.
+    With ``positions`` the second array holds each stored copy's position in the run (int64)
+    instead of its key: ``prefix_bits=64, k=0`` then looks up many keys at once, decoding only
+    the blocks that may hold one.
     """
     queries = _sorted_u64_array(queries_sorted, "queries_sorted")
     mask = _prefix_mask(prefix_bits)
@@ -659,9 +667,9 @@ def probe_batch_run(
         qa, qb = _query_slices(index, queries, mask, chunks)
         for c in np.flatnonzero(qb > qa):
             buf = _bytes_view(chunks_getter(int(c)), index, int(c))
-            parts.append(_probe_one_chunk(buf, index, int(c), queries, int(qa[c]), int(qb[c]), mask, kk))
+            parts.append(_probe_one_chunk(buf, index, int(c), queries, int(qa[c]), int(qb[c]), mask, kk, positions))
     if not parts:
-        return np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint8)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64 if positions else np.uint64), np.zeros(0, np.uint8)
     if len(parts) == 1:
         return parts[0]
     qpos, keys, dist = zip(*parts)

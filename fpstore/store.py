@@ -65,6 +65,13 @@ _MAX_RAW_KEY = 400  # typed keys longer than this are stored by hash (LMDB keys 
 FLAG_SHORT = 1
 FLAG_TEXT = 2
 ITER_BATCH = 1000
+#: Documents in the incremental (B-tree) tables at which a write moves them into a run.
+FLUSH_ENTRIES = 4096
+#: Runs of one size tier are merged when this many accumulate; tier t holds runs of
+#: ``flush_entries * FANOUT**t`` up to ``* FANOUT**(t+1)`` entries.
+MERGE_FANOUT = 4
+#: Runs this large are left to an explicit compact(): merging them would stall a write for seconds.
+MERGE_MAX_ENTRIES = 1 << 21
 
 
 def _table_name(t: int) -> str:
@@ -163,6 +170,22 @@ class Cluster(NamedTuple):
     canonical: str | bytes | int
     keys: list[str | bytes | int]
     ids: np.ndarray
+
+
+def _merge_group(runs: list[dict[str, Any]], unit: int) -> list[dict[str, Any]]:
+    """The runs of the smallest size tier holding ``MERGE_FANOUT`` runs or more, or []."""
+    by_tier: dict[int, list[dict[str, Any]]] = {}
+    for rec in runs:
+        if rec["count"] > MERGE_MAX_ENTRIES:
+            continue
+        tier, size = 0, unit * MERGE_FANOUT
+        while rec["count"] >= size:
+            tier, size = tier + 1, size * MERGE_FANOUT
+        by_tier.setdefault(tier, []).append(rec)
+    for tier in sorted(by_tier):
+        if len(by_tier[tier]) >= MERGE_FANOUT:
+            return by_tier[tier]
+    return []
 
 
 def _take(keys: list[object], fps: list[np.ndarray], n: int) -> tuple[object, np.ndarray, list[object], list[np.ndarray]]:
@@ -266,9 +289,14 @@ class Store:
         map_size: int | None = None,
         allow_network_fs: bool = False,
         verify: bool = False,
+        flush_entries: int = FLUSH_ENTRIES,
     ) -> None:
         if pipeline is not None and not isinstance(pipeline, Pipeline):
             raise InputError(f"pipeline must be a fpstore.Pipeline, not {type(pipeline).__name__}")
+        if isinstance(flush_entries, bool) or not isinstance(flush_entries, int) or flush_entries < 0:
+            raise InputError(f"flush_entries must be an int >= 0, got {flush_entries!r}")
+        #: Documents held in the incremental tables before a write moves them into a run (0: never).
+        self.flush_entries = flush_entries
         self._storage = Storage(
             path, BASE_DBS, readonly=readonly, create=create, map_size=map_size,
             allow_network_fs=allow_network_fs, verify=verify,
@@ -518,7 +546,7 @@ class Store:
         if not pending or not segments:
             return out
         if hashes is None:
-            hashes = np.fromiter((tiers.key_hash(t) for t in typed), dtype=np.uint64, count=len(typed))
+            hashes = tiers.key_hashes(typed)
         for seg in reversed(segments):
             if not pending:
                 break
@@ -745,6 +773,8 @@ class Store:
                 for t, db in enumerate(self._tables):
                     txn.put(_PAIR.pack(self.design.permute_one(fp, t), doc_id), b"", db=db)
             canonical = self._key_of(txn, canonical_id) if canonical_id else None
+            if not short:
+                self._flush(txn)
             return AddResult(doc_id, result.key, fp, short, result.exact_duplicate_of, result.near_duplicates, canonical)
 
         return self._storage.write(work, action=f"adding {key!r}")
@@ -878,6 +908,8 @@ class Store:
             txn.put(H_COUNT, _U64.pack(count), db=self._meta)
             if ckpt is not None:
                 txn.put(ckpt[0], ckpt[1], db=self._meta)
+            if len(indexed):
+                self._flush(txn)
             return ids
 
         return self._storage.write(work, action=f"adding a batch of {n}")
@@ -973,7 +1005,7 @@ class Store:
         else:
             assert typed is not None
             typed = [typed[i] for i in order.tolist()]
-            hashes = np.fromiter((tiers.key_hash(t) for t in typed), dtype=np.uint64, count=m)
+            hashes = tiers.key_hashes(typed)
         with self._storage.read() as txn:
             state = self._state(txn)
             base = self._meta_int(txn, H_NEXT_ID)
@@ -1049,29 +1081,59 @@ class Store:
         self._storage.check_writable()
         with self._storage.read() as txn:
             state = self._state(txn)
+            incremental = txn.stat(self._tables[0])["entries"]
+            merged = state.runs if full else []
+        # Nothing to gain: no incremental entries, and at most one run with nothing tombstoned.
+        if incremental == 0 and len(merged) <= 1 and not (merged and self._has_dead(merged[0])):
+            return {"runs_merged": 0, "incremental": 0, "entries": int(sum(r["count"] for r in state.runs))}
+        # Room for the new run up front (about 8 bytes per entry and table, ids included), so
+        # the transaction is not aborted and rerun on a full map after all its work.
+        entries = incremental + sum(r["count"] for r in merged)
+        self._storage.reserve(entries * 8 * (len(self.design.tables) + 1))
+
+        def work(txn: lmdb.Transaction) -> dict[str, int]:
+            # Merge what this transaction sees (another writer may have changed it since the read).
+            state = self._state(txn)
+            return self._merge(txn, state.runs if full else [], incremental=True)
+
+        return self._storage.write(work, action="compacting")
+
+    def _has_dead(self, rec: dict[str, Any]) -> bool:
+        """Whether a tombstone may name an entry of run ``rec`` (one read of the tombstone table)."""
+        with self._storage.read() as txn:
+            dead = self._dead_ids(txn)
+            if not len(dead):
+                return False
+            ids = Run(txn, self._blobs, self._cache, rec).all_ids()
+            return bool(np.isin(ids, dead).any())
+
+    def _merge(self, txn: lmdb.Transaction, merged: list[dict[str, Any]], *, incremental: bool) -> dict[str, int]:
+        """Replace runs ``merged`` (and the incremental tables, when ``incremental``) by one new
+        run, dropping tombstoned entries, inside write transaction ``txn``."""
+        state = self._state(txn)
+        fps_parts: list[np.ndarray] = []
+        id_parts: list[np.ndarray] = []
+        n_incremental = 0
+        if incremental:
             raw = b"".join(txn.cursor(db=self._tables[0]).iternext(keys=True, values=False))
             if len(raw) % 16:
                 raise CorruptionError("table 0 holds keys of the wrong length")
             pairs = np.frombuffer(raw, dtype=">u8").reshape(-1, 2)
-            fps_parts, id_parts = [pairs[:, 0].astype(np.uint64)], [pairs[:, 1].astype(np.uint64)]
-            merged = state.runs if full else []
-            for run in (Run(txn, self._blobs, self._cache, rec) for rec in merged):
-                fps_parts.append(run.table(0).all())
-                id_parts.append(run.all_ids())
-            dead = self._dead_ids(txn)
-        fps = np.concatenate(fps_parts)
-        ids = np.concatenate(id_parts)
+            fps_parts.append(pairs[:, 0].astype(np.uint64))
+            id_parts.append(pairs[:, 1].astype(np.uint64))
+            n_incremental = len(pairs)
+        for run in (Run(txn, self._blobs, self._cache, rec) for rec in merged):
+            fps_parts.append(run.table(0).all())
+            id_parts.append(run.all_ids())
+        fps = np.concatenate(fps_parts) if fps_parts else np.zeros(0, np.uint64)
+        ids = np.concatenate(id_parts) if id_parts else np.zeros(0, np.uint64)
+        dead = self._dead_ids(txn)
         if len(dead) and len(ids):
             keep = ~np.isin(ids, dead)
             fps, ids = fps[keep], ids[keep]
-        incremental = len(pairs)
-        # Nothing to gain: no incremental entries, and at most one run with nothing tombstoned.
-        if incremental == 0 and (not merged or (len(merged) == 1 and len(fps) == merged[0]["count"])):
-            return {"runs_merged": 0, "incremental": 0, "entries": int(sum(r["count"] for r in state.runs))}
         run_id = state.next_run
-        blobs: tiers.Blobs = []
-        tables: list[bytes] = []
         new_runs = [r for r in state.runs if r not in merged]
+        blobs: tiers.Blobs = []
         if len(fps):
             order = search.argsort_u64(fps)
             fps, ids = fps[order], ids[order]
@@ -1080,25 +1142,35 @@ class Store:
             id_blobs, id_rec = tiers.packed_blobs(tiers.run_prefix(run_id, 0xFFFF), ids)
             blobs += id_blobs
             new_runs.append({"id": run_id, "count": len(fps), "tables": tables, "ids": id_rec})
-        self._storage.reserve(tiers.blobs_size(blobs))
-
-        def work(txn: lmdb.Transaction) -> None:
-            cur = self._state(txn)
-            for rec in merged:
-                # Tables that belong to the run (a bulk load's table 0 belongs to its segment).
-                for prefix in rec["tables"]:
-                    if prefix.startswith(b"r"):
-                        tiers.delete_prefix(txn, self._blobs, prefix)
-                if "prefix" in rec["ids"]:
-                    tiers.delete_prefix(txn, self._blobs, rec["ids"]["prefix"])
-            for name, value in blobs:
-                txn.put(name, value, db=self._blobs)
+        for rec in merged:
+            # Tables that belong to the run (a bulk load's table 0 belongs to its segment).
+            for prefix in rec["tables"]:
+                if prefix.startswith(b"r"):
+                    tiers.delete_prefix(txn, self._blobs, prefix)
+            if "prefix" in rec["ids"]:
+                tiers.delete_prefix(txn, self._blobs, rec["ids"]["prefix"])
+        for name, value in blobs:
+            txn.put(name, value, db=self._blobs)
+        if incremental:
             for db in self._tables:
                 txn.drop(db, delete=False)
-            txn.put(tiers.STATE_KEY, State(new_runs, cur.segs, cur.next_run + 1, cur.next_seg).to_bytes(), db=self._meta)
+        txn.put(tiers.STATE_KEY, State(new_runs, state.segs, state.next_run + 1, state.next_seg).to_bytes(), db=self._meta)
+        return {"runs_merged": len(merged), "incremental": n_incremental, "entries": int(len(fps))}
 
-        self._storage.write(work, action="compacting")
-        return {"runs_merged": len(merged), "incremental": incremental, "entries": int(len(fps))}
+    def _flush(self, txn: lmdb.Transaction) -> None:
+        """After a write: once the incremental tables hold ``flush_entries`` documents, move
+        them into a run, then merge runs of one size tier whenever ``MERGE_FANOUT`` of them
+        accumulate (a log-structured merge). Every B-tree insert dirties a leaf page per table,
+        so keeping the trees small keeps a commit's writes small; the tiers keep the run count
+        logarithmic, and each entry is rewritten about once per tier."""
+        if not self.flush_entries or txn.stat(self._tables[0])["entries"] < self.flush_entries:
+            return
+        self._merge(txn, [], incremental=True)
+        while True:
+            group = _merge_group(self._state(txn).runs, self.flush_entries)
+            if not group:
+                return
+            self._merge(txn, group, incremental=False)
 
     def compact_file(self) -> dict[str, int]:
         """Compact (see :meth:`compact`), then rewrite the file without its free pages.
@@ -1418,6 +1490,10 @@ class Store:
         """Header, design, counts and storage figures, as plain data."""
         storage = self._storage.info()
         n = len(self)
+        with self._storage.read() as txn:
+            state = self._state(txn)
+            incremental = txn.stat(self._tables[0])["entries"]
+            tombstones = txn.stat(self._dead)["entries"]
         return {
             "path": self.path,
             "format": self.header["format"],
@@ -1426,6 +1502,10 @@ class Store:
             "design": self.design.describe(max(n, 1)),
             "k": self.k,
             "documents": n,
+            "incremental_entries": incremental,
+            "runs": [r["count"] for r in state.runs],
+            "tombstones": tombstones,
+            "flush_entries": self.flush_entries,
             "file_size": storage["file_size"],
             "map_size": storage["map_size"],
             "created": self.header.get("created"),
@@ -1444,6 +1524,7 @@ def open(
     map_size: int | None = None,
     allow_network_fs: bool = False,
     verify: bool = False,
+    flush_entries: int = FLUSH_ENTRIES,
 ) -> Store:
     """Open the store in directory ``path``, creating it (mode 0700) when missing and ``create``.
 
@@ -1454,6 +1535,11 @@ def open(
 
     ``verify=True`` checks the file's structure before LMDB maps it (verify-then-trust, for
     store files from elsewhere: LMDB itself trusts its pages and can abort on a damaged one).
+
+    ``flush_entries``: once this many documents sit in the incremental tables, the write that
+    reached it moves them into a run and merges small runs by size tiers (see docs/tuning.md).
+    The writes between flushes stay small and fast; the flushing write takes longer. 0 leaves
+    everything in the incremental tables until :meth:`Store.compact`.
     """
     return Store(
         path,
@@ -1466,4 +1552,5 @@ def open(
         map_size=map_size,
         allow_network_fs=allow_network_fs,
         verify=verify,
+        flush_entries=flush_entries,
     )

@@ -88,6 +88,13 @@ def key_hash(typed: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(typed, digest_size=8).digest(), "big")
 
 
+def key_hashes(typed: list[bytes]) -> np.ndarray:
+    """:func:`key_hash` of many typed keys (uint64); integer keys are mixed with numpy."""
+    if all(len(t) == 9 and t[:1] == b"i" for t in typed):
+        return key_hashes_int(np.frombuffer(b"".join(t[1:] for t in typed), dtype=">u8"))
+    return np.fromiter((key_hash(t) for t in typed), dtype=np.uint64, count=len(typed))
+
+
 def key_hashes_int(keys: np.ndarray) -> np.ndarray:
     """:func:`key_hash` of integer keys, vectorised (uint64 in, uint64 out)."""
     return fmix64_array(keys.astype(np.uint64) ^ np.uint64(_INT_KEY_SEED))
@@ -332,42 +339,11 @@ class CodecRun:
                 out_k += [ki] * len(pos)
                 out_p += pos
             return np.array(out_k, dtype=np.int64), np.array(out_p, dtype=np.int64)
-        bounds = idx._bounds
-        inside = (keys >= bounds[0]) & (keys <= bounds[-1])
-        first_block = np.searchsorted(bounds[1:], keys[inside], side="left")
-        needed = set(np.unique(idx.chunk[first_block]).tolist())
-        chunk_start = idx._chunk_start
-        # Copies of a key may continue into the next chunk: take it too when the boundary key repeats.
-        for c in sorted(needed):
-            while c + 1 < idx.nchunks and bounds[chunk_start[c + 1]] == bounds[chunk_start[c + 1] - 1]:
-                c += 1
-                needed.add(c)
-        out_ki: list[np.ndarray] = []
-        out_pos: list[np.ndarray] = []
-        for group in _consecutive(sorted(needed)):
-            parts = [runs.decode_chunk(self.get(c), idx, c) for c in group]
-            values = np.concatenate(parts) if len(parts) > 1 else parts[0]
-            base = int(idx.entry_start[chunk_start[group[0]]])
-            left = np.searchsorted(values, keys, side="left")
-            right = np.searchsorted(values, keys, side="right")
-            count = right - left
-            hit = np.flatnonzero(count)
-            if not len(hit):
-                continue
-            reps = count[hit]
-            ki = np.repeat(hit, reps)
-            offs = np.arange(int(reps.sum())) - np.repeat(np.cumsum(reps) - reps, reps)
-            out_ki.append(ki)
-            out_pos.append(base + left[ki] + offs)
-        if not out_ki:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        ki = np.concatenate(out_ki)
-        pos = np.concatenate(out_pos)
-        # A key found in two overlapping groups is reported once per stored copy.
+        # The batch merge of the sorted keys with the run, decoding only the blocks that may hold
+        # one of them (a batch of 1,000 keys in a 10^7 run touches 1,000 blocks, not every chunk).
+        ki, pos, _ = runs.probe_batch_run(self.get, idx, keys, 64, 0, positions=True)
         order = np.lexsort((pos, ki))
-        ki, pos = ki[order], pos[order]
-        keep = np.concatenate([[True], (ki[1:] != ki[:-1]) | (pos[1:] != pos[:-1])])
-        return ki[keep].astype(np.int64), pos[keep].astype(np.int64)
+        return ki[order].astype(np.int64), pos[order].astype(np.int64)
 
     def at(self, positions: np.ndarray) -> np.ndarray:
         """Keys at ``positions`` (int64, each in 0..count-1)."""
@@ -381,17 +357,6 @@ class CodecRun:
             block = runs.decode_block(self.get(int(self.index.chunk[b])), self.index, b)
             out[sel] = block[positions[sel] - starts[b]]
         return out
-
-
-def _consecutive(values: list[int]) -> list[list[int]]:
-    """Split sorted ints into runs of consecutive values."""
-    groups: list[list[int]] = []
-    for v in values:
-        if groups and groups[-1][-1] + 1 == v:
-            groups[-1].append(v)
-        else:
-            groups.append([v])
-    return groups
 
 
 def read_packed(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: dict[str, int], positions: np.ndarray) -> np.ndarray:

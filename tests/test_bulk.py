@@ -292,3 +292,13 @@ def test_stale_compaction_copy_is_removed_by_the_next_writer(tmp_path):
     with fpstore.open(path) as s:
         assert s.add("a", fingerprint=1, pipeline_id=s.pipeline.id).id
     assert not (path / "compact-12345").exists()
+
+
+def test_key_hashes_of_many_keys_equal_one_by_one():
+    """The vectorised key hash (all-integer batches) equals the per-key hash, for every key type."""
+    from fpstore import store as store_mod, tiers
+
+    ints = [store_mod._typed_key(k) for k in (0, 1, 2**64 - 1, 12345)]
+    mixed = ints + [store_mod._typed_key(k) for k in ("a", b"\x00" * 8, "x" * 600)]
+    for typed in (ints, mixed, []):
+        assert tiers.key_hashes(typed).tolist() == [tiers.key_hash(t) for t in typed]

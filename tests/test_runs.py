@@ -616,6 +616,24 @@ def test_fuzz_kernels_on_hostile_bytes(case, out_len, seed):
     mask = (U64MAX << (64 - int(rng.integers(0, 65)))) & U64MAX
     probe = [mod.probe_chunk(buf, starts, ends, counts, bounds, queries, mask, int(seed % 11)) for mod in TWINS]
     assert same(tuple(probe[0]), tuple(probe[1]))
+    where = [mod.probe_chunk(buf, starts, ends, counts, bounds, queries, mask, int(seed % 11), True) for mod in TWINS]
+    assert same(tuple(where[0]), tuple(where[1]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**16), min_size=1, max_size=3000), st.lists(st.integers(0, 2**16), max_size=200),
+       st.sampled_from([1, 3, 64]), st.sampled_from([1 << 10, 1 << 12]))
+def test_batch_positions_equal_searchsorted(stored, probes, block, chunk_bytes):
+    """probe_batch_run(..., positions=True) with a 64-bit prefix and k = 0 finds every stored copy
+    of every probed key at its position, across block and chunk boundaries and repeated keys."""
+    keys = np.sort(np.array(stored, np.uint64) * np.uint64(0x9E3779B97F4A7C15 >> 16))
+    index, chunks = runs.encode_run(keys, block_entries=block, chunk_bytes=chunk_bytes)
+    q = np.unique(np.concatenate([np.array(probes, np.uint64) * np.uint64(0x9E3779B97F4A7C15 >> 16), keys[::7]]))
+    ki, pos, dist = runs.probe_batch_run(chunks.__getitem__, index, q, 64, 0, positions=True)
+    got = sorted(zip(ki.tolist(), pos.tolist()))
+    lo, hi = np.searchsorted(keys, q, "left"), np.searchsorted(keys, q, "right")
+    want = sorted((i, p) for i in range(len(q)) for p in range(int(lo[i]), int(hi[i])))
+    assert got == want and not dist.any()
 
 
 # ------------------------------------------------------------------------------- size and memory

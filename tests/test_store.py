@@ -88,7 +88,13 @@ def test_queries_equal_brute_force_on_1e5(tmp_path, kind, design):
 
 
 class StoreModel(RuleBasedStateMachine):
-    """add, add_many, bulk_load, delete, compact, query at every k' <= k, all pairs, reopen: against a dict."""
+    """add, add_many, bulk_load, delete, compact, query at every k' <= k, all pairs, reopen: against a dict.
+
+    ``FLUSH`` is the store's ``flush_entries``: tiny, so writes keep moving the incremental tables
+    into runs and merging runs by tiers; the subclass below runs with flushing off.
+    """
+
+    FLUSH = 3
 
     def __init__(self) -> None:
         super().__init__()
@@ -96,7 +102,7 @@ class StoreModel(RuleBasedStateMachine):
 
         self.dir = tempfile.mkdtemp(prefix="fpstore-sm-")
         self.path = os.path.join(self.dir, "s")
-        self.store = fpstore.open(self.path, k=3, design="r4")
+        self.store = fpstore.open(self.path, k=3, design="r4", flush_entries=self.FLUSH)
         self.pid = self.store.pipeline.id
         self.model: dict[str | int, int] = {}
         self.base = random.Random(0).getrandbits(64)
@@ -172,7 +178,22 @@ class StoreModel(RuleBasedStateMachine):
     @rule()
     def reopen(self):
         self.store.close()
-        self.store = fpstore.open(self.path)
+        self.store = fpstore.open(self.path, flush_entries=self.FLUSH)
+
+    @rule(queries=st.lists(st.tuples(st.lists(st.integers(0, 63), max_size=6), st.booleans(), st.integers(0, 2**64 - 1)), max_size=6),
+          k=st.integers(0, 3))
+    def query_many(self, queries, k):
+        fps = [self._fp(fl, far, raw) for fl, far, raw in queries]
+        qi, ids, dist = self.store.query_many(np.array(fps, dtype=np.uint64), pipeline_id=self.pid, k=k)
+        keys = self.store.keys_of(ids)
+        for i, fp in enumerate(fps):
+            got = {keys[j]: int(dist[j]) for j in np.flatnonzero(qi == i).tolist()}
+            assert got == brute(self.model, fp, k)
+
+    @invariant()
+    def incremental_tables_stay_small(self):
+        if self.FLUSH:
+            assert self.store.info()["incremental_entries"] < self.FLUSH
 
     @invariant()
     def counts_agree(self):
@@ -184,6 +205,14 @@ class StoreModel(RuleBasedStateMachine):
 
 TestStoreModel = StoreModel.TestCase
 TestStoreModel.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+
+
+class StoreModelNoFlush(StoreModel):
+    FLUSH = 0
+
+
+TestStoreModelNoFlush = StoreModelNoFlush.TestCase
+TestStoreModelNoFlush.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
 
 
 # -- documents, verdicts, keys ---------------------------------------------------------------------
