@@ -578,3 +578,117 @@ def positions_in_blocks(const uint8_t[::1] buf, const int64_t[::1] starts, const
         return OK, -1, out
     finally:
         free(tmp)
+
+
+ERR_MISSING = 8
+ERR_LENGTH = 9
+
+
+cdef class ProbeTable:
+    """One run table's block index, held as raw pointers for :func:`probe_tables` (see the twin
+    ``fpstore._runs_py.ProbeTable``). Built once per run table and cached: the arrays are kept
+    alive here, so probes pay no per-call buffer acquisition."""
+    cdef const uint64_t* bounds
+    cdef const int64_t* starts
+    cdef const int64_t* ends
+    cdef const int64_t* counts
+    cdef const uint32_t* chunk
+    cdef const int64_t* chunk_start
+    cdef const uint32_t* chunk_len
+    cdef const int64_t* entry_start
+    cdef Py_ssize_t nb, nc
+    cdef object _keep
+    cdef readonly list names
+
+    def __init__(self, const uint64_t[::1] bounds, const int64_t[::1] starts, const int64_t[::1] ends,
+                 const int64_t[::1] counts, const uint32_t[::1] chunk, const int64_t[::1] chunk_start,
+                 const uint32_t[::1] chunk_len, const int64_t[::1] entry_start, list names):
+        cdef Py_ssize_t nb = starts.shape[0], nc = chunk_len.shape[0], b
+        if (bounds.shape[0] != nb + 1 or ends.shape[0] != nb or counts.shape[0] != nb or chunk.shape[0] != nb
+                or entry_start.shape[0] != nb + 1 or chunk_start.shape[0] != nc + 1 or len(names) != nc):
+            raise ValueError("probe table arrays disagree in length")
+        for b in range(nb):
+            if chunk[b] >= nc or counts[b] < 1 or counts[b] > C_MAX_ENTRIES:
+                raise ValueError("probe table block descriptors out of range")
+        self.nb, self.nc = nb, nc
+        self._keep = (bounds, starts, ends, counts, chunk, chunk_start, chunk_len, entry_start)
+        self.names = names
+        if nb:
+            self.bounds, self.starts, self.ends, self.counts = &bounds[0], &starts[0], &ends[0], &counts[0]
+            self.chunk, self.chunk_start, self.entry_start = &chunk[0], &chunk_start[0], &entry_start[0]
+        if nc:
+            self.chunk_len = &chunk_len[0]
+
+
+cdef inline void _locate(const uint64_t* bounds, Py_ssize_t nb, uint64_t lo, uint64_t hi,
+                         Py_ssize_t* b0, Py_ssize_t* b1) noexcept nogil:
+    cdef Py_ssize_t a = 0, z = nb, mid
+    while a < z:
+        mid = (a + z) >> 1
+        if bounds[mid + 1] < lo:
+            a = mid + 1
+        else:
+            z = mid
+    b0[0] = a
+    a, z = 0, nb
+    while a < z:
+        mid = (a + z) >> 1
+        if bounds[mid] <= hi:
+            a = mid + 1
+        else:
+            z = mid
+    b1[0] = a
+
+
+def probe_tables(list tables, fetch, list ranges, int k):
+    """Single-query probe of several tables of one run: see ``fpstore._runs_py.probe_tables``."""
+    cdef ProbeTable pt
+    cdef Py_ssize_t i, b0, b1, b, end, c, j, n, maxn
+    cdef uint64_t lo, hi, query, key
+    cdef const uint8_t[::1] view
+    cdef const uint8_t* bp
+    cdef uint64_t* tmp = NULL
+    cdef Py_ssize_t cap = 0
+    cdef int err
+    hits = []
+    try:
+        for rng in ranges:
+            i, lo, hi, query = rng
+            pt = <ProbeTable?>tables[i]
+            if pt.nb == 0:
+                continue
+            _locate(pt.bounds, pt.nb, lo, hi, &b0, &b1)
+            while b0 < b1:
+                c = pt.chunk[b0]
+                end = b1 if b1 < pt.chunk_start[c + 1] else pt.chunk_start[c + 1]
+                buf = fetch(pt.names[c])
+                if buf is None:
+                    return ERR_MISSING, i, c, []
+                view = buf
+                if view.shape[0] != pt.chunk_len[c]:
+                    return ERR_LENGTH, i, c, []
+                bp = &view[0] if view.shape[0] > 0 else NULL
+                maxn = 0
+                for b in range(b0, end):
+                    if pt.counts[b] > maxn:
+                        maxn = pt.counts[b]
+                if maxn > cap:
+                    free(tmp)
+                    tmp = <uint64_t*>malloc(maxn * sizeof(uint64_t))
+                    if tmp == NULL:
+                        raise MemoryError()
+                    cap = maxn
+                for b in range(b0, end):
+                    n = pt.counts[b]
+                    err = _decode_block(bp, view.shape[0], pt.starts[b], pt.ends[b], n, pt.bounds[b],
+                                        pt.bounds[b + 1], tmp)
+                    if err:
+                        return err, i, b, []
+                    for j in range(n):
+                        key = tmp[j]
+                        if lo <= key <= hi and fps_popcount64(key ^ query) <= k:
+                            hits.append((i, key, pt.entry_start[b] + j))
+                b0 = end
+        return OK, -1, -1, hits
+    finally:
+        free(tmp)

@@ -43,6 +43,8 @@ Keys therefore come out sorted and within ``[first, limit]`` whatever the bytes 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 __all__ = [
@@ -387,3 +389,65 @@ def positions_in_blocks(
             return err, b, []
         out += [int(entry_start[b]) + i for i, v in enumerate(keys.tolist()) if v == key]
     return OK, -1, out
+
+
+ERR_MISSING = 8  # a chunk the index names is absent
+ERR_LENGTH = 9  # a chunk's length differs from the index's
+
+
+class ProbeTable:
+    """One run table's block index for :func:`probe_tables`: ``bounds`` (uint64, blocks + 1),
+    ``starts``/``ends``/``counts`` (int64 per block), ``chunk`` (uint32 per block), ``chunk_start``
+    (int64, chunks + 1: each chunk's first block), ``chunk_len`` (uint32 per chunk),
+    ``entry_start`` (int64, blocks + 1) and ``names`` (one chunk name per chunk, for ``fetch``).
+    Shapes and block descriptors are checked here once; the compiled twin keeps raw pointers."""
+
+    def __init__(self, bounds, starts, ends, counts, chunk, chunk_start, chunk_len, entry_start, names: list) -> None:
+        nb, nc = len(starts), len(chunk_len)
+        if (len(bounds) != nb + 1 or len(ends) != nb or len(counts) != nb or len(chunk) != nb
+                or len(entry_start) != nb + 1 or len(chunk_start) != nc + 1 or len(names) != nc):
+            raise ValueError("probe table arrays disagree in length")
+        if nb and (int(np.max(chunk)) >= nc or int(np.min(counts)) < 1 or int(np.max(counts)) > MAX_BLOCK_ENTRIES):
+            raise ValueError("probe table block descriptors out of range")
+        self.bounds, self.starts, self.ends, self.counts = bounds, starts, ends, counts
+        self.chunk, self.chunk_start, self.chunk_len, self.entry_start = chunk, chunk_start, chunk_len, entry_start
+        self.names = names
+        self.nb = nb
+
+
+def probe_tables(tables: list, fetch: Any, ranges: list, k: int) -> tuple[int, int, int, list]:
+    """Single-query probe of several tables of one run, with the chunk reads done by ``fetch``.
+
+    ``ranges`` lists ``(i, lo, hi, query)``: keys of ``tables[i]`` in ``[lo, hi]`` within ``k``
+    bits of ``query``. ``fetch(name)`` returns a chunk's bytes (None when absent); each chunk a
+    range reaches is fetched once per range and its length checked against the index.
+
+    Returns ``(OK, -1, -1, hits)`` with ``hits`` the list of ``(i, key, position in the run)`` in
+    range order, then key order; or ``(ERR_MISSING | ERR_LENGTH, i, chunk, [])``, or a block
+    error as for :func:`decode_blocks` with ``(err, i, block, [])``.
+    """
+    hits: list = []
+    for i, lo, hi, query in ranges:
+        pt = tables[i]
+        if pt.nb == 0:
+            continue
+        b0, b1 = locate(pt.bounds, lo, hi)
+        while b0 < b1:
+            c = int(pt.chunk[b0])
+            end = min(b1, int(pt.chunk_start[c + 1]))
+            buf = fetch(pt.names[c])
+            if buf is None:
+                return ERR_MISSING, i, c, []
+            b8 = np.frombuffer(buf, np.uint8)
+            if len(b8) != int(pt.chunk_len[c]):
+                return ERR_LENGTH, i, c, []
+            for b in range(b0, end):
+                n = int(pt.counts[b])
+                err, keys = _decode_block(b8, int(pt.starts[b]), int(pt.ends[b]), n, int(pt.bounds[b]), int(pt.bounds[b + 1]))
+                if err:
+                    return err, i, b, []
+                for j, key in enumerate(keys.tolist()):
+                    if lo <= key <= hi and (key ^ query).bit_count() <= k:
+                        hits.append((i, key, int(pt.entry_start[b]) + j))
+            b0 = end
+    return OK, -1, -1, hits

@@ -565,6 +565,30 @@ def probe_one(chunks_getter: ChunkGetter, index: RunIndex, lo: int, hi: int, que
     return out
 
 
+def probe_table(index: RunIndex, names: list[bytes]) -> Any:
+    """The kernel's view of one run table (``ProbeTable``) for :func:`probe_tables`; build it once
+    per table and keep it (the index is immutable)."""
+    return _kernel.ProbeTable(index._bounds, index._starts, index._ends, index._counts, index.chunk,
+                              index._chunk_start, index.chunk_len, index._entry_start, names)
+
+
+def probe_tables(tables: list[Any], fetch: Callable[[bytes], Any], ranges: list[tuple[int, int, int, int]], k: int) -> list[tuple[int, int, int]]:
+    """The single-query probe: for each ``(i, lo, hi, query)`` of ``ranges``, the keys of
+    ``tables[i]`` in ``[lo, hi]`` within ``k`` bits of ``query``, as ``(i, key, position)``.
+
+    One kernel call for all the tables of a run; ``fetch(name)`` reads a chunk (None: absent).
+    Damage raises :class:`CorruptionError`.
+    """
+    err, i, where, hits = _kernel.probe_tables(tables, fetch, ranges, k)
+    if err == _kernel.ERR_MISSING:
+        raise CorruptionError(f"run table {i}: chunk {where} is missing; the run is damaged")
+    if err == _kernel.ERR_LENGTH:
+        raise CorruptionError(f"run table {i}: chunk {where} has the wrong length (truncated or damaged)")
+    if err:
+        raise CorruptionError(f"run table {i}, block {where}: {_REASONS.get(err, f'error {err}')}; the run is damaged")
+    return hits
+
+
 def positions_one(chunks_getter: ChunkGetter, index: RunIndex, key: int) -> list[int]:
     """Positions in the run of every copy of ``key`` (ascending); trusted int, no checks."""
     if index.count == 0:

@@ -23,33 +23,45 @@ __all__ = ["argsort_u64", "batch_probe_runs", "join_design", "pairs_within", "pr
 _M64 = 0xFFFFFFFFFFFFFFFF
 
 
+def single_ranges(design: Design, fp: int) -> list[tuple[int, int, int, int]]:
+    """The key ranges one query probes: ``(table, lo, hi, permuted query)`` for every prefix."""
+    ranges = []
+    for t, table in enumerate(design.tables):
+        perm = design.permute_one(fp, t)
+        if table.flips:
+            ranges += [(t, lo, hi, perm) for lo, hi in design.probe_prefixes(perm, t)]
+        else:
+            low = _M64 >> table.prefix_bits if table.prefix_bits < 64 else 0
+            ranges.append((t, perm & ~low & _M64, perm | low, perm))
+    return ranges
+
+
 def probe_runs(runs: Iterable[Run], design: Design, fp: int, k: int) -> list[tuple[int, int, int]]:
-    """(id, distance, fingerprint) of every run entry within ``k`` of ``fp`` (ids may repeat
-    across tables; the caller deduplicates and drops tombstoned ids)."""
+    """(id, distance, fingerprint) of every run entry within ``k`` of ``fp``, each entry once
+    (the caller drops tombstoned ids)."""
     out: list[tuple[int, int, int]] = []
+    ranges = None
     for run in runs:
         if not run.count:
             continue
-        hits: dict[int, int] = {}
-        for t, table in enumerate(design.tables):
-            perm = design.permute_one(fp, t)
-            tab = run.table(t)
-            if table.flips:
-                ranges = design.probe_prefixes(perm, t)
-            else:
-                low = _M64 >> table.prefix_bits if table.prefix_bits < 64 else 0
-                ranges = [(perm & ~low & _M64, perm | low)]
-            for lo, hi in ranges:
-                # The kernel keeps keys within k of the unflipped query, so flipped prefixes
-                # (multi-probe designs) are verified against the real query too.
-                for cand in runs_codec.probe_one(tab.get, tab.index, lo, hi, perm, k):
-                    hits[design.unpermute_one(cand, t)] = (cand ^ perm).bit_count()
-        if hits:
-            fps = np.array(sorted(hits), dtype=np.uint64)
-            ki, ids = run.ids_of(fps)
-            for i, doc_id in zip(ki.tolist(), ids.tolist()):
-                f = int(fps[i])
-                out.append((doc_id, hits[f], f))
+        if ranges is None:
+            ranges = single_ranges(design, fp)
+        # The kernel keeps keys within k of the unflipped query, so flipped prefixes
+        # (multi-probe designs) are verified against the real query too.
+        hits = run.probe(ranges, k)
+        if not hits:
+            continue
+        # Table 0 is the identity and a range holds every copy of a key, so its hits name every
+        # entry with their fingerprint (position -> fingerprint); hits from other tables are
+        # looked up in table 0 for their positions.
+        at = {pos: key for t, key, pos in hits if t == 0}
+        missing = {design.unpermute_one(key, t) for t, key, _ in hits if t}.difference(at.values())
+        if missing:
+            at.update((pos, key) for _, key, pos in run.probe([(0, f, f, f) for f in sorted(missing)], 0))
+        pos = sorted(at)
+        for doc_id, p in zip(run.id_list(pos), pos):
+            f = at[p]
+            out.append((doc_id, (f ^ fp).bit_count(), f))
     return out
 
 

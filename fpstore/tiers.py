@@ -292,6 +292,20 @@ class TierCache:
     def index(self, txn: lmdb.Transaction, db: Any, prefix: bytes) -> runs.RunIndex:
         return self.get(txn, db, prefix)[0]
 
+    def probe_tables(self, run: "Run") -> list[Any]:
+        """The kernel's probe tables of every table of ``run`` (validated once, then cached by
+        run id: ids are never reused)."""
+        key = ("probe", run.id)
+        entry = self._entries.get(key)  # type: ignore[call-overload]
+        if entry is None:
+            entry = [runs.probe_table(tab.index, tab._names) for tab in (run.table(t) for t in range(len(run.rec["tables"])))]
+            self._entries[key] = entry  # type: ignore[index]
+            if len(self._entries) > self._max:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)  # type: ignore[arg-type]
+        return entry  # type: ignore[return-value]
+
 
 class CodecRun:
     """One stored codec run (sorted uint64 keys), read inside a transaction."""
@@ -416,8 +430,25 @@ class Run:
             raise CorruptionError(f"run {self.id} names a document id outside any this store assigns")
         return out
 
+    def id_list(self, positions: list[int]) -> list[int]:
+        """:meth:`ids_at` for a single query's few positions, in plain ints (numpy costs more here)."""
+        ids = self.rec["ids"]
+        if "base" not in ids:
+            return self.ids_at(np.array(positions, dtype=np.int64)).tolist()
+        if any(not 0 <= p < self.count for p in positions):
+            raise CorruptionError(f"position outside run {self.id}")
+        out = [ids["base"] + p for p in positions]
+        if any(not 0 < i < 1 << 63 for i in out):
+            raise CorruptionError(f"run {self.id} names a document id outside any this store assigns")
+        return out
+
     def all_ids(self) -> np.ndarray:
         return self.ids_at(np.arange(self.count, dtype=np.int64))
+
+    def probe(self, ranges: list[tuple[int, int, int, int]], k: int) -> list[tuple[int, int, int]]:
+        """:func:`fpstore.runs.probe_tables` over this run's tables: ``(table, key, position)``."""
+        txn, db = self._txn, self._db
+        return runs.probe_tables(self._cache.probe_tables(self), lambda name: txn.get(name, db=db), ranges, k)
 
     def ids_of(self, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For sorted unique fingerprints: (fingerprint index, id) of every entry holding each."""

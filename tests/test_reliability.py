@@ -469,7 +469,7 @@ def test_full_ext4_raises_store_full_error_and_recovers(ext4, tmp_path):
     ballast = os.path.join(mnt, "ballast")
     with open(ballast, "wb") as f:  # leave ~3 MiB free
         os.posix_fallocate(f.fileno(), 0, max(0, st.f_bavail * st.f_frsize - (3 << 20)))
-    out = _fill_and_recover(path, stop=30, free=lambda: os.remove(ballast))
+    out = _fill_and_recover(path, stop=150, free=lambda: os.remove(ballast))
     print(f"FIGURES full ext4: {out}")
     assert out["error"] == "StoreFullError", out
 

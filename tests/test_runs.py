@@ -665,3 +665,39 @@ def test_encode_streams_in_bounded_memory():
     # of the input (8 MB) or even a bool temporary over it (1 MB) would break this.
     output = sum(len(c) for c in chunks) + index.nbytes()
     assert peak <= output + chunk_bytes + 80 * index.nblocks + (128 << 10), (peak, output)
+
+
+def _probe_tables_of(mod, index, names):
+    return mod.ProbeTable(index._bounds, index._starts, index._ends, index._counts, index.chunk,
+                          index._chunk_start, index.chunk_len, index._entry_start, names)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=2000), st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=4),
+       st.integers(0, 64), st.integers(0, 6), st.sampled_from([1, 7, 256]), st.integers(0, 3))
+def test_probe_tables_equals_filtered_brute_force(stored, queries, prefix_bits, k, block, damage):
+    """The single-query kernel (both twins) returns exactly the stored keys in each range within k
+    of the query, with their positions; a missing or truncated chunk is reported, not read."""
+    keys = np.sort(np.array(stored, np.uint64))
+    index, chunks = runs.encode_run(keys, block_entries=block, chunk_bytes=max(1 << 10, runs.max_block_bytes(block)))
+    names = [b"c%d" % c for c in range(index.nchunks)]
+    store = dict(zip(names, chunks))
+    low = (1 << (64 - prefix_bits)) - 1 if prefix_bits < 64 else 0
+    ranges = [(0, q & ~low, q | low, q) for q in queries]
+    want = sorted((0, int(s), p) for q in queries for p, s in enumerate(keys.tolist())
+                  if q & ~low <= s <= q | low and (s ^ q).bit_count() <= k)
+    for mod in TWINS:
+        tables = [_probe_tables_of(mod, index, names)]
+        err, i, where, hits = mod.probe_tables(tables, store.get, ranges, k)
+        assert err == 0 and sorted(hits) == want
+    if damage and want:
+        c = int(index.chunk[np.searchsorted(index._entry_start, want[0][2], side="right") - 1])
+        broken = dict(store)
+        if damage == 1:
+            del broken[names[c]]
+        else:
+            broken[names[c]] = broken[names[c]][:-1]
+        results = [mod.probe_tables([_probe_tables_of(mod, index, names)], broken.get, ranges, k)[:3] for mod in TWINS]
+        assert results[0] == results[1] and results[0][0] == (C.ERR_MISSING if damage == 1 else C.ERR_LENGTH)
+        with pytest.raises(CorruptionError):
+            runs.probe_tables([runs.probe_table(index, names)], broken.get, ranges, k)

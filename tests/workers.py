@@ -89,8 +89,11 @@ def snapshot(store) -> dict:
             "keys": txn.stat(store._keys)["entries"],
             "content": txn.stat(store._content)["entries"],
         }
+        # Entries of every table: in its incremental B-tree, or flushed into a run (a run holds
+        # every table for the same documents).
+        in_runs = sum(r["count"] for r in store._state(txn).runs)
         for t, db in enumerate(store._tables):
-            entries[f"t{t:02d}"] = txn.stat(db)["entries"]
+            entries[f"t{t:02d}"] = txn.stat(db)["entries"] + in_runs
     return {"count": count, "next_id": next_id, "ckpt": ckpt, "entries": entries}
 
 
