@@ -633,8 +633,10 @@ class Store:
         found = self._probe_incremental(txn, fp, k, exclude)
         runs = self._runs(txn)
         if runs:
-            for doc_id, d, f in search.probe_runs(runs, self.design, fp, k):
-                if doc_id != exclude and doc_id not in found and not self._is_dead(txn, doc_id):
+            hits = search.probe_runs(runs, self.design, fp, k)
+            any_dead = bool(hits) and txn.stat(self._dead)["entries"] > 0
+            for doc_id, d, f in hits:
+                if doc_id != exclude and doc_id not in found and not (any_dead and self._is_dead(txn, doc_id)):
                     found[doc_id] = (d, f)
         return found
 
@@ -1397,19 +1399,25 @@ class Store:
     def _keys_of(self, txn: lmdb.Transaction, ids: list[int]) -> list[str | bytes | int]:
         """Keys of many ids: incremental records by lookup, bulk ones a key block at a time."""
         typed: dict[int, bytes] = {}
-        pending: list[int] = []
+        segments = self._segments(txn)
+        in_segment: dict[int, list[int]] = {}
+        any_dead = bool(segments) and txn.stat(self._dead)["entries"] > 0
         for doc_id in set(ids):
             if not 0 < doc_id < 1 << 63:
                 raise CorruptionError(f"an index names document id {doc_id}, outside any id this store assigns")
+            # A bulk load numbers its documents in one range of ids, which no record shares.
+            seg_no = next((j for j, seg in enumerate(segments) if seg.holds(doc_id)), -1)
+            if seg_no >= 0:
+                if not (any_dead and self._is_dead(txn, doc_id)):
+                    in_segment.setdefault(seg_no, []).append(doc_id)
+                continue
             raw = txn.get(_U64.pack(doc_id), db=self._docs)
             if raw is not None:
                 typed[doc_id] = _unpack_record(raw)[0]
-            else:
-                pending.append(doc_id)
-        if pending:
-            for seg in self._segments(txn):
-                mine = sorted(i for i in pending if seg.holds(i) and not self._is_dead(txn, i))
-                typed.update(zip(mine, seg.keys_at([i - seg.base for i in mine])))
+        for seg_no, mine in in_segment.items():
+            seg = segments[seg_no]
+            mine.sort()
+            typed.update(zip(mine, seg.keys_at([i - seg.base for i in mine])))
         try:
             return [_untyped_key(typed[i]) for i in ids]
         except KeyError as exc:
