@@ -14,6 +14,25 @@ PURE = os.environ.get("FPSTORE_PUREPYTHON", "") not in ("", "0")
 KERNELS = ["_simhash_c", "_runs_c", "_search_c"]
 
 
+def popcount_flags():
+    """``-mpopcnt`` when building on an x86-64 CPU that has the instruction (every one since
+    2008): the candidate checks are popcounts, and without it GCC calls a libgcc routine several
+    times slower (query_many at 10^7 with design r4: 0.73M/s without, 1.6M/s with, measured).
+    ``FPSTORE_PORTABLE=1`` leaves it out, for a build meant for older CPUs."""
+    import platform
+
+    if os.environ.get("FPSTORE_PORTABLE", "") not in ("", "0"):
+        return []
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return []  # other architectures' baselines have a cheap popcount, or no such flag
+    try:
+        with open("/proc/cpuinfo") as f:
+            has = any(line.startswith("flags") and " popcnt" in line for line in f)
+    except OSError:
+        return []
+    return ["-mpopcnt"] if has else []
+
+
 def extensions():
     if PURE:
         return []
@@ -22,7 +41,7 @@ def extensions():
     if sys.platform == "win32":
         flags = ["/O2"]
     else:
-        flags = ["-O3", "-fno-strict-aliasing"]
+        flags = ["-O3", "-fno-strict-aliasing"] + popcount_flags()
     exts = [
         Extension(f"fpstore.{name}", [f"cext/{name}.pyx"], extra_compile_args=flags)
         for name in KERNELS

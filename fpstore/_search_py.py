@@ -16,7 +16,7 @@ MAX_WIDTH = 64
 
 
 def self_join(keys: np.ndarray, prefix_bits: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pairs (i, j), i < j, of sorted uint64 ``keys`` sharing their top ``prefix_bits`` bits and
+    """Pairs (i, j), i < j, of uint64 ``keys`` (grouped by their top ``prefix_bits`` bits) sharing that prefix and
     within ``k`` bits of each other; returns (i int64, j int64, distance uint8) ordered by i, j."""
     n = len(keys)
     shift = 64 - prefix_bits
@@ -105,8 +105,14 @@ def components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.array([find(i) for i in range(n)], dtype=np.int64)
 
 
-def radix_sort(keys: np.ndarray, with_order: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """Sorted copy of uint64 ``keys`` and, with ``with_order``, the stable argsort (int64)."""
-    order = np.argsort(keys, kind="stable").astype(np.int64)
+def radix_sort(keys: np.ndarray, with_order: bool = False, top_bits: int = 64) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Copy of uint64 ``keys`` stably sorted by their top ``top_bits`` bits (64: a full sort) and,
+    with ``with_order``, the permutation applied (int64)."""
+    if not 0 <= top_bits <= 64:
+        raise ValueError("top_bits must be in 0..64")
+    by = keys >> np.uint64(64 - top_bits) if top_bits < 64 else keys
+    if top_bits == 0:
+        by = np.zeros(len(keys), np.uint64)
+    order = np.argsort(by, kind="stable").astype(np.int64)
     out = keys[order].astype(np.uint64)
     return (out, order) if with_order else out

@@ -336,16 +336,21 @@ def _u64_array(values: object, name: str) -> np.ndarray:
     return np.ascontiguousarray(values)
 
 
-def _sorted_u64_array(values: object, name: str) -> np.ndarray:
+def _sorted_u64_array(values: object, name: str, top_bits: int = 64) -> np.ndarray:
+    """:func:`_u64_array`, checked to be sorted ascending by the top ``top_bits`` bits."""
     arr = _u64_array(values, name)
+    if top_bits == 0:
+        return arr
+    shift = np.uint64(64 - top_bits)
     # In slices, so that the check needs O(1) memory beyond the input.
     step = 1 << 20
     for s in range(0, max(len(arr) - 1, 0), step):
-        seg = arr[s : s + step + 1]
+        seg = arr[s : s + step + 1] >> shift
         down = np.flatnonzero(seg[1:] < seg[:-1])
         if len(down):
             i = s + int(down[0])
-            raise InputError(f"{name} must be sorted ascending: element {i + 1} is below element {i}")
+            what = "ascending" if top_bits == 64 else f"ascending by their top {top_bits} bits"
+            raise InputError(f"{name} must be sorted {what}: element {i + 1} is below element {i}")
     return arr
 
 
@@ -643,7 +648,8 @@ def _query_slices(index: RunIndex, queries: np.ndarray, mask: int, chunks: np.nd
     """For each chunk, the slice of sorted queries whose prefix range meets the chunk's key range.
 
     Chunk c's keys lie in [bounds[first block of c], bounds[first block of c+1]]; a query's range
-    is [q & mask, q | ~mask], and both ends grow with q, so the queries meeting it are contiguous.
+    is [q & mask, q | ~mask], and both ends grow with q's prefix, so the queries meeting it are
+    contiguous (with queries sorted by prefix only, a search for a prefix-aligned bound is exact).
     """
     lo = index._bounds[index._chunk_start[chunks]] & _U64(mask)
     hi = index._bounds[index._chunk_start[chunks + 1]] | _U64(~mask & _M64)
@@ -655,15 +661,16 @@ def probe_batch(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Batch probe of one chunk (Manku's batch mode): the merge of sorted queries with its keys.
 
-    For every query ``q`` (uint64 permuted key; ``queries_sorted`` ascending) and every stored key
+    For every query ``q`` (uint64 permuted key; ``queries_sorted`` ascending by its top
+    ``prefix_bits`` bits, the order within a prefix free: a full sort qualifies) and every stored key
     ``s`` of chunk ``chunk_no`` with the same top ``prefix_bits`` bits (0..64) and
     ``popcount(q ^ s) <= k``, one row: ``(query position, s, distance)`` as three arrays (int64,
     uint64, uint8), ordered by stored key, then query position. A duplicated stored key gives one
     row per copy. Each stored key lives in exactly one chunk, so calling this for every chunk and
     concatenating gives each pair exactly once (see :func:`probe_batch_run`).
     """
-    queries = _sorted_u64_array(queries_sorted, "queries_sorted")
     mask = _prefix_mask(prefix_bits)
+    queries = _sorted_u64_array(queries_sorted, "queries_sorted", _int_in(prefix_bits, "prefix_bits", 0, 64))
     kk = _int_in(k, "k", 0, 64)
     c = _int_in(chunk_no, "chunk_no", 0, index.nchunks - 1)
     buf = _bytes_view(chunk, index, c)
@@ -682,8 +689,8 @@ def probe_batch_run(
     instead of its key: ``prefix_bits=64, k=0`` then looks up many keys at once, decoding only
     the blocks that may hold one.
     """
-    queries = _sorted_u64_array(queries_sorted, "queries_sorted")
     mask = _prefix_mask(prefix_bits)
+    queries = _sorted_u64_array(queries_sorted, "queries_sorted", _int_in(prefix_bits, "prefix_bits", 0, 64))
     kk = _int_in(k, "k", 0, 64)
     parts = []
     if index.count and len(queries):

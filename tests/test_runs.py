@@ -308,9 +308,11 @@ def test_probe_arguments_are_checked():
     """probe and probe_batch reject unsorted queries, prefix_bits outside 0..64, k < 0, bad ids."""
     keys = np.arange(100, dtype=np.uint64)
     index, chunks = runs.encode_run(keys)
-    q = np.array([5, 3], np.uint64)
+    q = np.array([1 << 60, 3], np.uint64)  # out of order by their top 10 bits
     with pytest.raises(InputError):
         runs.probe_batch(chunks[0], index, 0, q, 10, 3)
+    # Grouped by the prefix is enough: 5 and 3 share their top 10 bits.
+    assert runs.probe_batch(chunks[0], index, 0, np.array([5, 3], np.uint64), 10, 0)[0].tolist() == [1, 0]
     for p, k in ((65, 3), (-1, 3), (10, -1)):
         with pytest.raises(InputError):
             runs.probe_batch_run(chunks.__getitem__, index, np.sort(q), p, k)

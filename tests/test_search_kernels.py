@@ -35,6 +35,17 @@ def test_radix_sort_equals_stable_numpy_sort(keys, with_order):
         assert np.array_equal(got, want)
 
 
+@given(u64_arrays, st.integers(0, 64))
+@settings(max_examples=200)
+def test_radix_sort_by_top_bits_is_a_stable_sort_of_the_prefix(keys, top_bits):
+    """radix_sort(..., top_bits=b) equals a stable argsort of keys >> (64 - b), in both twins."""
+    prefix = keys >> np.uint64(64 - top_bits) if top_bits < 64 else keys
+    want = np.argsort(prefix if top_bits else np.zeros(len(keys), np.uint64), kind="stable")
+    for mod in (C, PY):
+        s, o = mod.radix_sort(keys, True, top_bits)
+        assert np.array_equal(o, want) and np.array_equal(s, keys[want])
+
+
 def test_radix_sort_large_and_skipped_passes():
     """Large arrays, and arrays whose high or low digits are all equal (passes skipped), sort right."""
     rng = np.random.default_rng(1)
