@@ -424,7 +424,10 @@ def probe_tables(tables: list, fetch: Any, ranges: list, k: int) -> tuple[int, i
 
     Returns ``(OK, -1, -1, hits)`` with ``hits`` the list of ``(i, key, position in the run)`` in
     range order, then key order; or ``(ERR_MISSING | ERR_LENGTH, i, chunk, [])``, or a block
-    error as for :func:`decode_blocks` with ``(err, i, block, [])``.
+    error as for :func:`decode_blocks` with ``(err, i, block, [])``. The compiled twin stops
+    decoding a block after the first key above ``hi`` (a probe needs no more), so damage in the
+    rest of that block goes unreported by it; every byte it reads is still bounds-checked, and
+    on intact runs both return the same.
     """
     hits: list = []
     for i, lo, hi, query in ranges:

@@ -395,6 +395,28 @@ def read_packed(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: dict[str, in
     return out
 
 
+def read_packed_list(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: dict[str, int], positions: list[int]) -> list[int]:
+    """:func:`read_packed` for a few positions, in plain ints (a single query's hits): the same
+    little-endian bit fields, read with ``int.from_bytes`` instead of numpy's fixed costs."""
+    count, per, width, low = rec["count"], rec["per_chunk"], rec["width"], rec["min"]
+    mask = (1 << width) - 1
+    chunks: dict[int, Any] = {}
+    out = []
+    for p in positions:
+        if not 0 <= p < count:
+            raise CorruptionError(f"position outside packed column {prefix!r}")
+        c, i = divmod(p, per)
+        raw = chunks.get(c)
+        if raw is None:
+            raw = chunks[c] = txn.get(_chunk_key(prefix, b"P", c), db=db)
+            n_in = min(per, count - c * per)
+            if raw is None or len(raw) < (n_in * width + 63) // 64 * 8:
+                raise CorruptionError(f"packed column {prefix!r} chunk {c} is missing or too short")
+        bit = i * width
+        out.append(((int.from_bytes(raw[bit >> 3 : (bit >> 3) + 9], "little") >> (bit & 7)) & mask) + low)
+    return out
+
+
 def read_packed_all(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: dict[str, int]) -> np.ndarray:
     return read_packed(txn, db, prefix, rec, np.arange(rec["count"], dtype=np.int64))
 
@@ -433,11 +455,12 @@ class Run:
     def id_list(self, positions: list[int]) -> list[int]:
         """:meth:`ids_at` for a single query's few positions, in plain ints (numpy costs more here)."""
         ids = self.rec["ids"]
-        if "base" not in ids:
-            return self.ids_at(np.array(positions, dtype=np.int64)).tolist()
         if any(not 0 <= p < self.count for p in positions):
             raise CorruptionError(f"position outside run {self.id}")
-        out = [ids["base"] + p for p in positions]
+        if "base" in ids:
+            out = [ids["base"] + p for p in positions]
+        else:
+            out = read_packed_list(self._txn, self._db, ids["prefix"], ids, positions)
         if any(not 0 < i < 1 << 63 for i in out):
             raise CorruptionError(f"run {self.id} names a document id outside any this store assigns")
         return out

@@ -302,3 +302,25 @@ def test_key_hashes_of_many_keys_equal_one_by_one():
     mixed = ints + [store_mod._typed_key(k) for k in ("a", b"\x00" * 8, "x" * 600)]
     for typed in (ints, mixed, []):
         assert tiers.key_hashes(typed).tolist() == [tiers.key_hash(t) for t in typed]
+
+
+def test_packed_column_reads_agree(tmp_path):
+    """The plain-int reader of a packed id column equals the numpy one, at every width."""
+    import lmdb
+
+    from fpstore import tiers
+
+    env = lmdb.open(str(tmp_path / "e"), max_dbs=1)
+    rng = np.random.default_rng(5)
+    for width in (0, 1, 7, 13, 33, 63, 64):
+        hi = (1 << width) - 1
+        values = rng.integers(0, hi, 3 * tiers.PACK_CHUNK // 2, dtype=np.uint64, endpoint=True) + np.uint64(5 if width < 64 else 0)
+        prefix = b"p%d" % width
+        blobs, rec = tiers.packed_blobs(prefix, values)
+        with env.begin(write=True) as txn:
+            for name, value in blobs:
+                txn.put(name, value)
+        pos = sorted(rng.integers(0, len(values), 40).tolist()) + [0, len(values) - 1]
+        with env.begin() as txn:
+            assert tiers.read_packed_list(txn, None, prefix, rec, pos) == tiers.read_packed(txn, None, prefix, rec, np.array(pos)).tolist()
+            assert tiers.read_packed_list(txn, None, prefix, rec, pos) == values[pos].tolist()
