@@ -400,11 +400,12 @@ cdef int _hits_push(Hits* h, int64_t qpos, uint64_t key, int dist) noexcept nogi
 cdef int _probe(const uint8_t* buf, int64_t buflen, const int64_t* starts, const int64_t* ends,
                 const int64_t* counts, const uint64_t* bounds, const int64_t* estart, Py_ssize_t nb,
                 const uint64_t* queries, Py_ssize_t nq, uint64_t mask_hi, int k, bint positions,
-                uint64_t* keys, uint8_t* done, Hits* hits, Py_ssize_t* failed) noexcept nogil:
+                uint64_t* block, Hits* hits, Py_ssize_t* failed) noexcept nogil:
     # Merge of two sorted streams (Manku section 3.3): groups of queries sharing a prefix, each
-    # a key range [lo, hi], against the chunk's keys. b and j (block, key position) only move
-    # forward; block b is decoded the first time it may hold a key of the current range.
-    cdef Py_ssize_t qi = 0, qe, t, b = 0
+    # a key range [lo, hi], against the chunk's keys. b and j (block, key position in the chunk)
+    # only move forward, so one block is decoded at a time into ``block`` (its keys are
+    # block[j - estart[b]]), the first time it may hold a key of the current range.
+    cdef Py_ssize_t qi = 0, qe, t, b = 0, decoded = -1
     cdef int64_t j = 0, jend
     cdef uint64_t lo, hi, s
     cdef int err, d
@@ -420,18 +421,18 @@ cdef int _probe(const uint8_t* buf, int64_t buflen, const int64_t* starts, const
                 j = estart[b]
             if b == nb or bounds[b] > hi:
                 break
-            if not done[b]:
+            if decoded != b:
                 err = _decode_block(buf, buflen, starts[b], ends[b], counts[b], bounds[b],
-                                    bounds[b + 1], keys + estart[b])
+                                    bounds[b + 1], block)
                 if err:
                     failed[0] = b
                     return err
-                done[b] = 1
+                decoded = b
             jend = estart[b + 1]
-            while j < jend and keys[j] < lo:
+            while j < jend and block[j - estart[b]] < lo:
                 j += 1
-            while j < jend and keys[j] <= hi:
-                s = keys[j]
+            while j < jend and block[j - estart[b]] <= hi:
+                s = block[j - estart[b]]
                 for t in range(qi, qe):
                     d = fps_popcount64(s ^ queries[t])
                     if d <= k:
@@ -460,8 +461,11 @@ def probe_chunk(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t
         estart[j + 1] = estart[j] + counts[j]
     if nb == 0 or nq == 0:
         return OK, -1, np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint8)
-    cdef uint64_t[::1] keys = np.empty(estart[nb], np.uint64)
-    cdef uint8_t[::1] done = np.zeros(nb, np.uint8)
+    cdef int64_t maxn = 1
+    for j in range(nb):
+        if counts[j] > maxn:
+            maxn = counts[j]
+    cdef uint64_t[::1] block = np.empty(maxn, np.uint64)
     cdef Hits hits
     hits.qpos = NULL
     hits.key = NULL
@@ -474,7 +478,7 @@ def probe_chunk(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t
     try:
         with nogil:
             err = _probe(bp, buf.shape[0], &starts[0], &ends[0], &counts[0], &bounds[0],
-                         &estart[0], nb, &queries[0], nq, mask_hi, k, positions, &keys[0], &done[0],
+                         &estart[0], nb, &queries[0], nq, mask_hi, k, positions, &block[0],
                          &hits, &failed)
         if err == C_ERR_NOMEM:
             raise MemoryError("probe_chunk: out of memory for results")

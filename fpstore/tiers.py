@@ -292,6 +292,18 @@ class TierCache:
     def index(self, txn: lmdb.Transaction, db: Any, prefix: bytes) -> runs.RunIndex:
         return self.get(txn, db, prefix)[0]
 
+    def probe_table(self, prefix: bytes, index: runs.RunIndex, names: list[bytes]) -> Any:
+        """The kernel's probe table of one stored codec run, cached by its blob prefix."""
+        key = ("table", prefix)
+        entry = self._entries.get(key)  # type: ignore[call-overload]
+        if entry is None:
+            entry = self._entries[key] = runs.probe_table(index, names)  # type: ignore[index]
+            if len(self._entries) > self._max:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)  # type: ignore[arg-type]
+        return entry
+
     def probe_tables(self, run: "Run") -> list[Any]:
         """The kernel's probe tables of every table of ``run`` (validated once, then cached by
         run id: ids are never reused)."""
@@ -310,12 +322,12 @@ class TierCache:
 class CodecRun:
     """One stored codec run (sorted uint64 keys), read inside a transaction."""
 
-    __slots__ = ("prefix", "index", "_names", "_txn", "_db")
+    __slots__ = ("prefix", "index", "_names", "_txn", "_db", "_cache")
 
     def __init__(self, txn: lmdb.Transaction, db: Any, cache: TierCache, prefix: bytes) -> None:
         self.prefix = prefix
         self.index, self._names = cache.get(txn, db, prefix)
-        self._txn, self._db = txn, db
+        self._txn, self._db, self._cache = txn, db, cache
 
     def get(self, c: int) -> Any:
         """Chunk ``c``'s bytes (a view valid inside the transaction). A missing chunk reads as
@@ -345,13 +357,17 @@ class CodecRun:
         idx = self.index
         if idx.count == 0 or not len(keys):
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        if len(keys) <= 16:
-            out_k: list[int] = []
-            out_p: list[int] = []
-            for ki, key in enumerate(keys.tolist()):
-                pos = runs.positions_one(self.get, idx, key)
-                out_k += [ki] * len(pos)
-                out_p += pos
+        if len(keys) <= 8 * idx.nchunks:
+            # Few keys for the run's size (a batch of new keys against a large key index): one
+            # kernel call that finds each key's block, reads its chunk and decodes up to the key,
+            # instead of a merge call per chunk.
+            pt = self._cache.probe_table(self.prefix, idx, self._names)
+            txn, db = self._txn, self._db
+            plain = keys.tolist()
+            hits = runs.probe_tables([pt], lambda name: txn.get(name, db=db), [(0, k, k, k) for k in plain], 0)
+            where = {k: i for i, k in enumerate(plain)}
+            out_k = [where[key] for _, key, _ in hits]
+            out_p = [p for _, _, p in hits]
             return np.array(out_k, dtype=np.int64), np.array(out_p, dtype=np.int64)
         # The batch merge of the sorted keys with the run, decoding only the blocks that may hold
         # one of them (a batch of 1,000 keys in a 10^7 run touches 1,000 blocks, not every chunk).
