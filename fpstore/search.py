@@ -39,25 +39,29 @@ def single_ranges(design: Design, fp: int) -> list[tuple[int, int, int, int]]:
 def probe_runs(runs: Iterable[Run], design: Design, fp: int, k: int) -> list[tuple[int, int, int]]:
     """(id, distance, fingerprint) of every run entry within ``k`` of ``fp``, each entry once
     (the caller drops tombstoned ids)."""
+    runs = [r for r in runs if r.count]
+    if not runs:
+        return []
+    ranges = single_ranges(design, fp)
+    ntab = len(design.tables)
+    # One kernel call for every table of every run: run r's table t is tables[r * ntab + t].
+    # The kernel keeps keys within k of the unflipped query, so flipped prefixes (multi-probe
+    # designs) are verified against the real query too.
+    tables = [pt for run in runs for pt in run.probe_tables()]
+    hits = runs[0].probe(tables, [(r * ntab + t, lo, hi, q) for r in range(len(runs)) for t, lo, hi, q in ranges], k)
     out: list[tuple[int, int, int]] = []
-    ranges = None
-    for run in runs:
-        if not run.count:
-            continue
-        if ranges is None:
-            ranges = single_ranges(design, fp)
-        # The kernel keeps keys within k of the unflipped query, so flipped prefixes
-        # (multi-probe designs) are verified against the real query too.
-        hits = run.probe(ranges, k)
-        if not hits:
-            continue
+    by_run: dict[int, list[tuple[int, int, int]]] = {}
+    for i, key, pos in hits:
+        by_run.setdefault(i // ntab, []).append((i % ntab, key, pos))
+    for r, run_hits in by_run.items():
+        run = runs[r]
         # Table 0 is the identity and a range holds every copy of a key, so its hits name every
         # entry with their fingerprint (position -> fingerprint); hits from other tables are
         # looked up in table 0 for their positions.
-        at = {pos: key for t, key, pos in hits if t == 0}
-        missing = {design.unpermute_one(key, t) for t, key, _ in hits if t}.difference(at.values())
+        at = {pos: key for t, key, pos in run_hits if t == 0}
+        missing = {design.unpermute_one(key, t) for t, key, _ in run_hits if t}.difference(at.values())
         if missing:
-            at.update((pos, key) for _, key, pos in run.probe([(0, f, f, f) for f in sorted(missing)], 0))
+            at.update((pos, key) for _, key, pos in run.probe(tables[r * ntab : r * ntab + 1], [(0, f, f, f) for f in sorted(missing)], 0))
         pos = sorted(at)
         for doc_id, p in zip(run.id_list(pos), pos):
             f = at[p]

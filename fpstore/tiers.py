@@ -484,10 +484,15 @@ class Run:
     def all_ids(self) -> np.ndarray:
         return self.ids_at(np.arange(self.count, dtype=np.int64))
 
-    def probe(self, ranges: list[tuple[int, int, int, int]], k: int) -> list[tuple[int, int, int]]:
-        """:func:`fpstore.runs.probe_tables` over this run's tables: ``(table, key, position)``."""
+    def probe_tables(self) -> list[Any]:
+        """The kernel's probe tables of this run, one per table (cached)."""
+        return self._cache.probe_tables(self)
+
+    def probe(self, tables: list[Any], ranges: list[tuple[int, int, int, int]], k: int) -> list[tuple[int, int, int]]:
+        """:func:`fpstore.runs.probe_tables` reading chunks in this run's transaction: ``tables``
+        are probe tables of this run or of others in the same transaction."""
         txn, db = self._txn, self._db
-        return runs.probe_tables(self._cache.probe_tables(self), lambda name: txn.get(name, db=db), ranges, k)
+        return runs.probe_tables(tables, lambda name: txn.get(name, db=db), ranges, k)
 
     def ids_of(self, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For sorted unique fingerprints: (fingerprint index, id) of every entry holding each."""
