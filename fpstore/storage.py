@@ -25,7 +25,7 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, TypeVar
 
 import lmdb
 
@@ -459,16 +459,18 @@ class Storage:
 
     # -- transactions -------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def read(self, *, buffers: bool = True) -> Iterator[lmdb.Transaction]:
-        """A read-only snapshot. Values are views into the map, valid inside it only (copying
-        a multi-MiB run chunk per probe would cost milliseconds): copy what must outlive it."""
+    def read(self, *, buffers: bool = True) -> "_Reading":
+        """A read-only snapshot, as a context manager yielding the transaction. Values are views
+        into the map, valid inside it only (copying a multi-MiB run chunk per probe would cost
+        milliseconds): copy what must outlive it."""
+        return _Reading(self, buffers)
+
+    def _begin_read(self, buffers: bool) -> lmdb.Transaction:
         env = self.env
         self._maybe_reader_check()
         for attempt in range(3):
             try:
-                txn = env.begin(buffers=buffers)
-                break
+                return env.begin(buffers=buffers)
             except lmdb.MapResizedError:
                 # The writer grew the map: adopt its size (no transaction is open here) and retry.
                 env.set_mapsize(0)
@@ -479,18 +481,7 @@ class Storage:
                     ) from None
             except lmdb.Error as exc:
                 raise translate(exc, "starting a read") from exc
-        else:
-            raise StorageError(f"could not start a read on {self.path} after map resizes")
-        try:
-            yield txn
-        except lmdb.Error as exc:
-            txn.abort()
-            raise translate(exc, "reading") from exc
-        except BaseException:
-            txn.abort()
-            raise
-        else:
-            txn.abort()  # read transactions have nothing to commit; abort releases the slot
+        raise StorageError(f"could not start a read on {self.path} after map resizes")
 
     def write(self, fn: Callable[[lmdb.Transaction], T], *, action: str = "writing") -> T:
         """Run ``fn(txn)`` in one write transaction and commit; all of it or nothing.
@@ -559,3 +550,24 @@ class Storage:
         info["file_size"] = os.path.getsize(os.path.join(self.path, DATA_FILE))
         info["readers"] = env.readers()
         return info
+
+
+class _Reading:
+    """What :meth:`Storage.read` returns: begins the read on entry, always aborts it on exit
+    (a read has nothing to commit; abort releases the reader slot), and translates LMDB errors.
+    A class rather than a generator context manager: single queries enter one per call, and the
+    generator machinery cost more than the rest of the bookkeeping."""
+
+    __slots__ = ("_storage", "_buffers", "_txn")
+
+    def __init__(self, storage: Storage, buffers: bool) -> None:
+        self._storage, self._buffers = storage, buffers
+
+    def __enter__(self) -> lmdb.Transaction:
+        self._txn = self._storage._begin_read(self._buffers)
+        return self._txn
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._txn.abort()
+        if exc is not None and isinstance(exc, lmdb.Error):
+            raise translate(exc, "reading") from exc

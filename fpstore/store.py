@@ -491,10 +491,13 @@ class Store:
 
     def _state(self, txn: lmdb.Transaction) -> State:
         raw = txn.get(tiers.STATE_KEY, db=self._meta)
-        raw = bytes(raw) if raw is not None else b""
+        if raw is None:
+            raw = b""
         if self._state_memo is None or self._state_memo[0] != raw:
             # Decoding validates every record; the value is small and rarely changes, so one
-            # decode per distinct value serves every later lookup.
+            # decode per distinct value serves every later lookup (compared in place, copied
+            # only when it changed).
+            raw = bytes(raw)
             self._state_memo = (raw, State.from_bytes(raw or None, len(self.design.tables)))
         return self._state_memo[1]
 
