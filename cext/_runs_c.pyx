@@ -724,3 +724,96 @@ def probe_tables(list tables, fetch, list ranges, int k):
         return OK, -1, -1, hits
     finally:
         free(tmp)
+
+
+cdef class ProbeDesign:
+    """A table design as the single-fingerprint probe needs it (see the twin
+    ``fpstore._runs_py.ProbeDesign``): per table, the permutation as (src, mask, dst) moves, the
+    prefix length and the XOR masks of its flipped prefixes. Built once per store."""
+    cdef uint64_t[:, ::1] moves      # rows (table, src, mask, dst), in table order
+    cdef int64_t[::1] move_start     # table t's moves are rows move_start[t] .. move_start[t+1]-1
+    cdef int64_t[::1] prefix_bits
+    cdef uint64_t[::1] flips         # table t's prefix XOR masks: flips[flip_start[t] .. flip_start[t+1]-1]
+    cdef int64_t[::1] flip_start
+    cdef readonly Py_ssize_t ntab
+
+    def __init__(self, list moves, list prefix_bits, list flip_masks):
+        ntab = len(moves)
+        if ntab == 0 or len(prefix_bits) != ntab or len(flip_masks) != ntab:
+            raise ValueError("moves, prefix_bits and flip_masks must have one entry per table")
+        rows = np.array([[src, mask, dst] for ms in moves for src, mask, dst in ms], dtype=np.uint64).reshape(-1, 3)
+        if len(rows) and (int(rows[:, 0].max()) > 63 or int(rows[:, 2].max()) > 63):
+            raise ValueError("move shifts must be in 0..63")
+        bits = np.array(prefix_bits, dtype=np.int64)
+        if bits.min() < 0 or bits.max() > 64:
+            raise ValueError("prefix_bits must be in 0..64")
+        if any(len(fm) == 0 for fm in flip_masks):
+            raise ValueError("every table has at least the zero flip mask")
+        self.moves = rows
+        self.move_start = np.cumsum([0] + [len(ms) for ms in moves]).astype(np.int64)
+        self.prefix_bits = bits
+        self.flips = np.array([m for fm in flip_masks for m in fm], dtype=np.uint64)
+        self.flip_start = np.cumsum([0] + [len(fm) for fm in flip_masks]).astype(np.int64)
+        self.ntab = ntab
+
+
+cdef inline uint64_t _permute(ProbeDesign d, Py_ssize_t t, uint64_t fp, bint inverse) noexcept:
+    cdef uint64_t out = 0
+    cdef Py_ssize_t r
+    for r in range(d.move_start[t], d.move_start[t + 1]):
+        if inverse:
+            out |= ((fp >> d.moves[r, 2]) & d.moves[r, 1]) << d.moves[r, 0]
+        else:
+            out |= ((fp >> d.moves[r, 0]) & d.moves[r, 1]) << d.moves[r, 2]
+    return out
+
+
+def probe_fingerprint(ProbeDesign d, list tables, fetch, uint64_t fp, int k):
+    """Every run entry within ``k`` of ``fp``: see ``fpstore._runs_py.probe_fingerprint``."""
+    cdef Py_ssize_t ntab = d.ntab, nruns, r, t, f, j, c
+    cdef uint64_t perm, shifted, lo, hi, low, key
+    cdef int shift, p
+    if len(tables) % ntab:
+        raise ValueError("tables must hold every table of every run")
+    nruns = len(tables) // ntab
+    out = []
+    for r in range(nruns):
+        ranges = []
+        for t in range(ntab):
+            perm = _permute(d, t, fp, False)
+            p = <int>d.prefix_bits[t]
+            if p == 0:
+                ranges.append((r * ntab + t, 0, 0xFFFFFFFFFFFFFFFF, perm))
+                continue
+            shift = 64 - p
+            low = ((<uint64_t>1) << shift) - 1 if shift < 64 else 0xFFFFFFFFFFFFFFFF
+            for f in range(d.flip_start[t], d.flip_start[t + 1]):
+                lo = (((perm >> shift) ^ d.flips[f]) << shift) if shift < 64 else 0
+                ranges.append((r * ntab + t, lo, lo | low, perm))
+        err, i, where, hits = probe_tables(tables, fetch, ranges, k)
+        if err:
+            return err, i, where, []
+        found = {}       # position in table 0 -> fingerprint
+        seen = set()
+        missing = []
+        for i, key, pos in hits:
+            t = i - r * ntab
+            if t == 0:
+                found[pos] = key
+                seen.add(key)
+        for i, key, pos in hits:
+            t = i - r * ntab
+            if t:
+                key = _permute(d, t, key, True)
+                if key not in seen:
+                    seen.add(key)
+                    missing.append((r * ntab, key, key, key))
+        if missing:
+            err, i, where, hits = probe_tables(tables, fetch, missing, 0)
+            if err:
+                return err, i, where, []
+            for i, key, pos in hits:
+                found[pos] = key
+        for pos in sorted(found):
+            out.append((r, found[pos], pos))
+    return OK, -1, -1, out

@@ -454,3 +454,76 @@ def probe_tables(tables: list, fetch: Any, ranges: list, k: int) -> tuple[int, i
                         hits.append((i, key, int(pt.entry_start[b]) + j))
             b0 = end
     return OK, -1, -1, hits
+
+
+class ProbeDesign:
+    """A table design for :func:`probe_fingerprint`: ``moves[t]`` the (src, mask, dst) moves of
+    table t's permutation (``key |= ((fp >> src) & mask) << dst``), ``prefix_bits[t]`` its prefix
+    length and ``flip_masks[t]`` the XOR masks applied to its prefix value (``[0]`` without flips)."""
+
+    def __init__(self, moves: list, prefix_bits: list, flip_masks: list) -> None:
+        if not moves or len(prefix_bits) != len(moves) or len(flip_masks) != len(moves):
+            raise ValueError("moves, prefix_bits and flip_masks must have one entry per table")
+        if any(not 0 <= p <= 64 for p in prefix_bits) or any(len(f) == 0 for f in flip_masks):
+            raise ValueError("prefix_bits must be in 0..64 and every table has the zero flip mask")
+        if any(not (0 <= s <= 63 and 0 <= d <= 63) for ms in moves for s, _, d in ms):
+            raise ValueError("move shifts must be in 0..63")
+        self.moves, self.prefix_bits, self.flip_masks = moves, prefix_bits, flip_masks
+        self.ntab = len(moves)
+
+    def permute(self, t: int, value: int, inverse: bool = False) -> int:
+        out = 0
+        for src, mask, dst in self.moves[t]:
+            if inverse:
+                out |= ((value >> dst) & mask) << src
+            else:
+                out |= ((value >> src) & mask) << dst
+        return out & 0xFFFFFFFFFFFFFFFF
+
+
+def probe_fingerprint(d: ProbeDesign, tables: list, fetch: Any, fp: int, k: int) -> tuple[int, int, int, list]:
+    """Every entry of the runs whose probe tables are ``tables`` (run r's table t at
+    ``tables[r * d.ntab + t]``) within ``k`` bits of ``fp``: the single query over runs.
+
+    Per run: every table's prefix ranges (one per flip mask) are probed with :func:`probe_tables`;
+    keys found in a table other than 0 are unpermuted, and those not already found in table 0 (the
+    identity, whose positions name the entries) are looked up there. Returns ``(OK, -1, -1,
+    hits)`` with ``hits`` a list of ``(run, fingerprint, position in table 0)``, one per stored
+    entry, by run then position; or an error as :func:`probe_tables` reports it.
+    """
+    ntab = d.ntab
+    if len(tables) % ntab:
+        raise ValueError("tables must hold every table of every run")
+    out: list = []
+    for r in range(len(tables) // ntab):
+        ranges = []
+        for t in range(ntab):
+            perm = d.permute(t, fp)
+            p = d.prefix_bits[t]
+            if p == 0:
+                ranges.append((r * ntab + t, 0, 0xFFFFFFFFFFFFFFFF, perm))
+                continue
+            shift = 64 - p
+            low = (1 << shift) - 1
+            for m in d.flip_masks[t]:
+                lo = ((perm >> shift) ^ m) << shift
+                ranges.append((r * ntab + t, lo, lo | low, perm))
+        err, i, where, hits = probe_tables(tables, fetch, ranges, k)
+        if err:
+            return err, i, where, []
+        found = {pos: key for i, key, pos in hits if i == r * ntab}
+        seen = set(found.values())
+        missing = []
+        for i, key, _ in hits:
+            if i != r * ntab:
+                f = d.permute(i - r * ntab, key, inverse=True)
+                if f not in seen:
+                    seen.add(f)
+                    missing.append((r * ntab, f, f, f))
+        if missing:
+            err, i, where, hits = probe_tables(tables, fetch, missing, 0)
+            if err:
+                return err, i, where, []
+            found.update((pos, key) for _, key, pos in hits)
+        out += [(r, found[pos], pos) for pos in sorted(found)]
+    return OK, -1, -1, out

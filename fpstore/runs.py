@@ -585,13 +585,31 @@ def probe_tables(tables: list[Any], fetch: Callable[[bytes], Any], ranges: list[
     Damage raises :class:`CorruptionError`.
     """
     err, i, where, hits = _kernel.probe_tables(tables, fetch, ranges, k)
-    if err == _kernel.ERR_MISSING:
-        raise CorruptionError(f"run table {i}: chunk {where} is missing; the run is damaged")
-    if err == _kernel.ERR_LENGTH:
-        raise CorruptionError(f"run table {i}: chunk {where} has the wrong length (truncated or damaged)")
     if err:
-        raise CorruptionError(f"run table {i}, block {where}: {_REASONS.get(err, f'error {err}')}; the run is damaged")
+        raise _probe_error(err, i, where)
     return hits
+
+
+def probe_design(moves: list[Any], prefix_bits: list[int], flip_masks: list[Any]) -> Any:
+    """The kernel's view of a table design (``ProbeDesign``) for :func:`probe_fingerprint`."""
+    return _kernel.ProbeDesign(list(moves), list(prefix_bits), [list(m) for m in flip_masks])
+
+
+def probe_fingerprint(design: Any, tables: list[Any], fetch: Callable[[bytes], Any], fp: int, k: int) -> list[tuple[int, int, int]]:
+    """The single query over runs, in one kernel call: ``(run, fingerprint, position)`` of every
+    entry within ``k`` of ``fp``, each once (see ``fpstore._runs_py.probe_fingerprint``)."""
+    err, i, where, hits = _kernel.probe_fingerprint(design, tables, fetch, fp, k)
+    if err:
+        raise _probe_error(err, i, where)
+    return hits
+
+
+def _probe_error(err: int, i: int, where: int) -> CorruptionError:
+    if err == _kernel.ERR_MISSING:
+        return CorruptionError(f"run table {i}: chunk {where} is missing; the run is damaged")
+    if err == _kernel.ERR_LENGTH:
+        return CorruptionError(f"run table {i}: chunk {where} has the wrong length (truncated or damaged)")
+    return CorruptionError(f"run table {i}, block {where}: {_REASONS.get(err, f'error {err}')}; the run is damaged")
 
 
 def positions_one(chunks_getter: ChunkGetter, index: RunIndex, key: int) -> list[int]:

@@ -23,49 +23,34 @@ __all__ = ["argsort_u64", "batch_probe_runs", "join_design", "pairs_within", "pr
 _M64 = 0xFFFFFFFFFFFFFFFF
 
 
-def single_ranges(design: Design, fp: int) -> list[tuple[int, int, int, int]]:
-    """The key ranges one query probes: ``(table, lo, hi, permuted query)`` for every prefix."""
-    ranges = []
-    for t, table in enumerate(design.tables):
-        perm = design.permute_one(fp, t)
-        if table.flips:
-            ranges += [(t, lo, hi, perm) for lo, hi in design.probe_prefixes(perm, t)]
-        else:
-            low = _M64 >> table.prefix_bits if table.prefix_bits < 64 else 0
-            ranges.append((t, perm & ~low & _M64, perm | low, perm))
-    return ranges
+def probe_design(design: Design) -> object:
+    """The kernel's form of ``design`` for :func:`probe_runs` (build once per store)."""
+    return runs_codec.probe_design(
+        [design._moves[t] for t in range(len(design.tables))],
+        [t.prefix_bits for t in design.tables],
+        [design._flip_masks(t) for t in range(len(design.tables))],
+    )
 
 
-def probe_runs(runs: Iterable[Run], design: Design, fp: int, k: int) -> list[tuple[int, int, int]]:
+def probe_runs(runs: Iterable[Run], design: object, fp: int, k: int) -> list[tuple[int, int, int]]:
     """(id, distance, fingerprint) of every run entry within ``k`` of ``fp``, each entry once
-    (the caller drops tombstoned ids)."""
+    (the caller drops tombstoned ids). ``design`` is the store's :func:`probe_design`.
+
+    One kernel call: every table of every run is probed (a flipped prefix is verified against
+    the real query), keys found outside table 0 are unpermuted and looked up in table 0, whose
+    positions name the entries.
+    """
     runs = [r for r in runs if r.count]
     if not runs:
         return []
-    ranges = single_ranges(design, fp)
-    ntab = len(design.tables)
-    # One kernel call for every table of every run: run r's table t is tables[r * ntab + t].
-    # The kernel keeps keys within k of the unflipped query, so flipped prefixes (multi-probe
-    # designs) are verified against the real query too.
     tables = [pt for run in runs for pt in run.probe_tables()]
-    hits = runs[0].probe(tables, [(r * ntab + t, lo, hi, q) for r in range(len(runs)) for t, lo, hi, q in ranges], k)
+    by_run: dict[int, list[tuple[int, int]]] = {}
+    for r, f, pos in runs[0].probe_fingerprint(design, tables, fp, k):
+        by_run.setdefault(r, []).append((pos, f))
     out: list[tuple[int, int, int]] = []
-    by_run: dict[int, list[tuple[int, int, int]]] = {}
-    for i, key, pos in hits:
-        by_run.setdefault(i // ntab, []).append((i % ntab, key, pos))
-    for r, run_hits in by_run.items():
-        run = runs[r]
-        # Table 0 is the identity and a range holds every copy of a key, so its hits name every
-        # entry with their fingerprint (position -> fingerprint); hits from other tables are
-        # looked up in table 0 for their positions.
-        at = {pos: key for t, key, pos in run_hits if t == 0}
-        missing = {design.unpermute_one(key, t) for t, key, _ in run_hits if t}.difference(at.values())
-        if missing:
-            at.update((pos, key) for _, key, pos in run.probe(tables[r * ntab : r * ntab + 1], [(0, f, f, f) for f in sorted(missing)], 0))
-        pos = sorted(at)
-        for doc_id, p in zip(run.id_list(pos), pos):
-            f = at[p]
-            out.append((doc_id, (f ^ fp).bit_count(), f))
+    for r, entries in by_run.items():
+        ids = runs[r].id_list([pos for pos, _ in entries])
+        out += [(doc_id, (f ^ fp).bit_count(), f) for doc_id, (_, f) in zip(ids, entries)]
     return out
 
 

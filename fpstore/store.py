@@ -417,6 +417,7 @@ class Store:
         self._tables = [dbs[_table_name(t)] for t in range(len(self.design.tables))]
         self._cache = TierCache()
         self._state_memo: tuple[bytes, State] | None = None
+        self._probe_design = search.probe_design(self.design)
 
     def _check_k(self, k: object) -> int:
         if not isinstance(k, int) or isinstance(k, bool) or k < 0:
@@ -636,7 +637,7 @@ class Store:
         found = self._probe_incremental(txn, fp, k, exclude)
         runs = self._runs(txn)
         if runs:
-            hits = search.probe_runs(runs, self.design, fp, k)
+            hits = search.probe_runs(runs, self._probe_design, fp, k)
             any_dead = bool(hits) and txn.stat(self._dead)["entries"] > 0
             for doc_id, d, f in hits:
                 if doc_id != exclude and doc_id not in found and not (any_dead and self._is_dead(txn, doc_id)):

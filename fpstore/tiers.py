@@ -488,11 +488,11 @@ class Run:
         """The kernel's probe tables of this run, one per table (cached)."""
         return self._cache.probe_tables(self)
 
-    def probe(self, tables: list[Any], ranges: list[tuple[int, int, int, int]], k: int) -> list[tuple[int, int, int]]:
-        """:func:`fpstore.runs.probe_tables` reading chunks in this run's transaction: ``tables``
-        are probe tables of this run or of others in the same transaction."""
+    def probe_fingerprint(self, design: Any, tables: list[Any], fp: int, k: int) -> list[tuple[int, int, int]]:
+        """:func:`fpstore.runs.probe_fingerprint` reading chunks in this run's transaction:
+        ``tables`` are the probe tables of runs of the same transaction."""
         txn, db = self._txn, self._db
-        return runs.probe_tables(tables, lambda name: txn.get(name, db=db), ranges, k)
+        return runs.probe_fingerprint(design, tables, lambda name: txn.get(name, db=db), fp, k)
 
     def ids_of(self, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For sorted unique fingerprints: (fingerprint index, id) of every entry holding each."""
