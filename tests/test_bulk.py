@@ -344,3 +344,20 @@ def test_replacing_bulk_keys_in_batches_of_any_size(tmp_path, batch):
         untouched = int(rng.integers(0, n))
         if untouched not in keys:
             assert s[untouched].fingerprint == int(fps[untouched])
+
+
+def test_warm_reads_the_index_and_changes_nothing(tmp_path):
+    """warm() reads every run and table page (its byte count covers the runs) on a read-only
+    handle too, and the answers are the same before and after; info() reports the tiers."""
+    rng = np.random.default_rng(9)
+    fps = rng.integers(0, 2**64, 20_000, dtype=np.uint64)
+    with fpstore.open(tmp_path / "s", k=3, flush_entries=1000) as s:
+        pid = s.pipeline.id
+        s.bulk_load(np.arange(15_000), fps[:15_000], pipeline_id=pid)
+        s.add_many(list(range(15_000, 20_000)), fingerprints=fps[15_000:], pipeline_id=pid)
+        info = s.info()
+        assert info["incremental_entries"] < 1000 and sum(info["runs"]) + info["incremental_entries"] == 20_000
+        before = [s.query(fingerprint=int(f), pipeline_id=pid) for f in fps[::997]]
+    with fpstore.open(tmp_path / "s", readonly=True) as r:
+        assert r.warm() > 20_000 * 8 * len(r.design.tables) * 0.5
+        assert [r.query(fingerprint=int(f), pipeline_id=pid) for f in fps[::997]] == before
