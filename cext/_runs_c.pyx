@@ -620,6 +620,10 @@ cdef class ProbeTable:
     cdef Py_ssize_t nb, nc
     cdef object _keep
     cdef readonly list names
+    # Every COARSE-th bound, a few KiB that stay in cache: a search reads it, then one stretch of
+    # COARSE bounds, instead of jumping through the whole array (a cache or TLB miss per step at 10^7).
+    cdef const uint64_t* coarse
+    cdef Py_ssize_t ncoarse
 
     def __init__(self, const uint64_t[::1] bounds, const int64_t[::1] starts, const int64_t[::1] ends,
                  const int64_t[::1] counts, const uint32_t[::1] chunk, const int64_t[::1] chunk_start,
@@ -639,26 +643,48 @@ cdef class ProbeTable:
             self.chunk, self.chunk_start, self.entry_start = &chunk[0], &chunk_start[0], &entry_start[0]
         if nc:
             self.chunk_len = &chunk_len[0]
+        cdef const uint64_t[::1] coarse = np.ascontiguousarray(np.asarray(bounds)[::COARSE], dtype=np.uint64)
+        self._keep = self._keep + (coarse,)
+        self.ncoarse = coarse.shape[0]
+        self.coarse = &coarse[0]
 
 
-cdef inline void _locate(const uint64_t* bounds, Py_ssize_t nb, uint64_t lo, uint64_t hi,
-                         Py_ssize_t* b0, Py_ssize_t* b1) noexcept nogil:
-    cdef Py_ssize_t a = 0, z = nb, mid
-    while a < z:
-        mid = (a + z) >> 1
-        if bounds[mid + 1] < lo:
-            a = mid + 1
+cdef enum:
+    COARSE = 64
+
+
+cdef inline Py_ssize_t _first_reaching(const uint64_t* a, Py_ssize_t m, const uint64_t* coarse,
+                                       Py_ssize_t nc, uint64_t x, bint strict) noexcept nogil:
+    # First i in [0, m) with a[i] >= x (a[i] > x when strict), m if none; a sorted ascending and
+    # coarse[j] == a[j * COARSE].
+    cdef Py_ssize_t lo = 0, hi = nc, mid
+    while lo < hi:  # first coarse entry reaching x
+        mid = (lo + hi) >> 1
+        if (coarse[mid] > x) if strict else (coarse[mid] >= x):
+            hi = mid
         else:
-            z = mid
-    b0[0] = a
-    a, z = 0, nb
-    while a < z:
-        mid = (a + z) >> 1
-        if bounds[mid] <= hi:
-            a = mid + 1
+            lo = mid + 1
+    # The answer lies after the previous coarse entry (which does not reach x), up to this one.
+    hi = lo * COARSE if lo * COARSE < m else m
+    lo = (lo - 1) * COARSE + 1 if lo > 0 else 0
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if (a[mid] > x) if strict else (a[mid] >= x):
+            hi = mid
         else:
-            z = mid
-    b1[0] = a
+            lo = mid + 1
+    return lo
+
+
+cdef inline void _locate(ProbeTable pt, uint64_t lo, uint64_t hi, Py_ssize_t* b0, Py_ssize_t* b1) noexcept:
+    # Blocks b0 .. b1-1 meeting [lo, hi]: block b holds keys in [bounds[b], bounds[b + 1]].
+    cdef Py_ssize_t nb = pt.nb, i
+    # b0: the first b with bounds[b + 1] >= lo.
+    i = _first_reaching(pt.bounds, nb + 1, pt.coarse, pt.ncoarse, lo, False)
+    b0[0] = (i - 1 if i > 0 else 0) if i <= nb else nb
+    # b1: the first b with bounds[b] > hi.
+    i = _first_reaching(pt.bounds, nb + 1, pt.coarse, pt.ncoarse, hi, True)
+    b1[0] = i if i < nb else nb
 
 
 def probe_tables(list tables, fetch, list ranges, int k):
@@ -680,7 +706,7 @@ def probe_tables(list tables, fetch, list ranges, int k):
             pt = <ProbeTable?>tables[i]
             if pt.nb == 0:
                 continue
-            _locate(pt.bounds, pt.nb, lo, hi, &b0, &b1)
+            _locate(pt, lo, hi, &b0, &b1)
             past = False
             while b0 < b1 and not past:
                 c = pt.chunk[b0]
