@@ -2,7 +2,7 @@
 files, fuzzed decoders, format compatibility (RELIABILITY.md's table; the random kill -9 test is in
 tests/test_crash.py, readers and locks in tests/test_concurrency.py).
 
-The oracle for the named-point tests is the scenario of tests/workers.py: eight operations (every
+The oracle for the named-point tests is the scenario of tests/workers.py: nine operations (every
 kind of write: add_many, a three-run bulk load, text adds, deletes that tombstone run entries,
 replacements across tiers, partial and full compaction, file compaction), each a few write
 transactions (or, for the file compaction, the steps of a file switch), with a

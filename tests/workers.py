@@ -181,10 +181,19 @@ def scenario_data() -> dict:
     c_fps[:30] = near(b_fps[100:130], 1)
     d_keys = [f"d{j}" for j in range(200)]
     d_fps = np.concatenate([near(b_fps[200:300], 2), near(c_fps[100:200], 3)])
-    return {"a": (a_keys, a_fps), "b": (b_keys, b_fps), "texts": texts, "deletes": deletes, "c": (c_keys, c_fps), "d": (d_keys, d_fps)}
+    # A batch that crosses the store's flush threshold: its transaction also moves the incremental
+    # tables into a run and merges the small runs of the lowest tier (the bulk load's included).
+    from fpstore.store import FLUSH_ENTRIES
+
+    e_keys = [f"e{j}" for j in range(FLUSH_ENTRIES + 100)] + [f"c{j}" for j in range(20)]
+    e_fps = rng.integers(0, u64, size=len(e_keys), dtype=np.uint64, endpoint=True)
+    e_fps[:50] = near(d_fps[:50], 1)
+    return {"a": (a_keys, a_fps), "b": (b_keys, b_fps), "texts": texts, "deletes": deletes, "c": (c_keys, c_fps), "d": (d_keys, d_fps),
+            "e": (e_keys, e_fps)}
 
 
-SCENARIO_OPS = ("add_many_a", "bulk_load_b", "texts_deletes", "add_many_c", "compact_partial", "add_many_d", "compact_full", "compact_file")
+SCENARIO_OPS = ("add_many_a", "bulk_load_b", "texts_deletes", "add_many_c", "compact_partial", "add_many_flush", "add_many_d",
+                "compact_full", "compact_file")
 BULK_MAX_RUN = 400
 
 
@@ -207,7 +216,9 @@ def run_op(store, op: int) -> None:
     elif name == "compact_partial":
         store.compact(full=False)
     elif name == "add_many_d":
-        store.add_many(data["d"][0], fingerprints=data["d"][1], pipeline_id=pid, checkpoint=(FEED, 2))
+        store.add_many(data["d"][0], fingerprints=data["d"][1], pipeline_id=pid, checkpoint=(FEED, 3))
+    elif name == "add_many_flush":
+        store.add_many(data["e"][0], fingerprints=data["e"][1], pipeline_id=pid, checkpoint=(FEED, 2))
     elif name == "compact_full":
         store.compact(full=True)
     elif name == "compact_file":
@@ -243,7 +254,9 @@ def model_steps(op: int) -> list:
     if name == "add_many_c":
         return [put_all(*data["c"], 1)]
     if name == "add_many_d":
-        return [put_all(*data["d"], 2)]
+        return [put_all(*data["d"], 3)]
+    if name == "add_many_flush":
+        return [put_all(*data["e"], 2)]
     return [lambda m: None]  # compaction changes no answer, only the layout
 
 
