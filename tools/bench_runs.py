@@ -31,8 +31,9 @@ all-pairs has pairs at every distance 0..3), integer keys 0..n-1. For each desig
 * **query_many**: a batch of 100,000 queries (80 % stored fingerprints with 1-3 flipped bits,
   20 % random), and of 1,000,000 at n >= 10^6; median over up to 3 runs. **query**: one Python
   call per query, 5,000 timed after 200 untimed: p50 / p90 / p99 / max wall latency, and p50 / p99
-  of each call's thread-CPU time (which leaves out time descheduled by other load). Both checked against numpy
-  brute force on 300 queries (recall 1.0, no extra match).
+  of each call's thread-CPU time (which leaves out time descheduled by other load); then the same
+  queries again after ``Store.warm()`` (every page of the index mapped; "after warm()"). Both
+  checked against numpy brute force on 300 queries (recall 1.0, no extra match).
 * **all pairs**: ``Store.near_duplicate_pairs(3)`` (median of up to 3 runs; 1 at 10^7), the
   number of pairs, and a check: its pairs of distinct fingerprints equal ``find_all``'s set, and
   its distance-0 pairs equal the count from the multiplicity of each fingerprint

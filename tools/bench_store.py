@@ -23,7 +23,9 @@ resolves to r5):
   timed queries after 200 untimed ones: p50 / p90 / p99 / max wall latency, and p50 / p99 of each
   call's thread-CPU time (which leaves out time descheduled by other load). Queries: 80 % stored fingerprints with 1-3 flipped bits (so
   matches exist), 20 % uniform random. ``Store.query_many`` on a batch of 100,000 such queries:
-  median rate over up to 3 runs.
+  median rate over up to 3 runs. The single queries are then timed again after
+  ``Store.warm()`` ("after warm()": every page of the index already mapped, as in a reader that
+  has run for a while; the warm-up time is printed beside it).
 * **exact**: 300 queries through ``query`` and ``query_many`` compared key for key with numpy
   brute force (recall 1.0 and no extra match is printed as "exact").
 * **compacted**: the same query figures after ``Store.compact()`` (everything in one run).
