@@ -251,6 +251,11 @@ def _print_info(d: dict[str, Any]) -> None:
     print(f"design       {d['design']}")
     print(f"k            {d['k']} (default query radius)")
     print(f"documents    {d['documents']:,}")
+    if "runs" in d:
+        runs = d["runs"]
+        print(f"tiers        {d['incremental_entries']:,} incremental (flushed at {d['flush_entries']:,}), "
+              f"{len(runs)} run{'' if len(runs) == 1 else 's'} ({', '.join(f'{r:,}' for r in runs) or 'none'}), "
+              f"{d['tombstones']:,} tombstones")
     extra = {k: v for k, v in d.items() if k not in _INFO_SHOWN}
     for k, v in extra.items():  # figures newer store versions add (runs, tombstones, ...)
         print(f"{k:<12} {v if not isinstance(v, (dict, list)) else _dumps(v)}")
@@ -267,6 +272,7 @@ def _print_info(d: dict[str, Any]) -> None:
 _INFO_SHOWN = {
     "path", "format", "pipeline_id", "pipeline", "design", "k", "documents", "file_size", "map_size", "created",
     "lmdb", "incremental_entries_per_table", "bytes_per_fingerprint", "tables",
+    "incremental_entries", "runs", "tombstones", "flush_entries",
 }
 
 

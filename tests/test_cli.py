@@ -236,6 +236,10 @@ def test_info(built):
     text = r.out
     for word in ("pipeline", "design", "documents", "bytes per fingerprint", "readers", "free"):
         assert word in text
+    # The tiers line agrees with the JSON figures.
+    runs = d["runs"]
+    assert f"tiers        {d['incremental_entries']:,} incremental (flushed at {d['flush_entries']:,}), {len(runs)} run" in text
+    assert d["incremental_entries"] == d["incremental_entries_per_table"] == d["lmdb"]["databases"]["t00"]["entries"]
 
 
 def test_stats(built):
