@@ -1088,35 +1088,32 @@ class Store:
         with self._storage.read() as txn:
             state = self._state(txn)
             incremental = txn.stat(self._tables[0])["entries"]
-            merged = state.runs if full else []
-        # Nothing to gain: no incremental entries, and at most one run with nothing tombstoned.
-        if incremental == 0 and len(merged) <= 1 and not (merged and self._has_dead(merged[0])):
-            return {"runs_merged": 0, "incremental": 0, "entries": int(sum(r["count"] for r in state.runs))}
-        # Room for the new run up front (about 8 bytes per entry and table, ids included), so
-        # the transaction is not aborted and rerun on a full map after all its work.
-        entries = incremental + sum(r["count"] for r in merged)
-        self._storage.reserve(entries * 8 * (len(self.design.tables) + 1))
+            tombstones = txn.stat(self._dead)["entries"]
+        merged = state.runs if full else []
+        if incremental or len(merged) > 1 or (merged and tombstones):
+            # Room for the new run up front (about 8 bytes per entry and table, ids included), so
+            # the transaction is not aborted and rerun on a full map after all its work.
+            entries = incremental + sum(r["count"] for r in merged)
+            self._storage.reserve(entries * 8 * (len(self.design.tables) + 1))
 
         def work(txn: lmdb.Transaction) -> dict[str, int]:
             # Merge what this transaction sees (another writer may have changed it since the read).
             state = self._state(txn)
-            return self._merge(txn, state.runs if full else [], incremental=True)
+            new_state, result = self._merge(txn, state, state.runs if full else [], incremental=True)
+            if new_state is not state:
+                txn.put(tiers.STATE_KEY, new_state.to_bytes(), db=self._meta)
+            return result
 
         return self._storage.write(work, action="compacting")
 
-    def _has_dead(self, rec: dict[str, Any]) -> bool:
-        """Whether a tombstone may name an entry of run ``rec`` (one read of the tombstone table)."""
-        with self._storage.read() as txn:
-            dead = self._dead_ids(txn)
-            if not len(dead):
-                return False
-            ids = Run(txn, self._blobs, self._cache, rec).all_ids()
-            return bool(np.isin(ids, dead).any())
-
-    def _merge(self, txn: lmdb.Transaction, merged: list[dict[str, Any]], *, incremental: bool) -> dict[str, int]:
+    def _merge(
+        self, txn: lmdb.Transaction, state: State, merged: list[dict[str, Any]], *, incremental: bool
+    ) -> tuple[State, dict[str, int]]:
         """Replace runs ``merged`` (and the incremental tables, when ``incremental``) by one new
-        run, dropping tombstoned entries, inside write transaction ``txn``."""
-        state = self._state(txn)
+        run, dropping tombstoned entries, inside write transaction ``txn``; returns the new state
+        (``state`` itself when there was nothing to gain) and counts. The caller stores the state,
+        once per transaction: rewriting the multi-page state record in the same transaction makes
+        LMDB reuse its overflow pages in place, a shape LMDB accepts and its verifier does not."""
         fps_parts: list[np.ndarray] = []
         id_parts: list[np.ndarray] = []
         n_incremental = 0
@@ -1137,6 +1134,9 @@ class Store:
         if len(dead) and len(ids):
             keep = ~np.isin(ids, dead)
             fps, ids = fps[keep], ids[keep]
+        if n_incremental == 0 and len(merged) <= 1 and len(fps) == sum(r["count"] for r in merged):
+            # Nothing to gain: rewriting would give the same run (or none). No write.
+            return state, {"runs_merged": 0, "incremental": 0, "entries": int(sum(r["count"] for r in state.runs))}
         run_id = state.next_run
         new_runs = [r for r in state.runs if r not in merged]
         blobs: tiers.Blobs = []
@@ -1160,8 +1160,8 @@ class Store:
         if incremental:
             for db in self._tables:
                 txn.drop(db, delete=False)
-        txn.put(tiers.STATE_KEY, State(new_runs, state.segs, state.next_run + 1, state.next_seg).to_bytes(), db=self._meta)
-        return {"runs_merged": len(merged), "incremental": n_incremental, "entries": int(len(fps))}
+        new_state = State(new_runs, state.segs, state.next_run + 1, state.next_seg)
+        return new_state, {"runs_merged": len(merged), "incremental": n_incremental, "entries": int(len(fps))}
 
     def _flush(self, txn: lmdb.Transaction) -> None:
         """After a write: once the incremental tables hold ``flush_entries`` documents, move
@@ -1171,12 +1171,10 @@ class Store:
         logarithmic, and each entry is rewritten about once per tier."""
         if not self.flush_entries or txn.stat(self._tables[0])["entries"] < self.flush_entries:
             return
-        self._merge(txn, [], incremental=True)
-        while True:
-            group = _merge_group(self._state(txn).runs, self.flush_entries)
-            if not group:
-                return
-            self._merge(txn, group, incremental=False)
+        state, _ = self._merge(txn, self._state(txn), [], incremental=True)
+        while group := _merge_group(state.runs, self.flush_entries):
+            state, _ = self._merge(txn, state, group, incremental=False)
+        txn.put(tiers.STATE_KEY, state.to_bytes(), db=self._meta)
 
     def compact_file(self) -> dict[str, int]:
         """Compact (see :meth:`compact`), then rewrite the file without its free pages.

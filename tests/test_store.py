@@ -509,3 +509,29 @@ def test_verify_on_open_refuses_a_damaged_file_before_lmdb_maps_it(tmp_path):
         f.write(bytes(4096))
     with pytest.raises(CorruptionError, match="structural check"):
         fpstore.open(bad, verify=True)
+
+
+def test_flush_and_tier_merge_in_one_write_leave_a_verifiable_file(tmp_path):
+    """A write that flushes and then merges tiers stores the state record once: rewriting that
+    multi-page record twice in one transaction left an overflow page LMDB's verifier rejects, and a
+    data file shorter than its last page (found by the state machine; this is its sequence)."""
+    from lmdb import verify
+
+    path = str(tmp_path / "s")
+    base = random.Random(0).getrandbits(64)
+    near, flipped = base, base ^ 1
+    s = fpstore.open(path, k=3, design="r4", flush_entries=3)
+    pid = s.pipeline.id
+    writes = [
+        lambda: s.add_many(["k11", "k0", "k0", "k0", "k8", "k0"], fingerprints=np.array([near] * 5 + [flipped], np.uint64), pipeline_id=pid),
+        lambda: s.bulk_load(["k0"] * 10, np.array([near] * 10, np.uint64), pipeline_id=pid, max_run=1),
+        lambda: s.bulk_load(["k0"] * 10, np.array([near] * 3 + [flipped, near, flipped] + [near] * 4, np.uint64), pipeline_id=pid, max_run=1),
+        lambda: s.add_many(["k0"] * 5 + ["k11", "k0", "k10"], fingerprints=np.array([near] * 8, np.uint64), pipeline_id=pid),
+    ]
+    for write in writes:
+        write()
+        s.close()
+        assert verify.verify(path) == []
+        s = fpstore.open(path, flush_entries=3)
+    assert sorted(s, key=repr) == ["k0", "k10", "k11", "k8"]
+    s.close()
