@@ -320,7 +320,7 @@ def probe_chunk(
     return OK, -1, qidx[order], found, dist[order]
 
 
-def locate(bounds: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
+def _locate(bounds: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
     """Blocks ``b0 .. b1 - 1`` whose key range ``[bounds[b], bounds[b + 1]]`` meets ``[lo, hi]``.
 
     ``bounds`` has one entry per block plus the run's last key; ``b0 >= b1`` means none.
@@ -330,65 +330,6 @@ def locate(bounds: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
     b0 = int(np.searchsorted(bounds[1:], _U64(lo), side="left")) if nb > 0 else 0
     b1 = int(np.searchsorted(bounds[:nb], _U64(hi), side="right")) if nb > 0 else 0
     return b0, b1
-
-
-def probe_blocks(
-    buf: object,
-    starts: np.ndarray,
-    ends: np.ndarray,
-    counts: np.ndarray,
-    bounds: np.ndarray,
-    b0: int,
-    b1: int,
-    lo: int,
-    hi: int,
-    query: int,
-    k: int,
-) -> tuple[int, int, list[int]]:
-    """Keys of blocks ``b0 .. b1 - 1`` (all in chunk ``buf``; the arrays index the whole run) that
-    lie in ``[lo, hi]`` and within ``k`` bits of ``query``, in order, duplicates kept.
-
-    Returns ``(OK, -1, keys)`` or ``(err, block, [])`` for the first block that fails to decode.
-    """
-    b8 = np.frombuffer(buf, np.uint8)
-    out: list[int] = []
-    for b in range(b0, b1):
-        n = int(counts[b])
-        if n < 1 or n > MAX_BLOCK_ENTRIES:
-            return ERR_COUNT, b, []
-        err, keys = _decode_block(b8, int(starts[b]), int(ends[b]), n, int(bounds[b]), int(bounds[b + 1]))
-        if err:
-            return err, b, []
-        for key in keys.tolist():
-            if lo <= key <= hi and (key ^ query).bit_count() <= k:
-                out.append(key)
-    return OK, -1, out
-
-
-def positions_in_blocks(
-    buf: object,
-    starts: np.ndarray,
-    ends: np.ndarray,
-    counts: np.ndarray,
-    bounds: np.ndarray,
-    entry_start: np.ndarray,
-    b0: int,
-    b1: int,
-    key: int,
-) -> tuple[int, int, list[int]]:
-    """Run positions (``entry_start[b]`` + offset in block) of every copy of ``key`` in blocks
-    ``b0 .. b1 - 1`` of chunk ``buf``; ``(err, block, [])`` for the first block that fails."""
-    b8 = np.frombuffer(buf, np.uint8)
-    out: list[int] = []
-    for b in range(b0, b1):
-        n = int(counts[b])
-        if n < 1 or n > MAX_BLOCK_ENTRIES:
-            return ERR_COUNT, b, []
-        err, keys = _decode_block(b8, int(starts[b]), int(ends[b]), n, int(bounds[b]), int(bounds[b + 1]))
-        if err:
-            return err, b, []
-        out += [int(entry_start[b]) + i for i, v in enumerate(keys.tolist()) if v == key]
-    return OK, -1, out
 
 
 ERR_MISSING = 8  # a chunk the index names is absent
@@ -434,7 +375,7 @@ def probe_tables(tables: list, fetch: Any, ranges: list, k: int) -> tuple[int, i
         pt = tables[i]
         if pt.nb == 0:
             continue
-        b0, b1 = locate(pt.bounds, lo, hi)
+        b0, b1 = _locate(pt.bounds, lo, hi)
         while b0 < b1:
             c = int(pt.chunk[b0])
             end = min(b1, int(pt.chunk_start[c + 1]))

@@ -32,8 +32,6 @@ from fpstore.errors import CorruptionError, FormatError, InputError
 
 __all__ = [
     "DEFAULT_BLOCK_ENTRIES",
-    "positions_one",
-    "probe_one",
     "DEFAULT_CHUNK_BYTES",
     "RUN_FORMAT_VERSION",
     "RunIndex",
@@ -546,30 +544,6 @@ def probe(chunks_getter: ChunkGetter, index: RunIndex, lo: int, hi: int) -> np.n
     return keys[a:z].copy() if (a, z) != (0, len(keys)) else keys
 
 
-def probe_one(chunks_getter: ChunkGetter, index: RunIndex, lo: int, hi: int, query: int, k: int) -> list[int]:
-    """Stored keys in ``[lo, hi]`` within ``k`` bits of ``query``: the single-query probe.
-
-    Equivalent to filtering :func:`probe`, with the filtering in the kernel and no argument
-    checks (the store passes trusted ints): it is called once per table for every query.
-    """
-    if index.count == 0:
-        return []
-    b0, b1 = _kernel.locate(index._bounds, lo, hi)
-    out: list[int] = []
-    while b0 < b1:
-        c = int(index.chunk[b0])
-        end = min(b1, int(index._chunk_start[c + 1]))
-        buf = _bytes_view(chunks_getter(c), index, c)
-        err, bad, keys = _kernel.probe_blocks(
-            buf, index._starts, index._ends, index._counts, index._bounds, b0, end, lo, hi, query, k
-        )
-        if err:
-            raise _corrupt(index, err, bad)
-        out += keys
-        b0 = end
-    return out
-
-
 def probe_table(index: RunIndex, names: list[bytes]) -> Any:
     """The kernel's view of one run table (``ProbeTable``) for :func:`probe_tables`; build it once
     per table and keep it (the index is immutable)."""
@@ -610,26 +584,6 @@ def _probe_error(err: int, i: int, where: int) -> CorruptionError:
     if err == _kernel.ERR_LENGTH:
         return CorruptionError(f"run table {i}: chunk {where} has the wrong length (truncated or damaged)")
     return CorruptionError(f"run table {i}, block {where}: {_REASONS.get(err, f'error {err}')}; the run is damaged")
-
-
-def positions_one(chunks_getter: ChunkGetter, index: RunIndex, key: int) -> list[int]:
-    """Positions in the run of every copy of ``key`` (ascending); trusted int, no checks."""
-    if index.count == 0:
-        return []
-    b0, b1 = _kernel.locate(index._bounds, key, key)
-    out: list[int] = []
-    while b0 < b1:
-        c = int(index.chunk[b0])
-        end = min(b1, int(index._chunk_start[c + 1]))
-        buf = _bytes_view(chunks_getter(c), index, c)
-        err, bad, pos = _kernel.positions_in_blocks(
-            buf, index._starts, index._ends, index._counts, index._bounds, index._entry_start, b0, end, key
-        )
-        if err:
-            raise _corrupt(index, err, bad)
-        out += pos
-        b0 = end
-    return out
 
 
 def _prefix_mask(prefix_bits: int) -> int:

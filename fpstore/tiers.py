@@ -24,7 +24,7 @@ import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import lmdb
 import msgpack
@@ -266,57 +266,51 @@ class State:
 
 
 class TierCache:
-    """Validated run indexes (and their chunk names) by blob prefix. Runs are immutable and
-    prefixes never reused, so an entry never goes stale; the cache is bounded so a reader's memory
-    does not grow with the store."""
+    """What reading a run costs to rebuild, kept per store: validated run indexes (with their chunk
+    names) by blob prefix, and the kernel's probe tables by prefix and by run. Runs are immutable
+    and prefixes and run ids never reused, so an entry never goes stale; the cache is bounded (least
+    recently used out) so a reader's memory does not grow with the store."""
 
     def __init__(self, max_entries: int = 512) -> None:
-        self._entries: OrderedDict[bytes, tuple[runs.RunIndex, list[bytes]]] = OrderedDict()
+        self._entries: OrderedDict[object, Any] = OrderedDict()
         self._max = max_entries
 
-    def get(self, txn: lmdb.Transaction, db: Any, prefix: bytes) -> tuple[runs.RunIndex, list[bytes]]:
-        entry = self._entries.get(prefix)
-        if entry is not None:
-            self._entries.move_to_end(prefix)
-            return entry
-        raw = txn.get(prefix + b"I", db=db)
-        if raw is None:
-            raise CorruptionError(f"run index {prefix!r} is missing")
-        idx = runs.RunIndex.from_bytes(bytes(raw))
-        entry = (idx, [_chunk_key(prefix, b"C", c) for c in range(idx.nchunks)])
-        self._entries[prefix] = entry
-        if len(self._entries) > self._max:
-            self._entries.popitem(last=False)
+    def _cached(self, key: object, make: Callable[[], Any]) -> Any:
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = make()
+            if len(self._entries) > self._max:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)
         return entry
+
+    def get(self, txn: lmdb.Transaction, db: Any, prefix: bytes) -> tuple[runs.RunIndex, list[bytes]]:
+        def load() -> tuple[runs.RunIndex, list[bytes]]:
+            raw = txn.get(prefix + b"I", db=db)
+            if raw is None:
+                raise CorruptionError(f"run index {prefix!r} is missing")
+            idx = runs.RunIndex.from_bytes(bytes(raw))
+            return idx, [_chunk_key(prefix, b"C", c) for c in range(idx.nchunks)]
+
+        return self._cached(prefix, load)
 
     def index(self, txn: lmdb.Transaction, db: Any, prefix: bytes) -> runs.RunIndex:
         return self.get(txn, db, prefix)[0]
 
     def probe_table(self, prefix: bytes, index: runs.RunIndex, names: list[bytes]) -> Any:
         """The kernel's probe table of one stored codec run, cached by its blob prefix."""
-        key = ("table", prefix)
-        entry = self._entries.get(key)  # type: ignore[call-overload]
-        if entry is None:
-            entry = self._entries[key] = runs.probe_table(index, names)  # type: ignore[index]
-            if len(self._entries) > self._max:
-                self._entries.popitem(last=False)
-        else:
-            self._entries.move_to_end(key)  # type: ignore[arg-type]
-        return entry
+        return self._cached(("table", prefix), lambda: runs.probe_table(index, names))
 
     def probe_tables(self, run: "Run") -> list[Any]:
-        """The kernel's probe tables of every table of ``run`` (validated once, then cached by
-        run id: ids are never reused)."""
-        key = ("probe", run.id)
-        entry = self._entries.get(key)  # type: ignore[call-overload]
-        if entry is None:
-            entry = [runs.probe_table(tab.index, tab._names) for tab in (run.table(t) for t in range(len(run.rec["tables"])))]
-            self._entries[key] = entry  # type: ignore[index]
-            if len(self._entries) > self._max:
-                self._entries.popitem(last=False)
-        else:
-            self._entries.move_to_end(key)  # type: ignore[arg-type]
-        return entry  # type: ignore[return-value]
+        """The kernel's probe tables of every table of ``run``, cached by run id as one list (a
+        single query asks for them all)."""
+
+        def build() -> list[Any]:
+            tables = (run.table(t) for t in range(len(run.rec["tables"])))  # each checked against the run
+            return [self.probe_table(tab.prefix, tab.index, tab._names) for tab in tables]
+
+        return self._cached(("run", run.id), build)
 
 
 class CodecRun:

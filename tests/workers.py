@@ -623,8 +623,10 @@ def _fz_run_chunk(data: bytes, zlib) -> None:
     hi = max(lo, hi_key - (op >> 4))
     for fn in (
         lambda: runs.probe(getter, index, lo, hi),
-        lambda: runs.probe_one(getter, index, lo, hi, lo, 64),
-        lambda: runs.positions_one(getter, index, lo),
+        # The single-query kernel, chunk names being chunk numbers: a range probe (decoding
+        # stops past hi) and an exact lookup.
+        lambda: runs.probe_tables([runs.probe_table(index, list(range(index.nchunks)))], getter, [(0, lo, hi, lo)], 64),
+        lambda: runs.probe_tables([runs.probe_table(index, list(range(index.nchunks)))], getter, [(0, lo, lo, lo)], 0),
         lambda: runs.probe_batch_run(getter, index, np.array([lo, hi], np.uint64), 8, 64),
         lambda: runs.decode_run(getter, index, checksum=bool(op & 2)),
     ):
