@@ -16,8 +16,9 @@ KERNELS = ["_simhash_c", "_runs_c", "_search_c"]
 
 def popcount_flags():
     """``-mpopcnt`` when building on an x86-64 CPU that has the instruction (every one since
-    2008): the candidate checks are popcounts, and without it GCC calls a libgcc routine several
-    times slower (query_many at 10^7 with design r4: 0.73M/s without, 1.6M/s with, measured).
+    2008): the candidate checks are popcounts, and without it GCC calls a libgcc routine for each
+    (query_many at 10^7, design r4, went from 0.82M/s to 1.38M/s with this and a prefix-only
+    sort: docs/benchmarks.md).
     ``FPSTORE_PORTABLE=1`` leaves it out, for a build meant for older CPUs."""
     import platform
 
