@@ -204,7 +204,11 @@ class JsonlSource(Source):
                 text, clean = _decode(raw)
                 try:
                     obj = json.loads(text)
-                except ValueError as exc:
+                except (ValueError, RecursionError) as exc:
+                    # RecursionError: arrays or objects nested deeper than the parser recurses
+                    # (100,000 "[" do it); bad JSON like any other, not a crash of the ingest.
+                    if isinstance(exc, RecursionError):
+                        exc = ValueError("nested too deeply")
                     if not raw.endswith(b"\n"):
                         # A last line without its newline may still be being written: leave it
                         # for the next run rather than skip it for good.
