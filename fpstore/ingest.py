@@ -17,8 +17,9 @@ Positions (msgpack-able dicts, stored by the store as checkpoints):
   uncompressed files) and checks the id; otherwise it skips n records from the start.
 
 Text is passed to the store as read (HTML included: the pipeline reduces markup itself). Bytes are
-decoded as UTF-8 (or a WARC response's declared charset) with invalid sequences replaced by U+FFFD,
-and counted. The WARC reader is FastWARC (``pip install 'fpstore[ingest]'``), imported only when a
+decoded as UTF-8 (or a WARC response's declared charset, when it names a character set Python knows;
+an unknown name or a codec that is not a character set, such as ``rot13`` or ``base64``, means
+UTF-8) with invalid sequences replaced by U+FFFD, and counted. The WARC reader is FastWARC (``pip install 'fpstore[ingest]'``), imported only when a
 WARC file is read.
 """
 
@@ -108,6 +109,26 @@ class Note:
 
     def __str__(self) -> str:
         return f"{self.where}: {self.message}"
+
+
+#: Text codecs Python knows that are not character sets: ``undefined`` fails on every input,
+#: ``idna`` and ``punycode`` refuse ``errors="replace"``, the escape codecs are Python syntax.
+_NOT_CHARSETS = frozenset({"undefined", "idna", "punycode", "unicode-escape", "raw-unicode-escape"})
+
+
+def _charset(declared: str | None) -> str:
+    """The codec name to decode a payload whose declared charset is ``declared``: a real text
+    encoding Python knows, else ``"utf-8"`` (unknown names, bytes-to-bytes codecs such as
+    ``rot13``, ``base64`` or ``zlib_codec``, and the text codecs in ``_NOT_CHARSETS``)."""
+    if not declared:
+        return "utf-8"
+    try:
+        info = codecs.lookup(declared.strip().strip('"'))
+    except (LookupError, ValueError, TypeError):  # ValueError: a NUL in the name
+        return "utf-8"
+    if not getattr(info, "_is_text_encoding", True) or info.name in _NOT_CHARSETS:
+        return "utf-8"
+    return info.name
 
 
 def _decode(data: bytes, encoding: str = "utf-8") -> tuple[str, bool]:
@@ -432,14 +453,12 @@ class WarcSource(Source):
         if not ctype and b"\x00" in data[:_SNIFF_BYTES]:
             yield Note(where, "not-text", "binary payload; skipped", here)
             return
-        charset = "utf-8"
-        declared = rec.http_charset if rec.is_http else None
-        if declared:
-            try:
-                charset = codecs.lookup(declared.strip().strip('"')).name
-            except LookupError:
-                pass
-        text, clean = _decode(data, charset)
+        charset = _charset(rec.http_charset if rec.is_http else None)
+        try:
+            text, clean = _decode(data, charset)
+        except (ValueError, LookupError):  # a text codec that cannot decode with errors="replace"
+            charset = "utf-8"
+            text, clean = _decode(data)
         if not clean:
             yield Note(where, "invalid-utf8", f"invalid {charset} replaced by U+FFFD")
         yield Item(uri, text, here, len(raw))

@@ -12,8 +12,9 @@ import pathlib
 import pytest
 
 import fpstore
-from fpstore.ingest import Item, JsonlSource, Note, Problem, ingest
+from fpstore.ingest import Item, JsonlSource, Note, Problem, WarcSource, ingest
 from tests.test_cli import run
+from tools import make_test_warc as mtw
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
 
@@ -91,3 +92,42 @@ def test_cli_ingest_deeply_nested_line_skips_with_exit_1_and_no_traceback(tmp_pa
         assert sorted(s) == ["a", "b"]
     r = run("ingest", tmp_path / "t.fps", p, "--on-error", "stop")
     assert r.code == 2 and f"stopped at {p}:2" in r.err
+
+
+# -- 12: a declared charset that names a codec, not a text encoding ---------------------------------
+
+
+#: Declared charsets Python can look up but that are not character sets: bytes-to-bytes codecs
+#: (rot13, base64, zlib) and text codecs that are not charsets (undefined fails on every input,
+#: idna and punycode refuse errors="replace", the escape codecs are Python's own syntax).
+NOT_CHARSETS = ["rot13", "base64", "zlib_codec", "hex", "undefined", "idna", "punycode", "unicode_escape", "raw_unicode_escape", "utf-8\x00"]
+
+
+def test_warc_non_text_codec_charset_falls_back_like_an_unknown_one(tmp_path):
+    """A response whose charset names a codec that is not a text encoding is decoded exactly as one
+    with an unknown charset (UTF-8, invalid bytes replaced); the records after it are read."""
+    body = mtw.page("Crème", mtw.LATIN1, "nav")  # UTF-8 bytes with non-ASCII letters
+    data = mtw.response("https://unknown.example/", body, "text/html; charset=no-such-charset")
+    for cs in NOT_CHARSETS:
+        data += mtw.response(f"https://{cs.strip(chr(0))}.example/", body, f"text/html; charset={cs}")
+    data += mtw.response("https://latin1.example/", body.decode().encode("iso-8859-1"), "text/html; charset=iso-8859-1")
+    path = tmp_path / "cs.warc"
+    path.write_bytes(data)
+    evs = events(WarcSource(str(path)))
+    assert not kinds(evs, Problem) and not kinds(evs, Note)
+    got = [(it.key, it.text) for it in items(evs)]
+    assert [k for k, _ in got] == ["https://unknown.example/"] + [f"https://{cs.strip(chr(0))}.example/" for cs in NOT_CHARSETS] + ["https://latin1.example/"]
+    assert all(t == body.decode() for _, t in got)
+
+
+def test_cli_ingest_warc_with_rot13_charset_stores_every_record(tmp_path):
+    """fpstore-admin ingest of a WARC with charset=rot13, base64 and zlib_codec pages exits 0,
+    without a traceback, and stores each page."""
+    data = b"".join(mtw.response(f"https://{cs}.example/", mtw.page("t", mtw.ARTICLE_A, "nav"), f"text/html; charset={cs}")
+                    for cs in ("rot13", "base64", "zlib_codec"))
+    path = tmp_path / "cs.warc"
+    path.write_bytes(data)
+    r = run("ingest", tmp_path / "s.fps", path)
+    assert r.code == 0, r.err
+    with fpstore.open(tmp_path / "s.fps", readonly=True) as s:
+        assert len(s) == 3
