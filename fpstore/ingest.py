@@ -14,7 +14,9 @@ Positions (msgpack-able dicts, stored by the store as checkpoints):
   (sorted by path components) is done.
 * WARC ``{"record": n, "offset": bytes, "id": record id}``: records 1..n are done; the last one
   starts at ``offset`` and has WARC-Record-ID ``id``. Resuming seeks there (per-record gzip and
-  uncompressed files) and checks the id; otherwise it skips n records from the start.
+  uncompressed files) and checks the id; otherwise it skips n records from the start. When record
+  n was skipped because its header is too long to read, ``"next": bytes`` says where record n + 1
+  starts; resuming checks record n again and seeks there.
 
 Text is passed to the store as read (HTML included: the pipeline reduces markup itself). Bytes are
 decoded as UTF-8 (or a WARC response's declared charset, when it names a character set Python knows;
@@ -372,28 +374,82 @@ class WarcSource(Source):
     deflate, brotli) are undone with a bound on the decoded size. Other record types, non-2xx
     responses and non-text payloads are skipped with a note. A truncated record ends the source;
     its checkpoint stays before it.
+
+    Record headers (WARC and HTTP) are read up to :attr:`header_limit` bytes (``max_bytes``, at
+    least 32 KiB). A record with a longer header is skipped with a ``too-large`` note in
+    uncompressed and per-record gzip files; in other files (one compressed stream for all records)
+    it is a ``too-large`` problem that ends the source, and a larger ``max_bytes`` reads it.
     """
 
     kind = "warc"
+
+    @property
+    def header_limit(self) -> int:
+        """The longest record header read (FastWARC's ``max_header_len``): ``max_bytes``, and at
+        least FastWARC's default of 32 KiB. A longer header is skipped with its record."""
+        return max(_MIN_HEADER_LIMIT, self.max_bytes)
 
     def items(self, pos: dict[str, Any] | None) -> Iterator[Item | Problem | Note]:
         warc = _load_fastwarc()
         with open(self.path, "rb") as fh:
             index, last_offset = 0, None
+            # Where the next record starts, when known without reading the one at last_offset:
+            # the file's start, or the end of a record skipped by hand.
+            next_start: int | None = 0
             if pos:
                 index, last_offset = _pos_int(pos, "record", self), _pos_int(pos, "offset", self)
-                records = self._resume(warc, fh, index, last_offset, pos.get("id"))
+                if "next" in pos:  # the last record done was skipped by hand: resume after it
+                    next_start = _pos_int(pos, "next", self)
+                    try:
+                        found = self._record_end(fh, last_offset)
+                    except EOFError:
+                        found = (None, None)
+                    if found != (next_start, pos.get("id")):
+                        raise InputError(
+                            f"{self.path} changed since its checkpoint (record {index} is not where it was); "
+                            "pass --restart to ingest it again from the start"
+                        )
+                    fh.seek(next_start)
+                    records = self._records(warc, fh, self.header_limit)
+                else:
+                    next_start = None
+                    records = self._resume(warc, fh, index, last_offset, pos.get("id"))
             else:
-                records = self._records(warc, fh)
+                records = self._records(warc, fh, self.header_limit)
             while True:
                 try:
                     rec = next(records)
                 except StopIteration:
                     break
                 except (OSError, ValueError) as exc:
-                    yield Problem(f"{self.path}: record {index + 1}", "truncated",
-                                  f"unreadable WARC data after record {index} ({exc})", None)
-                    return
+                    if "header length" not in str(exc):
+                        yield Problem(f"{self.path}: record {index + 1}", "truncated",
+                                      f"unreadable WARC data after record {index} ({exc})", None)
+                        return
+                    # FastWARC cannot go past a header over its limit: find the record's end by
+                    # hand and start a new iterator there.
+                    try:
+                        start = next_start if next_start is not None else self._record_end(fh, last_offset)[0]
+                        end, rid = self._record_end(fh, start)
+                    except EOFError:
+                        yield Problem(f"{self.path}: record {index + 1}", "truncated",
+                                      f"truncated WARC record after record {index} (the file ends in it)", None)
+                        return
+                    index += 1
+                    where = f"{self.path}: record {index}" + ("" if start is None else f" at byte {start}")
+                    if start is None or end is None:
+                        yield Problem(where, "too-large",
+                                      f"a WARC record header longer than {self.header_limit:,} bytes, which this file's "
+                                      "compression does not let the reader skip alone; pass a --max-bytes larger "
+                                      "than the header to read it", None)
+                        return
+                    yield Note(where, "too-large", f"WARC record header longer than {self.header_limit:,} bytes; skipped",
+                               {"record": index, "offset": start, "id": rid, "next": end})
+                    last_offset, next_start = start, end
+                    fh.seek(end)
+                    records = self._records(warc, fh, self.header_limit)
+                    continue
+                next_start = None
                 index += 1
                 self.consumed = fh.tell()
                 last_offset = rec.stream_pos
@@ -495,18 +551,58 @@ class WarcSource(Source):
         return data
 
     @staticmethod
-    def _records(warc: Any, fh: io.BufferedReader) -> Iterator[Any]:
-        return iter(warc.ArchiveIterator(fh, parse_http=True, auto_decode="none", strict_mode=False))
+    def _records(warc: Any, fh: io.BufferedReader, header_limit: int = 32 << 10) -> Iterator[Any]:
+        return iter(warc.ArchiveIterator(fh, parse_http=True, auto_decode="none", strict_mode=False,
+                                         max_header_len=header_limit))
+
+    def _record_end(self, fh: io.BufferedReader, start: int | None) -> tuple[int | None, str | None]:
+        """``(offset where the next record starts, WARC-Record-ID)`` of the record that starts at
+        ``start``, read by hand in bounded memory however long its header; ``(None, None)`` when
+        that cannot be told: not a record there, or a compression whose records do not start at
+        offsets of their own (only uncompressed and per-record gzip files can skip one record).
+        Raises EOFError when the file ends inside the record."""
+        if start is None:
+            return None, None
+        try:
+            return self._record_end_at(fh, start)
+        except (OSError, ValueError, zlib.error):  # a damaged gzip member, an unreadable file
+            return None, None
+
+    @staticmethod
+    def _record_end_at(fh: io.BufferedReader, start: int) -> tuple[int | None, str | None]:
+        fh.seek(start)
+        magic = fh.read(5)
+        fh.seek(start)
+        if magic == b"WARC/":
+            got = _skip_warc_record(fh)
+            if got is None:
+                return None, None
+            rid = got
+            # Records end with CRLF CRLF; tolerate fewer or more line ends before the next one.
+            here = fh.tell()
+            peek = fh.read(16)
+            rest = peek.lstrip(b"\r\n")
+            if rest and not rest.startswith(b"WARC/"[: len(rest)]):
+                return None, None
+            return here + len(peek) - len(rest), rid
+        if magic[:2] == b"\x1f\x8b":
+            member = _GzipMember(fh, start)
+            reader = io.BufferedReader(member, 1 << 16)
+            got = _skip_warc_record(reader)
+            if got is None or reader.read(16).strip(b"\r\n") or not member.at_end():
+                return None, None  # not exactly one record in this gzip member
+            return member.end, got
+        return None, None
 
     def _resume(self, warc: Any, fh: io.BufferedReader, index: int, offset: int, expect_id: object) -> Iterator[Any]:
         """Records after the ``index``-th, whose id must be ``expect_id``: found by seeking to its
         offset where a record starts there (uncompressed or per-record gzip files), else by
         reading ``index`` records from the start."""
         if index == 0:
-            return self._records(warc, fh)
+            return self._records(warc, fh, self.header_limit)
         if self._seekable_at(fh, offset):
             fh.seek(offset)
-            records = self._records(warc, fh)
+            records = self._records(warc, fh, self.header_limit)
             try:
                 first = next(records, None)
             except (OSError, ValueError):
@@ -515,7 +611,7 @@ class WarcSource(Source):
                 first.reader.consume()
                 return records
         fh.seek(0)
-        records = self._records(warc, fh)
+        records = self._records(warc, fh, self.header_limit)
         rec = None
         for _ in range(index):
             try:
@@ -567,6 +663,86 @@ class WarcSource(Source):
 
     def describe(self, pos: dict[str, Any] | None) -> str:
         return "the start" if not pos else f"record {pos.get('record')}"
+
+
+_MIN_HEADER_LIMIT = 32 << 10  # FastWARC's default max_header_len
+
+
+def _skip_warc_record(fh: Any) -> str | None:
+    """Read one WARC record from ``fh`` (at its "WARC/" line) up to the end of its block, holding
+    at most 64 KiB of it; its WARC-Record-ID ("" when it has none, or it is on a line over 64 KiB),
+    or None when the bytes are not a record with a Content-Length. Raises EOFError when they end
+    inside the record."""
+    if not fh.readline(64).startswith(b"WARC/"):
+        return None
+    length, rid = None, ""
+    while True:
+        line = fh.readline(1 << 16)
+        if not line:
+            raise EOFError
+        if line in (b"\r\n", b"\n"):
+            break
+        if not line.endswith(b"\n"):  # a long line (the URI): not one we need; read past it
+            while line and not line.endswith(b"\n"):
+                line = fh.readline(1 << 16)
+            if not line:
+                raise EOFError
+            continue
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"content-length":
+            value = value.strip()
+            if not value.isdigit():
+                return None
+            length = int(value)
+        elif name == b"warc-record-id":
+            rid = value.strip().decode("latin-1")
+    if length is None:
+        return None
+    while length > 0:
+        chunk = fh.read(min(length, 1 << 20))
+        if not chunk:
+            raise EOFError
+        length -= len(chunk)
+    return rid
+
+
+class _GzipMember(io.RawIOBase):
+    """The decompressed bytes of the one gzip member that starts at ``start`` in ``fh``; once read
+    to its end, ``end`` is the offset just after it (where the next member starts)."""
+
+    def __init__(self, fh: io.BufferedReader, start: int) -> None:
+        self._fh = fh
+        self._z = zlib.decompressobj(wbits=31)
+        self._pos = start  # offset in fh of the next compressed byte to feed
+        self.end: int | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        while True:
+            if self._z.eof:
+                return 0
+            data = self._z.unconsumed_tail
+            if not data:
+                self._fh.seek(self._pos)
+                data = self._fh.read(1 << 16)
+                if not data:
+                    return 0  # a truncated member: at_end() stays False
+                self._pos += len(data)
+            out = self._z.decompress(data, len(buf))
+            if self._z.eof:
+                self.end = self._pos - len(self._z.unused_data)
+            if out:
+                buf[: len(out)] = out
+                return len(out)
+
+    def at_end(self) -> bool:
+        """True when the member was read to its end."""
+        while self.end is None and self.readinto(bytearray(1 << 16)):
+            pass
+        return self.end is not None
 
 
 class SampleSource(Source):

@@ -6,6 +6,7 @@ time far beyond the input's size; see RELIABILITY.md rule 11.
 
 from __future__ import annotations
 
+import gzip
 import json
 import pathlib
 
@@ -131,3 +132,110 @@ def test_cli_ingest_warc_with_rot13_charset_stores_every_record(tmp_path):
     assert r.code == 0, r.err
     with fpstore.open(tmp_path / "s.fps", readonly=True) as s:
         assert len(s) == 3
+
+
+# -- 13: WARC record headers longer than FastWARC's default 32 KiB ----------------------------------
+
+
+def long_warc(form: str, uri_len: int) -> tuple[bytes, list[str]]:
+    """The sample records with a response whose WARC-Target-URI is ``uri_len`` characters long
+    inserted fourth; and the keys an ingest of it stores when that record is read."""
+    long_uri = "https://long.example/" + "a" * uri_len
+    recs = mtw.records()
+    recs.insert(3, mtw.response(long_uri, mtw.page("Long", mtw.ARTICLE_B, "nav")))
+    if form == "plain":
+        raw = b"".join(recs)
+    elif form == "per-record-gzip":
+        raw = b"".join(gzip.compress(r, compresslevel=9, mtime=0) for r in recs)
+    else:
+        raw = gzip.compress(b"".join(recs), mtime=0)
+    return raw, mtw.TEXT_URIS[:1] + [long_uri] + mtw.TEXT_URIS[1:]
+
+
+FORMS = ["plain", "per-record-gzip", "one-gzip-member"]
+
+
+def warc_path(tmp_path: pathlib.Path, form: str, raw: bytes) -> pathlib.Path:
+    path = tmp_path / ("x.warc" if form == "plain" else "x.warc.gz")
+    path.write_bytes(raw)
+    return path
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_warc_header_over_32_kib_is_read(tmp_path, form):
+    """A record whose header (one long URI) is over 32 KiB but within max_bytes is read like any
+    other; every record after it is read; no problem is reported."""
+    raw, keys = long_warc(form, 40_000)
+    evs = events(WarcSource(str(warc_path(tmp_path, form, raw))))
+    assert not kinds(evs, Problem)
+    assert [it.key for it in items(evs)] == keys
+
+
+@pytest.mark.parametrize("form", ["plain", "per-record-gzip"])
+def test_warc_header_over_max_bytes_is_skipped_and_the_rest_read(tmp_path, form, store):
+    """A record whose header is larger than max_bytes (64 KiB here) is skipped with a 'too-large'
+    note; the records after it are read, from the start and when resuming at any position; an
+    ingest checkpoints past it and a rerun has nothing left."""
+    raw, keys = long_warc(form, 100_000)
+    path = warc_path(tmp_path, form, raw)
+    evs = events(WarcSource(str(path), max_bytes=65536))
+    assert not kinds(evs, Problem)
+    skipped = [e for e in evs if isinstance(e, Note) and e.kind == "too-large"]
+    assert len(skipped) == 1 and "header" in skipped[0].message
+    wanted = [k for k in keys if not k.startswith("https://long.")]
+    assert [it.key for it in items(evs)] == wanted
+    positioned = [e for e in evs if e.pos is not None]
+    for i, ev in enumerate(positioned):
+        rest = events(WarcSource(str(path), max_bytes=65536), ev.pos)
+        assert not kinds(rest, Problem)
+        assert [it.key for it in items(rest)] == [it.key for it in items(positioned[i + 1:])]
+    res = ingest(store, [WarcSource(str(path), max_bytes=65536)], batch_size=2)
+    assert res.problems == 0 and res.sources[0].done and sorted(store) == sorted(wanted)
+    last = store.checkpoint(WarcSource(str(path)).name)
+    assert last["record"] == len(mtw.records()) + 1
+    again = ingest(store, [WarcSource(str(path), max_bytes=65536)])
+    assert again.added == 0 and again.problems == 0
+    # A checkpoint just after the skipped record resumes there, and notices a changed file.
+    rest = events(WarcSource(str(path), max_bytes=65536), skipped[0].pos)
+    assert [it.key for it in items(rest)] == wanted[1:]
+    with pytest.raises(fpstore.errors.InputError, match="--restart"):
+        events(WarcSource(str(path), max_bytes=65536), dict(skipped[0].pos, id="<urn:uuid:other>"))
+
+
+def test_warc_header_over_max_bytes_in_one_gzip_member_stops_with_the_way_past(tmp_path):
+    """Where one record cannot be skipped alone (one gzip member for the whole file), the long
+    header is a problem without a position that names --max-bytes as the way past it; the records
+    before it are read, and with a larger max_bytes the whole file is."""
+    raw, keys = long_warc("one-gzip-member", 100_000)
+    path = warc_path(tmp_path, "one-gzip-member", raw)
+    evs = events(WarcSource(str(path), max_bytes=65536))
+    probs = [e for e in evs if isinstance(e, Problem)]
+    assert len(probs) == 1 and probs[0].pos is None and "--max-bytes" in probs[0].message
+    assert [it.key for it in items(evs)] == keys[:1]
+    assert [it.key for it in items(events(WarcSource(str(path), max_bytes=1 << 20)))] == keys
+
+
+def test_cli_ingest_warc_with_a_long_header_stores_the_rest(tmp_path):
+    """fpstore-admin ingest of a per-record gzip WARC with a 40 KB URI exits 0 and stores every
+    text response."""
+    raw, keys = long_warc("per-record-gzip", 40_000)
+    path = warc_path(tmp_path, "per-record-gzip", raw)
+    r = run("ingest", tmp_path / "s.fps", path)
+    assert r.code == 0, r.err
+    with fpstore.open(tmp_path / "s.fps", readonly=True) as s:
+        assert sorted(s) == sorted(keys)
+
+
+@pytest.mark.parametrize("form", ["plain", "per-record-gzip"])
+def test_warc_cut_inside_a_long_header_record_is_truncated(tmp_path, form):
+    """A file that ends inside a record whose header is over max_bytes is 'truncated' (retried by
+    a rerun once the file is complete), not skipped as too large."""
+    raw, keys = long_warc(form, 100_000)
+    sizes = [len(gzip.compress(r, compresslevel=9, mtime=0) if form != "plain" else r) for r in mtw.records()]
+    long_len = len(raw) - sum(sizes)
+    cut = sum(sizes[:3]) + long_len - 30  # past the first 64 KiB of the header, inside the record's block
+    path = warc_path(tmp_path, form, raw[:cut])
+    evs = events(WarcSource(str(path), max_bytes=65536))
+    probs = [e for e in evs if isinstance(e, Problem)]
+    assert [(p.kind, p.pos) for p in probs] == [("truncated", None)]
+    assert [it.key for it in items(evs)] == keys[:1]
