@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from fpstore.errors import InputError
+from fpstore.limits import MAX_KEY_BYTES
 
 __all__ = [
     "DirectorySource",
@@ -776,6 +777,18 @@ class SampleSource(Source):
         return "the start" if not pos else f"document {pos.get('index')}"
 
 
+def _check_key(src: Source, item: Item) -> Item | Problem:
+    """``item``, or a ``too-large`` problem when its key is longer than the store accepts
+    (:data:`fpstore.limits.MAX_KEY_BYTES`, measured as the store encodes the key): one such record
+    must not fail its whole batch."""
+    key = item.key
+    n = len(key) if isinstance(key, (bytes, bytearray)) else len(key) if key.isascii() else len(key.encode("utf-8", "surrogatepass"))
+    if n <= MAX_KEY_BYTES:
+        return item
+    return Problem(f"{src.path}: {src.describe(item.pos)}", "too-large",
+                   f"key of {n:,} bytes is longer than a store accepts ({MAX_KEY_BYTES:,} bytes); skipped", item.pos)
+
+
 def _pos_int(pos: dict[str, Any], field_name: str, src: Source) -> int:
     value = pos.get(field_name) if isinstance(pos, dict) else None
     if not isinstance(value, int) or value < 0:
@@ -935,6 +948,8 @@ def ingest(
 
         n_seen = 0
         for ev in src.items(pos):
+            if isinstance(ev, Item):
+                ev = _check_key(src, ev)
             if isinstance(ev, Note):
                 res.notes[ev.kind] = res.notes.get(ev.kind, 0) + 1
                 if report is not None:

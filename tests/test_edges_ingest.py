@@ -239,3 +239,24 @@ def test_warc_cut_inside_a_long_header_record_is_truncated(tmp_path, form):
     probs = [e for e in evs if isinstance(e, Problem)]
     assert [(p.kind, p.pos) for p in probs] == [("truncated", None)]
     assert [it.key for it in items(evs)] == keys[:1]
+
+
+# -- keys longer than the store accepts ---------------------------------------------------------------
+
+
+def test_ingest_skips_a_key_over_the_limit_with_a_problem(tmp_path, store):
+    """A key whose UTF-8 is longer than MAX_KEY_BYTES is a 'too-large' problem for that record
+    only: the rest of its batch is stored, the checkpoint moves past it, and stop mode stops there."""
+    from fpstore.limits import MAX_KEY_BYTES
+
+    long_key = "é" * (MAX_KEY_BYTES // 2 + 1)  # MAX_KEY_BYTES + 2 bytes of UTF-8, half as many characters
+    p = tmp_path / "keys.jsonl"
+    p.write_bytes(line("a", 1) + line(long_key, 2) + line("é" * (MAX_KEY_BYTES // 2), 3) + line("b", 4))
+    seen = []
+    res = ingest(store, [JsonlSource(str(p))], report=seen.append)
+    assert [(e.kind, e.where) for e in seen] == [("too-large", f"{p}: line 2")]
+    assert "key" in seen[0].message and f"{MAX_KEY_BYTES:,}" in seen[0].message
+    assert sorted(store) == sorted(["a", "b", "é" * (MAX_KEY_BYTES // 2)])
+    assert store.checkpoint(JsonlSource(str(p)).name)["line"] == 4
+    res = ingest(store, [JsonlSource(str(p))], restart=True, on_error="stop")
+    assert res.stopped_at is not None and res.stopped_at.where == f"{p}: line 2"
