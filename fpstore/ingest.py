@@ -28,6 +28,7 @@ WARC file is read.
 from __future__ import annotations
 
 import codecs
+import errno
 import hashlib
 import io
 import json
@@ -37,10 +38,10 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 from fpstore.errors import InputError
-from fpstore.limits import MAX_KEY_BYTES
+from fpstore.limits import MAX_CHECKPOINT_NAME_BYTES, MAX_KEY_BYTES
 
 __all__ = [
     "DirectorySource",
@@ -157,8 +158,14 @@ class Source:
 
     @property
     def name(self) -> str:
-        """The checkpoint name: kind and real path, so a renamed working directory still resumes."""
-        return f"ingest:{self.kind}:{os.path.realpath(self.path)}"
+        """The checkpoint name: kind and real path, so a renamed working directory still resumes.
+
+        ``ingest:KIND:REAL PATH`` when that is valid UTF-8 of at most
+        :data:`~fpstore.limits.MAX_CHECKPOINT_NAME_BYTES` bytes (the name every version gave it);
+        otherwise (a path that is not UTF-8, or a long one) ``ingest:KIND:#DIGEST:...TAIL``, a
+        digest of the whole real path and as much of its end as fits, escaped to be readable.
+        """
+        return _checkpoint_name(self.kind, os.path.realpath(self.path))
 
     @property
     def size(self) -> int:
@@ -171,6 +178,22 @@ class Source:
 
     def items(self, pos: dict[str, Any] | None) -> Iterator[Item | Problem | Note]:  # pragma: no cover
         raise NotImplementedError
+
+
+def _checkpoint_name(kind: str, real: str) -> str:
+    """The checkpoint name of a source of ``kind`` at real path ``real`` (see :attr:`Source.name`)."""
+    name = f"ingest:{kind}:{real}"
+    try:
+        if len(name.encode("utf-8")) <= MAX_CHECKPOINT_NAME_BYTES:
+            return name
+    except UnicodeEncodeError:  # surrogates: the path's bytes are not UTF-8
+        pass
+    # A real path starts with "/" (or a drive), never "#": no such name collides with a plain one.
+    digest = hashlib.blake2b(real.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    head = f"ingest:{kind}:#{digest}:..."
+    room = MAX_CHECKPOINT_NAME_BYTES - len(head.encode("utf-8"))
+    tail = real.encode("utf-8", "backslashreplace")[-room:].decode("utf-8", "ignore")
+    return head + tail
 
 
 class JsonlSource(Source):
@@ -277,74 +300,125 @@ def _reread_head(fh: io.BufferedReader) -> bytes:
     return first
 
 
+class _File(NamedTuple):
+    """A file of a :class:`DirectorySource`."""
+
+    parts: tuple[str, ...]  # components of its path below the directory: the walk order
+    rel: str  # the same, joined with "/": its key (after the prefix)
+    size: int
+    #: what to open: components below the directory's real path, opened following no link
+    #: (a regular file, or a link to one inside the tree); a path (follow_symlinks=True); or None
+    #: for a link to a file outside the tree, which is skipped with a note.
+    target: tuple[str, ...] | str | None
+
+
 class DirectorySource(Source):
     """Every regular file under a directory, in path order; the key is the path relative to it.
 
-    Hidden files and directories (names starting with ``.``) are left out, and symbolic links to
-    directories are not followed. Binary files (a NUL byte in the first 8 KiB) are skipped with a
-    note.
+    Hidden files and directories (names starting with ``.``) are left out. Symbolic links are
+    followed only inside the tree: a link to a file in it is read (under the link's own path),
+    a link to a file outside it is skipped with a ``symlink`` note, and links to directories are
+    not followed; files are opened following no link below the directory, so a file swapped for a
+    link after the walk is not read through it. ``follow_symlinks=True`` follows every link, to
+    files and directories, wherever it points (each directory is walked once, so a link to an
+    ancestor does not loop). Binary files (a NUL byte in the first 8 KiB) are skipped with a note.
+
+    Names that are not UTF-8 give keys with the undecodable bytes as lone surrogates
+    (:func:`os.fsdecode`; :func:`os.fsencode` of the key gives the name's bytes back), which the
+    store keeps as they are; such a name is held in a position as bytes.
     """
 
     kind = "dir"
 
-    def __init__(self, path: str, *, key_prefix: str = "", max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, path: str, *, key_prefix: str = "", max_bytes: int = DEFAULT_MAX_BYTES,
+                 follow_symlinks: bool = False) -> None:
         super().__init__(path, max_bytes=max_bytes)
         self.key_prefix = key_prefix
-        self._files: list[tuple[tuple[str, ...], str, int]] | None = None
+        self.follow_symlinks = follow_symlinks
+        self._files: list[_File] | None = None
 
-    def files(self) -> list[tuple[tuple[str, ...], str, int]]:
-        """``(path components, relative path, size)`` of every file, sorted by components."""
+    def files(self) -> list[_File]:
+        """Every file, sorted by path components (see :class:`_File`)."""
         if self._files is None:
             out = []
-            for root, dirs, names in os.walk(self.path, onerror=None, followlinks=False):
-                dirs[:] = [d for d in dirs if not d.startswith(".")]
+            real_root = os.path.realpath(self.path)
+            walked: set[tuple[int, int]] = set()
+            for root, dirs, names in os.walk(self.path, onerror=None, followlinks=self.follow_symlinks):
+                if self.follow_symlinks:
+                    try:
+                        st = os.stat(root)
+                    except OSError:
+                        dirs[:] = []
+                        continue
+                    if (st.st_dev, st.st_ino) in walked:  # reached again through a link
+                        dirs[:] = []
+                        continue
+                    walked.add((st.st_dev, st.st_ino))
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # deterministic: which path reaches a directory first
                 rel_root = os.path.relpath(root, self.path)
                 for name in names:
                     if name.startswith("."):
                         continue
                     full = os.path.join(root, name)
+                    rel = name if rel_root == "." else f"{rel_root}/{name}".replace(os.sep, "/")
+                    parts = tuple(rel.split("/"))
                     try:
-                        st = os.stat(full)
+                        lst = os.lstat(full)
+                        st = os.stat(full) if stat.S_ISLNK(lst.st_mode) else lst
                     except OSError:
                         continue
                     if not stat.S_ISREG(st.st_mode):
                         continue
-                    rel = name if rel_root == "." else f"{rel_root}/{name}".replace(os.sep, "/")
-                    out.append((tuple(rel.split("/")), rel, st.st_size))
+                    target: tuple[str, ...] | str | None = parts
+                    if self.follow_symlinks:
+                        target = full
+                    elif stat.S_ISLNK(lst.st_mode):
+                        real = os.path.realpath(full)
+                        inside = os.path.commonpath([real_root, real]) == real_root and real != real_root
+                        target = tuple(os.path.relpath(real, real_root).split(os.sep)) if inside else None
+                    out.append(_File(parts, rel, st.st_size, target))
             out.sort()
             self._files = out
         return self._files
 
     @property
     def size(self) -> int:
-        return sum(s for _, _, s in self.files())
+        return sum(f.size for f in self.files())
 
     def items(self, pos: dict[str, Any] | None) -> Iterator[Item | Problem | Note]:
         done: tuple[str, ...] | None = None
         count = 0
         if pos:
             last = pos.get("file")
+            if isinstance(last, bytes):
+                last = os.fsdecode(last)
             if not isinstance(last, str):
                 raise InputError(f"the checkpoint of {self.path} is malformed; pass --restart to ingest it from the start")
             done = tuple(last.split("/"))
             count = _pos_int(pos, "count", self)
         self.consumed = 0
-        for parts, rel, size in self.files():
+        for parts, rel, size, target in self.files():
             if done is not None and parts <= done:
                 self.consumed += size
                 continue
             count += 1
-            here = {"file": rel, "count": count}
+            here = {"file": _fs_name(rel), "count": count}
             full = os.path.join(self.path, *parts)
             self.consumed += size
+            if target is None:
+                yield Note(full, "symlink", "a symbolic link to a file outside the directory; skipped "
+                           "(follow_symlinks, --follow-symlinks, reads it)", here)
+                continue
             if size > self.max_bytes:
                 yield Note(full, "too-large", f"larger than {self.max_bytes:,} bytes; skipped", here)
                 continue
             try:
-                with open(full, "rb") as fh:
-                    data = fh.read(self.max_bytes + 1)
+                data = self._read(target)
             except OSError as exc:
-                yield Problem(full, "unreadable", f"cannot read: {exc.strerror or exc}", here)
+                if exc.errno == errno.ELOOP:
+                    yield Note(full, "symlink", "became a symbolic link after the directory was listed; not followed", here)
+                else:
+                    yield Problem(full, "unreadable", f"cannot read: {exc.strerror or exc}", here)
                 continue
             if b"\x00" in data[:_SNIFF_BYTES]:
                 yield Note(full, "binary", "binary file (NUL bytes); skipped", here)
@@ -354,8 +428,61 @@ class DirectorySource(Source):
                 yield Note(full, "invalid-utf8", "invalid UTF-8 replaced by U+FFFD")
             yield Item(self.key_prefix + rel, text, here, len(data))
 
+    def _read(self, target: tuple[str, ...] | str) -> bytes:
+        """The first ``max_bytes + 1`` bytes of a regular file (raises OSError otherwise)."""
+        if isinstance(target, str):
+            fd = os.open(target, os.O_RDONLY | _O_NONBLOCK | _O_CLOEXEC)
+        else:
+            fd = _open_beneath(self.path, target)
+        with open(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file any more")
+            return fh.read(self.max_bytes + 1)
+
     def describe(self, pos: dict[str, Any] | None) -> str:
-        return "the start" if not pos else f"file {pos.get('count')} ({pos.get('file')})"
+        if not pos:
+            return "the start"
+        name = pos.get("file")
+        return f"file {pos.get('count')} ({os.fsdecode(name) if isinstance(name, bytes) else name})"
+
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a file swapped for a FIFO does not block the open
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_BENEATH = bool(_O_NOFOLLOW) and os.open in os.supports_dir_fd
+
+
+def _fs_name(rel: str) -> str | bytes:
+    """A relative path as a position holds it: str when it is UTF-8, else its bytes."""
+    try:
+        rel.encode("utf-8")
+        return rel
+    except UnicodeEncodeError:
+        return os.fsencode(rel)
+
+
+def _open_beneath(root: str, parts: tuple[str, ...]) -> int:
+    """A read-only descriptor of ``root/parts...``, following no symbolic link below ``root``
+    (a link raises OSError ELOOP). Where the platform has no ``O_NOFOLLOW`` and ``dir_fd``, the
+    path's real path is checked to be under ``root`` instead."""
+    if not _BENEATH:
+        real_root = os.path.realpath(root)
+        real = os.path.realpath(os.path.join(root, *parts))
+        if os.path.commonpath([real_root, real]) != real_root:
+            raise OSError(errno.ELOOP, "a symbolic link out of the directory")
+        return os.open(real, os.O_RDONLY | _O_NONBLOCK | _O_CLOEXEC)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            try:
+                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=fd)
+            except NotADirectoryError:
+                raise OSError(errno.ELOOP, "a symbolic link (or not a directory) in the path") from None
+            os.close(fd)
+            fd = sub
+        return os.open(parts[-1], os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _load_fastwarc() -> Any:
@@ -822,7 +949,8 @@ def detect_kind(path: str) -> str:
 def make_source(path: str, kind: str = "auto", **options: Any) -> Source:
     """A source for ``path``; ``kind`` is ``auto``, ``jsonl``, ``dir`` or ``warc``.
 
-    ``options``: ``key_field``/``text_field`` (JSONL), ``key_prefix`` (directory), ``max_bytes``.
+    ``options``: ``key_field``/``text_field`` (JSONL), ``key_prefix`` and ``follow_symlinks``
+    (directory), ``max_bytes``.
     """
     if kind == "auto":
         kind = detect_kind(path)
@@ -834,7 +962,8 @@ def make_source(path: str, kind: str = "auto", **options: Any) -> Source:
     if kind == "jsonl":
         return JsonlSource(path, key_field=options.get("key_field", "id"), text_field=options.get("text_field", "text"), max_bytes=max_bytes)
     if kind == "dir":
-        return DirectorySource(path, key_prefix=options.get("key_prefix", ""), max_bytes=max_bytes)
+        return DirectorySource(path, key_prefix=options.get("key_prefix", ""), max_bytes=max_bytes,
+                               follow_symlinks=bool(options.get("follow_symlinks", False)))
     if kind == "warc":
         _load_fastwarc()
         return WarcSource(path, max_bytes=max_bytes)

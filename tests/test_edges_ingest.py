@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import pathlib
 
 import pytest
 
 import fpstore
-from fpstore.ingest import Item, JsonlSource, Note, Problem, WarcSource, ingest
+from fpstore.ingest import DirectorySource, Item, JsonlSource, Note, Problem, WarcSource, ingest
 from tests.test_cli import run
 from tools import make_test_warc as mtw
 
@@ -260,3 +261,149 @@ def test_ingest_skips_a_key_over_the_limit_with_a_problem(tmp_path, store):
     assert store.checkpoint(JsonlSource(str(p)).name)["line"] == 4
     res = ingest(store, [JsonlSource(str(p))], restart=True, on_error="stop")
     assert res.stopped_at is not None and res.stopped_at.where == f"{p}: line 2"
+
+
+# -- 14: directory sources: names that are not UTF-8, long paths, symbolic links ---------------------
+
+
+def make_file(path: bytes, data: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(data)
+
+
+def test_directory_non_utf8_file_name_is_stored_faithfully_and_checkpointed(tmp_path, store):
+    """A file whose name is not UTF-8 is stored under a key that gives back its bytes
+    (os.fsencode); every position is msgpack-able; a rerun adds nothing; resuming from each
+    position reads exactly the files after it."""
+    import msgpack
+
+    root = os.fsencode(tmp_path / "docs")
+    os.mkdir(root)
+    names = [b"a.txt", b"caf\xe9.txt", b"sub\xff", b"z.txt"]
+    for i, name in enumerate(names):
+        if name.startswith(b"sub"):
+            os.mkdir(os.path.join(root, name))
+            make_file(os.path.join(root, name, b"in\xfe.txt"), text(i).encode())
+        else:
+            make_file(os.path.join(root, name), text(i).encode())
+    src = DirectorySource(os.fsdecode(root))
+    evs = events(src)
+    keys = [it.key for it in items(evs)]
+    assert sorted(os.fsencode(k) for k in keys) == [b"a.txt", b"caf\xe9.txt", b"sub\xff/in\xfe.txt", b"z.txt"]
+    for i, it in enumerate(items(evs)):
+        msgpack.packb(it.pos, use_bin_type=True)
+        assert [r.key for r in items(events(DirectorySource(os.fsdecode(root)), it.pos))] == keys[i + 1:]
+    res = ingest(store, [DirectorySource(os.fsdecode(root))], batch_size=2)
+    assert res.added == 4 and res.sources[0].done
+    assert sorted(os.fsencode(k) for k in store) == sorted(os.fsencode(k) for k in keys)
+    assert ingest(store, [DirectorySource(os.fsdecode(root))]).added == 0
+
+
+def test_non_utf8_and_long_source_paths_get_a_short_stable_checkpoint_name(tmp_path, store):
+    """A source path that is not UTF-8, or whose name would be over MAX_CHECKPOINT_NAME_BYTES,
+    gets a checkpoint name that is valid UTF-8 within the limit, the same on every run and
+    different for different paths; a short UTF-8 path keeps the name earlier versions used."""
+    from fpstore.limits import MAX_CHECKPOINT_NAME_BYTES
+
+    short = tmp_path / "short"
+    short.mkdir()
+    assert DirectorySource(str(short)).name == f"ingest:dir:{os.path.realpath(short)}"
+    bad = os.fsencode(tmp_path) + b"/d\xff"
+    os.mkdir(bad)
+    deep = tmp_path
+    for i in range(8):
+        deep = deep / (f"{i}" + "x" * 60)
+    deep2 = tmp_path / "y" / deep.relative_to(tmp_path)
+    sources = []
+    for d in (os.fsdecode(bad), str(deep), str(deep2)):
+        os.makedirs(d, exist_ok=True)
+        make_file(os.fsencode(os.path.join(d, "a.txt")), text(len(sources)).encode())
+        sources.append(DirectorySource(d))
+    names = [s.name for s in sources]
+    assert len(set(names)) == 3
+    for s, n in zip(sources, names):
+        assert len(n.encode("utf-8")) <= MAX_CHECKPOINT_NAME_BYTES and DirectorySource(s.path).name == n
+    assert names[1].endswith("x" * 20) and names[1].startswith("ingest:dir:")
+    res = ingest(store, sources)
+    assert res.added == 3
+    assert ingest(store, [DirectorySource(s.path) for s in sources]).added == 0
+    bad_jsonl = bad + b"/x.jsonl"
+    make_file(bad_jsonl, line("j", 1))
+    assert ingest(store, [JsonlSource(os.fsdecode(bad_jsonl))]).added == 1
+    assert ingest(store, [JsonlSource(os.fsdecode(bad_jsonl))]).added == 0
+
+
+def test_cli_ingest_non_utf8_and_long_paths(tmp_path):
+    """fpstore-admin ingest of a directory whose path is not UTF-8 and holds a file whose name is
+    not, and of a directory with a path over 400 bytes, exits 0 without a traceback; a rerun adds
+    nothing."""
+    bad = os.fsencode(tmp_path) + b"/d\xff"
+    os.mkdir(bad)
+    make_file(bad + b"/caf\xe9.txt", text(1).encode())
+    deep = tmp_path
+    for i in range(8):
+        deep = deep / (f"{i}" + "x" * 60)
+    deep.mkdir(parents=True)
+    (deep / "a.txt").write_text(text(2))
+    store = tmp_path / "s.fps"
+    r = run("ingest", store, os.fsdecode(bad), deep, "--json")
+    assert r.code == 0, r.err
+    assert r.json()["added"] == 2
+    r = run("ingest", store, os.fsdecode(bad), deep, "--json")
+    assert r.code == 0 and r.json()["added"] == 0
+    with fpstore.open(store, readonly=True) as s:
+        assert sorted(os.fsencode(k) for k in s) == [b"a.txt", b"caf\xe9.txt"]
+
+
+def symlink_tree(tmp_path: pathlib.Path) -> pathlib.Path:
+    """``tree/`` with a file, links to it, links out of the tree and a link back to its root."""
+    outside = tmp_path / "outside"
+    (outside / "d").mkdir(parents=True)
+    (outside / "secret.txt").write_text("root:x:0:0:root:/root:/bin/bash")
+    (outside / "d" / "f.txt").write_text(text(9))
+    root = tmp_path / "tree"
+    (root / "sub").mkdir(parents=True)
+    (root / "in.txt").write_text(text(1))
+    os.symlink("in.txt", root / "link-in.txt")
+    os.symlink("../in.txt", root / "sub" / "link-up.txt")
+    os.symlink(outside / "secret.txt", root / "link-out.txt")
+    os.symlink("../outside/secret.txt", root / "rel-out.txt")
+    os.symlink(outside / "d", root / "dir-out")
+    os.symlink("..", root / "sub" / "loop")
+    return root
+
+
+def test_directory_does_not_follow_links_out_of_the_tree(tmp_path):
+    """By default links to files inside the tree are read, links to files outside it are skipped
+    with a 'symlink' note (and a position), and links to directories are not followed."""
+    root = symlink_tree(tmp_path)
+    evs = events(DirectorySource(str(root)))
+    assert sorted(it.key for it in items(evs)) == ["in.txt", "link-in.txt", "sub/link-up.txt"]
+    assert all("root:x" not in it.text for it in items(evs))
+    notes = [e for e in evs if isinstance(e, Note)]
+    assert sorted((n.kind, os.path.basename(n.where)) for n in notes) == [("symlink", "link-out.txt"), ("symlink", "rel-out.txt")]
+    assert all(n.pos is not None and "follow" in n.message for n in notes)
+
+
+def test_directory_follow_symlinks_reads_links_out_of_the_tree_without_looping(tmp_path):
+    """follow_symlinks=True (make_source option) reads links to files and directories outside the
+    tree; a link back to an ancestor is not walked again."""
+    from fpstore.ingest import make_source
+
+    root = symlink_tree(tmp_path)
+    evs = events(make_source(str(root), "dir", follow_symlinks=True))
+    assert sorted(it.key for it in items(evs)) == ["dir-out/f.txt", "in.txt", "link-in.txt", "link-out.txt", "rel-out.txt", "sub/link-up.txt"]
+    assert not kinds(evs, Note) and not kinds(evs, Problem)
+
+
+def test_directory_file_swapped_for_a_link_after_the_walk_is_not_followed(tmp_path):
+    """A file replaced by a link out of the tree between the walk and the read is not read."""
+    root = symlink_tree(tmp_path)
+    (root / "z.txt").write_text(text(3))
+    src = DirectorySource(str(root))
+    src.files()
+    os.remove(root / "z.txt")
+    os.symlink(tmp_path / "outside" / "secret.txt", root / "z.txt")
+    evs = events(src)
+    assert "z.txt" not in [it.key for it in items(evs)]
+    assert all("root:x" not in it.text for it in items(evs))
