@@ -22,8 +22,11 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
+import stat
 import threading
 import time
+import warnings
 import weakref
 from typing import Any, Callable, TypeVar
 
@@ -55,6 +58,12 @@ WRITER_LOCK = "writer.lock"
 #: reading a frozen snapshot without knowing.
 OPEN_LOCK = "open.lock"
 COMPACT_PREFIX = "compact-"
+#: A file compaction makes its copy in ``compact-<pid>-<16 hex digits>`` and puts this marker in
+#: it first: the only proof the store accepts that such a directory is its own to remove.
+COMPACT_MARKER = ".fpstore-compaction"
+_COMPACT_NAME = re.compile(r"compact-[0-9]+-[0-9a-f]{16}")
+#: What a store directory holds: anything else means the directory is someone else's.
+_STORE_FILES = frozenset({DATA_FILE, "lock.mdb", WRITER_LOCK, OPEN_LOCK})
 _NETWORK_FS = {"nfs", "nfs4", "cifs", "smb", "smb2", "smbfs", "ncpfs", "afs", "9p", "fuse.sshfs", "ceph", "glusterfs", "lustre"}
 
 _open_paths: set[str] = set()
@@ -105,6 +114,73 @@ def _fsync_path(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _read_only_mount(path: str) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _open_error(exc: OSError, path: str) -> FpstoreError:
+    """An fpstore error for an OS error met while opening (or making) ``path`` for writing."""
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return ReadOnlyError(
+            f"cannot write {path} ({exc.strerror}): the store is on read-only media or not writable "
+            "by this user; open it with readonly=True to read it"
+        )
+    return StorageError(f"cannot open {path}: {exc.strerror or exc}")
+
+
+def _store_file_exists(directory: str, name: str) -> bool:
+    """Whether store file ``name`` exists in ``directory``; anything there that is not a regular
+    file (a FIFO would hang LMDB's open, a device or directory makes no sense) is refused."""
+    full = os.path.join(directory, name)
+    try:
+        mode = os.stat(full).st_mode
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        return False  # ``directory`` is a file: the caller says so
+    except OSError as exc:
+        raise StorageError(f"cannot read {full}: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise NotAStoreError(f"{full} is not a regular file, so {directory} is not an fpstore store")
+    return True
+
+
+def _refuse_foreign_files(directory: str) -> None:
+    """A store is only ever created in a new or empty directory (or over what a killed create of
+    ours left): a directory holding anything else belongs to someone else."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    foreign = sorted(set(names) - _STORE_FILES)
+    if foreign:
+        shown = ", ".join(repr(n) for n in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise NotAStoreError(
+            f"{directory} is not empty ({shown}) and holds no fpstore store; "
+            "a store is created only in a new or empty directory: choose another path"
+        )
+
+
+def _is_stale_compaction(full: str) -> bool:
+    """True when ``full`` is a compaction copy this store made (its name and marker say so) and
+    holds nothing the store did not put there. An empty directory of that exact name is one whose
+    compaction died between making it and writing the marker; removing it loses nothing."""
+    if not _COMPACT_NAME.fullmatch(os.path.basename(full)) or os.path.islink(full) or not os.path.isdir(full):
+        return False
+    try:
+        names = set(os.listdir(full))
+    except OSError:
+        return False
+    if not names <= {COMPACT_MARKER, DATA_FILE, "lock.mdb"}:
+        return False
+    if names and COMPACT_MARKER not in names:
+        return False
+    return all(os.path.isfile(os.path.join(full, n)) and not os.path.islink(os.path.join(full, n)) for n in names)
 
 
 def _verify_file(path: str) -> None:
@@ -193,13 +269,20 @@ class Storage:
         self._lock_fd: int | None = None
         self._last_reader_check = 0.0
         self._forked = False
-        data_path = os.path.join(self.path, DATA_FILE)
-        exists = os.path.exists(data_path)
+        self._open_fd: int | None = None
+        self._lockless = False
+        #: Directories and files this open created, removed by :meth:`discard` when creating fails.
+        self._made_dirs: list[str] = []
+        self._found: set[str] | None = None
+        exists = _store_file_exists(self.path, DATA_FILE)
         if not exists:
             if os.path.exists(self.path) and not os.path.isdir(self.path):
                 raise NotAStoreError(f"{self.path} is not a directory, so it is not an fpstore store")
             if readonly or not create:
                 raise NotAStoreError(f"{self.path} holds no fpstore store (no {DATA_FILE}); pass create=True to make one")
+            _refuse_foreign_files(self.path)
+        for name in _STORE_FILES - {DATA_FILE}:
+            _store_file_exists(self.path, name)  # refuses a FIFO or device before anything opens it
         if os.path.isdir(self.path) and not allow_network_fs:
             fs = _filesystem_type(self.path)
             if fs in _NETWORK_FS:
@@ -218,12 +301,14 @@ class Storage:
             _open_paths.add(real)
         self._real = real
         _live.add(self)
-        self._open_fd: int | None = None
         try:
             if not readonly:
-                os.makedirs(self.path, mode=0o700, exist_ok=True)
+                self._make_dirs()
+                self._found = set(os.listdir(self.path))
                 self._take_writer_lock()
                 self._remove_stale_compactions()
+            elif self._lock_file_unwritable():
+                self._go_lockless()
             self._take_open_lock()
             self._env = self._open_env(map_size if map_size is not None else (0 if exists else INITIAL_MAP_SIZE))
             self.dbs: dict[str, Any] = {}
@@ -232,26 +317,93 @@ class Storage:
             self.is_new = not exists
             if exists:
                 self._check_file_length()
-                self.open_dbs(names)
+                if not readonly and self._env.stat()["entries"] == 0:
+                    # An environment without a single sub-database: a create killed before its one
+                    # commit. Nothing is in it to lose, so this open creates the store over it.
+                    _refuse_foreign_files(self.path)
+                    self.is_new = True
+                else:
+                    self.open_dbs(names)
             self.reader_check()
         except BaseException:
-            self.close()
+            if self._lock_fd is not None and not exists and not readonly:
+                self.discard()  # this open holds the writer lock and was creating: undo it
+            else:
+                self.close()
             raise
 
     # -- opening ------------------------------------------------------------------------------
 
+    def _make_dirs(self) -> None:
+        """Make the store directory (0700) and any missing parents, remembering which were made."""
+        missing: list[str] = []
+        d = os.path.abspath(self.path)
+        while not os.path.exists(d):
+            missing.append(d)
+            parent = os.path.dirname(d)
+            if parent == d:
+                break
+            d = parent
+        try:
+            os.makedirs(self.path, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise _open_error(exc, self.path) from exc
+        self._made_dirs = missing  # deepest first
+
+    def _lock_file(self, name: str, flags: int) -> int | None:
+        """Open lock file ``name`` (None when opening read-only and it is missing). Non-blocking, so
+        a FIFO in its place cannot hang the open; anything but a regular file is refused."""
+        full = os.path.join(self.path, name)
+        try:
+            fd = os.open(full, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:
+            if flags & os.O_CREAT:
+                raise
+            return None
+        except OSError as exc:
+            raise _open_error(exc, full) from exc
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise NotAStoreError(f"{full} is not a regular file, so {self.path} is not an fpstore store")
+        return fd
+
     def _take_writer_lock(self) -> None:
-        lock_path = os.path.join(self.path, WRITER_LOCK)
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = self._lock_file(WRITER_LOCK, os.O_RDWR | os.O_CREAT)
+        assert fd is not None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise WriterLockedError(
-                f"another process is writing to {self.path} (it holds {WRITER_LOCK}); "
-                "a store has one writer at a time: open with readonly=True to read"
+                f"another process has {self.path} open for writing, or reads it without a lock file "
+                f"(it holds {WRITER_LOCK}); a store has one writer at a time: open with readonly=True to read"
             ) from None
         self._lock_fd = fd
+
+    def _lock_file_unwritable(self) -> bool:
+        """True when this read-only open cannot register in LMDB's lock file (read-only media)."""
+        lock = os.path.join(self.path, "lock.mdb")
+        if os.path.exists(lock):
+            return not os.access(lock, os.W_OK) or _read_only_mount(self.path)
+        return not os.access(self.path, os.W_OK) or _read_only_mount(self.path)
+
+    def _go_lockless(self) -> None:
+        """Read without LMDB's lock file, safely: LMDB then keeps no record of this reader, so a
+        writer could reuse pages it is reading. A shared flock on ``writer.lock`` keeps writers
+        out for as long as this reader is open (a writer takes it exclusively), and a writer
+        already at work makes this open refuse."""
+        fd = self._lock_file(WRITER_LOCK, os.O_RDONLY)
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise StorageError(
+                    f"{self.path}: this read-only open cannot use LMDB's lock file (read-only media or "
+                    "permissions), and a writer has the store open; open it again once the writer is done"
+                ) from None
+            self._lock_fd = fd
+        self._lockless = True
 
     def _check_file_length(self) -> None:
         """Refuse a data file shorter than the pages its meta page says are in use.
@@ -270,11 +422,9 @@ class Storage:
             )
 
     def _take_open_lock(self) -> None:
-        lock_path = os.path.join(self.path, OPEN_LOCK)
-        try:
-            flags = os.O_RDONLY | os.O_CLOEXEC if self.readonly else os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
-            fd = os.open(lock_path, flags, 0o600)
-        except FileNotFoundError:
+        flags = os.O_RDONLY if self.readonly else os.O_RDWR | os.O_CREAT
+        fd = self._lock_file(OPEN_LOCK, flags)
+        if fd is None:
             return  # a read-only open of a store whose writer never made the file: nothing to share
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -284,12 +434,37 @@ class Storage:
         self._open_fd = fd
 
     def _remove_stale_compactions(self) -> None:
-        """Remove copies left by a file compaction that died before its switch (the writer's job)."""
-        import shutil
-
+        """Remove copies left by a file compaction that died before its switch (the writer's job,
+        under the writer lock, so no compaction is running). Only directories that prove they are
+        such a copy are touched, file by file: nothing else is ever deleted."""
         for name in os.listdir(self.path):
-            if name.startswith(COMPACT_PREFIX):
-                shutil.rmtree(os.path.join(self.path, name), ignore_errors=True)
+            full = os.path.join(self.path, name)
+            if not name.startswith(COMPACT_PREFIX) or not _is_stale_compaction(full):
+                continue
+            with contextlib.suppress(OSError):
+                for inner in (DATA_FILE, "lock.mdb", COMPACT_MARKER):  # the marker last
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(os.path.join(full, inner))
+                os.rmdir(full)
+
+    def _make_compaction_dir(self) -> str:
+        """A new, uniquely named directory for a compaction copy, with the marker that proves it
+        is ours written (and synced) before anything else goes into it."""
+        while True:
+            tmp = os.path.join(self.path, f"{COMPACT_PREFIX}{os.getpid()}-{os.urandom(8).hex()}")
+            try:
+                os.mkdir(tmp, 0o700)
+                break
+            except FileExistsError:
+                continue
+        marker = os.path.join(tmp, COMPACT_MARKER)
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, f"fpstore file compaction of pid {os.getpid()}\n".encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return tmp
 
     def compact_file(self, reopen: Callable[[], None]) -> tuple[int, int]:
         """Rewrite data.mdb without free pages and switch to it atomically; returns sizes (before, after).
@@ -310,9 +485,8 @@ class Storage:
             ) from None
         data = os.path.join(self.path, DATA_FILE)
         before = os.path.getsize(data)
-        tmp = os.path.join(self.path, f"{COMPACT_PREFIX}{os.getpid()}")
+        tmp = self._make_compaction_dir()
         try:
-            os.makedirs(tmp, mode=0o700, exist_ok=True)
             try:
                 self.env.copy(tmp, compact=True)
             except lmdb.Error as exc:
@@ -330,9 +504,7 @@ class Storage:
             self.dbs = {}
             reopen()
         finally:
-            import shutil
-
-            shutil.rmtree(tmp, ignore_errors=True)
+            self._remove_stale_compactions()  # this copy: it carries the marker
             fcntl.flock(self._open_fd, fcntl.LOCK_SH)
         return before, after
 
@@ -353,7 +525,7 @@ class Storage:
                 map_async=False,
                 readahead=False,  # a probe touches a few pages; readahead would evict the page cache
                 meminit=False,
-                lock=True,
+                lock=not self._lockless,
                 mode=0o600,
             )
         except lmdb.InvalidError as exc:
@@ -430,6 +602,35 @@ class Storage:
             with contextlib.suppress(Exception):
                 self._env.close()
         self._forked = True
+
+    def discard(self) -> None:
+        """Close, then remove what this open created: a store that could not be created leaves
+        nothing behind for a later open to trip over. Only the store's own files are removed, and
+        the directories this open made if they are then empty."""
+        found = self._found
+        if self._env is not None and os.getpid() == self._pid and not self._forked:
+            self._env.close()
+        self._env = None
+        if found is not None and os.getpid() == self._pid:
+            # Unlinked while the writer lock is still held: no other opener can be inside.
+            for name in sorted(_STORE_FILES - found):
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                    os.remove(os.path.join(self.path, name))
+        self.close()
+        for d in self._made_dirs:
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
+
+    def __del__(self) -> None:
+        # A store dropped without close(): release its locks and its registration now rather than
+        # at exit (later opens in this process and writers elsewhere would be refused), and say so,
+        # as an unclosed file does.
+        if getattr(self, "_env", None) is not None and not getattr(self, "_forked", True) and os.getpid() == self._pid:
+            warnings.warn(f"fpstore store {self.path} was not closed; closing it now", ResourceWarning, stacklevel=2)
+            with contextlib.suppress(Exception):
+                self.close()
 
     def close(self) -> None:
         """Close the environment and release the writer lock. Idempotent."""

@@ -283,17 +283,6 @@ def test_file_compaction_refuses_while_another_process_has_the_store(tmp_path):
         assert "a" in s
 
 
-def test_stale_compaction_copy_is_removed_by_the_next_writer(tmp_path):
-    """A copy left by a file compaction that died before its switch is cleaned up on open."""
-    path = tmp_path / "s"
-    fpstore.open(path).close()
-    (path / "compact-12345").mkdir()
-    (path / "compact-12345" / "data.mdb").write_bytes(b"partial")
-    with fpstore.open(path) as s:
-        assert s.add("a", fingerprint=1, pipeline_id=s.pipeline.id).id
-    assert not (path / "compact-12345").exists()
-
-
 def test_key_hashes_of_many_keys_equal_one_by_one():
     """The vectorised key hash (all-integer batches) equals the per-key hash, for every key type."""
     from fpstore import store as store_mod, tiers
