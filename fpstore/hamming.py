@@ -22,22 +22,25 @@ def hamming(a: int, b: int) -> int:
 def as_fingerprint_array(values: object, name: str = "fingerprints") -> np.ndarray:
     """``values`` as a 1-D uint64 array without copying when it already is one.
 
-    Accepts uint64 arrays and sequences of Python ints in 0..2**64-1; signed or float arrays are
-    refused rather than reinterpreted, because a silent cast would change fingerprints.
+    Accepts uint64 arrays and sequences of Python ints or numpy integer scalars in 0..2**64-1.
+    Anything else (floats, bools, strings, bytes, Fractions, Decimals, arrays of another dtype) is
+    refused rather than converted: numpy would turn ``"77"`` into 77 and ``1.7`` into 1, and a
+    silently changed fingerprint is a wrong answer forever after.
     """
     if isinstance(values, np.ndarray):
         if values.dtype != np.uint64:
             raise InputError(f"{name} must have dtype uint64, got {values.dtype}")
         arr = values
     else:
-        try:
-            arr = np.array(values, dtype=np.uint64) if len(values) else np.zeros(0, np.uint64)  # type: ignore[arg-type]
-        except (OverflowError, TypeError, ValueError) as exc:
-            raise InputError(f"{name} must be ints in 0..2**64-1: {exc}") from exc
-        if any(isinstance(v, (bool, float)) for v in values):  # type: ignore[union-attr]
-            raise InputError(f"{name} must be ints, not bools or floats")
-        if any(int(v) < 0 for v in values):  # type: ignore[union-attr]
-            raise InputError(f"{name} must be ints in 0..2**64-1")
+        if isinstance(values, (str, bytes, bytearray, memoryview)) or not hasattr(values, "__len__"):
+            raise InputError(f"{name} must be a sequence of ints or a uint64 array, not {type(values).__name__}")
+        items = list(values)  # type: ignore[call-overload]
+        for v in items:
+            if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)):
+                raise InputError(f"{name} must be ints in 0..2**64-1, got {type(v).__name__} {v!r}"[:200])
+            if not 0 <= int(v) <= _M64:
+                raise InputError(f"{name} must be ints in 0..2**64-1, got {v!r}")
+        arr = np.array([int(v) for v in items], dtype=np.uint64) if items else np.zeros(0, np.uint64)
     if arr.ndim != 1:
         raise InputError(f"{name} must be one-dimensional, got shape {arr.shape}")
     return arr

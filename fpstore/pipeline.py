@@ -180,6 +180,12 @@ class Signature:
     content_hash: bytes
 
 
+def _describe(value: object) -> str:
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype} array of shape {value.shape}"
+    return type(value).__name__
+
+
 @dataclass(frozen=True, eq=False)
 class Fingerprints:
     """A batch of fingerprints together with the id of the pipeline that made them.
@@ -194,6 +200,23 @@ class Fingerprints:
     tokens: np.ndarray | None = None
     short: np.ndarray | None = None
     content_hashes: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        # Shapes and dtypes are checked here, once, so that a malformed batch is an InputError
+        # rather than a numpy IndexError deep inside a write.
+        values = self.values
+        if not isinstance(values, np.ndarray) or values.dtype != np.uint64 or values.ndim != 1:
+            raise InputError(f"Fingerprints.values must be a 1-D uint64 array, got {_describe(values)}")
+        n = len(values)
+        for field, kinds, shape in (("tokens", "iu", (n,)), ("short", "b", (n,)), ("content_hashes", "u", (n, 2))):
+            col = getattr(self, field)
+            if col is None:
+                continue
+            if not isinstance(col, np.ndarray) or col.dtype.kind not in kinds or col.shape != shape:
+                want = {"iu": "integer", "b": "bool", "u": "uint64"}[kinds]
+                raise InputError(f"Fingerprints.{field} must be a {want} array of shape {shape}, got {_describe(col)}")
+            if field == "content_hashes" and col.dtype != np.uint64:
+                raise InputError(f"Fingerprints.content_hashes must have dtype uint64, got {col.dtype}")
 
     def __len__(self) -> int:
         return len(self.values)

@@ -40,9 +40,16 @@ from fpstore.errors import (
     PipelineMismatchError,
 )
 from fpstore.hamming import as_fingerprint_array
+from fpstore.limits import (
+    MAX_CHECKPOINT_BYTES,
+    MAX_CHECKPOINT_NAME_BYTES,
+    MAX_KEY_BYTES,
+    READ_MAX_CHECKPOINT_BYTES,
+    READ_MAX_RECORD_BIN,
+)
 from fpstore.pipeline import Fingerprints, IdfTable, Pipeline
 from fpstore import _backend, search, tiers
-from fpstore.storage import Storage
+from fpstore.storage import DATA_FILE, Storage
 from fpstore.tiers import KeySegment, Run, State, TierCache
 
 __all__ = ["AddResult", "Cluster", "Document", "Match", "Store", "open"]
@@ -61,6 +68,8 @@ CHECKPOINT_PREFIX = b"checkpoint\x00"
 _U64 = struct.Struct(">Q")
 _PAIR = struct.Struct(">QQ")
 _ZERO8 = bytes(8)
+#: Look-ups accept any key a reader can read back (stores written before MAX_KEY_BYTES hold longer ones).
+_LOOKUP_KEY_BYTES = READ_MAX_RECORD_BIN - 1
 _MAX_RAW_KEY = 400  # typed keys longer than this are stored by hash (LMDB keys stop at 511 bytes)
 FLAG_SHORT = 1
 FLAG_TEXT = 2
@@ -81,12 +90,25 @@ def _table_name(t: int) -> str:
 # -- keys and records ----------------------------------------------------------------------------
 
 
-def _typed_key(key: object) -> bytes:
-    """A user key as bytes that remember its type: str (may hold surrogates), bytes, or int."""
+def _typed_key(key: object, limit: int = MAX_KEY_BYTES) -> bytes:
+    """A user key as bytes that remember its type: str (may hold surrogates), bytes, or int.
+
+    Writers keep the default ``limit`` (:data:`~fpstore.limits.MAX_KEY_BYTES`); look-ups pass the
+    readers' larger bound, so that keys stored before the limit existed can still be found.
+    """
     if isinstance(key, str):
-        return b"s" + key.encode("utf-8", "surrogatepass")
-    if isinstance(key, (bytes, bytearray, memoryview)):
-        return b"b" + bytes(key)
+        typed = b"s" + key.encode("utf-8", "surrogatepass")
+    elif isinstance(key, (bytes, bytearray, memoryview)):
+        typed = b"b" + bytes(key)
+    else:
+        typed = b""
+    if typed:
+        if len(typed) - 1 > limit:
+            raise InputError(
+                f"a key of {len(typed) - 1:,} bytes is longer than the {limit:,} bytes a store accepts "
+                "(fpstore.limits.MAX_KEY_BYTES); store a digest of it, or the key's first part, instead"
+            )
+        return typed
     if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
         if not 0 <= int(key) < 1 << 64:
             raise InputError(f"integer keys must be in 0..2**64-1, got {key}")
@@ -129,7 +151,7 @@ def _pack_record(typed_key: bytes, fp: int, content_hash: bytes | None, canonica
 def _unpack_record(raw: bytes) -> tuple[bytes, int, bytes | None, int, int]:
     """Decode a stored record; any deviation from the format raises :class:`CorruptionError`."""
     try:
-        rec = msgpack.unpackb(raw, raw=False, use_list=True, max_bin_len=1 << 20, max_array_len=16, max_map_len=0)
+        rec = msgpack.unpackb(raw, raw=False, use_list=True, max_bin_len=READ_MAX_RECORD_BIN, max_array_len=16, max_map_len=0)
     except Exception as exc:  # msgpack raises a variety of ValueError/TypeError subclasses
         raise CorruptionError(f"document record does not decode: {exc}") from None
     if not isinstance(rec, list) or len(rec) != 5:
@@ -297,24 +319,30 @@ class Store:
             raise InputError(f"flush_entries must be an int >= 0, got {flush_entries!r}")
         #: Documents held in the incremental tables before a write moves them into a run (0: never).
         self.flush_entries = flush_entries
+        # A new store's arguments are checked before anything is made on disk.
+        creating = create and not readonly and not os.path.exists(os.path.join(os.fspath(path), DATA_FILE))
+        planned = design_for(3 if k is None else k, expected_size, design) if creating else None
         self._storage = Storage(
             path, BASE_DBS, readonly=readonly, create=create, map_size=map_size,
             allow_network_fs=allow_network_fs, verify=verify,
         )
         try:
             if self._storage.is_new:
-                self._create(k, pipeline or Pipeline(), design, expected_size)
+                self._create(planned or design_for(3 if k is None else k, expected_size, design), pipeline or Pipeline())
             else:
                 self._load(pipeline, design)
             self.k = self._check_k(self.design.k if k is None else k)
         except BaseException:
-            self._storage.close()
+            if self._storage.is_new:
+                self._storage.discard()  # a store that could not be created leaves nothing behind
+            else:
+                self._storage.close()
             raise
 
     # -- opening --------------------------------------------------------------------------------
 
-    def _create(self, k: int | None, pipeline: Pipeline, design: str | Design, expected_size: int | None) -> None:
-        self.design = design_for(3 if k is None else k, expected_size, design)
+    def _create(self, design: Design, pipeline: Pipeline) -> None:
+        self.design = design
         self.pipeline = pipeline
         import platform
 
@@ -837,19 +865,25 @@ class Store:
 
     def add_many(
         self,
-        keys: Sequence[str | bytes],
+        keys: Sequence[str | bytes | int],
         *,
         texts: Sequence[object] | None = None,
         fingerprints: object = None,
         pipeline_id: str | None = None,
         checkpoint: tuple[str, Any] | None = None,
+        canonicals: Sequence[str | bytes | int | None] | None = None,
     ) -> np.ndarray:
         """Add a batch in one durable transaction; returns the documents' ids (int64).
 
         Either every document is stored, with ``checkpoint=(name, position)`` recorded in the same
         transaction, or none is. Keys already stored are replaced; a key repeated within the batch
-        keeps its last document. No verdicts are computed (use :meth:`add` for them, or
-        :meth:`near_duplicate_pairs` afterwards); canonical keys are left unset.
+        keeps its last document; a document given again unchanged (same fingerprint, content hash
+        and flags) keeps its id, so a rerun of a batch changes nothing. No verdicts are computed
+        (use :meth:`add` for them, or :meth:`near_duplicate_pairs` afterwards).
+
+        ``canonicals``, one per key, records the key of the document each one is a variant of (None:
+        its own canonical). A canonical key must be stored already or be a key of this batch; any
+        other makes the whole batch an :class:`InputError`.
         """
         if isinstance(keys, (str, bytes)):
             raise InputError("keys must be a sequence of keys; use add() for one document")
@@ -857,6 +891,11 @@ class Store:
         sigs = self._signatures(len(typed_keys), texts, fingerprints, pipeline_id)
         ckpt = self._encode_checkpoint(checkpoint) if checkpoint is not None else None
         n = len(typed_keys)
+        canon_typed: list[bytes | None] = [None] * n
+        if canonicals is not None:
+            if isinstance(canonicals, (str, bytes)) or not hasattr(canonicals, "__len__") or len(canonicals) != n:
+                raise InputError(f"canonicals must be a sequence of one key (or None) per document: {n} keys")
+            canon_typed = [None if c is None else _typed_key(c, _LOOKUP_KEY_BYTES) for c in canonicals]
         fps = sigs.values
         short = sigs.short if sigs.short is not None else np.zeros(n, dtype=bool)
         # Content hashes come with texts, and with Fingerprints that carry them (an import).
@@ -872,34 +911,51 @@ class Store:
             ids = np.zeros(n, dtype=np.int64)
             next_id = self._meta_int(txn, H_NEXT_ID)
             count = self._meta_int(txn, H_COUNT)
-            docs: list[tuple[bytes, bytes]] = []
-            key_items: list[tuple[bytes, bytes]] = []
-            content_items: list[tuple[bytes, bytes]] = []
             kept = keep.tolist()
             old_ids = self._ids_of_many(txn, [typed_keys[i] for i in kept])
+            fresh: list[int] = []  # batch positions that get a new id (new keys, changed documents)
+            rewrite: list[int] = []  # unchanged documents whose record is rewritten for its canonical
             for i, old_id in zip(kept, old_ids):
-                typed = typed_keys[i]
-                doc_id = next_id  # new even when replacing (see add)
-                next_id += 1
+                flags = (FLAG_TEXT if has_hash else 0) | (FLAG_SHORT if short[i] else 0)
                 if old_id is not None:
+                    same = self._unchanged(txn, old_id, int(fps[i]), sigs.content_hash(i), flags, canon_typed[i], typed_keys[i], canonicals is not None)
+                    if same is not None:
+                        ids[i] = old_id
+                        if same == "rewrite":
+                            rewrite.append(i)
+                        continue
+                    # A changed document gets a new id: its old fingerprint may sit in an
+                    # immutable run, where only a tombstone on the old id can remove it.
                     self._remove(txn, old_id)
                 else:
                     count += 1
-                ids[i] = doc_id
+                ids[i] = next_id
+                next_id += 1
+                fresh.append(i)
+            canonical_ids = self._resolve_canonicals(txn, [canon_typed[i] for i in fresh + rewrite], last, ids)
+            docs: list[tuple[bytes, bytes]] = []
+            key_items: list[tuple[bytes, bytes]] = []
+            content_items: list[tuple[bytes, bytes]] = []
+            for i, canonical_id in zip(fresh + rewrite, canonical_ids):
+                doc_id = int(ids[i])
                 flags = (FLAG_TEXT if has_hash else 0) | (FLAG_SHORT if short[i] else 0)
                 content_hash = sigs.content_hash(i) if has_hash else None
                 packed_id = _U64.pack(doc_id)
-                docs.append((packed_id, _pack_record(typed, int(fps[i]), content_hash, 0, flags)))
-                key_items.append((_lookup_key(typed), packed_id))
+                record = _pack_record(typed_keys[i], int(fps[i]), content_hash, 0 if canonical_id == doc_id else canonical_id, flags)
+                docs.append((packed_id, record))
+                if i in rewrite:
+                    continue
+                key_items.append((_lookup_key(typed_keys[i]), packed_id))
                 if content_hash is not None:
                     content_items.append((content_hash + packed_id, b""))
             for i in range(n):  # duplicates within the batch share the surviving document's id
                 ids[i] = ids[last[typed_keys[i]]]
-            txn.cursor(db=self._docs).putmulti(docs)
+            txn.cursor(db=self._docs).putmulti(sorted(docs))
             txn.cursor(db=self._keys).putmulti(sorted(key_items))
             if content_items:
                 txn.cursor(db=self._content).putmulti(sorted(content_items))
-            indexed = keep[~short[keep]]
+            fresh_arr = np.array(fresh, dtype=np.int64)
+            indexed = fresh_arr[~short[fresh_arr]] if len(fresh_arr) else fresh_arr
             if len(indexed):
                 doc_ids = ids[indexed].astype(np.uint64)
                 for t, db in enumerate(self._tables):
@@ -919,6 +975,53 @@ class Store:
             return ids
 
         return self._storage.write(work, action=f"adding a batch of {n}")
+
+    def _unchanged(
+        self,
+        txn: lmdb.Transaction,
+        doc_id: int,
+        fp: int,
+        content_hash: bytes | None,
+        flags: int,
+        canonical: bytes | None,
+        typed: bytes,
+        canonical_given: bool,
+    ) -> str | None:
+        """Whether stored document ``doc_id`` equals what a batch gives for it: "keep" (nothing to
+        write), "rewrite" (its record only, for the canonical the batch gives), or None (it changed)."""
+        raw = txn.get(_U64.pack(doc_id), db=self._docs)
+        if raw is None:  # a bulk-loaded document: no record to hold a canonical or a content hash
+            rec = self._record(txn, doc_id)
+            no_canonical = canonical is None or canonical == typed
+            return "keep" if rec is not None and rec[1] == fp and content_hash is None and flags == 0 and no_canonical else None
+        _, old_fp, old_hash, _, old_flags = _unpack_record(raw)
+        if old_fp != fp or old_hash != content_hash or old_flags != flags:
+            return None
+        return "rewrite" if canonical_given else "keep"
+
+    def _resolve_canonicals(
+        self, txn: lmdb.Transaction, canonical_keys: list[bytes | None], batch: dict[bytes, int], ids: np.ndarray
+    ) -> list[int]:
+        """Ids of canonical keys (0 for None): a key of the batch names the id it gets in it, any
+        other a stored document; a key that is neither makes the batch an InputError."""
+        out = [0] * len(canonical_keys)
+        stored: list[int] = []
+        for j, c in enumerate(canonical_keys):
+            if c is None:
+                continue
+            if c in batch:
+                out[j] = int(ids[batch[c]])
+            else:
+                stored.append(j)
+        if stored:
+            found = self._ids_of_many(txn, [canonical_keys[j] for j in stored])  # type: ignore[misc]
+            for j, doc_id in zip(stored, found):
+                if doc_id is None:
+                    raise InputError(
+                        f"canonical key {_untyped_key(canonical_keys[j])!r} is neither stored nor a key of the batch"  # type: ignore[arg-type]
+                    )
+                out[j] = doc_id
+        return out
 
     # -- bulk loads and compaction -------------------------------------------------------------
 
@@ -1239,7 +1342,7 @@ class Store:
 
     def delete(self, key: str | bytes) -> bool:
         """Delete a document; returns whether it existed. Durable when it returns."""
-        typed = _typed_key(key)
+        typed = _typed_key(key, _LOOKUP_KEY_BYTES)
 
         def work(txn: lmdb.Transaction) -> bool:
             doc_id = self._id_of(txn, typed)
@@ -1254,31 +1357,78 @@ class Store:
     # -- checkpoints ----------------------------------------------------------------------------
 
     @staticmethod
-    def _encode_checkpoint(checkpoint: object) -> tuple[bytes, bytes]:
-        if not isinstance(checkpoint, tuple) or len(checkpoint) != 2 or not isinstance(checkpoint[0], str):
+    def _checkpoint_key(name: object) -> bytes:
+        if not isinstance(name, str):
+            raise InputError(f"a checkpoint name must be a str, not {type(name).__name__}")
+        try:
+            key = CHECKPOINT_PREFIX + name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(f"checkpoint name {name!r} is not valid Unicode (it holds a lone surrogate)") from None
+        if len(key) - len(CHECKPOINT_PREFIX) > MAX_CHECKPOINT_NAME_BYTES:
+            raise InputError(
+                f"checkpoint name is too long ({len(key) - len(CHECKPOINT_PREFIX):,} bytes of UTF-8; "
+                f"at most {MAX_CHECKPOINT_NAME_BYTES})"
+            )
+        return key
+
+    @classmethod
+    def _encode_checkpoint(cls, checkpoint: object) -> tuple[bytes, bytes]:
+        if not isinstance(checkpoint, tuple) or len(checkpoint) != 2:
             raise InputError("checkpoint must be a (name: str, position) pair")
         name, position = checkpoint
+        key = cls._checkpoint_key(name)
         try:
             packed = msgpack.packb(position, use_bin_type=True)
         except (TypeError, ValueError, OverflowError) as exc:
             raise InputError(f"checkpoint position must be msgpack-able (int, str, bytes, list, dict): {exc}") from None
-        key = CHECKPOINT_PREFIX + name.encode("utf-8")
-        if len(key) > 400:
-            raise InputError("checkpoint name is too long (at most ~380 bytes of UTF-8)")
+        if len(packed) > MAX_CHECKPOINT_BYTES:
+            raise InputError(
+                f"checkpoint position packs to {len(packed):,} bytes; at most {MAX_CHECKPOINT_BYTES:,} "
+                "(fpstore.limits.MAX_CHECKPOINT_BYTES): record where to resume, not what was read"
+            )
         return key, packed
 
+    @staticmethod
+    def _decode_checkpoint(raw: bytes, name: str) -> Any:
+        try:
+            return msgpack.unpackb(raw, raw=False, max_bin_len=READ_MAX_CHECKPOINT_BYTES, max_str_len=READ_MAX_CHECKPOINT_BYTES)
+        except Exception as exc:
+            raise CorruptionError(f"checkpoint {name!r} does not decode: {exc}") from None
+
     def checkpoint(self, name: str) -> Any:
-        """The position last committed with ``checkpoint=(name, position)``, or None."""
-        key, _ = self._encode_checkpoint((name, None))
+        """The position last committed for checkpoint ``name``, or None."""
+        key = self._checkpoint_key(name)
         with self._storage.read() as txn:
             raw = txn.get(key, db=self._meta)
             raw = bytes(raw) if raw is not None else None
-        if raw is None:
-            return None
-        try:
-            return msgpack.unpackb(raw, raw=False, max_bin_len=1 << 20)
-        except Exception as exc:
-            raise CorruptionError(f"checkpoint {name!r} does not decode: {exc}") from None
+        return None if raw is None else self._decode_checkpoint(raw, name)
+
+    def checkpoints(self) -> dict[str, Any]:
+        """Every checkpoint of the store: name → position, in one snapshot."""
+        out: dict[str, Any] = {}
+        with self._storage.read() as txn:
+            cur = txn.cursor(db=self._meta)
+            if cur.set_range(CHECKPOINT_PREFIX):
+                for key, raw in cur:
+                    key = bytes(key)
+                    if not key.startswith(CHECKPOINT_PREFIX):
+                        break
+                    try:
+                        name = key[len(CHECKPOINT_PREFIX):].decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise CorruptionError(f"a checkpoint name is not UTF-8: {key!r}") from None
+                    out[name] = self._decode_checkpoint(bytes(raw), name)
+        return out
+
+    def set_checkpoint(self, name: str, position: Any) -> None:
+        """Record checkpoint ``name`` at ``position`` on its own, durably (``add_many`` records one
+        together with its batch, which is what resuming a feed needs)."""
+        key, packed = self._encode_checkpoint((name, position))
+
+        def work(txn: lmdb.Transaction) -> None:
+            txn.put(key, packed, db=self._meta)
+
+        self._storage.write(work, action=f"setting checkpoint {name!r}")
 
     # -- public API: reading --------------------------------------------------------------------
 
@@ -1431,7 +1581,7 @@ class Store:
 
     def get(self, key: str | bytes, default: Any = None) -> Document | Any:
         """The stored :class:`Document` for ``key``, or ``default``."""
-        typed = _typed_key(key)
+        typed = _typed_key(key, _LOOKUP_KEY_BYTES)
         with self._storage.read() as txn:
             doc_id = self._id_of(txn, typed)
             if doc_id is None:
@@ -1452,7 +1602,7 @@ class Store:
 
     def __contains__(self, key: object) -> bool:
         try:
-            typed = _typed_key(key)
+            typed = _typed_key(key, _LOOKUP_KEY_BYTES)
         except InputError:
             return False
         with self._storage.read() as txn:
