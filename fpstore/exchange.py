@@ -1,4 +1,4 @@
-"""Export a store to a portable stream, and import one: the ``fpstore-export`` format, version 1.
+"""Export a store to a portable stream, and import one: the ``fpstore-export`` format, version 2.
 
 The stream is one zstd frame (with its content checksum) holding a sequence of msgpack objects:
 
@@ -11,8 +11,11 @@ The stream is one zstd frame (with its content checksum) holding a sequence of m
    with surrogates passed); ``fingerprint`` a uint64; ``content_hash`` a 16-byte bin or nil;
    ``flags`` bit 0 = short text (matched only by content hash), bit 1 = added from text;
    ``canonical`` the key of the document this one is a variant of, or nil;
-3. a trailer map: ``end`` (true), ``count``, and ``digest``: BLAKE2b-128 of the msgpack bytes of
-   all records, in order.
+3. (version 2) one map per checkpoint of the store, ``{"checkpoint": name, "position": position}``;
+4. a trailer map: ``end`` (true), ``count`` (records), ``digest``: BLAKE2b-128 of the msgpack bytes
+   of all records and checkpoint maps, in order, and (version 2) ``checkpoints``, their count.
+
+Version 1 streams (no checkpoints) still import.
 
 ``docs/cli.md`` documents every field and the compatibility policy. A stream is untrusted input:
 decompression is bounded (window size, buffer per object), every field is type- and range-checked,
@@ -38,12 +41,13 @@ import zstandard
 from fpstore._version import __version__
 from fpstore.design import Design
 from fpstore.errors import DesignError, FormatError, InputError, PipelineMismatchError
+from fpstore.limits import MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_NAME_BYTES
 from fpstore.pipeline import Fingerprints, IdfTable, Pipeline
 
 __all__ = ["EXPORT_MAGIC", "EXPORT_VERSION", "ImportResult", "StreamHeader", "export_store", "import_stream", "read_stream"]
 
 EXPORT_MAGIC = "fpstore-export"
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2
 FLAG_SHORT, FLAG_TEXT = 1, 2
 EXT_SURROGATE_STR = 1
 
@@ -85,7 +89,8 @@ def _decode_key(value: Any, what: str) -> str | bytes | int:
 
 
 def export_store(store: Any, out: IO[bytes], *, level: int = 3, progress: Callable[[int], None] | None = None) -> int:
-    """Write every document of ``store`` to ``out`` as an ``fpstore-export`` stream; returns the count.
+    """Write every document and checkpoint of ``store`` to ``out`` as an ``fpstore-export`` stream;
+    returns the count of documents.
 
     Documents are read through the public API (keys in id order, then :meth:`Store.get`), so a
     writer may go on meanwhile: a document deleted during the export is left out, one added may or
@@ -108,6 +113,8 @@ def export_store(store: Any, out: IO[bytes], *, level: int = 3, progress: Callab
         "k": store.k,
         "count": len(store),
     }
+    # Taken before the documents are read: a checkpoint never claims more than the stream holds.
+    checkpoints = store.checkpoints()
     n = 0
     with cctx.stream_writer(out, closefd=False, write_return_read=True) as zw:
         zw.write(packer.pack(header))
@@ -123,7 +130,11 @@ def export_store(store: Any, out: IO[bytes], *, level: int = 3, progress: Callab
             n += 1
             if progress is not None and n % 10000 == 0:
                 progress(n)
-        zw.write(packer.pack({"end": True, "count": n, "digest": digest.digest()}))
+        for name, position in sorted(checkpoints.items()):
+            obj = packer.pack({"checkpoint": name, "position": position})
+            digest.update(obj)
+            zw.write(obj)
+        zw.write(packer.pack({"end": True, "count": n, "digest": digest.digest(), "checkpoints": len(checkpoints)}))
         zw.flush(zstandard.FLUSH_FRAME)
     return n
 
@@ -161,7 +172,7 @@ def _objects(fh: IO[bytes]) -> Iterator[Any]:
         max_str_len=_MAX_KEY,
         max_bin_len=_MAX_OBJECT,
         max_array_len=1 << 16,
-        max_map_len=1 << 10,
+        max_map_len=1 << 16,  # a checkpoint position may be a map as large as MAX_CHECKPOINT_BYTES allows
         max_ext_len=_MAX_KEY,
     )
     try:
@@ -181,7 +192,8 @@ def _objects(fh: IO[bytes]) -> Iterator[Any]:
 
 
 class StreamRecords:
-    """The checked records of a stream, in order; ``digest`` is set once the trailer checked out.
+    """The checked records of a stream, in order; ``digest`` is set once the trailer checked out,
+    and ``checkpoints`` (name → position) holds the stream's checkpoints by then.
 
     Iterating raises :class:`FormatError` on any malformed record, a count or digest that does not
     agree, a missing trailer (a truncated stream) or bytes after the trailer.
@@ -192,21 +204,32 @@ class StreamRecords:
         self._header = header
         self._fh = fh
         self.digest: bytes | None = None
+        self.checkpoints: dict[str, Any] = {}
 
     def __iter__(self) -> Iterator[StreamRecord]:
         digest = hashlib.blake2b(digest_size=16)
         packer = msgpack.Packer(use_bin_type=True)
         count = self._header.count
+        version = self._header.raw["version"]
         n = 0
         for obj in self._objects:
+            if isinstance(obj, dict) and version >= 2 and "checkpoint" in obj:
+                name, position = _check_checkpoint(obj, len(self.checkpoints) + 1)
+                if name in self.checkpoints:
+                    raise FormatError(f"the stream holds checkpoint {name!r} twice")
+                self.checkpoints[name] = position
+                digest.update(packer.pack(obj))
+                continue
             if isinstance(obj, dict):
-                _check_trailer(obj, n, count, digest.digest())
+                _check_trailer(obj, n, len(self.checkpoints), digest.digest(), version)
                 for _extra in self._objects:
                     raise FormatError("the stream has data after its trailer")
                 if self._fh.read(1):
                     raise FormatError("the file has bytes after the stream's zstd frame")
                 self.digest = digest.digest()
                 return
+            if self.checkpoints:
+                raise FormatError("the stream has a record after its checkpoints")
             n += 1
             rec = _check_record(obj, n)
             digest.update(packer.pack(obj))
@@ -274,11 +297,32 @@ def _check_record(obj: Any, n: int) -> StreamRecord:
     return StreamRecord(key, fp, content_hash, flags, canonical)
 
 
-def _check_trailer(obj: dict[str, Any], n: int, count: int, digest: bytes) -> None:
-    if obj.get("end") is not True or set(obj) != {"end", "count", "digest"}:
+def _check_checkpoint(obj: dict[str, Any], n: int) -> tuple[str, Any]:
+    """A checkpoint map, held to the limits a store puts on checkpoints it records."""
+    if set(obj) != {"checkpoint", "position"}:
+        raise FormatError(f"checkpoint {n:,} of the stream is malformed")
+    name = obj["checkpoint"]
+    if not isinstance(name, str):
+        raise FormatError(f"checkpoint {n:,} of the stream has a name that is not a str")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise FormatError(f"checkpoint {n:,} of the stream has a name that is not valid Unicode") from None
+    if size > MAX_CHECKPOINT_NAME_BYTES:
+        raise FormatError(f"checkpoint {n:,} of the stream has a name of {size:,} bytes; at most {MAX_CHECKPOINT_NAME_BYTES}")
+    if len(msgpack.packb(obj["position"], use_bin_type=True)) > MAX_CHECKPOINT_BYTES:
+        raise FormatError(f"checkpoint {name!r} of the stream has a position over {MAX_CHECKPOINT_BYTES:,} bytes")
+    return name, obj["position"]
+
+
+def _check_trailer(obj: dict[str, Any], n: int, checkpoints: int, digest: bytes, version: int) -> None:
+    fields = {"end", "count", "digest"} | ({"checkpoints"} if version >= 2 else set())
+    if obj.get("end") is not True or set(obj) != fields:
         raise FormatError("the stream's trailer is malformed")
     if obj["count"] != n:
         raise FormatError(f"the stream holds {n:,} records but its trailer says {obj['count']!r}")
+    if version >= 2 and obj["checkpoints"] != checkpoints:
+        raise FormatError(f"the stream holds {checkpoints:,} checkpoints but its trailer says {obj['checkpoints']!r}")
     if obj["digest"] != digest:
         raise FormatError("the stream's records do not match the trailer's digest: the stream is damaged")
 
@@ -301,25 +345,49 @@ def _is_store(path: str) -> bool:
     return os.path.exists(os.path.join(path, DATA_FILE))
 
 
-def _add_batch(store: Any, records: list[StreamRecord], pipeline_id: str, checkpoint: tuple[str, Any] | None) -> None:
-    """Add records with their fingerprints, content hashes and short flags (one transaction).
+def _write(store: Any, records: list[StreamRecord], pipeline_id: str, canonicals: list[Any], checkpoint: tuple[str, Any] | None) -> None:
+    """One ``add_many`` of records that all carry a content hash, or all lack one (a
+    :class:`Fingerprints` batch holds content hashes for all of its documents or for none)."""
+    values = np.fromiter((r.fingerprint for r in records), dtype=np.uint64, count=len(records))
+    short = np.fromiter((bool(r.flags & FLAG_SHORT) for r in records), dtype=bool, count=len(records))
+    hashes = None
+    if records and records[0].content_hash is not None:
+        hashes = np.frombuffer(b"".join(r.content_hash for r in records), dtype=">u8").reshape(-1, 2).astype(np.uint64)  # type: ignore[misc]
+    fps = Fingerprints(values, pipeline_id, None, short, hashes)
+    store.add_many([r.key for r in records], fingerprints=fps, checkpoint=checkpoint, canonicals=canonicals)
 
-    A batch is homogeneous in whether records carry a content hash, since :class:`Fingerprints`
-    holds one content-hash array for all or none.
+
+def _add_batch(store: Any, records: list[StreamRecord], pipeline_id: str, checkpoint: tuple[str, Any] | None) -> None:
+    """Add records with their fingerprints, content hashes, short flags and canonical keys.
+
+    Records with and without a content hash go in separate writes; a canonical key that names a
+    record of the other write, not yet stored, is set by a last write of those records (unchanged
+    documents keep their ids, so only their canonical changes). The checkpoint rides the last write.
     """
-    groups = [[r for r in records if r.content_hash is not None], [r for r in records if r.content_hash is None]]
-    groups = [g for g in groups if g]
+    groups = [g for g in ([r for r in records if r.content_hash is not None], [r for r in records if r.content_hash is None]) if g]
     if not groups:
         store.add_many([], fingerprints=Fingerprints(np.zeros(0, np.uint64), pipeline_id), checkpoint=checkpoint)
         return
+    written: set[Any] = set()
+    later: list[StreamRecord] = []
     for i, group in enumerate(groups):
-        values = np.fromiter((r.fingerprint for r in group), dtype=np.uint64, count=len(group))
-        short = np.fromiter((bool(r.flags & FLAG_SHORT) for r in group), dtype=bool, count=len(group))
-        hashes = None
-        if group[0].content_hash is not None:
-            hashes = np.frombuffer(b"".join(r.content_hash for r in group), dtype=">u8").reshape(-1, 2).astype(np.uint64)
-        fps = Fingerprints(values, pipeline_id, None, short, hashes)
-        store.add_many([r.key for r in group], fingerprints=fps, checkpoint=checkpoint if i == len(groups) - 1 else None)
+        here = {r.key for r in group}
+        other = {r.key for g in groups if g is not group for r in g} - written
+        canonicals = []
+        for r in group:
+            if r.canonical is not None and r.canonical not in here and r.canonical in other:
+                later.append(r)
+                canonicals.append(None)
+            else:
+                canonicals.append(r.canonical)
+        last = i == len(groups) - 1 and not later
+        _write(store, group, pipeline_id, canonicals, checkpoint if last else None)
+        written |= here
+    if later:
+        for group in ([r for r in later if r.content_hash is not None], [r for r in later if r.content_hash is None]):
+            if group:
+                _write(store, group, pipeline_id, [r.canonical for r in group], None)
+        store.add_many([], fingerprints=Fingerprints(np.zeros(0, np.uint64), pipeline_id), checkpoint=checkpoint)
 
 
 def import_stream(
@@ -352,6 +420,7 @@ def import_stream(
         store = fpstore.open(tmp, k=header.k, pipeline=header.pipeline, design=header.design)
         try:
             n = _feed(store, iter(records), header.pipeline.id, batch_size, None, 0, progress)
+            _carry_checkpoints(store, records.checkpoints, replace=True)
         finally:
             store.close()
         _fsync_dir(tmp)
@@ -374,23 +443,65 @@ def _feed(
     skip: int,
     progress: Callable[[int], None] | None,
 ) -> int:
+    """Add the records after the first ``skip`` in batches; returns the count of records.
+
+    A record whose canonical key is neither stored nor read yet (the canonical was re-added after
+    its variant, so it comes later in id order) is held back until its canonical has been added,
+    and goes in with it. Each batch's checkpoint is the stream position before which every record is
+    stored, so a held-back record is never skipped by a resumed import. A record whose canonical
+    never comes (deleted while the export ran) goes in at the end as its own canonical, as a
+    store reports a document whose canonical was deleted.
+    """
     n = 0
     batch: list[StreamRecord] = []
+    in_batch: set[Any] = set()
+    held: dict[Any, list[tuple[int, StreamRecord]]] = {}
+
+    def take(rec: StreamRecord) -> None:
+        ready = [rec]
+        while ready:
+            r = ready.pop()
+            batch.append(r)
+            in_batch.add(r.key)
+            ready.extend(r2 for _, r2 in held.pop(r.key, ()))
+
+    def commit(position: int) -> None:
+        if held:
+            position = min(position, min(p for waiting in held.values() for p, _ in waiting) - 1)
+        _add_batch(store, batch, pipeline_id, (checkpoint_name, position) if checkpoint_name else None)
+        batch.clear()
+        in_batch.clear()
+
     for rec in records:
         n += 1
         if n <= skip:
             continue
-        batch.append(rec)
+        c = rec.canonical
+        if c is not None and c != rec.key and c not in in_batch and c not in store:
+            held.setdefault(c, []).append((n, rec))
+            continue
+        take(rec)
         if len(batch) >= batch_size:
-            _add_batch(store, batch, pipeline_id, (checkpoint_name, n) if checkpoint_name else None)
-            batch = []
+            commit(n)
             if progress is not None:
                 progress(n)
+    for waiting in held.values():
+        for _, rec in waiting:
+            batch.append(StreamRecord(rec.key, rec.fingerprint, rec.content_hash, rec.flags, None))
+    held.clear()
     if batch or (checkpoint_name and n > skip):
-        _add_batch(store, batch, pipeline_id, (checkpoint_name, n) if checkpoint_name else None)
+        commit(n)
     if progress is not None:
         progress(n)
     return n
+
+
+def _carry_checkpoints(store: Any, checkpoints: dict[str, Any], *, replace: bool) -> None:
+    """Record a stream's checkpoints in the store: all of them in a new store; in an existing one
+    only those it lacks (its own checkpoints say where its own feeds stand)."""
+    for name, position in sorted(checkpoints.items()):
+        if replace or store.checkpoint(name) is None:
+            store.set_checkpoint(name, position)
 
 
 def _import_existing(fh: IO[bytes], path: str, *, batch_size: int, progress: Callable[[int], None] | None) -> ImportResult:
@@ -417,6 +528,7 @@ def _import_existing(fh: IO[bytes], path: str, *, batch_size: int, progress: Cal
             done = store.checkpoint(name)
             skip = done if isinstance(done, int) and 0 <= done <= n else 0
             _feed(store, iter(again), header.pipeline.id, batch_size, name, skip, progress)
+            _carry_checkpoints(store, records.checkpoints, replace=False)
             return ImportResult(path, False, n - skip, header.pipeline.id, store.design.name)
     finally:
         if spool is not None:
