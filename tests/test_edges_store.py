@@ -530,3 +530,57 @@ def test_add_many_of_an_unchanged_document_keeps_its_id(tmp_path):
         assert s.get("v").canonical == "c"
         changed = s.add_many(["c"], fingerprints=[2], pipeline_id=pid)
         assert changed[0] != first[0]
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_LENGTHS = st.sampled_from([0, 1, 2, 399, 400, 401, 511, 512, 4096, MAX_KEY_BYTES - 1, MAX_KEY_BYTES])
+
+
+@st.composite
+def _keys(draw) -> object:
+    kind = draw(st.sampled_from(["str", "bytes", "int", "surrogate"]))
+    if kind == "int":
+        return draw(st.integers(0, 2**64 - 1))
+    n = draw(_LENGTHS)
+    fill = draw(st.binary(min_size=1, max_size=8))
+    raw = (fill * (n // len(fill) + 1))[:n]
+    if kind == "bytes":
+        return raw
+    text = raw.decode("latin-1").encode("ascii", "replace").decode("ascii")
+    if kind == "surrogate" and n >= 3:
+        text = text[: n - 3] + "\udc80"  # a lone surrogate takes 3 bytes: the key stays at n bytes
+    return text
+
+
+@settings(max_examples=20, deadline=None)
+@given(keys=st.lists(_keys(), min_size=1, max_size=4, unique_by=repr), writer=st.sampled_from(["add", "add_many", "bulk_load"]))
+def test_whatever_a_writer_accepts_every_reader_reads(tmp_path_factory, keys, writer):
+    """Property: keys a writer accepts (types, lengths up to MAX_KEY_BYTES) read back through get, in, iteration, keys_of and an export/import."""
+    import io
+
+    from fpstore.exchange import export_store, import_stream
+
+    d = tmp_path_factory.mktemp("prop")
+    fps = np.arange(1, len(keys) + 1, dtype=np.uint64)
+    with fpstore.open(d / "s") as s:
+        pid = _pid(s)
+        if writer == "add":
+            for key, fp in zip(keys, fps.tolist()):
+                s.add(key, fingerprint=fp, pipeline_id=pid)
+        elif writer == "add_many":
+            s.add_many(keys, fingerprints=fps, pipeline_id=pid)
+        else:
+            s.bulk_load(keys, fps, pipeline_id=pid)
+        assert sorted(map(repr, s)) == sorted(map(repr, keys))
+        for key, fp in zip(keys, fps.tolist()):
+            assert key in s and s.get(key).fingerprint == fp
+        _, ids, _ = s.query_many(fps, pipeline_id=pid, k=0)
+        assert sorted(map(repr, s.keys_of(ids))) == sorted(map(repr, keys))
+        want = _dump(s)
+        buf = io.BytesIO()
+        export_store(s, buf)
+    buf.seek(0)
+    import_stream(buf, str(d / "copy"))
+    with fpstore.open(d / "copy", readonly=True) as c:
+        assert _dump(c) == want
