@@ -1,7 +1,8 @@
 """``fpstore-admin``: the operator's command line, a thin shell over the public API.
 
-Exit codes: 0 ok, 1 findings (damage found by ``verify``, input skipped by ``ingest``, no match
-for ``query``), 2 usage or error, 130 interrupted. Errors are printed as one line without a
+Exit codes: 0 ok, 1 findings (damage found by ``verify``, or by ``export`` and ``info``, which
+refuse a damaged store; input skipped by ``ingest``; no match for ``query``), 2 usage or error,
+130 interrupted. Errors are printed as one line without a
 traceback. ``docs/cli.md`` documents every command.
 """
 
@@ -23,7 +24,7 @@ from typing import IO, Any, Callable, Iterator, Sequence
 import numpy as np
 
 import fpstore
-from fpstore.errors import FpstoreError, InputError, PipelineMismatchError
+from fpstore.errors import CorruptionError, FpstoreError, InputError, PipelineMismatchError, StorageError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 PROG = "fpstore-admin"
@@ -135,6 +136,108 @@ def _want_progress(args: argparse.Namespace) -> bool:
 def _open(path: str, *, readonly: bool = True) -> fpstore.Store:
     """An existing store; a missing one is an error, never silently created."""
     return fpstore.open(path, readonly=readonly, create=False)
+
+
+class _Damaged(CorruptionError):
+    """Damage found by a command that runs on damaged stores (verify, export, info): a finding,
+    reported in one line with exit 1 (RELIABILITY.md rule 9), not an error of use."""
+
+
+def _verify_file_once(data_path: str) -> list[str]:
+    from lmdb import verify as lmdb_verify
+
+    try:
+        return list(lmdb_verify.verify(data_path, subdir=False))
+    except lmdb_verify.VerifyError as exc:
+        return [f"the file cannot be verified: {exc}"]
+    except OSError as exc:
+        raise StorageError(f"{data_path}: cannot read the store file to check it: {exc.strerror or exc}") from None
+
+
+def _verify_file_pinned(path: str, data_path: str) -> list[str] | None:
+    """:func:`_verify_file_once` while holding a read transaction; None when LMDB does not even
+    open the environment (its meta pages are bad: the unpinned findings stand).
+
+    A read transaction keeps every page reachable from the newest commit in place (LMDB reuses
+    only pages freed before the oldest reader's snapshot), so a writer committing meanwhile cannot
+    make the walk see pages it is rewriting. Opening the environment and beginning a read touch
+    only the meta pages, never a B-tree.
+    """
+    import fcntl
+
+    import lmdb
+
+    from fpstore.storage import MAX_DBS, OPEN_LOCK
+
+    lock_fd = None
+    try:
+        try:
+            lock_fd = os.open(os.path.join(path, OPEN_LOCK), os.O_RDONLY | os.O_CLOEXEC)
+            # Shared, as every opener holds it: a file compaction cannot swap data.mdb meanwhile.
+            fcntl.flock(lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except FileNotFoundError:
+            pass
+        except BlockingIOError:
+            raise StorageError(f"{path} is being rewritten by a file compaction; run the command again in a moment") from None
+        try:
+            env = lmdb.open(path, subdir=True, lib_version=0, readonly=True, max_dbs=MAX_DBS, map_size=0,
+                            lock=True, readahead=False)
+        except lmdb.Error:
+            return None
+        try:
+            txn = env.begin()
+            try:
+                return _verify_file_once(data_path)
+            finally:
+                txn.abort()
+        except lmdb.Error:
+            return None
+        finally:
+            env.close()
+    finally:
+        if lock_fd is not None:
+            os.close(lock_fd)
+
+
+def _structure_problems(path: str) -> list[str] | None:
+    """LMDB's structural problems of the store file in ``path`` ([] when it is sound), or None
+    when ``path`` holds no store file (the open that follows says what it is instead).
+
+    py-lmdb's pure-Python verifier (``lmdb.verify``) reads the file as bytes and never hands it to
+    LMDB, which trusts its pages: a zeroed or forged B-tree page aborts the process inside the
+    engine (SIGABRT in ``mdb_cursor_next``). The tools that run on damaged stores therefore check
+    first and walk the B-trees only when the check passes (RELIABILITY.md rule 9). The check costs a
+    full read of the file (~115 MB/s). A writer committing during the check can make pages look
+    wrong, so findings are confirmed by a second check that holds a read transaction.
+    """
+    data_path = os.path.join(path, "data.mdb")
+    if not os.path.isfile(data_path):
+        return None
+    problems = _verify_file_once(data_path)
+    if problems and not problems[0].startswith("the file cannot be verified"):
+        pinned = _verify_file_pinned(path, data_path)
+        if pinned is not None:
+            problems = pinned
+    return problems
+
+
+def _damage_line(path: str, problems: list[str]) -> str:
+    shown = "; ".join(problems[:2])
+    more = f" (and {len(problems) - 2} more)" if len(problems) > 2 else ""
+    return (f"{path}: the store file failed LMDB's structural check: {shown}{more}; nothing was read from it "
+            "(LMDB can crash on a damaged page): restore the store from a good copy")
+
+
+def _open_checked(path: str) -> fpstore.Store:
+    """:func:`_open` for the commands that must survive damaged stores (verify, export, info):
+    LMDB's structural check first; damage raises :class:`_Damaged`."""
+    problems = _structure_problems(path)
+    if problems:
+        raise _Damaged(_damage_line(path, problems))
+    try:
+        return _open(path)
+    except CorruptionError as exc:
+        raise _Damaged(str(exc)) from None
 
 
 def _pipeline_from(args: argparse.Namespace, defaults: bool) -> fpstore.Pipeline | None:
@@ -278,8 +381,11 @@ _INFO_SHOWN = {
 
 def _cmd_info(args: argparse.Namespace) -> int:
     """Show a store's header, pipeline, design, counts, sizes, map use and readers."""
-    with _open(args.store) as store:
-        data = _info_data(store)
+    with _open_checked(args.store) as store:
+        try:
+            data = _info_data(store)
+        except CorruptionError as exc:
+            raise _Damaged(str(exc)) from None
     if args.json:
         _print_json(data)
     else:
@@ -503,9 +609,12 @@ def _deep_check(store: fpstore.Store) -> list[str]:
     return problems
 
 
-def _lmdb_check(store: fpstore.Store, tmp_parent: str | None) -> tuple[list[str], dict[str, Any]]:
-    """Copy the environment (a consistent snapshot, compacted), run LMDB's structural verifier on
-    the copy, and open the copy as a store."""
+def _copy_check(store: fpstore.Store, tmp_parent: str | None) -> tuple[list[str], dict[str, Any]]:
+    """Copy the environment (a consistent snapshot, compacted) and open the copy as a store.
+
+    Runs after LMDB's structural check of the file passed (the copy walks every B-tree)."""
+    import lmdb
+
     problems: list[str] = []
     parent = tmp_parent or os.path.dirname(os.path.abspath(store.path))
     try:
@@ -514,19 +623,12 @@ def _lmdb_check(store: fpstore.Store, tmp_parent: str | None) -> tuple[list[str]
         raise InputError(f"cannot make a temporary copy in {parent} ({exc.strerror}); pass --tmp DIR or --no-copy") from None
     facts: dict[str, Any] = {}
     try:
-        store._storage.env.copy(tmp, compact=True)
-        facts["copy_bytes"] = os.path.getsize(os.path.join(tmp, "data.mdb"))
         try:
-            from lmdb import verify as lmdb_verify
-        except ImportError:
-            facts["lmdb_verifier"] = "not available in this py-lmdb"
-        else:
-            try:
-                errors = lmdb_verify.verify(tmp, subdir=True)
-            except Exception as exc:  # the verifier's own error type: the file is not sound
-                errors = [str(exc)]
-            facts["lmdb_verifier"] = "ok" if not errors else f"{len(errors)} problems"
-            problems += [f"LMDB: {e}" for e in errors[:_MAX_PROBLEMS]]
+            store._storage.env.copy(tmp, compact=True)
+        except lmdb.Error as exc:
+            problems.append(f"LMDB cannot copy the environment: {type(exc).__name__}: {exc}")
+            return problems, facts
+        facts["copy_bytes"] = os.path.getsize(os.path.join(tmp, "data.mdb"))
         try:
             with fpstore.open(tmp, readonly=True, create=False) as copy:
                 facts["copy_documents"] = len(copy)
@@ -540,30 +642,51 @@ def _lmdb_check(store: fpstore.Store, tmp_parent: str | None) -> tuple[list[str]
 def _cmd_verify(args: argparse.Namespace) -> int:
     """Check a store deeply; exit 1 when anything is wrong.
 
-    Every document in every table, runs sorted and decodable, counts that agree, and LMDB's own
-    structural verifier on a consistent, compacted copy of the environment.
+    First LMDB's structural check of the file (``lmdb.verify``, which reads it as bytes: nothing
+    walks a B-tree of a damaged file); then every document in every table, runs sorted and
+    decodable, counts that agree, and a consistent, compacted copy of the environment.
     """
     t0 = time.monotonic()
-    with _open(args.store) as store:
-        own = getattr(store, "verify", None)
+    structure = _structure_problems(args.store)
+    facts: dict[str, Any] = {}
+    if structure:
+        problems = [f"LMDB's structural check: {p}" for p in structure[:_MAX_PROBLEMS]]
+        facts.update({"documents": None, "check": "LMDB's structural check only", "lmdb_verifier": f"{len(structure)} problems"})
+        verdict = (f"damaged: the file failed LMDB's structural check ({len(structure)} problem{'s' * (len(structure) != 1)}); "
+                   "nothing else was read (LMDB can crash on a damaged page): restore the store from a good copy")
+    else:
+        if structure is not None:
+            facts["lmdb_verifier"] = "ok"
         try:
-            problems = list(own()) if callable(own) else _deep_check(store)
-        except FpstoreError as exc:
-            problems = [f"the check stopped: {exc}"]
-        facts: dict[str, Any] = {"documents": len(store), "check": "Store.verify" if callable(own) else "fpstore-admin deep check"}
-        if not args.no_copy:
-            more, lfacts = _lmdb_check(store, args.tmp)
-            problems += more
-            facts.update(lfacts)
+            store = _open(args.store)
+        except CorruptionError as exc:
+            problems = [f"the store does not open: {exc}"]
+            facts.update({"documents": None, "check": "open"})
+        else:
+            with store:
+                own = getattr(store, "verify", None)
+                try:
+                    problems = list(own()) if callable(own) else _deep_check(store)
+                except FpstoreError as exc:
+                    problems = [f"the check stopped: {exc}"]
+                facts.update({"documents": len(store), "check": "Store.verify" if callable(own) else "fpstore-admin deep check"})
+                if not args.no_copy:
+                    more, cfacts = _copy_check(store, args.tmp)
+                    problems += more
+                    facts.update(cfacts)
+        verdict = "ok" if not problems else f"{len(problems)} problem{'s' * (len(problems) != 1)}"
     facts["seconds"] = round(time.monotonic() - t0, 3)
     if args.json:
         _print_json({"ok": not problems, "problems": problems, **facts})
     else:
         for p in problems:
             print(f"problem: {p}")
-        extra = ", LMDB verifier " + str(facts.get("lmdb_verifier")) if "lmdb_verifier" in facts else ""
-        verdict = "ok" if not problems else f"{len(problems)} problem{'s' * (len(problems) != 1)}"
-        print(f"{args.store}: {verdict} ({facts['documents']:,} documents, {facts['check']}{extra}, {facts['seconds']:.2f} s)")
+        if structure:
+            print(f"{args.store}: {verdict} ({facts['seconds']:.2f} s)")
+        else:
+            docs = "" if facts["documents"] is None else f"{facts['documents']:,} documents, "
+            extra = ", LMDB verifier " + str(facts.get("lmdb_verifier")) if "lmdb_verifier" in facts else ""
+            print(f"{args.store}: {verdict} ({docs}{facts['check']}{extra}, {facts['seconds']:.2f} s)")
     return EXIT_OK if not problems else EXIT_FINDINGS
 
 
@@ -827,24 +950,30 @@ def _cmd_export(args: argparse.Namespace) -> int:
     to_stdout = args.output in (None, "-")
     if to_stdout and sys.stdout.isatty():
         raise InputError("refusing to write a binary stream to a terminal: pass -o FILE or redirect stdout")
-    with _open(args.store) as store:
-        if to_stdout:
-            n = export_store(store, sys.stdout.buffer, level=args.level)
-            sys.stdout.buffer.flush()
-            size = None
-        else:
-            tmp = f"{args.output}.partial-{os.getpid()}"
-            try:
-                with open(tmp, "wb") as fh:
-                    n = export_store(store, fh, level=args.level)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, args.output)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
-            size = os.path.getsize(args.output)
+    # A damaged store is refused before anything is written (exit 1). There is no salvage mode:
+    # reading around a damaged page means walking B-trees that LMDB would abort on.
+    with _open_checked(args.store) as store:
+        try:
+            if to_stdout:
+                n = export_store(store, sys.stdout.buffer, level=args.level)
+                sys.stdout.buffer.flush()
+                size = None
+            else:
+                tmp = f"{args.output}.partial-{os.getpid()}"
+                try:
+                    with open(tmp, "wb") as fh:
+                        n = export_store(store, fh, level=args.level)
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                    os.replace(tmp, args.output)
+                except BaseException:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+                    raise
+                size = os.path.getsize(args.output)
+        except CorruptionError as exc:
+            where = "the stream on stdout is incomplete" if to_stdout else f"{args.output} was not written"
+            raise _Damaged(f"{exc}; the export stopped: {where}") from None
     _note(f"exported {n:,} documents" + (f" to {args.output} ({_mib(size)})" if size is not None else ""))
     return EXIT_OK
 
@@ -954,7 +1083,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
 
     p = command("verify", _cmd_verify)
-    p.add_argument("--no-copy", action="store_true", help="skip the consistent copy and LMDB's verifier")
+    p.add_argument("--no-copy", action="store_true",
+                   help="skip the consistent, compacted copy (LMDB's structural check of the file always runs first)")
     p.add_argument("--tmp", metavar="DIR", default=None,
                    help="where to put the temporary copy (default: beside the store; needs its size free)")
 
@@ -1026,6 +1156,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     try:
         return args.func(args)
+    except _Damaged as exc:
+        _note(f"damaged: {exc}")
+        return EXIT_FINDINGS
     except FpstoreError as exc:
         _note(f"error: {exc}")
         return EXIT_ERROR

@@ -1,0 +1,284 @@
+"""Edges of the operator's tools and of counts read from disk.
+
+* Damaged store files (a zeroed page, a page of random bytes) under ``verify``, ``export`` and
+  ``info``: LMDB's structural check runs before anything walks a B-tree, and damage is a finding
+  (exit 1, one message), never a signal or a traceback (RELIABILITY.md rule 9).
+* A run index (with a valid checksum) claiming far more entries than its chunks can hold, and
+  state records whose counts exceed what backs them: CorruptionError before any allocation sized
+  by the count (rule 10).
+* ``fpstore-admin``'s numeric options: negative or zero where meaningless is a usage error
+  (exit 2) caught by argparse before anything is opened or created; SIGTERM during ``import``
+  cleans up as Ctrl-C does.
+
+The damaged-file cases run each command in a forked child of one helper process (an LMDB abort
+shows as a negative exit code, as it would for the installed command, without paying the
+interpreter's start-up for each of several hundred runs); a few run the installed command itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+import zlib
+
+import lmdb
+import msgpack
+import numpy as np
+import pytest
+
+import fpstore
+from fpstore import tiers
+from fpstore.cli import build_parser, main
+from fpstore.errors import CorruptionError
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(REPO) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    return e
+
+
+def _admin() -> list[str]:
+    exe = shutil.which("fpstore-admin")
+    if exe and os.path.dirname(os.path.realpath(exe)) == os.path.dirname(os.path.realpath(sys.executable)):
+        return [exe]
+    return [sys.executable, "-m", "fpstore"]
+
+
+def _copy(src: pathlib.Path, dst: pathlib.Path) -> pathlib.Path:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("lock.mdb", "writer.lock"))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> pathlib.Path:
+    """A closed store with every kind of content: a compacted run (packed id column), a bulk
+    load (run with implicit ids, and a key segment), incremental entries and tombstones."""
+    path = tmp_path_factory.mktemp("edges") / "base.fps"
+    rng = np.random.default_rng(17)
+    with fpstore.open(path, k=3) as s:
+        pid = s.pipeline.id
+        fps = rng.integers(0, 1 << 64, size=800, dtype=np.uint64, endpoint=False)
+        fps[250:300] = fps[:50] ^ np.uint64(5)  # near duplicates
+        s.add_many([f"a{i}" for i in range(300)], fingerprints=fps[:300], pipeline_id=pid)
+        s.compact()
+        s.bulk_load(np.arange(10_000, 10_400, dtype=np.int64), fps[300:700], pipeline_id=pid)
+        s.add_many([f"c{i}" for i in range(100)], fingerprints=fps[700:800], pipeline_id=pid)
+        for key in ("a3", "a260", 10_005, "c7"):
+            assert s.delete(key)
+    return path
+
+
+# -- case 5: damaged store files under verify, export and info ----------------------------------------
+
+#: Runs each job (argv, stdout file, stderr file) as ``main(argv)`` in a forked child and prints
+#: each child's exit code as os.waitstatus_to_exitcode gives it (negative: killed by a signal).
+_FORK_DRIVER = r"""
+import json, os, signal, sys, traceback
+from fpstore.cli import main
+jobs = json.load(open(sys.argv[1]))
+codes = []
+for argv, out, err in jobs:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.alarm(120)  # a hang shows as SIGALRM
+            for fd, name in ((1, out), (2, err)):
+                os.dup2(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+            try:
+                rc = main(argv)
+            except SystemExit as exc:
+                rc = exc.code if isinstance(exc.code, int) else 2
+            except BaseException:
+                traceback.print_exc()  # what the interpreter prints for an uncaught exception
+                rc = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(locals().get("rc", 99))
+    _, status = os.waitpid(pid, 0)
+    codes.append(os.waitstatus_to_exitcode(status))
+print(json.dumps(codes))
+"""
+
+
+def _run_forked(jobs: list[list[str]], work: pathlib.Path) -> list[tuple[int, str, str]]:
+    """(exit code, stdout, stderr) of ``main(argv)`` for each argv, each in its own forked child."""
+    spec = []
+    for n, argv in enumerate(jobs):
+        spec.append([argv, str(work / f"job{n}.out"), str(work / f"job{n}.err")])
+    job_file = work / "jobs.json"
+    job_file.write_text(json.dumps(spec))
+    proc = subprocess.run([sys.executable, "-c", _FORK_DRIVER, str(job_file)], capture_output=True, text=True,
+                          env=_env(), timeout=1800)
+    assert proc.returncode == 0, proc.stderr
+    codes = json.loads(proc.stdout.splitlines()[-1])
+    return [(rc, pathlib.Path(o).read_text(errors="replace"), pathlib.Path(e).read_text(errors="replace"))
+            for rc, (_, o, e) in zip(codes, spec)]
+
+
+def _structurally_damaged(path: pathlib.Path) -> bool:
+    """What LMDB's pure-Python verifier (it never hands the file to LMDB) says of the copy."""
+    from lmdb import verify
+
+    try:
+        return bool(verify.verify(str(path), subdir=True))
+    except verify.VerifyError:
+        return True
+
+
+def _check_damage_cases(base: pathlib.Path, tmp: pathlib.Path, damages: list[tuple[str, int, bytes | None]]) -> None:
+    """For each (label, page, bytes or None for zeros): damage a copy's page, run verify, export
+    and info on it; every run ends with an exit code, no traceback; structural damage is a
+    finding (exit 1) with one clear message, and export leaves no file behind."""
+    cases = []
+    jobs: list[list[str]] = []
+    for n, (label, page, data) in enumerate(damages):
+        path = _copy(base, tmp / f"d{n}")
+        with open(path / "data.mdb", "r+b") as f:
+            f.seek(page * 4096)
+            f.write(data if data is not None else bytes(4096))
+        out = tmp / f"d{n}.export"
+        cases.append((label, path, out, _structurally_damaged(path)))
+        jobs += [["verify", str(path)], ["export", str(path), "-o", str(out)], ["info", str(path)]]
+    results = _run_forked(jobs, tmp)
+    failures = []
+    damaged_cases = 0
+    for i, (label, path, out, damaged) in enumerate(cases):
+        damaged_cases += damaged
+        for cmd, (rc, stdout, stderr) in zip(("verify", "export", "info"), results[3 * i : 3 * i + 3]):
+            what = f"{label}: {cmd} exit {rc}"
+            if rc < 0:
+                failures.append(f"{what} (killed by {signal.Signals(-rc).name}): {stderr.strip()[-200:]}")
+            elif "Traceback" in stderr:
+                failures.append(f"{what} printed a traceback: {stderr.strip().splitlines()[-1]}")
+            elif damaged:
+                if rc != 1:
+                    failures.append(f"{what}, wanted 1 (structural damage): {(stderr or stdout).strip()[-200:]}")
+                    continue
+                # One clear message: verify's verdict on stdout, the others' error on stderr.
+                message = stdout.strip().splitlines()[-1] if cmd == "verify" else stderr
+                if "structural check" not in message or (cmd != "verify" and stderr.count("\n") != 1):
+                    failures.append(f"{what}: unclear message {message!r}")
+            elif rc not in (0, 1):
+                failures.append(f"{what} on a store the verifier finds sound: {(stderr or stdout).strip()[-200:]}")
+        if damaged and (out.exists() or any(p.name.startswith(out.name + ".partial") for p in tmp.iterdir())):
+            failures.append(f"{label}: export of a damaged store left a file behind")
+    assert damaged_cases, "no case damaged the store's structure: the test checks nothing"
+    assert not failures, f"{len(failures)} failures, e.g.:\n" + "\n".join(failures[:12])
+
+
+def test_zeroed_page_verify_export_info_report_damage(base, tmp_path):
+    """verify, export and info on a store with any one page zeroed: exit 1 with one clear message when the structure is damaged, never a signal (LMDB's IS_LEAF abort) or a traceback."""
+    npages = os.path.getsize(base / "data.mdb") // 4096
+    _check_damage_cases(base, tmp_path, [(f"page {p} of {npages} zeroed", p, None) for p in range(npages)])
+
+
+def test_random_page_verify_export_info_report_damage(base, tmp_path):
+    """verify, export and info on a store with a page overwritten by random bytes: exit 1 with one clear message for structural damage, never a signal or a traceback."""
+    rng = random.Random(5)
+    npages = os.path.getsize(base / "data.mdb") // 4096
+    pages = sorted(rng.sample(range(npages), min(24, npages)))
+    _check_damage_cases(base, tmp_path, [(f"page {p} of {npages} random", p, rng.randbytes(4096)) for p in pages])
+
+
+def _first_tree_page(base: pathlib.Path) -> int:
+    """A page whose zeroing the structural verifier reports (a B-tree page of some table)."""
+    from lmdb import verify
+
+    npages = os.path.getsize(base / "data.mdb") // 4096
+    for page in range(2, npages):
+        data = bytearray((base / "data.mdb").read_bytes())
+        data[page * 4096 : (page + 1) * 4096] = bytes(4096)
+        probe = base.parent / "probe"
+        shutil.rmtree(probe, ignore_errors=True)
+        probe.mkdir()
+        (probe / "data.mdb").write_bytes(bytes(data))
+        if any("DB: page" in p for p in verify.verify(str(probe), subdir=True)):
+            return page
+    raise AssertionError("no B-tree page found")
+
+
+def test_installed_command_reports_a_zeroed_page(base, tmp_path):
+    """The installed fpstore-admin (verify, verify --json, export, info) on a store with a zeroed B-tree page: exit 1, no traceback, the structural check named."""
+    path = _copy(base, tmp_path / "z.fps")
+    page = _first_tree_page(base)
+    with open(path / "data.mdb", "r+b") as f:
+        f.seek(page * 4096)
+        f.write(bytes(4096))
+    for args in (["verify", path], ["verify", path, "--json"], ["export", path, "-o", tmp_path / "z.out"], ["info", path]):
+        p = subprocess.run(_admin() + [str(a) for a in args], capture_output=True, text=True, env=_env(), timeout=300)
+        assert p.returncode == 1, (args, p.returncode, p.stderr)
+        assert "Traceback" not in p.stderr, p.stderr
+        if "--json" in args:
+            data = json.loads(p.stdout)
+            assert data["ok"] is False and any("structural check" in x for x in data["problems"])
+        else:
+            assert "structural check" in (p.stdout + p.stderr)
+    assert not (tmp_path / "z.out").exists()
+
+
+def test_verify_of_a_sound_store_still_passes(base, tmp_path):
+    """A sound store still verifies with exit 0 (with and without --no-copy), and export and info still work."""
+    path = _copy(base, tmp_path / "ok.fps")
+    res = _run_forked([["verify", str(path)], ["verify", str(path), "--no-copy"], ["info", str(path)],
+                       ["export", str(path), "-o", str(tmp_path / "ok.out")]], tmp_path)
+    for rc, out, err in res:
+        assert rc == 0 and "Traceback" not in err, (rc, out, err)
+    assert "LMDB verifier ok" in res[0][1]
+    assert (tmp_path / "ok.out").stat().st_size > 0
+
+
+_WRITER = r"""
+import sys
+import numpy as np
+import fpstore
+rng = np.random.default_rng(9)
+with fpstore.open(sys.argv[1], k=3, flush_entries=0) as s:
+    pid = s.pipeline.id
+    print("ready", flush=True)
+    for line in sys.stdin:
+        for _ in range(int(line)):
+            keys = [f"w{int(x)}" for x in rng.integers(0, 3000, 300)]
+            s.add_many(keys, fingerprints=rng.integers(0, 1 << 63, 300, dtype=np.uint64), pipeline_id=pid)
+        print("done", flush=True)
+"""
+
+
+def test_structure_check_beside_a_committing_writer_finds_no_damage(base, tmp_path, monkeypatch):
+    """LMDB's structural check of a store whose writer commits while the check walks it reports nothing: findings are confirmed under a read transaction, which keeps the writer from reusing the pages being walked."""
+    from lmdb import verify
+
+    from fpstore import cli
+
+    path = _copy(base, tmp_path / "live.fps")
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=_env())
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        load_metas = verify._Verifier.load_metas
+
+        def load_metas_then_commit(self):  # the walk starts from the newest commit, then the writer goes on
+            load_metas(self)
+            writer.stdin.write("20\n")
+            writer.stdin.flush()
+            assert writer.stdout.readline().strip() == "done"
+
+        monkeypatch.setattr(verify._Verifier, "load_metas", load_metas_then_commit)
+        unpinned = cli._verify_file_once(str(path / "data.mdb"))
+        assert unpinned, "the commits did not disturb an unpinned walk: this test would show nothing"
+        assert cli._structure_problems(str(path)) == []
+    finally:
+        writer.stdin.close()
+        writer.wait(timeout=120)
