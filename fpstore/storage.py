@@ -283,6 +283,10 @@ class Storage:
             _refuse_foreign_files(self.path)
         for name in _STORE_FILES - {DATA_FILE}:
             _store_file_exists(self.path, name)  # refuses a FIFO or device before anything opens it
+        ours = _store_file_exists(self.path, WRITER_LOCK)  # a writer of ours has been here
+        if exists and os.path.getsize(os.path.join(self.path, DATA_FILE)) == 0 and (readonly or not ours):
+            # LMDB would write a new environment into it: not a file of ours to rewrite.
+            raise NotAStoreError(f"{self.path}: {DATA_FILE} is empty, and not left by a store of ours being created")
         if os.path.isdir(self.path) and not allow_network_fs:
             fs = _filesystem_type(self.path)
             if fs in _NETWORK_FS:
@@ -317,17 +321,18 @@ class Storage:
             self.is_new = not exists
             if exists:
                 self._check_file_length()
-                if not readonly and self._env.stat()["entries"] == 0:
-                    # An environment without a single sub-database: a create killed before its one
-                    # commit. Nothing is in it to lose, so this open creates the store over it.
+                if not readonly and ours and self._env.stat()["entries"] == 0:
+                    # An environment without a single sub-database, in a directory where a writer
+                    # of ours has been: a create killed before its one commit. Nothing is in it to
+                    # lose, so this open creates the store over it.
                     _refuse_foreign_files(self.path)
                     self.is_new = True
                 else:
                     self.open_dbs(names)
             self.reader_check()
         except BaseException:
-            if self._lock_fd is not None and not exists and not readonly:
-                self.discard()  # this open holds the writer lock and was creating: undo it
+            if self._lock_fd is not None and not readonly:
+                self.discard()  # holding the writer lock: remove the lock files this open made
             else:
                 self.close()
             raise

@@ -155,12 +155,31 @@ def test_environment_left_by_a_killed_create_is_created_over(tmp_path):
 
     path = tmp_path / "s"
     path.mkdir(mode=0o700)
+    (path / "writer.lock").write_bytes(b"")  # a create takes the writer lock before LMDB opens
     lmdb.open(str(path), lib_version=0, map_size=1 << 20).close()
     assert (path / DATA_FILE).exists()
     with fpstore.open(path) as s:
         s.add("a", fingerprint=1, pipeline_id=_pid(s))
     with fpstore.open(path, readonly=True) as s:
         assert "a" in s
+
+
+def test_empty_lmdb_environment_of_someone_else_is_not_taken_over(tmp_path):
+    """An empty LMDB environment (or an empty data.mdb) no writer of ours left is refused, and left as it was."""
+    import lmdb
+
+    env_dir = tmp_path / "env"
+    lmdb.open(str(env_dir), lib_version=0, map_size=1 << 20).close()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / DATA_FILE).write_bytes(b"")
+    for d in (env_dir, empty):
+        before = (d / DATA_FILE).read_bytes()
+        names = sorted(os.listdir(d))
+        with pytest.raises(NotAStoreError):
+            fpstore.open(d)
+        assert (d / DATA_FILE).read_bytes() == before
+        assert sorted(os.listdir(d)) == names  # no lock files of ours left behind either
 
 
 def test_cli_create_with_a_refused_k_leaves_nothing(tmp_path):
