@@ -1711,6 +1711,14 @@ def open(
 ) -> Store:
     """Open the store in directory ``path``, creating it (mode 0700) when missing and ``create``.
 
+    A store is created only in a new or an empty directory: a directory holding anything else
+    raises :class:`~fpstore.errors.NotAStoreError` and is left untouched. A create that fails (a
+    refused argument, a full disk) leaves nothing behind. ``readonly=True`` also opens a store on
+    read-only media (or files this user may not write): LMDB's lock file cannot record such a
+    reader, so it holds a shared lock on ``writer.lock`` instead, and no writer can start until it
+    closes. A store dropped without :meth:`Store.close` is closed when it is collected, with a
+    ``ResourceWarning``.
+
     ``k`` is the default query radius; for a new store it also chooses the design (exact up to k,
     default 3). ``pipeline`` defaults to :class:`Pipeline()` for a new store and must match an
     existing store's. ``design`` is ``"auto"`` (chosen from ``expected_size``), a design name or a
