@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "RUN_FORMAT_VERSION",
     "RunIndex",
+    "chunk_views",
     "decode_block",
     "decode_chunk",
     "decode_run",
@@ -166,6 +167,16 @@ class RunIndex:
         counts = self.nentries.astype(np.int64)
         entry_start = np.zeros(nb + 1, np.int64)
         np.cumsum(counts, out=entry_start[1:])
+        # A block of n entries takes at least 1 + ceil((n - 1) / 8) bytes (a header byte, then at
+        # least one unary bit per gap: the decoder's own rule), so the count is bounded by the
+        # chunk bytes the index claims, and, once each chunk's real length is checked against
+        # its claim, by bytes that exist: nothing is ever allocated for a count alone.
+        if nb and np.any(counts - 1 > 8 * (ends - starts - 1)):
+            b = int(np.flatnonzero(counts - 1 > 8 * (ends - starts - 1))[0])
+            raise CorruptionError(
+                f"run index: block {b} claims {int(counts[b])} entries in {int(ends[b] - starts[b])} bytes, more than "
+                "those bytes can hold; the index is damaged (rebuild the run)"
+            )
         bounds = np.empty(nb + 1, np.uint64)
         bounds[:nb] = self.first_keys
         bounds[nb] = self.last_key
@@ -486,11 +497,24 @@ def decode_chunk(chunk: object, index: RunIndex, chunk_no: int, *, checksum: boo
     return out
 
 
+def chunk_views(chunks_getter: ChunkGetter, index: RunIndex) -> list[np.ndarray]:
+    """Every chunk's bytes as a zero-copy uint8 view, each checked to have the length the index
+    gives it (CorruptionError for a missing or short chunk). After this, ``index.count`` is
+    backed by bytes that exist: an index bounds each block's entries by its bytes, so a count
+    can be trusted to size an allocation only once the chunks behind it are known to be there."""
+    return [_bytes_view(chunks_getter(c), index, c) for c in range(index.nchunks)]
+
+
 def decode_run(chunks_getter: ChunkGetter, index: RunIndex, *, checksum: bool = False) -> np.ndarray:
-    """Every key of the run (uint64, sorted), reading chunk ``i`` with ``chunks_getter(i)``."""
+    """Every key of the run (uint64, sorted), reading chunk ``i`` with ``chunks_getter(i)`` (once).
+
+    The chunks' lengths are checked before the output is allocated (see :func:`chunk_views`):
+    an index claiming billions of entries over a few real bytes raises CorruptionError, not
+    MemoryError.
+    """
+    views = chunk_views(chunks_getter, index)
     out = np.empty(index.count, np.uint64)
-    for c in range(index.nchunks):
-        buf = _bytes_view(chunks_getter(c), index, c)
+    for c, buf in enumerate(views):
         if checksum and zlib.crc32(buf) != int(index.chunk_crc[c]):
             raise CorruptionError(f"run chunk {c} checksum mismatch: the chunk is damaged")
         b0, b1 = int(index._chunk_start[c]), int(index._chunk_start[c + 1])

@@ -257,6 +257,7 @@ class State:
             _check(_is_int(rec.get("id"), 0, (1 << 32) - 1) and _is_int(rec.get("base")) and _is_int(rec.get("count"), 0, 1 << 40), "a segment has a bad id, base or count")
             _check(all(isinstance(rec.get(p), bytes) for p in ("fps", "hashes", "keys")), "a segment lacks a blob prefix")
             _check(_is_int(rec.get("key_blocks"), 0, 1 << 32), "a segment has a bad key block count")
+            _check(rec["count"] <= rec["key_blocks"] * KEY_BLOCK, "a segment claims more documents than its key blocks hold")
             _check(isinstance(rec.get("ordinals"), dict) and isinstance(rec["ordinals"].get("prefix"), bytes), "a segment's ordinals are bad")
             _check_packed(rec["ordinals"], rec["count"], "a segment's ordinals")
         return cls(rs, ss, obj["next_run"], obj["next_seg"])
@@ -341,6 +342,11 @@ class CodecRun:
 
     def all(self) -> np.ndarray:
         return runs.decode_run(self.get, self.index)
+
+    def check_backed(self) -> None:
+        """CorruptionError unless every chunk is stored with the length the index gives it, so
+        that :attr:`count` is backed by bytes that exist (see :func:`fpstore.runs.chunk_views`)."""
+        runs.chunk_views(self.get, self.index)
 
     def positions(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For sorted unique uint64 ``keys``: (key index, position) of every stored copy of each.
@@ -476,6 +482,9 @@ class Run:
         return out
 
     def all_ids(self) -> np.ndarray:
+        # The count comes from the state record: allocate for it only once table 0 holds as many
+        # entries (checked by table()) and its chunks are there to back them.
+        self.table(0).check_backed()
         return self.ids_at(np.arange(self.count, dtype=np.int64))
 
     def probe_tables(self) -> list[Any]:

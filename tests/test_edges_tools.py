@@ -240,6 +240,107 @@ def test_verify_of_a_sound_store_still_passes(base, tmp_path):
     assert (tmp_path / "ok.out").stat().st_size > 0
 
 
+# -- case 6: counts read from disk against the bytes behind them ------------------------------------------
+
+_CLAIMED = 8_600_000_000  # entries a forged run index claims (69 GB of uint64)
+_BE = 65535  # the largest block size: the fewest blocks for the claim
+
+
+def _forged_index_bytes(count: int, *, spread: bool) -> bytes:
+    """A run index in the on-disk layout (docs/format.md), checksum valid, claiming ``count``
+    entries in one chunk. ``spread`` gives each block as many claimed bytes as its entries need
+    (so only the chunk's real length can refute it); otherwise the blocks are one byte apart."""
+    nb = -(-count // _BE)
+    nentries = np.full(nb, _BE, "<u2")
+    nentries[-1] = count - (nb - 1) * _BE
+    step = 1 + -(-(_BE - 1) // 8) if spread else 1  # a block of n entries needs 1 + ceil((n-1)/8) bytes
+    offsets = (np.arange(nb, dtype=np.int64) * step).astype("<u4")
+    chunk_len = nb * step
+    assert chunk_len < 1 << 32
+    header = struct.pack("<4sHHIIQQQ", b"FPRI", 1, 0, _BE, 1, nb, count, 0)
+    body = b"".join((header, np.zeros(nb, "<u8").tobytes(), offsets.tobytes(), nentries.tobytes(),
+                     struct.pack("<III", 0, chunk_len, 0)))
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def _forge_run(path: pathlib.Path, count: int, *, spread: bool, index: bool = True) -> None:
+    """Replace the first run's table-0 index by a forged one (unless ``index`` is False) and make
+    the state record claim ``count`` entries for that run, as a bad disk or an attacker could."""
+    from fpstore.storage import MAX_DBS
+
+    env = lmdb.open(str(path), subdir=True, lib_version=0, max_dbs=MAX_DBS, map_size=0)
+    try:
+        meta, blobs = env.open_db(b"meta"), env.open_db(b"blobs")
+        with env.begin(write=True) as txn:
+            raw = bytes(txn.get(tiers.STATE_KEY, db=meta))
+            ntables = len(msgpack.unpackb(raw)["runs"][0]["tables"])
+            state = tiers.State.from_bytes(raw, ntables)
+            rec = state.runs[0]
+            rec["count"] = count
+            if "prefix" in rec["ids"]:
+                rec["ids"]["count"] = count
+            if index:
+                txn.put(rec["tables"][0] + b"I", _forged_index_bytes(count, spread=spread), db=blobs)
+            txn.put(tiers.STATE_KEY, state.to_bytes(), db=meta)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("spread", [False, True], ids=["blocks-too-short", "chunk-too-short"])
+def test_run_index_claiming_billions_raises_corruption(base, tmp_path, spread):
+    """A checksummed run index claiming 8.6 billion entries passes open(verify=True), then near_duplicate_pairs, clusters and exhaustive query raise CorruptionError (not MemoryError)."""
+    path = _copy(base, tmp_path / "forged.fps")
+    _forge_run(path, _CLAIMED, spread=spread)
+    with fpstore.open(path, readonly=True, verify=True) as s:
+        for call in (s.near_duplicate_pairs, s.clusters, lambda: s.query(fingerprint=1, pipeline_id=s.pipeline.id, exhaustive=True)):
+            with pytest.raises(CorruptionError):
+                call()
+
+
+def test_verify_reports_a_run_index_claiming_billions(base, tmp_path):
+    """fpstore-admin verify on a store with a forged, checksummed run index claiming 8.6 billion entries: exit 1, a problem line, no traceback."""
+    path = _copy(base, tmp_path / "forged.fps")
+    _forge_run(path, _CLAIMED, spread=True)
+    p = subprocess.run(_admin() + ["verify", str(path)], capture_output=True, text=True, env=_env(), timeout=300)
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr and "problem: " in p.stdout, p.stderr
+
+
+def test_run_ids_are_bounded_by_the_table_behind_them(base, tmp_path):
+    """A state record claiming 8.6 billion entries for a run whose tables hold a few hundred: reading its ids raises CorruptionError before allocating for the claim."""
+    from fpstore.storage import MAX_DBS
+
+    path = _copy(base, tmp_path / "count.fps")
+    _forge_run(path, _CLAIMED, spread=False, index=False)
+    env = lmdb.open(str(path), subdir=True, lib_version=0, max_dbs=MAX_DBS, map_size=0, readonly=True)
+    try:
+        meta, blobs = env.open_db(b"meta"), env.open_db(b"blobs")
+        with env.begin() as txn:
+            raw = bytes(txn.get(tiers.STATE_KEY, db=meta))
+            rec = msgpack.unpackb(raw)["runs"][0]
+            state = tiers.State.from_bytes(raw, len(rec["tables"]))
+            for r in state.runs:
+                if r["count"] == _CLAIMED:
+                    with pytest.raises(CorruptionError):
+                        tiers.Run(txn, blobs, tiers.TierCache(), r).all_ids()
+    finally:
+        env.close()
+
+
+def test_state_refuses_a_segment_with_more_documents_than_key_blocks():
+    """A state record whose key segment claims more documents than its key blocks can hold raises CorruptionError."""
+    ordinals = {"prefix": b"o", "count": 0, "min": 0, "width": 0, "per_chunk": 65536}
+    for count, blocks, ok in ((256, 1, True), (257, 2, True), (257, 1, False), (1 << 40, 1, False), (1, 0, False)):
+        seg = {"id": 1, "base": 1, "count": count, "fps": b"f", "hashes": b"h", "keys": b"k", "key_blocks": blocks,
+               "ordinals": dict(ordinals, count=count)}
+        raw = tiers.State([], [seg], 1, 2).to_bytes()
+        if ok:
+            tiers.State.from_bytes(raw, 4)
+        else:
+            with pytest.raises(CorruptionError):
+                tiers.State.from_bytes(raw, 4)
+
+
 _WRITER = r"""
 import sys
 import numpy as np
