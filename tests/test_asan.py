@@ -36,14 +36,18 @@ def toolchain():
         pytest.skip(f"no AddressSanitizer build possible here: {problem}")
 
 
-def run_script(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, SCRIPT, "--opt", "0", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+def run_script(tmp_path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """The script at -O0; its temporary files (kept after a failure) go under ``tmp_path``, the
+    build cache stays where it was."""
+    env = dict(os.environ, TMPDIR=str(tmp_path), FPSTORE_ASAN_BUILD=asan_fuzz.CACHE_ROOT)
+    return subprocess.run([sys.executable, SCRIPT, "--opt", "0", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def test_asan_kernels_survive_the_seed_corpus_and_its_mutations(toolchain, tmp_path):
     """The ASan-built kernels, loaded in place of the package's, replay every committed seed and run seeded mutations of each target without an ASan report, a crash or an untyped exception."""
     t0 = time.perf_counter()
-    proc = run_script("--iterations", str(ITERATIONS), "--seed", str(SEED), "--json", str(tmp_path / "run.json"),
+    proc = run_script(tmp_path, "--iterations", str(ITERATIONS), "--seed", str(SEED), "--json", str(tmp_path / "run.json"),
                       "--crash-dir", str(tmp_path / "crashes"))
     elapsed = time.perf_counter() - t0
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-12000:]}\n{proc.stderr[-4000:]}"
@@ -72,7 +76,7 @@ def test_asan_kernels_survive_the_seed_corpus_and_its_mutations(toolchain, tmp_p
 
 def test_an_asan_report_fails_the_run(toolchain, tmp_path):
     """A heap overflow in the child (a ctypes read past a buffer, under the same runtime and options) aborts it, and the script exits 1 with AddressSanitizer's report: a finding cannot pass silently."""
-    proc = run_script("--selftest-overflow", "--iterations", "0", "--targets", "packed")
+    proc = run_script(tmp_path, "--selftest-overflow", "--iterations", "0", "--targets", "packed")
     assert proc.returncode == 1, f"exit {proc.returncode}\n{proc.stdout[-6000:]}"
     assert "ERROR: AddressSanitizer: heap-buffer-overflow" in proc.stdout, proc.stdout[-6000:]
     assert "THE CHILD DIED" in proc.stdout
