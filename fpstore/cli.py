@@ -24,6 +24,7 @@ from typing import IO, Any, Callable, Iterator, Sequence
 import numpy as np
 
 import fpstore
+from fpstore.design import MAX_K
 from fpstore.errors import CorruptionError, FpstoreError, InputError, PipelineMismatchError, StorageError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -240,6 +241,30 @@ def _open_checked(path: str) -> fpstore.Store:
         raise _Damaged(str(exc)) from None
 
 
+def _int_arg(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for every numeric option: an integer in ``lo..hi`` (``hi`` None: no
+    upper bound). Anything else is a usage error (exit 2, the option named) raised while parsing,
+    before a store is opened or made: a negative size or count, or zero where it means nothing,
+    would otherwise run and quietly do the wrong thing (``--max-bytes -1`` read nothing,
+    ``--limit -1`` dropped the last match)."""
+
+    def integer(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"wants an integer, got {text!r}") from None
+        if value < lo or (hi is not None and value > hi):
+            want = f">= {lo}" if hi is None else f"in {lo}..{hi}"
+            raise argparse.ArgumentTypeError(f"must be an integer {want}, got {value}")
+        return value
+
+    return integer
+
+
+_POSITIVE = _int_arg(1)  # sizes, counts and limits
+_NON_NEGATIVE = _int_arg(0)  # seeds, token counts
+
+
 def _pipeline_from(args: argparse.Namespace, defaults: bool) -> fpstore.Pipeline | None:
     """The pipeline the options ask for; None when no option was given and ``defaults`` is False."""
     given = {name: getattr(args, name) for name in ("kind", "html", "shingle", "seed", "min_tokens") if getattr(args, name) is not None}
@@ -249,23 +274,23 @@ def _pipeline_from(args: argparse.Namespace, defaults: bool) -> fpstore.Pipeline
 
 
 def _add_pipeline_options(p: argparse.ArgumentParser, note: str = "") -> None:
-    from fpstore.pipeline import HTML_MODES, KINDS
+    from fpstore.pipeline import HTML_MODES, KINDS, MAX_SHINGLE
 
     g = p.add_argument_group("pipeline" + note)
     g.add_argument("--kind", choices=sorted(KINDS), default=None, help="fingerprint kind (default: the default pipeline's)")
     g.add_argument("--html", choices=list(HTML_MODES), default=None,
                    help="HTML handling: reduce HTML input to its main content, or 'off' (default: the default pipeline's)")
-    g.add_argument("--shingle", type=int, default=None, metavar="W", help="words per shingle (default 3)")
-    g.add_argument("--seed", type=int, default=None, help="64-bit hash seed (default 0)")
-    g.add_argument("--min-tokens", type=int, default=None, metavar="N",
+    g.add_argument("--shingle", type=_int_arg(1, MAX_SHINGLE), default=None, metavar="W", help="words per shingle (default 3)")
+    g.add_argument("--seed", type=_int_arg(0, (1 << 64) - 1), default=None, help="64-bit hash seed (default 0)")
+    g.add_argument("--min-tokens", type=_NON_NEGATIVE, default=None, metavar="N",
                    help="texts with fewer tokens are matched only exactly (default 20)")
 
 
 def _add_design_options(p: argparse.ArgumentParser, note: str = "") -> None:
     g = p.add_argument_group("table design" + note)
-    g.add_argument("-k", type=int, default=None, help="Hamming radius the design is exact for, and the default query radius (default 3)")
+    g.add_argument("-k", type=_int_arg(0, MAX_K), default=None, help="Hamming radius the design is exact for, and the default query radius (default 3)")
     g.add_argument("--design", default="auto", help="design name (see docs/designs.md) or 'auto' (default)")
-    g.add_argument("--expected-size", type=int, default=None, metavar="N", help="documents expected, to choose the design")
+    g.add_argument("--expected-size", type=_POSITIVE, default=None, metavar="N", help="documents expected, to choose the design")
 
 
 # -- create / info ----------------------------------------------------------------------------------------
@@ -982,11 +1007,30 @@ def _cmd_import(args: argparse.Namespace) -> int:
     """Read an export stream into a new store (with the stream's pipeline) or an existing one."""
     from fpstore.exchange import import_stream
 
-    if args.input in (None, "-"):
-        result = import_stream(sys.stdin.buffer, args.store, batch_size=args.batch_size)
-    else:
-        with open(args.input, "rb") as fh:
-            result = import_stream(fh, args.store, batch_size=args.batch_size)
+    existing = os.path.exists(os.path.join(args.store, "data.mdb"))
+
+    def on_signal(signum: int, frame: Any) -> None:
+        # SIGTERM takes Ctrl-C's path: import_stream removes the hidden store it was building
+        # (a new path), or keeps the batches it committed (an existing store; a rerun resumes).
+        # Further signals are ignored so that the cleanup runs to its end.
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if args.input in (None, "-"):
+            result = import_stream(sys.stdin.buffer, args.store, batch_size=args.batch_size)
+        else:
+            with open(args.input, "rb") as fh:
+                result = import_stream(fh, args.store, batch_size=args.batch_size)
+    except KeyboardInterrupt:
+        _note("interrupted; " + ("the batches committed are kept: rerun the same command to resume" if existing
+                                 else "nothing was imported (the half-built store was removed)"))
+        return EXIT_INTERRUPTED
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
     data = {"store": result.path, "created": result.created, "records": result.records,
             "pipeline_id": result.pipeline_id, "design": result.design}
     if args.json:
@@ -1079,8 +1123,8 @@ def build_parser() -> argparse.ArgumentParser:
     command("info", _cmd_info)
 
     p = command("stats", _cmd_stats)
-    p.add_argument("--sample", type=int, default=1000, metavar="N", help="fingerprints sampled (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--sample", type=_POSITIVE, default=1000, metavar="N", help="fingerprints sampled (default 1000)")
+    p.add_argument("--seed", type=_NON_NEGATIVE, default=0, help="sampling seed (default 0)")
 
     p = command("verify", _cmd_verify)
     p.add_argument("--no-copy", action="store_true",
@@ -1098,14 +1142,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("text", nargs="?", metavar="TEXT", help="the text to look up; '-' reads stdin")
     p.add_argument("--file", metavar="FILE", help="read the text from FILE (UTF-8; invalid bytes become U+FFFD)")
     p.add_argument("--fingerprint", metavar="HEX", help="look up a 64-bit fingerprint made by this store's pipeline")
-    p.add_argument("-k", type=int, default=None, help="radius (default: the store's k)")
+    p.add_argument("-k", type=_int_arg(0, 64), default=None, help="radius (default: the store's k)")
     p.add_argument("--exhaustive", action="store_true", help="compare with every fingerprint (any k up to 64; slow)")
-    p.add_argument("--limit", type=int, default=None, metavar="N", help="print at most N matches")
+    p.add_argument("--limit", type=_POSITIVE, default=None, metavar="N", help="print at most N matches")
 
     p = command("dedup", _cmd_dedup, json_out=False)
-    p.add_argument("-k", type=int, default=None, help="radius (default: the store's k; at most 10)")
+    p.add_argument("-k", type=_int_arg(0, MAX_K), default=None, help=f"radius (default: the store's k; at most {MAX_K})")
     p.add_argument("--clusters", action="store_true", help="print clusters (connected components) instead of pairs")
-    p.add_argument("--min-size", type=int, default=2, metavar="N", help="smallest cluster to print (default 2)")
+    p.add_argument("--min-size", type=_POSITIVE, default=2, metavar="N", help="smallest cluster to print (default 2)")
     p.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="output format (default jsonl)")
     p.add_argument("-o", "--output", metavar="FILE", default=None, help="write to FILE instead of stdout")
 
@@ -1117,8 +1161,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key-field", default="id", metavar="NAME", help="JSONL: the member holding the key (default id)")
     p.add_argument("--text-field", default="text", metavar="NAME", help="JSONL: the member holding the text (default text)")
     p.add_argument("--key-prefix", default="", metavar="P", help="directory: prefix for keys (default none: the relative path)")
-    p.add_argument("--batch-size", type=int, default=1000, metavar="N", help="documents per transaction and checkpoint (default 1000)")
-    p.add_argument("--max-bytes", type=int, default=16 << 20, metavar="N", help="skip documents larger than N bytes (default 16 MiB)")
+    p.add_argument("--batch-size", type=_POSITIVE, default=1000, metavar="N", help="documents per transaction and checkpoint (default 1000)")
+    p.add_argument("--max-bytes", type=_POSITIVE, default=16 << 20, metavar="N", help="skip documents larger than N bytes (default 16 MiB)")
     p.add_argument("--on-error", choices=["skip", "stop"], default="skip",
                    help="bad input: report and skip it (exit 1 at the end), or stop there (exit 2)")
     p.add_argument("--restart", action="store_true", help="ignore stored checkpoints and read every source from the start")
@@ -1129,17 +1173,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("export", _cmd_export, json_out=False)
     p.add_argument("-o", "--output", metavar="FILE", default=None, help="write to FILE (atomically) instead of stdout")
-    p.add_argument("--level", type=int, default=3, help="zstd level (default 3)")
+    p.add_argument("--level", type=_int_arg(1, 22), default=3, help="zstd level, 1..22 (default 3)")
 
     p = command("import", _cmd_import)
     p.add_argument("input", nargs="?", metavar="FILE", default=None, help="the stream to read (default or '-': stdin)")
-    p.add_argument("--batch-size", type=int, default=10000, metavar="N", help="documents per transaction (default 10000)")
+    p.add_argument("--batch-size", type=_POSITIVE, default=10000, metavar="N", help="documents per transaction (default 10000)")
 
     p = command("demo", _cmd_demo, store=False, json_out=False)
-    p.add_argument("-k", type=int, default=5, help="Hamming radius (default 5, the calibrated k of the default pipeline)")
+    p.add_argument("-k", type=_int_arg(0, MAX_K), default=5, help="Hamming radius (default 5, the calibrated k of the default pipeline)")
     p.add_argument("--store", default=None, help="keep the demo store at this path (default: a temporary directory)")
-    p.add_argument("--limit", type=int, default=15, help="clusters to print (default 15)")
-    p.add_argument("--members", type=int, default=4, help="members to print per cluster (default 4)")
+    p.add_argument("--limit", type=_POSITIVE, default=15, help="clusters to print (default 15)")
+    p.add_argument("--members", type=_NON_NEGATIVE, default=4, help="members to print per cluster (default 4)")
 
     from fpstore import evaluate_cli
 
