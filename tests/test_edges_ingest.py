@@ -407,3 +407,183 @@ def test_directory_file_swapped_for_a_link_after_the_walk_is_not_followed(tmp_pa
     evs = events(src)
     assert "z.txt" not in [it.key for it in items(evs)]
     assert all("root:x" not in it.text for it in items(evs))
+
+
+# -- 15: HTML nested deeper than the extractor's bound ------------------------------------------------
+
+
+def deep(n: int, tag: str = "div") -> str:
+    return "<!DOCTYPE html><html><body>" + f"<{tag}>" * n + "deep words" + f"</{tag}>" * n + "</body></html>"
+
+
+def parser_must_not_run(monkeypatch):
+    from fpstore import html
+
+    def refuse():
+        raise AssertionError("the HTML5 parser was called for a document over the nesting bound")
+
+    monkeypatch.setattr(html, "_parser", refuse)
+
+
+def test_deeply_nested_html_takes_the_flat_path_without_the_parser(monkeypatch):
+    """A page nested 100,000 <div>s deep is over the bound: main_text and visible_text reduce it
+    by the flat scan (linear), never handing it to the HTML5 parser (quadratic in depth)."""
+    from fpstore import html
+
+    doc = deep(100_000)
+    assert html.nesting_depth(doc) > html.MAX_DEPTH
+    parser_must_not_run(monkeypatch)
+    assert html.main_text(doc).split() == ["deep", "words"]
+    assert html.visible_text(doc).split() == ["deep", "words"]
+
+
+EVASIONS = {
+    "divs": deep(5000),
+    "spans then divs": "<body>" + "<span>" * 5000 + "<div>x</div>" * 5000,
+    "stray end tags": "<body>" + "<div></x>" * 5000,
+    "stray end tags of open names": "<body><x>" + "<div></x>" * 5000,
+    "unclosed formatting, distinct attributes": "<body>" + "".join(f"<b id={i}>" for i in range(5000)) + "<p>x</p>" * 10,
+    "formatting entries closed by </p>": "<body>" + "".join(f"<p><b id={i}></p>" for i in range(5000)) + "<p>x</p>",
+    "formatting kept open by a table": "<body>" + "<b><table><td></b></td></table>" * 5000,
+    "nested list items": "<body>" + "<ul><li>" * 5000,
+    "nested tables in cells": "<body>" + "<table><tr><td>" * 5000,
+    "foreign elements": "<body><svg>" + "<area>" * 5000 + "</x>" * 10,
+    "a comment ending early": "<body>" + "<!--->" + "<div>" * 5000 + "-->",
+    "a comment in an attribute": '<body><div title="<!--">' + "<div>" * 5000 + "-->",
+    "a script tag in an attribute": '<body><p title="<script>">' + "<div>" * 5000 + "</script>",
+    "a script tag in a comment": "<body><!-- <script> -->" + "<div>" * 5000 + "</script>",
+    "style in svg": "<body><svg><style>" + "<div>" * 5000 + "</style>",
+    "an unquoted '=' attribute name": '<body><div =">' + "<div>" * 5000 + '">',
+}
+
+
+@pytest.mark.parametrize("name", sorted(EVASIONS))
+def test_nesting_depth_sees_through_markup_tricks(name):
+    """Deep nesting is counted however it is built or hidden (stray end tags, formatting
+    elements, tables, foreign content, comments, quotes, raw text elements)."""
+    from fpstore import html
+
+    assert html.nesting_depth(EVASIONS[name], 100_000) >= 2500
+
+
+ORDINARY = {
+    "sloppy paragraphs and lists": "<body>" + "<p>para <b>bold</b> <a href=x>link</a>" * 3000 + "<ul>" + "<li>item" * 3000 + "</ul>",
+    "tables without end tags": "<body><table>" + ("<tr>" + "<td>cell" * 5) * 2000 + "</table>",
+    "voids": "<body>" + "<br><img src=x><input><hr><meta x><link y><wbr>" * 2000,
+    "scripts with comparisons": "<body><script>" + "for(i=0;i<n;i++)if(a<b&&c<d)x=a<b ?c:d;" * 3000 + "</script><p>x",
+    "comments with markup": "<body>" + "<!-- <div><div><span> -->" * 3000,
+    "attributes with markup": "<body>" + "<a title='<div><div>' href=\"<span>\">x</a>" * 3000,
+    "html head body repeated": "<html><head></head><body>" * 3000,
+    "misnested formatting": "<body>" + "<p><b><i>x</b></i></p>" * 3000,
+    "options": "<body><select>" + "<option>o" * 3000 + "</select>",
+    "selects with options left open": "<body><form><p>" + "<select><option>a<option>b</select>" * 3000,
+    "definition lists": "<body><dl>" + "<dt>t<dd>d" * 3000 + "</dl>",
+    "headings": "<body>" + "<h1>a<h2>b<h3>c" * 3000,
+    "svg icons": "<body>" + "<svg><g><path d='M0'/><circle r=1 /></g></svg>" * 3000,
+    "end tags with quoted '>'": "<body>" + "<div></div title='>'>" * 3000,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ORDINARY))
+def test_nesting_depth_of_ordinary_markup_is_its_real_depth(name):
+    """Markup that is long but shallow (implied end tags, voids, raw text, comments, quotes)
+    counts a few levels, far below the bound."""
+    from fpstore import html
+
+    assert html.nesting_depth(ORDINARY[name], 100_000) <= 12
+
+
+def test_at_the_bound_the_parser_decides_and_just_over_it_the_flat_path(monkeypatch):
+    """A tag-dense document at MAX_DEPTH levels is extracted by the HTML5 parser (rule main-v1 as
+    before); one level more and it takes the flat path."""
+    from fpstore import html
+
+    levels = html.MAX_DEPTH - 3  # with html, body and main: MAX_DEPTH
+    shallow = "<i></i>" * 20_000  # many tags for the size: the depth is what decides
+    at = "<html><body>" + "<div>" * levels + "<main>kept</main><nav>dropped</nav>" + "</div>" * levels + shallow
+    assert html.nesting_depth(at) == html.MAX_DEPTH
+    assert html.main_text(at).split() == ["kept"]
+    over = at.replace("<main>", "<div><main>", 1)
+    assert html.nesting_depth(over) == html.MAX_DEPTH + 1
+    parser_must_not_run(monkeypatch)
+    assert html.main_text(over).split() == ["kept", "dropped"]
+
+
+def test_few_tags_for_the_size_are_parsed_without_a_scan(monkeypatch):
+    """A page with at most sqrt(MAX_DEPTH x length) '<' is parsed as before, however deep (its
+    parse is linear anyway), and nothing scans it."""
+    from fpstore import html
+
+    page = "<html><body>" + "<div>" * 1000 + "<main>kept " + "word " * 200_000 + "</main><nav>dropped</nav>"
+    assert page.count("<") ** 2 <= html.MAX_DEPTH * len(page)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("scanned")
+
+    monkeypatch.setattr(html, "nesting_depth", refuse)
+    got = html.main_text(page).split()
+    assert got[0] == "kept" and len(got) == 200_001 and "dropped" not in got
+
+
+VOIDS = frozenset("area base basefont bgsound br col embed frame hr img input keygen link meta param source track wbr".split())
+
+
+def dom_depth(doc: str) -> int:
+    """The deepest element of the tree lexbor builds for ``doc`` (html = 1), void elements (never
+    open while another tag is read) left out."""
+    from selectolax.lexbor import LexborHTMLParser
+
+    best, todo = 0, [(LexborHTMLParser(doc).root, 1)]
+    while todo:
+        node, d = todo.pop()
+        best = max(best, d)
+        child = node.child
+        while child is not None:
+            if child.tag not in ("-text", "_text", "-comment", "_comment", "!doctype") and child.tag not in VOIDS:
+                todo.append((child, d + 1))
+            child = child.next
+    return best
+
+
+TAGS = ["div", "span", "p", "b", "i", "a", "li", "ul", "td", "tr", "table", "tbody", "th", "dd", "dt", "option", "select",
+        "h1", "h2", "button", "form", "template", "svg", "math", "object", "caption", "x", "em", "font", "nobr", "br", "hr",
+        "img", "script", "style", "title", "textarea", "body", "html", "head", "frameset", "area", "section", "pre"]
+
+
+def tag_soup(draw) -> str:
+    from hypothesis import strategies as st
+
+    parts = []
+    for _ in range(draw(st.integers(1, 60))):
+        name = draw(st.sampled_from(TAGS))
+        kind = draw(st.sampled_from(["<{}>", "</{}>", "<{} id={}>", "<{}/>", "x", "<!--{}-->"]))
+        parts.append(kind.format(name, len(parts)))
+    return "".join(parts)
+
+
+def test_nesting_depth_is_never_below_the_depth_lexbor_builds():
+    """On random tag soup, nesting_depth is at least the depth of the tree lexbor builds (less
+    html, head and body, which it may not count): what the bound says is deep, is deep."""
+    from hypothesis import given, settings, strategies as st
+
+    from fpstore import html
+
+    @settings(max_examples=400, database=None)
+    @given(st.data())
+    def check(data):
+        doc = "<body>" + tag_soup(data.draw)
+        assert html.nesting_depth(doc, 10_000) >= dom_depth(doc) - 2, doc
+
+    check()
+
+
+def test_deep_page_is_fingerprinted_in_linear_time_safety_net(tmp_path):
+    """Safety net with a generous timeout: a page 400,000 <div>s deep (the unbounded parse would
+    take minutes) is fingerprinted by a subprocess well within it."""
+    import subprocess
+    import sys
+
+    code = ("import fpstore; d = '<html><body>' + '<div>' * 400000 + 'deep words' + '</div>' * 400000; "
+            "print(fpstore.Pipeline().signature(d).tokens)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=90, text=True)
+    assert p.returncode == 0, p.stderr
