@@ -11,7 +11,7 @@ Positions (msgpack-able dicts, stored by the store as checkpoints):
 * JSON Lines ``{"line": n, "offset": bytes, "head": digest}``: lines 1..n are done, the next line
   starts at ``offset``; ``head`` is a digest of the file's first bytes, to notice a replaced file.
 * directory ``{"file": relative path, "count": n}``: every file up to ``file`` in the walk order
-  (sorted by path components) is done.
+  (sorted by path components) is done; ``file`` is bytes when the path is not UTF-8.
 * WARC ``{"record": n, "offset": bytes, "id": record id}``: records 1..n are done; the last one
   starts at ``offset`` and has WARC-Record-ID ``id``. Resuming seeks there (per-record gzip and
   uncompressed files) and checks the id; otherwise it skips n records from the start. When record
@@ -107,7 +107,7 @@ class Note:
     """Input skipped or repaired on purpose (binary files, non-text records, invalid UTF-8)."""
 
     where: str
-    kind: str  # "binary", "not-text", "invalid-utf8", "status", "empty"
+    kind: str  # "binary", "not-text", "invalid-utf8", "status", "too-large", "symlink", ...
     message: str
     pos: dict[str, Any] | None = None
 
