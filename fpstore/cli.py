@@ -882,7 +882,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         raise InputError("give at least one SOURCE (a .jsonl file, a directory or a .warc[.gz] file), or --sample")
     sources: list[ing.Source] = [
         ing.make_source(p, args.format, key_field=args.key_field, text_field=args.text_field,
-                        key_prefix=args.key_prefix, max_bytes=args.max_bytes)
+                        key_prefix=args.key_prefix, max_bytes=args.max_bytes, follow_symlinks=args.follow_symlinks)
         for p in args.sources
     ]
     if args.sample:
@@ -1161,6 +1161,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key-field", default="id", metavar="NAME", help="JSONL: the member holding the key (default id)")
     p.add_argument("--text-field", default="text", metavar="NAME", help="JSONL: the member holding the text (default text)")
     p.add_argument("--key-prefix", default="", metavar="P", help="directory: prefix for keys (default none: the relative path)")
+    p.add_argument("--follow-symlinks", action="store_true",
+                   help="directory: read links to files outside the tree too (default: skip them with a note)")
     p.add_argument("--batch-size", type=_POSITIVE, default=1000, metavar="N", help="documents per transaction and checkpoint (default 1000)")
     p.add_argument("--max-bytes", type=_POSITIVE, default=16 << 20, metavar="N", help="skip documents larger than N bytes (default 16 MiB)")
     p.add_argument("--on-error", choices=["skip", "stop"], default="skip",

@@ -506,3 +506,22 @@ def test_structure_check_beside_a_committing_writer_finds_no_damage(base, tmp_pa
     finally:
         writer.stdin.close()
         writer.wait(timeout=120)
+
+
+def test_cli_ingest_follows_links_out_of_the_tree_only_when_asked(tmp_path):
+    """fpstore-admin ingest skips a link to a file outside the source tree, and reads it with --follow-symlinks."""
+    import fpstore
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("words from outside the tree " * 20)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "inside.txt").write_text("words from inside the tree " * 20)
+    os.symlink(outside, src / "link.txt")
+    for flag, want in (([], ["inside.txt"]), (["--follow-symlinks"], ["inside.txt", "link.txt"])):
+        store = tmp_path / f"s{len(flag)}"
+        proc = subprocess.run([sys.executable, "-m", "fpstore", "ingest", str(store), str(src), *flag], capture_output=True, text=True)
+        assert proc.returncode in (0, 1), proc.stderr
+        assert "Traceback" not in proc.stderr
+        with fpstore.open(store, readonly=True) as s:
+            assert sorted(map(str, s)) == want
