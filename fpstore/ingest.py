@@ -19,10 +19,10 @@ Positions (msgpack-able dicts, stored by the store as checkpoints):
   starts; resuming checks record n again and seeks there.
 
 Text is passed to the store as read (HTML included: the pipeline reduces markup itself). Bytes are
-decoded as UTF-8 (or a WARC response's declared charset, when it names a character set Python knows;
-an unknown name or a codec that is not a character set, such as ``rot13`` or ``base64``, means
-UTF-8) with invalid sequences replaced by U+FFFD, and counted. The WARC reader is FastWARC (``pip install 'fpstore[ingest]'``), imported only when a
-WARC file is read.
+decoded as UTF-8 (or a WARC response's declared charset, when it names a character set Python
+knows; an unknown name or a codec that is not a character set, such as ``rot13`` or ``base64``,
+means UTF-8) with invalid sequences replaced by U+FFFD, and counted. The WARC reader is FastWARC
+(``pip install 'fpstore[ingest]'``), imported only when a WARC file is read.
 """
 
 from __future__ import annotations
@@ -354,7 +354,8 @@ class DirectorySource(Source):
                         dirs[:] = []
                         continue
                     walked.add((st.st_dev, st.st_ino))
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # deterministic: which path reaches a directory first
+                # Sorted: which path reaches a directory first (following links) is deterministic.
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 rel_root = os.path.relpath(root, self.path)
                 for name in names:
                     if name.startswith("."):
