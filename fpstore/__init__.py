@@ -11,8 +11,8 @@ from fpstore._backend import BACKEND as backend
 from fpstore._version import __version__
 from fpstore.errors import FpstoreError
 from fpstore.hamming import hamming, hamming_many
-from fpstore.pipeline import Fingerprints, IdfTable, Pipeline, Signature
-from fpstore.store import AddResult, Document, Match, Store, open
+from fpstore.fingerprint.pipeline import Fingerprints, IdfTable, Pipeline, Signature
+from fpstore.store.store import AddResult, Document, Match, Store, open
 
 
 

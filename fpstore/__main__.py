@@ -2,6 +2,6 @@
 
 import sys
 
-from fpstore.cli import main
+from fpstore.admin.cli import main
 
 sys.exit(main())

@@ -15,16 +15,20 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def load_twins(name: str) -> tuple[object, object]:
-    """(compiled, python) kernel modules ``fpstore._{name}_c`` and ``fpstore._{name}_py``."""
-    return importlib.import_module(f"fpstore._{name}_c"), importlib.import_module(f"fpstore._{name}_py")
+    """(compiled, python) kernel modules ``fpstore._{name}_c`` and its twin (``_backend.TWINS``)."""
+    from fpstore._backend import TWINS
+
+    return importlib.import_module(f"fpstore._{name}_c"), importlib.import_module(TWINS[name])
 
 
 @pytest.fixture(params=["c", "py"])
 def simhash_kernel(request):
     """Each fingerprint-kernel twin in turn, with the v1 fold and NFKC tables installed."""
-    from fpstore import text
+    from fpstore.fingerprint import text
 
-    mod = importlib.import_module(f"fpstore._simhash_{request.param}")
+    from fpstore._backend import TWINS
+
+    mod = importlib.import_module("fpstore._simhash_c" if request.param == "c" else TWINS["simhash"])
     mod.set_fold_table(text.FOLD)
     mod.set_active_table(text.ACTIVE_BITS)
     return mod

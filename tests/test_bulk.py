@@ -285,7 +285,8 @@ def test_file_compaction_refuses_while_another_process_has_the_store(tmp_path):
 
 def test_key_hashes_of_many_keys_equal_one_by_one():
     """The vectorised key hash (all-integer batches) equals the per-key hash, for every key type."""
-    from fpstore import store as store_mod, tiers
+    from fpstore.store import store as store_mod
+    from fpstore.index import tiers
 
     ints = [store_mod._typed_key(k) for k in (0, 1, 2**64 - 1, 12345)]
     mixed = ints + [store_mod._typed_key(k) for k in ("a", b"\x00" * 8, "x" * 600)]
@@ -297,7 +298,7 @@ def test_packed_column_reads_agree(tmp_path):
     """The plain-int reader of a packed id column equals the numpy one, at every width."""
     import lmdb
 
-    from fpstore import tiers
+    from fpstore.index import tiers
 
     env = lmdb.open(str(tmp_path / "e"), max_dbs=1)
     rng = np.random.default_rng(5)

@@ -20,9 +20,9 @@ import pytest
 import zstandard
 
 import fpstore
-from fpstore.cli import build_parser, main
+from fpstore.admin.cli import build_parser, main
 from fpstore.errors import FormatError
-from fpstore.exchange import export_store, import_stream
+from fpstore.admin.exchange import export_store, import_stream
 from tools import make_test_warc as mtw
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

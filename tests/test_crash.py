@@ -63,7 +63,7 @@ def verify_oracle(path: str, rng: random.Random, sample: int = 48) -> int | None
 
 def verify_exact(path: str, last: int) -> None:
     """The store holds exactly batches 0..last: every key with its fingerprint, table 0 the same fingerprints."""
-    from fpstore.store import _unpack_record, _untyped_key
+    from fpstore.store.store import _unpack_record, _untyped_key
 
     store = fpstore.open(path, readonly=True)
     try:

@@ -1,4 +1,4 @@
-"""Tests for fpstore.design: permutations, the exactness proof, the catalogue and the choice.
+"""Tests for fpstore.index.design: permutations, the exactness proof, the catalogue and the choice.
 
 The oracles are independent of the code under test: exactness is checked against every set of
 <= 3 bit positions (bit level, through ``unpermute_one``), and the index against numpy brute force.
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fpstore.design import (
+from fpstore.index.design import (
     MAX_K,
     Design,
     Table,
@@ -503,7 +503,7 @@ def test_describe() -> None:
 
 def test_irregular_design_beyond_search_budget_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """A design too irregular to prove within the node budget raises DesignError, not a hang."""
-    import fpstore.design as design_module
+    import fpstore.index.design as design_module
 
     monkeypatch.setattr(design_module, "_COVER_BUDGET", 2_000)
     rng = np.random.default_rng(3)

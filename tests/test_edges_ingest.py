@@ -14,7 +14,7 @@ import pathlib
 import pytest
 
 import fpstore
-from fpstore.ingest import DirectorySource, Item, JsonlSource, Note, Problem, WarcSource, ingest
+from fpstore.admin.ingest import DirectorySource, Item, JsonlSource, Note, Problem, WarcSource, ingest
 from tests.test_cli import run
 from tools import make_test_warc as mtw
 
@@ -368,7 +368,7 @@ def test_directory_does_not_follow_links_out_of_the_tree(tmp_path):
 
 def test_directory_follow_symlinks_reads_links_out_of_the_tree_without_looping(tmp_path):
     """follow_symlinks=True reads links to files and directories outside the tree, and a link to an ancestor does not loop."""
-    from fpstore.ingest import make_source
+    from fpstore.admin.ingest import make_source
 
     root = symlink_tree(tmp_path)
     evs = events(make_source(str(root), "dir", follow_symlinks=True))
@@ -397,7 +397,7 @@ def deep(n: int, tag: str = "div") -> str:
 
 
 def parser_must_not_run(monkeypatch):
-    from fpstore import html
+    from fpstore.fingerprint import html
 
     def refuse():
         raise AssertionError("the HTML5 parser was called for a document over the nesting bound")
@@ -407,7 +407,7 @@ def parser_must_not_run(monkeypatch):
 
 def test_deeply_nested_html_takes_the_flat_path_without_the_parser(monkeypatch):
     """A page 100,000 <div>s deep is reduced by the flat scan, and never handed to the HTML5 parser."""
-    from fpstore import html
+    from fpstore.fingerprint import html
 
     doc = deep(100_000)
     assert html.nesting_depth(doc) > html.MAX_DEPTH
@@ -439,7 +439,7 @@ EVASIONS = {
 @pytest.mark.parametrize("name", sorted(EVASIONS))
 def test_nesting_depth_sees_through_markup_tricks(name):
     """Deep nesting is counted however it is built or hidden (stray end tags, formatting, tables, foreign content, quotes)."""
-    from fpstore import html
+    from fpstore.fingerprint import html
 
     assert html.nesting_depth(EVASIONS[name], 100_000) >= 2500
 
@@ -465,14 +465,14 @@ ORDINARY = {
 @pytest.mark.parametrize("name", sorted(ORDINARY))
 def test_nesting_depth_of_ordinary_markup_is_its_real_depth(name):
     """Long but shallow markup (implied end tags, voids, raw text, comments, quotes) counts a few levels."""
-    from fpstore import html
+    from fpstore.fingerprint import html
 
     assert html.nesting_depth(ORDINARY[name], 100_000) <= 12
 
 
 def test_at_the_bound_the_parser_decides_and_just_over_it_the_flat_path(monkeypatch):
     """A tag-dense page at MAX_DEPTH levels is parsed as before; one level more and it takes the flat path."""
-    from fpstore import html
+    from fpstore.fingerprint import html
 
     levels = html.MAX_DEPTH - 3  # with html, body and main: MAX_DEPTH
     shallow = "<i></i>" * 20_000  # many tags for the size: the depth is what decides
@@ -487,7 +487,7 @@ def test_at_the_bound_the_parser_decides_and_just_over_it_the_flat_path(monkeypa
 
 def test_few_tags_for_the_size_are_parsed_without_a_scan(monkeypatch):
     """A page with at most sqrt(MAX_DEPTH x length) '<' is parsed as before however deep, and not scanned."""
-    from fpstore import html
+    from fpstore.fingerprint import html
 
     page = "<html><body>" + "<div>" * 1000 + "<main>kept " + "word " * 200_000 + "</main><nav>dropped</nav>"
     assert page.count("<") ** 2 <= html.MAX_DEPTH * len(page)
@@ -540,7 +540,7 @@ def test_nesting_depth_is_never_below_the_depth_lexbor_builds():
     """On random tag soup, nesting_depth is never below the depth of the tree lexbor builds (less 2)."""
     from hypothesis import given, settings, strategies as st
 
-    from fpstore import html
+    from fpstore.fingerprint import html
 
     @settings(max_examples=400, database=None, derandomize=True)  # the same examples every run
     @given(st.data())

@@ -18,8 +18,8 @@ import pytest
 
 import fpstore
 from fpstore.errors import FpstoreError, InputError, NotAStoreError
-from fpstore import storage as _storage
-from fpstore.storage import DATA_FILE
+from fpstore.store import storage as _storage
+from fpstore.store.storage import DATA_FILE
 COMPACT_MARKER = getattr(_storage, "COMPACT_MARKER", ".fpstore-compaction")
 
 
@@ -133,7 +133,7 @@ def test_failed_create_in_an_existing_empty_directory_empties_it_again(tmp_path)
 
 def test_create_that_fails_midway_removes_what_it_made(tmp_path, monkeypatch):
     """A create that fails after the environment exists removes its files, so a later create works."""
-    from fpstore import store as store_mod
+    from fpstore.store import store as store_mod
 
     path = tmp_path / "s"
 
@@ -328,7 +328,7 @@ def test_keys_over_the_limit_are_refused_by_every_writer(tmp_path, writer):
 @pytest.mark.parametrize("writer", ["add", "add_many", "bulk_load"])
 def test_keys_at_the_limit_read_back_through_every_reader(tmp_path, writer):
     """Keys of exactly MAX_KEY_BYTES, written by each writer, read back via get, in, iteration, queries, keys_of, delete, re-add and export/import."""
-    from fpstore.exchange import export_store, import_stream
+    from fpstore.admin.exchange import export_store, import_stream
     import io
 
     keys = _long_keys(MAX_KEY_BYTES) + ["short"]
@@ -432,7 +432,7 @@ def test_integers_of_every_kind_are_fingerprints(tmp_path):
 )
 def test_fingerprints_of_the_wrong_shape_raise_input_error(tmp_path, field, value):
     """A Fingerprints batch whose columns have the wrong length, shape or dtype is an InputError, not a numpy error."""
-    from fpstore.pipeline import Fingerprints
+    from fpstore.fingerprint.pipeline import Fingerprints
 
     with fpstore.open(tmp_path / "s") as s:
         cols = {"values": np.arange(3, dtype=np.uint64), "pipeline_id": _pid(s)}
@@ -487,7 +487,7 @@ def test_export_import_round_trip_preserves_everything(tmp_path):
     """A store exported and imported into a new path dumps equal: documents, canonical keys, short flags, content hashes, checkpoints."""
     import io
 
-    from fpstore.exchange import export_store, import_stream
+    from fpstore.admin.exchange import export_store, import_stream
 
     with fpstore.open(tmp_path / "a", k=5) as a:
         _populate(a)
@@ -505,7 +505,7 @@ def test_import_into_an_existing_store_preserves_canonicals_and_keeps_its_checkp
     """Importing into an existing store carries canonical keys, adds checkpoints it lacks and leaves its own alone."""
     import io
 
-    from fpstore.exchange import export_store, import_stream
+    from fpstore.admin.exchange import export_store, import_stream
 
     with fpstore.open(tmp_path / "a", k=5) as a:
         _populate(a)
@@ -578,7 +578,7 @@ def test_whatever_a_writer_accepts_every_reader_reads(tmp_path_factory, keys, wr
     """Property: keys a writer accepts (types, lengths up to MAX_KEY_BYTES) read back through get, in, iteration, keys_of and an export/import."""
     import io
 
-    from fpstore.exchange import export_store, import_stream
+    from fpstore.admin.exchange import export_store, import_stream
 
     d = tmp_path_factory.mktemp("prop")
     fps = np.arange(1, len(keys) + 1, dtype=np.uint64)

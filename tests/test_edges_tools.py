@@ -36,8 +36,8 @@ import numpy as np
 import pytest
 
 import fpstore
-from fpstore import tiers
-from fpstore.cli import build_parser, main
+from fpstore.index import tiers
+from fpstore.admin.cli import build_parser, main
 from fpstore.errors import CorruptionError
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -86,7 +86,7 @@ def base(tmp_path_factory) -> pathlib.Path:
 #: each child's exit code as os.waitstatus_to_exitcode gives it (negative: killed by a signal).
 _FORK_DRIVER = r"""
 import json, os, signal, sys, traceback
-from fpstore.cli import main
+from fpstore.admin.cli import main
 jobs = json.load(open(sys.argv[1]))
 codes = []
 for argv, out, err in jobs:
@@ -266,7 +266,7 @@ def _forged_index_bytes(count: int, *, spread: bool) -> bytes:
 def _forge_run(path: pathlib.Path, count: int, *, spread: bool, index: bool = True) -> None:
     """Replace the first run's table-0 index by a forged one (unless ``index`` is False) and make
     the state record claim ``count`` entries for that run, as a bad disk or an attacker could."""
-    from fpstore.storage import MAX_DBS
+    from fpstore.store.storage import MAX_DBS
 
     env = lmdb.open(str(path), subdir=True, lib_version=0, max_dbs=MAX_DBS, map_size=0)
     try:
@@ -308,7 +308,7 @@ def test_verify_reports_a_run_index_claiming_billions(base, tmp_path):
 
 def test_run_ids_are_bounded_by_the_table_behind_them(base, tmp_path):
     """A state record claiming 8.6 billion entries for a run whose tables hold a few hundred: reading its ids raises CorruptionError before allocating for the claim."""
-    from fpstore.storage import MAX_DBS
+    from fpstore.store.storage import MAX_DBS
 
     path = _copy(base, tmp_path / "count.fps")
     _forge_run(path, _CLAIMED, spread=False, index=False)
@@ -404,7 +404,7 @@ def test_every_numeric_option_uses_the_checked_type():
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     bare = []
     for name, p in sub.choices.items():
-        if p.get_default("func").__module__ == "fpstore.evaluate_cli":  # calibrate: not fpstore/cli.py's
+        if p.get_default("func").__module__ == "fpstore.admin.calibrate":  # calibrate: not fpstore/admin/cli.py's
             continue
         for action in p._actions:
             if action.type in (int, float):
@@ -484,7 +484,7 @@ def test_structure_check_beside_a_committing_writer_finds_no_damage(base, tmp_pa
     """LMDB's structural check of a store whose writer commits while the check walks it reports nothing: findings are confirmed under a read transaction, which keeps the writer from reusing the pages being walked."""
     from lmdb import verify
 
-    from fpstore import cli
+    from fpstore.admin import cli
 
     path = _copy(base, tmp_path / "live.fps")
     writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, strategies as st
 
 import fpstore
-from fpstore import evaluate as ev
+from fpstore.quality import evaluate as ev
 from fpstore.errors import InputError
 
 WORDS = [f"w{i}" for i in range(60)]
 
 
 def _shingles(t: str, w: int = 3) -> set[tuple[str, ...]]:
-    toks = fpstore.text.tokens(t)
+    toks = fpstore.fingerprint.text.tokens(t)
     if not toks:
         return set()
     if len(toks) < w:
@@ -227,7 +227,7 @@ def test_plot_writes_png_or_says_what_to_install(tmp_path, monkeypatch):
 
 
 def _cli():
-    from fpstore import evaluate_cli
+    from fpstore.admin import calibrate as evaluate_cli
 
     parser = argparse.ArgumentParser(prog="fpstore-admin")
     sub = parser.add_subparsers(dest="command", required=True)

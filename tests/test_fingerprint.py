@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 import fpstore
-from fpstore import _backend, _simhash_py, text
+from fpstore import _backend
+from fpstore.fingerprint import _simhash_py, text
 from fpstore.errors import FormatError, InputError
 from tests.conftest import load_twins
 

@@ -1,10 +1,10 @@
-"""HTML detection and main-content extraction (fpstore.html, rule main-v1)."""
+"""HTML detection and main-content extraction (fpstore.fingerprint.html, rule main-v1)."""
 
 from __future__ import annotations
 
 import pytest
 
-from fpstore import html
+from fpstore.fingerprint import html
 
 
 @pytest.mark.parametrize(

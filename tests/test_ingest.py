@@ -12,7 +12,7 @@ import pytest
 
 import fpstore
 from fpstore.errors import InputError
-from fpstore.ingest import (
+from fpstore.admin.ingest import (
     DirectorySource,
     Item,
     JsonlSource,
@@ -331,7 +331,7 @@ def test_restart_reads_from_the_start(tmp_path, store):
 
 def test_sample_source_is_resumable(store):
     """The sample corpus ingests with a checkpoint like any file."""
-    from fpstore.ingest import SampleSource
+    from fpstore.admin.ingest import SampleSource
 
     src = SampleSource()
     if not src._docs:

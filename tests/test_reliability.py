@@ -767,7 +767,7 @@ def test_newer_format_is_refused(tmp_path):
     import zlib
 
     from fpstore.errors import FormatError
-    from fpstore.store import FORMAT_VERSION
+    from fpstore.store.store import FORMAT_VERSION
 
     src = os.path.join(GOLDEN, _golden_names()[-1])
 
@@ -1028,7 +1028,7 @@ def _exercise(tmp_path, path: str, *options: str) -> dict:
 
 def test_incremental_table_keys_out_of_order_raise_corruption_error(scenario, tmp_path):
     """A damaged key in an incremental table (keys no longer in order on their page) makes query_many raise CorruptionError or answer, never a numpy ValueError."""
-    from fpstore.design import Design
+    from fpstore.index.design import Design
     from tests.workers import scenario_data
 
     op = SCENARIO_OPS.index("add_many_c")  # base3: add_many_a's documents are in the incremental tables

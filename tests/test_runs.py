@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fpstore import _backend, runs
+from fpstore import _backend
+
+from fpstore.index import runs
 from fpstore.errors import CorruptionError, FormatError, InputError
 from tests.conftest import load_twins
 
@@ -28,7 +30,7 @@ FUZZ_EXAMPLES = int(os.environ.get("FPSTORE_FUZZ_EXAMPLES", "1500"))
 
 @contextlib.contextmanager
 def kernel(mod):
-    """Run fpstore.runs on kernel twin ``mod`` inside the block."""
+    """Run fpstore.index.runs on kernel twin ``mod`` inside the block."""
     old = runs._kernel
     runs._kernel = mod
     try:
@@ -705,7 +707,7 @@ def test_probe_tables_equals_filtered_brute_force(stored, queries, prefix_bits, 
             runs.probe_tables([runs.probe_table(index, names)], broken.get, ranges, k)
 
 
-_PROBE_DESIGNS = [(k, d) for k in (0, 2, 3, 4) for d in __import__("fpstore.design", fromlist=["x"]).designs_for_k(k)[:6]]
+_PROBE_DESIGNS = [(k, d) for k in (0, 2, 3, 4) for d in __import__("fpstore.index.design", fromlist=["x"]).designs_for_k(k)[:6]]
 
 
 @settings(max_examples=120, deadline=None)
@@ -715,7 +717,7 @@ def test_probe_fingerprint_equals_brute_force(kd, base, nruns, far, flips, seed)
     """The single-query kernel over several runs (both twins) finds exactly the stored entries
     within k, each once with its table-0 position, for designs with and without flipped prefixes;
     stored values cluster around the query so every table and the table-0 lookups are exercised."""
-    from fpstore import search
+    from fpstore.index import search
 
     k, design = kd
     rng = np.random.default_rng(seed)

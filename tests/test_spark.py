@@ -174,7 +174,7 @@ def test_split_of_oversized_buckets_is_exact():
     # Members of one bucket agree on the table's prefix, so a pair within k differs in <= k of the
     # remaining bits. The sub-tables add k + 1 disjoint blocks that tile those bits: one block is
     # clean (pigeonhole), and that sub-table puts the pair in one sub-bucket.
-    from fpstore.search import join_design
+    from fpstore.index.search import join_design
 
     for k in (1, 3, 5):
         for n in (10**4, 10**8):

@@ -6,7 +6,7 @@ import unicodedata
 
 import pytest
 
-from fpstore import _unicode_v1, text
+from fpstore.fingerprint import _unicode_v1, text
 
 
 def test_tokens_lowercase_and_split_on_non_alphanumerics():

@@ -76,7 +76,7 @@ def snapshot(store) -> dict:
 
     Internal: it reads the incremental tier (docs, keys, tNN), which is where ``add_many`` puts
     every document as long as nothing compacts or bulk-loads the store (these tests never do)."""
-    from fpstore.store import CHECKPOINT_PREFIX, H_COUNT, H_NEXT_ID, _U64
+    from fpstore.store.store import CHECKPOINT_PREFIX, H_COUNT, H_NEXT_ID, _U64
 
     with store._storage.read() as txn:
         count = _U64.unpack(txn.get(H_COUNT, db=store._meta))[0]
@@ -183,7 +183,7 @@ def scenario_data() -> dict:
     d_fps = np.concatenate([near(b_fps[200:300], 2), near(c_fps[100:200], 3)])
     # A batch that crosses the store's flush threshold: its transaction also moves the incremental
     # tables into a run and merges the small runs of the lowest tier (the bulk load's included).
-    from fpstore.store import FLUSH_ENTRIES
+    from fpstore.store.store import FLUSH_ENTRIES
 
     e_keys = [f"e{j}" for j in range(FLUSH_ENTRIES + 100)] + [f"c{j}" for j in range(20)]
     e_fps = rng.integers(0, u64, size=len(e_keys), dtype=np.uint64, endpoint=True)
@@ -246,7 +246,7 @@ def model_steps(op: int) -> list:
         keys, fps = data["b"]
         return [put_all(keys[i : i + BULK_MAX_RUN], fps[i : i + BULK_MAX_RUN]) for i in range(0, len(keys), BULK_MAX_RUN)]
     if name == "texts_deletes":
-        from fpstore.pipeline import Pipeline
+        from fpstore.fingerprint.pipeline import Pipeline
 
         pipe = Pipeline()
         steps = [put_all([key], [pipe.signature(text).fingerprint]) for key, text in data["texts"]]
@@ -377,7 +377,7 @@ def _die() -> None:
 
 def install_crash_point(point: str) -> dict:
     """Patch fpstore's storage layer in this process for ``point``; returns the census record."""
-    import fpstore.storage
+    import fpstore.store.storage
 
     census: dict = {"writes": [], "reserves": 0, "fsyncs": 0}
     if point.startswith("stop:"):
@@ -387,8 +387,8 @@ def install_crash_point(point: str) -> dict:
     n_at, _, m_at = where.partition(".")
     n_at = int(n_at) if n_at else 0
     m_at = int(m_at) if m_at else 0
-    orig_write = fpstore.storage.Storage.write
-    orig_reserve = fpstore.storage.Storage.reserve
+    orig_write = fpstore.store.storage.Storage.write
+    orig_reserve = fpstore.store.storage.Storage.reserve
 
     def write(self, fn, *, action="writing"):
         census["writes"].append(0)
@@ -417,7 +417,7 @@ def install_crash_point(point: str) -> dict:
         if kind == "after_reserve" and census["reserves"] == n_at:
             _die()
 
-    orig_fsync = fpstore.storage._fsync_path
+    orig_fsync = fpstore.store.storage._fsync_path
     orig_replace = os.replace
 
     def fsync_path(path):
@@ -435,9 +435,9 @@ def install_crash_point(point: str) -> dict:
         if kind == "after_replace":
             _die()
 
-    fpstore.storage.Storage.write = write
-    fpstore.storage.Storage.reserve = reserve
-    fpstore.storage._fsync_path = fsync_path
+    fpstore.store.storage.Storage.write = write
+    fpstore.store.storage.Storage.reserve = reserve
+    fpstore.store.storage._fsync_path = fsync_path
     os.replace = replace
     return census
 
@@ -491,7 +491,7 @@ _fuzz_cache: dict = {}
 def _fuzz_samples() -> list:
     """A few encoded runs (index, chunks, keys) of different shapes, made once per process."""
     if "runs" not in _fuzz_cache:
-        from fpstore import runs
+        from fpstore.index import runs
 
         rng = np.random.default_rng([SEED, 99])
         out = []
@@ -517,9 +517,9 @@ def fuzz_seeds() -> dict[str, list[bytes]]:
     """Valid inputs for each target (a fuzzer mutates from these)."""
     import zstandard
 
-    from fpstore.pipeline import IdfTable, Pipeline
-    from fpstore.store import _pack_record
-    from fpstore.tiers import State
+    from fpstore.fingerprint.pipeline import IdfTable, Pipeline
+    from fpstore.store.store import _pack_record
+    from fpstore.index.tiers import State
 
     seeds: dict[str, list[bytes]] = {t: [] for t in FUZZ_TARGETS}
     for n, (index, chunks, _) in enumerate(_fuzz_samples()):
@@ -539,7 +539,7 @@ def fuzz_seeds() -> dict[str, list[bytes]]:
         ).to_bytes()
     )
     pipe = Pipeline()
-    from fpstore.design import design_for
+    from fpstore.index.design import design_for
 
     header = {"magic": "fpstore", "format": 1, "features": [], "pipeline": pipe.config, "pipeline_id": pipe.id,
               "design": design_for(3, None, "auto").config(), "created": {"fpstore": "x", "time": 0}}
@@ -568,14 +568,14 @@ def fuzz_one(target: str, data: bytes) -> str:
 
 
 def _fz_run_index(data: bytes, zlib) -> None:
-    from fpstore import runs
+    from fpstore.index import runs
 
     runs.RunIndex.from_bytes(data)
 
 
 def _fz_run_index_crc(data: bytes, zlib) -> None:
     """Magic, version and checksum made right, so that the structural checks see the rest."""
-    from fpstore import runs
+    from fpstore.index import runs
 
     body = b"FPRI\x01\x00" + data
     idx = runs.RunIndex.from_bytes(body + zlib.crc32(body).to_bytes(4, "little"))
@@ -588,7 +588,7 @@ def _fz_run_index_crc(data: bytes, zlib) -> None:
 
 def _fz_run_chunk(data: bytes, zlib) -> None:
     """A sample run's index with fuzzed bytes for one chunk, through every chunk decoder."""
-    from fpstore import runs
+    from fpstore.index import runs
 
     if len(data) < 4:
         return
@@ -639,7 +639,7 @@ def _fz_run_chunk(data: bytes, zlib) -> None:
 
 
 def _fz_state(data: bytes, zlib) -> None:
-    from fpstore.tiers import State
+    from fpstore.index.tiers import State
 
     State.from_bytes(data, 4)
 
@@ -648,10 +648,10 @@ def _fz_header(data: bytes, zlib) -> None:
     """The store header as an opening store decodes it: header, design, pipeline."""
     import types
 
-    from fpstore.design import Design
+    from fpstore.index.design import Design
     from fpstore.errors import DesignError, FormatError
-    from fpstore.pipeline import Pipeline
-    from fpstore.store import Store
+    from fpstore.fingerprint.pipeline import Pipeline
+    from fpstore.store.store import Store
 
     fake = types.SimpleNamespace(_storage=types.SimpleNamespace(path="fuzz"))
     header = Store._decode_header(fake, data)  # type: ignore[arg-type]
@@ -668,7 +668,7 @@ def _fz_header(data: bytes, zlib) -> None:
 
 
 def _fz_record(data: bytes, zlib) -> None:
-    from fpstore.store import _unpack_record, _untyped_key
+    from fpstore.store.store import _unpack_record, _untyped_key
 
     typed, *_ = _unpack_record(data)
     _untyped_key(typed)
@@ -678,7 +678,7 @@ def _fz_key_block(data: bytes, zlib) -> None:
     """A segment's key block (zstd-compressed when the first byte is even) read as a lookup would."""
     import zstandard
 
-    from fpstore.tiers import KEY_BLOCK, KeySegment, TierCache
+    from fpstore.index.tiers import KEY_BLOCK, KeySegment, TierCache
 
     if not data:
         return
@@ -690,14 +690,14 @@ def _fz_key_block(data: bytes, zlib) -> None:
 
 
 def _fz_idf(data: bytes, zlib) -> None:
-    from fpstore.pipeline import IdfTable
+    from fpstore.fingerprint.pipeline import IdfTable
 
     IdfTable.from_bytes(data)
 
 
 def _fz_packed(data: bytes, zlib) -> None:
     """A packed column chunk (width and count from the first bytes) read at a few positions."""
-    from fpstore.tiers import read_packed
+    from fpstore.index.tiers import read_packed
 
     if len(data) < 4:
         return
@@ -972,9 +972,9 @@ def feed_writer(args: argparse.Namespace, ready: str = "ready") -> int:
     if args.small_growth:
         # Grow by doubling from a tiny map so that a test sees several growths in a few MiB; the
         # growth step is a tuning constant of the single writer, not part of the on-disk format.
-        import fpstore.storage
+        import fpstore.store.storage
 
-        fpstore.storage.INITIAL_MAP_SIZE = 1 << 20
+        fpstore.store.storage.INITIAL_MAP_SIZE = 1 << 20
     store = fpstore.open(args.path)
     pos = store.checkpoint(FEED)
     start = 0 if pos is None else pos + 1
@@ -1128,7 +1128,7 @@ def fork_server(args: argparse.Namespace) -> int:
     prints ``ready PID CKPT``, then ``begin``/``ack`` lines), ``reap`` waits for it and prints
     ``exit CODE``, ``quit`` ends the server."""
     import fpstore  # noqa: F401 - the point: every forked writer starts with it imported
-    import fpstore.store  # noqa: F401
+    import fpstore.store.store  # noqa: F401
 
     for i in range(8):
         batch(i)

@@ -334,7 +334,7 @@ def _fz_run_encode(data: bytes) -> None:
     """Sorted keys made from the bytes, encoded, decoded and probed: every answer equals the keys'."""
     import numpy as np
 
-    from fpstore import runs
+    from fpstore.index import runs
 
     if len(data) < 3:
         return
@@ -377,7 +377,7 @@ def _fz_search(data: bytes) -> None:
     force), and a packed column's round trip."""
     import numpy as np
 
-    from fpstore import search, tiers
+    from fpstore.index import search, tiers
 
     if len(data) < 2:
         return
@@ -564,7 +564,9 @@ def child(args: argparse.Namespace) -> int:
         raise SystemExit("the ASan runtime is not loaded in the child (LD_PRELOAD)")
 
     import fpstore
-    from fpstore import pipeline, runs, search, store, text
+    from fpstore.fingerprint import pipeline, text
+    from fpstore.index import runs, search
+    from fpstore.store import store
 
     if fpstore.backend != "cython":
         raise SystemExit(f"fpstore.backend is {fpstore.backend!r}, not 'cython' (FPSTORE_PUREPYTHON set?)")

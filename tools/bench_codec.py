@@ -1,4 +1,4 @@
-"""Benchmark the sorted-run codec (fpstore.runs): size against the entropy floor, encode, decode,
+"""Benchmark the sorted-run codec (fpstore.index.runs): size against the entropy floor, encode, decode,
 batch probe and single-range probe, for n uniform random sorted keys.
 
     python tools/bench_codec.py --threads          # n = 10^5, 10^6, 10^7: the table in docs/format.md
@@ -32,7 +32,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fpstore import _backend, runs  # noqa: E402
+from fpstore import _backend  # noqa: E402
+
+from fpstore.index import runs
 
 U64MAX = (1 << 64) - 1
 

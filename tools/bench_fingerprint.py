@@ -21,7 +21,7 @@ same, possibly busy, machine:
   of issue 2, like for like with the SimHash peers); each as ``fingerprint_many(texts, threads=1)``,
   ``threads=<cores>`` (``os.sched_getaffinity``) and ``Pipeline.fingerprint`` called in a Python
   loop. The pure-Python twin of each kind
-  (``fpstore._simhash_py.fingerprint(pipe.prepare(t), seed, shingle, None, kind)``), and PyPI
+  (``fpstore.fingerprint._simhash_py.fingerprint(pipe.prepare(t), seed, shingle, None, kind)``), and PyPI
   ``simhash.Simhash`` with its default features (character 4-grams) and with word 3-shingles passed
   as features (tokenising and shingling included in the timing). Pure-Python contenders run on a
   seeded subset of the same documents; their rate is extrapolated, never their output. Ratios are
@@ -62,7 +62,7 @@ from typing import Callable
 import numpy as np
 
 import fpstore
-from fpstore import _simhash_py, pipeline as _pipeline, text as _text
+from fpstore.fingerprint import _simhash_py, pipeline as _pipeline, text as _text
 
 SEED = 20240601
 LICENSES = "/usr/share/common-licenses"
@@ -683,7 +683,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n- during these runs: this process {mm['this_process_cores']:.2f} cores, other work {mm['other_work_cores']:.2f} cores, "
           f"steal {mm['steal_cpu_s']:.1f} CPU-s; load average {mm['loadavg_start'][0]:.2f} → {mm['loadavg_end'][0]:.2f}")
     print("- Amdahl bound = t(1 thread) / (t(prepare) + (t(1 thread) − t(prepare)) / min(threads, batches)); "
-          "`prepare` (HTML check + `fpstore.text.normalize`) runs serially, under the GIL, before any thread starts.")
+          "`prepare` (HTML check + `fpstore.fingerprint.text.normalize`) runs serially, under the GIL, before any thread starts.")
     results["threads"] = data
     results["loadavg_end"] = os.getloadavg()
 

@@ -69,8 +69,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _bench_common as bc  # noqa: E402
 
 import fpstore  # noqa: E402
-from fpstore import runs as runs_codec, tiers  # noqa: E402
-from fpstore.design import design_for  # noqa: E402
+from fpstore.index import runs as runs_codec, tiers  # noqa: E402
+from fpstore.index.design import design_for  # noqa: E402
 
 K = 3
 

@@ -8,7 +8,7 @@ Prints Markdown tables (F1, precision and recall per k for each variant; byte-id
 out unless said) and writes ``report.json`` and PNG plots. Variants:
 
 * the shipped kernels through :class:`fpstore.Pipeline` (``kind`` simhash64 with tf weights, and
-  minhash1), on raw HTML, on HTML reduced by ``fpstore.html`` (main-v1), and on visible text;
+  minhash1), on raw HTML, on HTML reduced by ``fpstore.fingerprint.html`` (main-v1), and on visible text;
 * numpy prototypes of alternatives that are not shipped, on the same shingles (HTML main-v1):
   SimHash with each distinct shingle once (``set``) or weighted ``1 + ln(tf)``, and 1-bit MinHash
   from 64 independent hash functions (the textbook form) instead of one-permutation hashing;
@@ -29,9 +29,10 @@ import time
 import numpy as np
 
 import fpstore
-from fpstore import evaluate as ev, html
-from fpstore.pipeline import _fast_tokens
-from fpstore import text as _text
+from fpstore.quality import evaluate as ev
+from fpstore.fingerprint import html
+from fpstore.fingerprint.pipeline import _fast_tokens
+from fpstore.fingerprint import text as _text
 
 M58 = np.uint64((1 << 58) - 1)
 

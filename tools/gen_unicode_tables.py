@@ -1,6 +1,6 @@
-"""Generate ``fpstore/_unicode_v1.py``: the character table of tokenizer version 1.
+"""Generate ``fpstore/fingerprint/_unicode_v1.py``: the character table of tokenizer version 1.
 
-    python tools/gen_unicode_tables.py            # rewrites fpstore/_unicode_v1.py
+    python tools/gen_unicode_tables.py            # rewrites fpstore/fingerprint/_unicode_v1.py
 
 Tokenizer v1 treats a code point as part of a token when its Unicode general category is a letter
 (L*), a number (N*) or a mark (M*: marks stay inside the word they modify); every other code point

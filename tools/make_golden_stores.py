@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import fpstore  # noqa: E402
-from fpstore.store import FORMAT_VERSION  # noqa: E402
+from fpstore.store.store import FORMAT_VERSION  # noqa: E402
 
 SEED = 20261129
 K = 3

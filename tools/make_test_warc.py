@@ -4,7 +4,7 @@
     python tools/make_test_warc.py OUT.warc   # uncompressed when the name does not end in .gz
 
 The records are serialised here by hand from the WARC 1.1 specification (ISO 28500:2017), not
-with the WARC library that ``fpstore.ingest`` reads them with, so the test exercises the reader
+with the WARC library that ``fpstore.admin.ingest`` reads them with, so the test exercises the reader
 against an independent writer. Every byte is a pure function of this file: fixed dates, record
 ids derived from the target URI, gzip members with mtime 0. The test suite regenerates the file
 and compares it with the committed copy.

@@ -43,10 +43,10 @@ if __name__ == "__main__" and sys.argv[1:2] == ["fuzz-target"]:
     import atheris
 
     with atheris.instrument_imports(include=["fpstore", "tests"]):
-        import fpstore.pipeline  # noqa: F401
-        import fpstore.runs  # noqa: F401
-        import fpstore.store  # noqa: F401
-        import fpstore.tiers  # noqa: F401
+        import fpstore.fingerprint.pipeline  # noqa: F401
+        import fpstore.index.runs  # noqa: F401
+        import fpstore.store.store  # noqa: F401
+        import fpstore.index.tiers  # noqa: F401
         import tests.workers  # noqa: F401, E402
 
 import fpstore  # noqa: E402

@@ -2,7 +2,7 @@
 
 A run holds a sorted multiset of uint64 keys (duplicates allowed) for one permutation table. The
 keys are cut into blocks of ``block_entries`` (256 by default) consecutive keys; each block stores
-its gaps Rice coded (see :mod:`fpstore._runs_py` for the block format), and blocks are packed into
+its gaps Rice coded (see :mod:`fpstore.index._runs_py` for the block format), and blocks are packed into
 chunks of at most ``chunk_bytes`` (4 MiB by default; a block never spans two chunks), which the
 store keeps as one LMDB value each. A :class:`RunIndex` (per block: first key, chunk, byte offset,
 entry count; per chunk: length and CRC-32) lets a probe decode exactly the blocks it needs. The
@@ -13,7 +13,7 @@ Chunks come from disk and are untrusted: every decoder checks lengths and ranges
 within the range the index gives their block. Arrays returned never point into a caller's
 buffer (an LMDB view must not outlive its transaction).
 
-The loops run in the kernel ``fpstore._runs_c`` (or its twin ``fpstore._runs_py`` under
+The loops run in the kernel ``fpstore._runs_c`` (or its twin ``fpstore.index._runs_py`` under
 ``FPSTORE_PUREPYTHON=1``); this module validates arguments, frames chunks and owns the index.
 """
 
@@ -595,7 +595,7 @@ def probe_design(moves: list[Any], prefix_bits: list[int], flip_masks: list[Any]
 
 def probe_fingerprint(design: Any, tables: list[Any], fetch: Callable[[bytes], Any], fp: int, k: int) -> list[tuple[int, int, int]]:
     """The single query over runs, in one kernel call: ``(run, fingerprint, position)`` of every
-    entry within ``k`` of ``fp``, each once (see ``fpstore._runs_py.probe_fingerprint``)."""
+    entry within ``k`` of ``fp``, each once (see ``fpstore.index._runs_py.probe_fingerprint``)."""
     err, i, where, hits = _kernel.probe_fingerprint(design, tables, fetch, fp, k)
     if err:
         raise _probe_error(err, i, where)

@@ -2,7 +2,7 @@
 
 Every function here has a compiled counterpart with the same signature and the same results, bit
 for bit, error codes included; tests compare the two on generated and on hostile input. Framing,
-the block index and validation live in :mod:`fpstore.runs`; these functions only run the loops.
+the block index and validation live in :mod:`fpstore.index.runs`; these functions only run the loops.
 
 Block format (format version 1). A block holds ``n`` (1..65535) sorted uint64 keys ``x_0 <= .. <=
 x_{n-1}``. Its first key ``x_0`` lives in the run index, not in the block. The ``m = n - 1`` gaps
@@ -20,7 +20,7 @@ byte 0. The encoder chooses ``k`` by exact cost: with ``k0 = floor(log2(floor(U 
 ``U < m``), ``U = x_{n-1} - x_0``, it takes the ``k`` in ``max(0, k0-2) .. min(63, k0+1)`` that
 minimises ``m * (k + 1) + sum(g_i >> k)`` bits, the smallest on a tie. Outside that window the
 cost only grows, and inside it a block never exceeds ``1 + (66 * m + 14) // 8`` bytes
-(:func:`fpstore.runs.max_block_bytes`).
+(:func:`fpstore.index.runs.max_block_bytes`).
 
 A decoder is given the block's byte range ``[start, end)``, ``n``, its first key and an upper
 bound ``limit`` (the next block's first key, or the run's last key), and checks, in this order,

@@ -30,7 +30,7 @@ import msgpack
 import numpy as np
 
 from fpstore._version import __version__ as _fpstore_version
-from fpstore.design import Design, design_for
+from fpstore.index.design import Design, design_for
 from fpstore.errors import (
     CorruptionError,
     DesignError,
@@ -47,10 +47,11 @@ from fpstore.limits import (
     READ_MAX_CHECKPOINT_BYTES,
     READ_MAX_RECORD_BIN,
 )
-from fpstore.pipeline import Fingerprints, IdfTable, Pipeline
-from fpstore import _backend, search, tiers
-from fpstore.storage import DATA_FILE, Storage
-from fpstore.tiers import KeySegment, Run, State, TierCache
+from fpstore.fingerprint.pipeline import Fingerprints, IdfTable, Pipeline
+from fpstore import _backend
+from fpstore.index import search, tiers
+from fpstore.store.storage import DATA_FILE, Storage
+from fpstore.index.tiers import KeySegment, Run, State, TierCache
 
 __all__ = ["AddResult", "Cluster", "Document", "Match", "Store", "open"]
 
@@ -1174,7 +1175,7 @@ class Store:
 
         threads = search._threads(None)
         if threads > 1 and len(sorted_fps) >= 100_000:
-            from fpstore.pipeline import _executor
+            from fpstore.fingerprint.pipeline import _executor
 
             parts = list(_executor(threads).map(encode, range(len(prefixes))))
         else:
@@ -1722,7 +1723,7 @@ def open(
     ``k`` is the default query radius; for a new store it also chooses the design (exact up to k,
     default 3). ``pipeline`` defaults to :class:`Pipeline()` for a new store and must match an
     existing store's. ``design`` is ``"auto"`` (chosen from ``expected_size``), a design name or a
-    :class:`~fpstore.design.Design`. One process writes; others open with ``readonly=True``.
+    :class:`~fpstore.index.design.Design`. One process writes; others open with ``readonly=True``.
 
     ``verify=True`` checks the file's structure before LMDB maps it (verify-then-trust, for
     store files from elsewhere: LMDB itself trusts its pages and can abort on a damaged one).

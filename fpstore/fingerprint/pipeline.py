@@ -10,7 +10,7 @@ Two kinds of 64-bit fingerprint, compared alike by Hamming distance in the same 
   stores made with it stay readable and comparable).
 
 Inputs that look like HTML are reduced to their main content first (``html="main-v1"``, the
-default; ``fpstore/html.py``); ``html="off"`` fingerprints markup as text.
+default; ``fpstore/fingerprint/html.py``); ``html="off"`` fingerprints markup as text.
 
 A :class:`Pipeline` is a frozen set of parameters. Its :attr:`Pipeline.config` is a plain dict and
 its :attr:`Pipeline.id` a digest of that dict's canonical msgpack form: a store records both and
@@ -34,14 +34,16 @@ from typing import Any, Iterable, Sequence
 import msgpack
 import numpy as np
 
-from fpstore import _backend, _simhash_py as _spec, html as _html, text as _text
+from fpstore import _backend
+
+from fpstore.fingerprint import _simhash_py as _spec, html as _html, text as _text
 from fpstore.errors import FormatError, InputError
 
 __all__ = ["FINGERPRINT_SCHEME", "HTML_MODES", "KINDS", "Fingerprints", "IdfTable", "Pipeline", "Signature"]
 
 _kernel = _backend.load("simhash")  # text.py installs its tables in it
 
-#: Version of the hashing and counting scheme of ``kind="simhash64"`` (see ``fpstore/_simhash_py.py``).
+#: Version of the hashing and counting scheme of ``kind="simhash64"`` (see ``fpstore/fingerprint/_simhash_py.py``).
 FINGERPRINT_SCHEME = 1
 #: Fingerprint kinds: name -> (scheme version recorded in the config, kernel kind number).
 KINDS: dict[str, tuple[int, int]] = {
@@ -50,7 +52,7 @@ KINDS: dict[str, tuple[int, int]] = {
 }
 #: Weightings each kind accepts; the first is its default.
 _WEIGHTINGS = {"simhash64": ("tf", "idf"), "minhash1": ("set",)}
-#: ``"off"``: markup is text. ``"main-v1"``: HTML input is reduced to its main content (fpstore.html).
+#: ``"off"``: markup is text. ``"main-v1"``: HTML input is reduced to its main content (fpstore.fingerprint.html).
 HTML_MODES = ("off", _html.EXTRACTOR)
 MAX_SHINGLE = 16
 _M64 = 0xFFFFFFFFFFFFFFFF
@@ -372,7 +374,7 @@ class Pipeline:
 
     def prepare(self, text: object, *, index: int | None = None) -> str:
         """The text the kernel sees: HTML reduced to its main content (when ``html`` is on), then
-        :func:`fpstore.text.normalize`. Bytes are decoded as UTF-8 first (invalid bytes: U+FFFD).
+        :func:`fpstore.fingerprint.text.normalize`. Bytes are decoded as UTF-8 first (invalid bytes: U+FFFD).
 
         HTML is detected and parsed before NFKC, so full-width ``＜`` in text never becomes markup.
         """

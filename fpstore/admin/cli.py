@@ -24,7 +24,7 @@ from typing import IO, Any, Callable, Iterator, Sequence
 import numpy as np
 
 import fpstore
-from fpstore.design import MAX_K
+from fpstore.index.design import MAX_K
 from fpstore.errors import CorruptionError, FpstoreError, InputError, PipelineMismatchError, StorageError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -168,7 +168,7 @@ def _verify_file_pinned(path: str, data_path: str) -> list[str] | None:
 
     import lmdb
 
-    from fpstore.storage import MAX_DBS, OPEN_LOCK
+    from fpstore.store.storage import MAX_DBS, OPEN_LOCK
 
     lock_fd = None
     try:
@@ -274,7 +274,7 @@ def _pipeline_from(args: argparse.Namespace, defaults: bool) -> fpstore.Pipeline
 
 
 def _add_pipeline_options(p: argparse.ArgumentParser, note: str = "") -> None:
-    from fpstore.pipeline import HTML_MODES, KINDS, MAX_SHINGLE
+    from fpstore.fingerprint.pipeline import HTML_MODES, KINDS, MAX_SHINGLE
 
     g = p.add_argument_group("pipeline" + note)
     g.add_argument("--kind", choices=sorted(KINDS), default=None, help="fingerprint kind (default: the default pipeline's)")
@@ -546,7 +546,7 @@ def _deep_check(store: fpstore.Store) -> list[str]:
     sits in table 0 (incremental tables plus runs, less tombstones) with its fingerprint; every
     other table holds exactly table 0's fingerprints, permuted; runs are sorted and decodable.
     """
-    from fpstore import store as _s
+    from fpstore.store import store as _s
 
     problems: list[str] = []
 
@@ -859,7 +859,7 @@ class _Reporter:
         self.progress: Progress | None = None
 
     def __call__(self, ev: Any) -> None:
-        from fpstore.ingest import Problem
+        from fpstore.admin.ingest import Problem
 
         if not isinstance(ev, Problem) and ev.kind in self.QUIET:
             return  # expected in every WARC file: counted in the summary, not shown one by one
@@ -876,7 +876,7 @@ class _Reporter:
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
     """Add documents from JSON Lines files, directories of text files and WARC files, resumably."""
-    from fpstore import ingest as ing
+    from fpstore.admin import ingest as ing
 
     if not args.sources and not args.sample:
         raise InputError("give at least one SOURCE (a .jsonl file, a directory or a .warc[.gz] file), or --sample")
@@ -970,7 +970,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     """Write every document to a versioned, zstd-compressed msgpack stream (see docs/cli.md)."""
-    from fpstore.exchange import export_store
+    from fpstore.admin.exchange import export_store
 
     to_stdout = args.output in (None, "-")
     if to_stdout and sys.stdout.isatty():
@@ -1005,7 +1005,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def _cmd_import(args: argparse.Namespace) -> int:
     """Read an export stream into a new store (with the stream's pipeline) or an existing one."""
-    from fpstore.exchange import import_stream
+    from fpstore.admin.exchange import import_stream
 
     existing = os.path.exists(os.path.join(args.store, "data.mdb"))
 
@@ -1048,7 +1048,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     """Ingest the sample corpus of real text on this machine into a store and print its near-duplicate clusters."""
     import tempfile
 
-    from fpstore.samples import sample_corpus
+    from fpstore.admin.samples import sample_corpus
 
     docs = list(sample_corpus())
     if not docs:
@@ -1187,7 +1187,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_POSITIVE, default=15, help="clusters to print (default 15)")
     p.add_argument("--members", type=_NON_NEGATIVE, default=4, help="members to print per cluster (default 4)")
 
-    from fpstore import evaluate_cli
+    from fpstore.admin import calibrate as evaluate_cli
 
     evaluate_cli.register(sub)
     return parser

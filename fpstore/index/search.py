@@ -1,7 +1,7 @@
 """Searches over the immutable tier: probes, Manku's batch mode, and the all-pairs self-join.
 
 The incremental tier (LMDB tables) is probed by the store itself; this module works on runs
-(:class:`fpstore.tiers.Run`) and plain arrays. Every candidate is verified with a popcount, and
+(:class:`fpstore.index.tiers.Run`) and plain arrays. Every candidate is verified with a popcount, and
 permutations preserve Hamming distance, so a distance computed on permuted keys is the real one.
 """
 
@@ -12,9 +12,11 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from fpstore import _backend, runs as runs_codec
-from fpstore.design import Design, designs_for_k
-from fpstore.tiers import Run
+from fpstore import _backend
+
+from fpstore.index import runs as runs_codec
+from fpstore.index.design import Design, designs_for_k
+from fpstore.index.tiers import Run
 
 _search = _backend.load("search")
 
@@ -121,7 +123,7 @@ def batch_probe_runs(
 
     nthreads = _threads(threads)
     if nthreads > 1 and len(queries) >= 20_000 and ntab > 1:
-        from fpstore.pipeline import _executor
+        from fpstore.fingerprint.pipeline import _executor
 
         per_table = list(_executor(nthreads).map(table_work, range(ntab)))
     else:
@@ -311,7 +313,7 @@ def pairs_within(fps: np.ndarray, k: int, progress: Callable[[int, int], None] |
     # (each table in flight holds about five arrays of n words).
     nthreads = _threads(None)
     if nthreads > 1 and nt > 1 and len(uniq) >= 200_000:
-        from fpstore.pipeline import _executor
+        from fpstore.fingerprint.pipeline import _executor
 
         results: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]] = _executor(nthreads).map(table_pairs, range(nt))
     else:

@@ -23,7 +23,7 @@ shingles, judged by its estimated Jaccard at its own threshold) runs side by sid
 ``datasketch`` is installed. :func:`plot` draws precision and recall against k (needs matplotlib).
 
 The truth text of a document is its ``truth`` field when the corpus gives one (for example the
-source of an HTML page), else, for HTML, the visible text (:func:`fpstore.html.visible_text`: all
+source of an HTML page), else, for HTML, the visible text (:func:`fpstore.fingerprint.html.visible_text`: all
 text outside scripts and styles, no main-content heuristics, so the truth does not depend on the
 extractor under test), else the text itself.
 """
@@ -42,9 +42,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from fpstore import _simhash_py as _spec
+from fpstore.fingerprint import _simhash_py as _spec
 
-from fpstore import text as _text
+from fpstore.fingerprint import text as _text
 from fpstore.errors import InputError
 
 __all__ = [
@@ -93,7 +93,7 @@ _TEXT_SUFFIXES = {".txt", ".rst", ".md", ".text", ".html", ".htm", ".xhtml", ""}
 def _truth_of(raw: str, fmt: str) -> str:
     if fmt != "html":
         return raw
-    from fpstore import html
+    from fpstore.fingerprint import html
 
     return html.visible_text(raw)
 
@@ -104,10 +104,10 @@ def load_corpus(path: str | os.PathLike, *, limit: int | None = None) -> Corpus:
     A directory is walked recursively (sorted; hidden files and files over 16 MB skipped); files
     with a text or HTML suffix (``.txt .rst .md .html .htm .xhtml`` or none) are read as UTF-8
     (invalid bytes replaced). JSONL: one object per line with ``text`` and optionally ``id``,
-    ``truth`` and ``format``. HTML is detected by :func:`fpstore.html.looks_like_html` unless
+    ``truth`` and ``format``. HTML is detected by :func:`fpstore.fingerprint.html.looks_like_html` unless
     declared. Raises :class:`InputError` for a missing path or an empty corpus.
     """
-    from fpstore import html
+    from fpstore.fingerprint import html
 
     p = pathlib.Path(path)
     ids: list[str] = []
@@ -160,7 +160,7 @@ def load_corpus(path: str | os.PathLike, *, limit: int | None = None) -> Corpus:
 
 
 def _tokens(t: str) -> list[str]:
-    from fpstore.pipeline import _fast_tokens
+    from fpstore.fingerprint.pipeline import _fast_tokens
 
     return _fast_tokens(_text.normalize(t))
 

@@ -1,7 +1,7 @@
 """``fpstore-admin calibrate``: measure precision and recall per k on your data, and pick k.
 
-Wired into ``fpstore-admin`` by :func:`register` (``fpstore/cli.py`` calls it); a thin shell over
-:mod:`fpstore.evaluate`.
+Wired into ``fpstore-admin`` by :func:`register` (``fpstore/admin/cli.py`` calls it); a thin shell over
+:mod:`fpstore.quality.evaluate`.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _read_pairs(path: str) -> list[tuple[str, str, bool]]:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     """Measure precision/recall per k and recommend k."""
-    from fpstore import evaluate as ev
+    from fpstore.quality import evaluate as ev
     from fpstore.errors import InputError
 
     if not 0 < args.threshold <= 1:

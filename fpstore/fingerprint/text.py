@@ -12,7 +12,7 @@ The rule, applied to every text before it is fingerprinted:
    U+FFFD) separates tokens.
 4. Each token code point is replaced by its simple lowercase mapping.
 
-Steps 3 and 4 use the table in ``fpstore/_unicode_v1.py`` (Unicode 14.0), committed with the code so
+Steps 3 and 4 use the table in ``fpstore/fingerprint/_unicode_v1.py`` (Unicode 14.0), committed with the code so
 that fingerprints do not change with the Python that computes them. Step 2 uses Python's
 ``unicodedata``; Unicode's normalisation stability policy keeps NFKC fixed for assigned characters.
 """
@@ -23,7 +23,9 @@ import unicodedata
 
 import numpy as np
 
-from fpstore import _backend, _unicode_v1
+from fpstore import _backend
+
+from fpstore.fingerprint import _unicode_v1
 
 __all__ = ["FOLD", "TOKENIZER_VERSION", "UNICODE_VERSION", "normalize", "tokens"]
 

@@ -1,7 +1,7 @@
 """The immutable tier of a store: runs of permuted fingerprints and key segments.
 
 A **run** holds, for every table of the design, a sorted multiset of permuted fingerprints in the
-run codec of :mod:`fpstore.runs`, and the document id of every entry of table 0 (the identity
+run codec of :mod:`fpstore.index.runs`, and the document id of every entry of table 0 (the identity
 permutation, so table 0 is the sorted raw fingerprints). Ids are implicit (``base + position``)
 for a run made by a bulk load, which numbers its documents in fingerprint order, and a bit-packed
 column for a run made by compaction, which keeps every document's id.
@@ -31,8 +31,10 @@ import msgpack
 import numpy as np
 import zstandard
 
-from fpstore import _backend, runs
-from fpstore._simhash_py import fmix64, fmix64_array
+from fpstore import _backend
+
+from fpstore.index import runs
+from fpstore.fingerprint._simhash_py import fmix64, fmix64_array
 from fpstore.errors import CorruptionError
 
 _search = _backend.load("search")
@@ -345,7 +347,7 @@ class CodecRun:
 
     def check_backed(self) -> None:
         """CorruptionError unless every chunk is stored with the length the index gives it, so
-        that :attr:`count` is backed by bytes that exist (see :func:`fpstore.runs.chunk_views`)."""
+        that :attr:`count` is backed by bytes that exist (see :func:`fpstore.index.runs.chunk_views`)."""
         runs.chunk_views(self.get, self.index)
 
     def positions(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -492,7 +494,7 @@ class Run:
         return self._cache.probe_tables(self)
 
     def probe_fingerprint(self, design: Any, tables: list[Any], fp: int, k: int) -> list[tuple[int, int, int]]:
-        """:func:`fpstore.runs.probe_fingerprint` reading chunks in this run's transaction:
+        """:func:`fpstore.index.runs.probe_fingerprint` reading chunks in this run's transaction:
         ``tables`` are the probe tables of runs of the same transaction."""
         txn, db = self._txn, self._db
         return runs.probe_fingerprint(design, tables, lambda name: txn.get(name, db=db), fp, k)

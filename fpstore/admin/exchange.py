@@ -39,10 +39,10 @@ import numpy as np
 import zstandard
 
 from fpstore._version import __version__
-from fpstore.design import Design
+from fpstore.index.design import Design
 from fpstore.errors import DesignError, FormatError, InputError, PipelineMismatchError
 from fpstore.limits import MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_NAME_BYTES
-from fpstore.pipeline import Fingerprints, IdfTable, Pipeline
+from fpstore.fingerprint.pipeline import Fingerprints, IdfTable, Pipeline
 
 __all__ = ["EXPORT_MAGIC", "EXPORT_VERSION", "ImportResult", "StreamHeader", "export_store", "import_stream", "read_stream"]
 
@@ -340,7 +340,7 @@ class ImportResult:
 
 
 def _is_store(path: str) -> bool:
-    from fpstore.storage import DATA_FILE
+    from fpstore.store.storage import DATA_FILE
 
     return os.path.exists(os.path.join(path, DATA_FILE))
 

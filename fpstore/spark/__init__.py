@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from fpstore import _backend
-from fpstore.design import Design, Table, design_for
+from fpstore.index.design import Design, Table, design_for
 from fpstore.errors import DesignError, FormatError, InputError, PipelineMismatchError
-from fpstore.pipeline import IdfTable, Pipeline
+from fpstore.fingerprint.pipeline import IdfTable, Pipeline
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -256,7 +256,7 @@ class _JoinPlan:
 
         Two fingerprints share a table's prefix exactly when they agree on the fingerprint bits
         that land in it (``Table.prefix_mask``). A pair is kept only in the first design table
-        whose prefix it shares (the rule of :func:`fpstore.search.pairs_within`), and within an
+        whose prefix it shares (the rule of :func:`fpstore.index.search.pairs_within`), and within an
         oversized bucket only in the first sub-table whose longer prefix it shares.
         """
         _, t, s = self.vtable(v)
@@ -281,7 +281,7 @@ C_CAND = 0.045
 
 
 def _flip_free_catalogue(k: int) -> list[Design]:
-    from fpstore.design import designs_for_k
+    from fpstore.index.design import designs_for_k
 
     return [d for d in designs_for_k(k) if all(t.flips == 0 for t in d.tables)]
 
@@ -472,7 +472,7 @@ def near_duplicates(
     """Every pair of rows within ``k`` bits, exactly once: a DataFrame ``(id_a, id_b, distance)``.
 
     ``id_a < id_b`` (ids must be unique and comparable); ``distance`` is an int 0..k. Rows with a
-    null fingerprint take no part. The same set :func:`fpstore.search.pairs_within` gives in
+    null fingerprint take no part. The same set :func:`fpstore.index.search.pairs_within` gives in
     memory, computed as:
 
     1. rows grouped by fingerprint: all pairs inside a group at distance 0;
@@ -764,7 +764,7 @@ def fingerprint(df: "DataFrame", text_col: str, pipeline: Pipeline) -> "DataFram
 
 
 def _typed_key(key: object) -> bytes:
-    from fpstore.store import _typed_key as typed
+    from fpstore.store.store import _typed_key as typed
 
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
         key = int(key)
@@ -1000,7 +1000,7 @@ class ShardSet:
     def query(self, **kwargs: Any) -> list[Any]:
         """:meth:`Store.query` over every shard (same arguments), merged: sorted by distance then
         key; each ``Match.id`` is a global id."""
-        from fpstore.store import Match, _sort_matches
+        from fpstore.store.store import Match, _sort_matches
 
         out = []
         for s, st in enumerate(self.stores):

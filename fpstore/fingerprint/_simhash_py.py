@@ -2,7 +2,7 @@
 
 Every function here has a compiled counterpart with the same signature and the same results, bit
 for bit; tests compare the two on generated text. The text reaching these functions is already
-normalised by :func:`fpstore.text.normalize` (type checked, decoded, NFKC). ``kind`` selects the
+normalised by :func:`fpstore.fingerprint.text.normalize` (type checked, decoded, NFKC). ``kind`` selects the
 fingerprint: ``KIND_SIMHASH64`` (0, the default: SimHash scheme 1) or ``KIND_MINHASH1`` (1: 1-bit
 one-permutation MinHash scheme 1). Token hashes, shingle hashes and the content digest are the
 same for both.
@@ -86,7 +86,7 @@ def set_active_table(bits: np.ndarray) -> None:
 
 def nfkc_active_runs(text: str) -> list[int]:
     """Flat list ``[start0, end0, start1, end1, ...]`` of the maximal runs of NFKC-active code
-    points in ``text`` (see ``fpstore.text.nfkc``); empty for ASCII text."""
+    points in ``text`` (see ``fpstore.fingerprint.text.nfkc``); empty for ASCII text."""
     if _active is None:
         raise RuntimeError("set_active_table() first")
     out: list[int] = []

@@ -875,13 +875,13 @@ class _GzipMember(io.RawIOBase):
 
 
 class SampleSource(Source):
-    """The sample corpus of real text found on this machine (:mod:`fpstore.samples`)."""
+    """The sample corpus of real text found on this machine (:mod:`fpstore.admin.samples`)."""
 
     kind = "sample"
 
     def __init__(self, path: str = "sample", *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         super().__init__(path, max_bytes=max_bytes)
-        from fpstore.samples import sample_corpus
+        from fpstore.admin.samples import sample_corpus
 
         self._docs = list(sample_corpus())
 

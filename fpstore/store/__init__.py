@@ -1,0 +1,5 @@
+"""The store: the LMDB environment, the LSM core and the :class:`Store` facade."""
+
+from fpstore.store.store import AddResult, Cluster, Document, Match, Store, open
+
+__all__ = ["AddResult", "Cluster", "Document", "Match", "Store", "open"]
