@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-M64 = 0xFFFFFFFFFFFFFFFF
+from fpstore.mixing import M64, fmix64
 FNV_OFFSET = 0xCBF29CE484222325
 FNV_PRIME = 0x100000001B3
 GOLDEN = 0x9E3779B97F4A7C15
@@ -101,27 +101,6 @@ def nfkc_active_runs(text: str) -> list[int]:
     if start >= 0:
         out += [start, len(text)]
     return out
-
-
-def fmix64(x: int) -> int:
-    """splitmix64's finaliser: a bijection on 64-bit integers with full avalanche."""
-    x ^= x >> 30
-    x = (x * 0xBF58476D1CE4E5B9) & M64
-    x ^= x >> 27
-    x = (x * 0x94D049BB133111EB) & M64
-    return x ^ (x >> 31)
-
-
-def fmix64_array(x: np.ndarray) -> np.ndarray:
-    """:func:`fmix64` of every element of a uint64 array (a new array; wrapping arithmetic)."""
-    x = x.astype(np.uint64, copy=True)
-    with np.errstate(over="ignore"):
-        x ^= x >> np.uint64(30)
-        x *= np.uint64(0xBF58476D1CE4E5B9)
-        x ^= x >> np.uint64(27)
-        x *= np.uint64(0x94D049BB133111EB)
-        x ^= x >> np.uint64(31)
-    return x
 
 
 def _rotl(x: int, r: int) -> int:

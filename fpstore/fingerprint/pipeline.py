@@ -23,11 +23,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import os
 import re
-import threading
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -38,6 +35,8 @@ from fpstore import _backend
 
 from fpstore.fingerprint import _simhash_py as _spec, html as _html, text as _text
 from fpstore.errors import FormatError, InputError
+from fpstore.mixing import fmix64
+from fpstore.parallel import available_cores, executor
 
 __all__ = ["FINGERPRINT_SCHEME", "HTML_MODES", "KINDS", "Fingerprints", "IdfTable", "Pipeline", "Signature"]
 
@@ -64,7 +63,7 @@ def _token_hash(token: str, seed: int) -> int:
     h = _spec.FNV_OFFSET
     for ch in token:
         h = ((h ^ ord(ch)) * _spec.FNV_PRIME) & _M64
-    return _spec.fmix64(h ^ seed)
+    return fmix64(h ^ seed)
 
 
 _ASCII_TOKEN = re.compile(r"[a-z0-9]+")
@@ -227,25 +226,6 @@ class Fingerprints:
         if self.content_hashes is None:
             return None
         return int(self.content_hashes[i, 0]).to_bytes(8, "big") + int(self.content_hashes[i, 1]).to_bytes(8, "big")
-
-
-_executors: dict[int, ThreadPoolExecutor] = {}
-_executors_lock = threading.Lock()
-
-
-def _executor(threads: int) -> ThreadPoolExecutor:
-    with _executors_lock:
-        ex = _executors.get(threads)
-        if ex is None:
-            ex = _executors[threads] = ThreadPoolExecutor(threads, thread_name_prefix="fpstore-fp")
-        return ex
-
-
-def _available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -414,7 +394,7 @@ class Pipeline:
         fps = np.zeros(n, dtype=np.uint64)
         ntok = np.zeros(n, dtype=np.int64)
         digests = np.zeros((n, 2), dtype=np.uint64)
-        threads = _available_cores() if threads is None else int(threads)
+        threads = available_cores() if threads is None else int(threads)
         if threads < 1:
             raise InputError(f"threads must be >= 1, got {threads}")
         # Smaller chunks when threaded, so every thread gets work even for a few hundred texts.
@@ -437,7 +417,7 @@ class Pipeline:
             for b in bounds:
                 run(b)
         else:
-            list(_executor(threads).map(run, bounds))
+            list(executor(threads).map(run, bounds))
         return Fingerprints(fps, self.id, ntok, ntok < self.min_tokens, digests)
 
     @property

@@ -7,12 +7,12 @@ permutations preserve Hamming distance, so a distance computed on permuted keys 
 
 from __future__ import annotations
 
-import os
 from typing import Callable, Iterable
 
 import numpy as np
 
 from fpstore import _backend
+from fpstore.parallel import executor, threads as thread_count
 
 from fpstore.index import runs as runs_codec
 from fpstore.index.design import Design, designs_for_k
@@ -121,11 +121,9 @@ def batch_probe_runs(
             out.append((qi, found))
         return out
 
-    nthreads = _threads(threads)
+    nthreads = thread_count(threads)
     if nthreads > 1 and len(queries) >= 20_000 and ntab > 1:
-        from fpstore.fingerprint.pipeline import _executor
-
-        per_table = list(_executor(nthreads).map(table_work, range(ntab)))
+        per_table = list(executor(nthreads).map(table_work, range(ntab)))
     else:
         per_table = [table_work(t) for t in range(ntab)]
 
@@ -167,15 +165,6 @@ def batch_probe_runs(
     if not out_q:
         return empty
     return np.concatenate(out_q), np.concatenate(out_id), np.concatenate(out_d), np.concatenate(out_fp)
-
-
-def _threads(threads: int | None) -> int:
-    if threads is not None:
-        return max(1, int(threads))
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def sort_u64(keys: np.ndarray) -> np.ndarray:
@@ -311,11 +300,9 @@ def pairs_within(fps: np.ndarray, k: int, progress: Callable[[int, int], None] |
 
     # Tables are independent and their sorts and joins release the GIL: all cores, for large n
     # (each table in flight holds about five arrays of n words).
-    nthreads = _threads(None)
+    nthreads = thread_count(None)
     if nthreads > 1 and nt > 1 and len(uniq) >= 200_000:
-        from fpstore.fingerprint.pipeline import _executor
-
-        results: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]] = _executor(nthreads).map(table_pairs, range(nt))
+        results: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]] = executor(nthreads).map(table_pairs, range(nt))
     else:
         results = (table_pairs(t) for t in range(nt))
     for t, (ua, ub, d) in enumerate(results):

@@ -34,7 +34,7 @@ import zstandard
 from fpstore import _backend
 
 from fpstore.index import runs
-from fpstore.fingerprint._simhash_py import fmix64, fmix64_array
+from fpstore.mixing import fmix64, fmix64_array
 from fpstore.errors import CorruptionError
 
 _search = _backend.load("search")

@@ -46,6 +46,7 @@ from fpstore.fingerprint import _simhash_py as _spec
 
 from fpstore.fingerprint import text as _text
 from fpstore.errors import InputError
+from fpstore.mixing import fmix64_array
 
 __all__ = [
     "Corpus",
@@ -166,7 +167,7 @@ def _tokens(t: str) -> list[str]:
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    return _spec.fmix64_array(x)
+    return fmix64_array(x)
 
 
 def shingle_sets(texts: Sequence[str], shingle: int = 3) -> tuple[list[np.ndarray], bool]:

@@ -40,6 +40,7 @@ from fpstore.errors import (
     PipelineMismatchError,
 )
 from fpstore.hamming import as_fingerprint_array
+from fpstore.parallel import executor, threads as thread_count
 from fpstore.limits import (
     MAX_CHECKPOINT_BYTES,
     MAX_CHECKPOINT_NAME_BYTES,
@@ -1173,11 +1174,9 @@ class Store:
             keys = sorted_fps if t == 0 else search.sort_u64(design.permute(sorted_fps, t))
             return tiers.codec_run_blobs(prefixes[t], keys)
 
-        threads = search._threads(None)
+        threads = thread_count(None)
         if threads > 1 and len(sorted_fps) >= 100_000:
-            from fpstore.fingerprint.pipeline import _executor
-
-            parts = list(_executor(threads).map(encode, range(len(prefixes))))
+            parts = list(executor(threads).map(encode, range(len(prefixes))))
         else:
             parts = [encode(t) for t in range(len(prefixes))]
         return [blob for part in parts for blob in part]
