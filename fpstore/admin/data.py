@@ -1,0 +1,221 @@
+"""``fpstore-admin`` commands that read or write a store's documents: compact, query, dedup, export,
+import."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import signal
+import sys
+import time
+from typing import Any, Iterator
+
+import numpy as np
+
+from fpstore.admin.options import Damaged, open_checked, open_store
+from fpstore.admin.output import EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, dumps, key_out, key_text, mib, note, print_json
+from fpstore.errors import CorruptionError, InputError
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    """Merge incremental tables and runs into one run per table, dropping deleted entries."""
+    with open_store(args.store, readonly=False) as store:
+        compact = getattr(store, "compact", None)
+        if not callable(compact):
+            raise InputError("this fpstore build cannot compact stores yet")
+        before = store._storage.info()
+        t0 = time.monotonic()
+        result = store.compact_file() if args.file else compact()
+        after = store._storage.info()
+    data = {
+        "result": result if isinstance(result, dict) else None,
+        "seconds": round(time.monotonic() - t0, 3),
+        "pages_used_before": before["last_pgno"] + 1,
+        "pages_used_after": after["last_pgno"] + 1,
+        "file_size": after["file_size"],
+    }
+    if args.json:
+        print_json(data)
+    else:
+        res = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in (data["result"] or {}).items())
+        print(f"compacted {args.store} in {data['seconds']:.2f} s" + (f": {res}" if res else ""))
+        if args.file:
+            print(f"file {mib(data['file_size'])} (rewritten without free pages)")
+        else:
+            print(f"file {mib(data['file_size'])}; freed pages are reused by later writes (--file shrinks the file)")
+    return EXIT_OK
+
+
+# -- query ---------------------------------------------------------------------------------------------------
+
+
+def _read_text(args: argparse.Namespace) -> str | None:
+    sources = [x for x in (args.text, args.file, args.fingerprint) if x is not None]
+    if len(sources) != 1:
+        raise InputError("give exactly one of TEXT, '-' (stdin), --file FILE or --fingerprint HEX")
+    if args.file is not None:
+        with open(args.file, "rb") as fh:
+            return fh.read().decode("utf-8", errors="replace")
+    if args.text == "-":
+        return sys.stdin.buffer.read().decode("utf-8", errors="replace")
+    return args.text
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    """Stored documents within k bits of a text (argument, '-' for stdin, --file) or a fingerprint."""
+    text = _read_text(args)
+    with open_store(args.store) as store:
+        info: dict[str, Any] = {}
+        if args.fingerprint is not None:
+            try:
+                fp = int(args.fingerprint.removeprefix("0x"), 16)
+            except ValueError:
+                raise InputError(f"--fingerprint wants up to 16 hex digits, got {args.fingerprint!r}") from None
+            if not 0 <= fp < 1 << 64:
+                raise InputError("--fingerprint must fit in 64 bits")
+            matches = store.query(fingerprint=fp, pipeline_id=store.pipeline.id, k=args.k, exhaustive=args.exhaustive)
+            info["fingerprint"] = f"{fp:016x}"
+        else:
+            sig = store.pipeline.signature(text)
+            info.update({"fingerprint": f"{sig.fingerprint:016x}", "tokens": sig.tokens, "short": sig.short})
+            matches = store.query(text=text, k=args.k, exhaustive=args.exhaustive)
+        k = store.k if args.k is None else args.k
+    if args.limit is not None:
+        matches = matches[: args.limit]
+    if args.json:
+        print_json({**info, "k": k, "matches": [
+            {"key": key_out(m.key), "distance": m.distance, "fingerprint": f"{m.fingerprint:016x}"} for m in matches]})
+    else:
+        short = " (short text: exact matches only)" if info.get("short") else ""
+        print(f"fingerprint {info['fingerprint']}{short}: {len(matches)} match{'es' * (len(matches) != 1)} within k={k}")
+        for m in matches:
+            print(f"  d={m.distance:2d}  {m.fingerprint:016x}  {key_text(m.key)}")
+    return EXIT_OK if matches else EXIT_FINDINGS
+
+
+# -- dedup ---------------------------------------------------------------------------------------------------
+
+
+def _chunks(n: int, size: int = 10000) -> Iterator[slice]:
+    for lo in range(0, n, size):
+        yield slice(lo, min(lo + size, n))
+
+
+def cmd_dedup(args: argparse.Namespace) -> int:
+    """Every near-duplicate pair within k bits, or the clusters they form, as JSONL or CSV."""
+    out_path = args.output
+    out = open(out_path, "w", encoding="utf-8", newline="") if out_path and out_path != "-" else sys.stdout
+    try:
+        with open_store(args.store) as store:
+            k = store.k if args.k is None else args.k
+            writer = csv.writer(out) if args.format == "csv" else None
+            if args.clusters:
+                clusters = store.clusters(k)
+                clusters = [c for c in clusters if len(c.keys) >= args.min_size]
+                if writer:
+                    writer.writerow(["cluster", "canonical", "key"])
+                for c_no, c in enumerate(clusters, 1):
+                    if writer:
+                        for key in c.keys:
+                            writer.writerow([c_no, key_text(c.canonical), key_text(key)])
+                    else:
+                        out.write(dumps({"cluster": c_no, "size": len(c.keys), "canonical": key_out(c.canonical),
+                                          "keys": [key_out(x) for x in c.keys]}) + "\n")
+                summary = f"{len(clusters):,} clusters of {sum(len(c.keys) for c in clusters):,} documents within k={k}"
+            else:
+                a, b, d = store.near_duplicate_pairs(k)
+                order = np.lexsort((b, a, d))
+                a, b, d = a[order], b[order], d[order]
+                if writer:
+                    writer.writerow(["a", "b", "distance"])
+                for sl in _chunks(len(a)):
+                    ka, kb = store.keys_of(a[sl].tolist()), store.keys_of(b[sl].tolist())
+                    for x, y, dist in zip(ka, kb, d[sl].tolist()):
+                        if writer:
+                            writer.writerow([key_text(x), key_text(y), dist])
+                        else:
+                            out.write(dumps({"a": key_out(x), "b": key_out(y), "distance": dist}) + "\n")
+                summary = f"{len(a):,} pairs within k={k}"
+        out.flush()
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    note(summary)
+    return EXIT_OK
+
+
+# -- export / import -----------------------------------------------------------------------------------------
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write every document to a versioned, zstd-compressed msgpack stream (see docs/cli.md)."""
+    from fpstore.admin.exchange import export_store
+
+    to_stdout = args.output in (None, "-")
+    if to_stdout and sys.stdout.isatty():
+        raise InputError("refusing to write a binary stream to a terminal: pass -o FILE or redirect stdout")
+    # A damaged store is refused before anything is written (exit 1). There is no salvage mode:
+    # reading around a damaged page means walking B-trees that LMDB would abort on.
+    with open_checked(args.store) as store:
+        try:
+            if to_stdout:
+                n = export_store(store, sys.stdout.buffer, level=args.level)
+                sys.stdout.buffer.flush()
+                size = None
+            else:
+                tmp = f"{args.output}.partial-{os.getpid()}"
+                try:
+                    with open(tmp, "wb") as fh:
+                        n = export_store(store, fh, level=args.level)
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                    os.replace(tmp, args.output)
+                except BaseException:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+                    raise
+                size = os.path.getsize(args.output)
+        except CorruptionError as exc:
+            where = "the stream on stdout is incomplete" if to_stdout else f"{args.output} was not written"
+            raise Damaged(f"{exc}; the export stopped: {where}") from None
+    note(f"exported {n:,} documents" + (f" to {args.output} ({mib(size)})" if size is not None else ""))
+    return EXIT_OK
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Read an export stream into a new store (with the stream's pipeline) or an existing one."""
+    from fpstore.admin.exchange import import_stream
+
+    existing = os.path.exists(os.path.join(args.store, "data.mdb"))
+
+    def on_signal(signum: int, frame: Any) -> None:
+        # SIGTERM takes Ctrl-C's path: import_stream removes the hidden store it was building
+        # (a new path), or keeps the batches it committed (an existing store; a rerun resumes).
+        # Further signals are ignored so that the cleanup runs to its end.
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if args.input in (None, "-"):
+            result = import_stream(sys.stdin.buffer, args.store, batch_size=args.batch_size)
+        else:
+            with open(args.input, "rb") as fh:
+                result = import_stream(fh, args.store, batch_size=args.batch_size)
+    except KeyboardInterrupt:
+        note("interrupted; " + ("the batches committed are kept: rerun the same command to resume" if existing
+                                 else "nothing was imported (the half-built store was removed)"))
+        return EXIT_INTERRUPTED
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    data = {"store": result.path, "created": result.created, "records": result.records,
+            "pipeline_id": result.pipeline_id, "design": result.design}
+    if args.json:
+        print_json(data)
+    else:
+        what = "created" if result.created else "updated"
+        print(f"{what} {result.path}: {result.records:,} documents imported (pipeline {result.pipeline_id}, design {result.design})")
+    return EXIT_OK

@@ -1,0 +1,134 @@
+"""``fpstore-admin ingest``: the command over :func:`fpstore.admin.ingest.ingest` (signals, the
+reporter of problems and notes, the progress bar and the summary)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+import fpstore
+from fpstore.admin.options import pipeline_from
+from fpstore.admin.output import (EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, PROG, Progress, note, print_json,
+                                  want_progress)
+from fpstore.errors import InputError, PipelineMismatchError
+
+
+class _Reporter:
+    """Prints problems and notes to stderr, at most ``limit`` of each kind; counts the rest."""
+
+    QUIET = frozenset({"not-response", "status"})
+
+    def __init__(self, limit: int = 20) -> None:
+        self.limit = limit
+        self.shown: dict[str, int] = {}
+        self.progress: Progress | None = None
+
+    def __call__(self, ev: Any) -> None:
+        from fpstore.admin.ingest import Problem
+
+        if not isinstance(ev, Problem) and ev.kind in self.QUIET:
+            return  # expected in every WARC file: counted in the summary, not shown one by one
+        kind = ("problem " if isinstance(ev, Problem) else "note ") + ev.kind
+        n = self.shown.get(kind, 0) + 1
+        self.shown[kind] = n
+        if n > self.limit:
+            return
+        if self.progress is not None and self.progress.drawn:
+            sys.stderr.write("\r\x1b[K")
+        suffix = f" (further {ev.kind} {'problems' if isinstance(ev, Problem) else 'notes'} are counted, not shown)" if n == self.limit else ""
+        note(f"{'' if isinstance(ev, Problem) else 'note: '}{ev}{suffix}")
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    """Add documents from JSON Lines files, directories of text files and WARC files, resumably."""
+    from fpstore.admin import ingest as ing
+
+    if not args.sources and not args.sample:
+        raise InputError("give at least one SOURCE (a .jsonl file, a directory or a .warc[.gz] file), or --sample")
+    sources: list[ing.Source] = [
+        ing.make_source(p, args.format, key_field=args.key_field, text_field=args.text_field,
+                        key_prefix=args.key_prefix, max_bytes=args.max_bytes, follow_symlinks=args.follow_symlinks)
+        for p in args.sources
+    ]
+    if args.sample:
+        sources.append(ing.SampleSource())
+    names = [s.name for s in sources]
+    if len(set(names)) != len(names):
+        raise InputError("the same source is given twice")
+    created = not os.path.exists(os.path.join(args.store, "data.mdb"))
+    store = fpstore.open(args.store, k=args.k, pipeline=pipeline_from(args, False) if created else None,
+                         design=args.design, expected_size=args.expected_size)
+    if not created:
+        # Pipeline options name fields of the existing store's pipeline: each must match.
+        given = {f: getattr(args, f) for f in ("kind", "html", "shingle", "seed", "min_tokens") if getattr(args, f) is not None}
+        differ = {f: (store.pipeline.config.get(f), v) for f, v in given.items() if store.pipeline.config.get(f) != v}
+        if differ:
+            store.close()
+            raise PipelineMismatchError(
+                f"{args.store} was created with " + ", ".join(f"{f}={a!r}, not {b!r}" for f, (a, b) in differ.items())
+                + "; fingerprints of different pipelines are not comparable: ingest into a new store instead"
+            )
+    stop = threading.Event()
+    interrupted = {"n": 0}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        interrupted["n"] += 1
+        if interrupted["n"] > 1:
+            raise KeyboardInterrupt  # a second Ctrl-C: the batch in flight is not applied
+        stop.set()
+        sys.stderr.write(f"\n{PROG}: stopping after the current batch (Ctrl-C again to abandon it)\n")
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    reporter = _Reporter()
+    try:
+        with store:
+            if created:
+                note(f"created {args.store} with pipeline {store.pipeline.id}, design {store.design.name}")
+            progress = Progress(sum(s.size for s in sources), want_progress(args))
+            reporter.progress = progress
+            try:
+                result = ing.ingest(
+                    store, sources, batch_size=args.batch_size, on_error=args.on_error, restart=args.restart,
+                    stop=stop, report=reporter, progress=progress.update,
+                )
+            finally:
+                progress.close()
+            total = len(store)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    data = {
+        "store": args.store,
+        "created": created,
+        "sources": [s.as_dict() for s in result.sources],
+        "added": result.added,
+        "documents": total,
+        "problems": result.problems,
+        "interrupted": result.interrupted,
+        "stopped_at": None if result.stopped_at is None else str(result.stopped_at),
+        "seconds": round(result.seconds, 3),
+    }
+    if args.json:
+        print_json(data)
+    else:
+        for s in result.sources:
+            extra = []
+            if s.problems:
+                extra.append("problems: " + ", ".join(f"{k} {v}" for k, v in sorted(s.problems.items())))
+            if s.notes:
+                extra.append("notes: " + ", ".join(f"{k} {v}" for k, v in sorted(s.notes.items())))
+            print(f"{s.path}: {s.added:,} documents added (from {s.resumed_from})" + ("; " + "; ".join(extra) if extra else ""))
+        rate = result.added / result.seconds if result.seconds > 0 else 0.0
+        print(f"added {result.added:,} documents in {result.seconds:.2f} s ({rate:,.0f}/s); the store holds {total:,}")
+    if result.interrupted:
+        note("interrupted; everything before the last batch is stored: rerun the same command to resume")
+        return EXIT_INTERRUPTED
+    if result.stopped_at is not None:
+        note(f"stopped at {result.stopped_at.where} (--on-error stop); the documents before it are stored: "
+              "fix the input or pass --on-error skip, and rerun to resume there")
+        return EXIT_ERROR
+    return EXIT_FINDINGS if result.problems else EXIT_OK
