@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 
+from fpstore.admin.options import POSITIVE
+
 __all__ = ["register"]
 
 _DESCRIPTION = """\
@@ -45,7 +47,7 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     p.add_argument("--html", choices=["main-v1", "off"], default=None, help="HTML handling (default: main-v1)")
     p.add_argument("--compare", action="store_true", help="also measure the first releases' pipeline (simhash64, tf, html off)")
     p.add_argument("--no-reference", action="store_true", help="skip the datasketch MinHash reference")
-    p.add_argument("--limit", type=int, default=None, help="read at most this many documents")
+    p.add_argument("--limit", type=POSITIVE, default=None, help="read at most this many documents")
     p.add_argument("--png", default="calibrate.png", help="where to write the plot (default calibrate.png; '' for none)")
     p.add_argument("--json", default=None, help="also write every number to this JSON file")
     p.set_defaults(func=_cmd_calibrate)
