@@ -19,6 +19,8 @@ pytest.importorskip("pandas", reason="pandas is not installed (pip install 'fpst
 import fpstore  # noqa: E402
 from fpstore import spark as fs  # noqa: E402
 from fpstore.errors import InputError, PipelineMismatchError  # noqa: E402
+from fpstore.spark.join import _heavy_buckets  # noqa: E402
+from fpstore.spark.plans import JoinPlan, permute, sub_tables  # noqa: E402
 
 K = 3
 M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -149,12 +151,12 @@ def test_missing_pyspark_names_the_extra(monkeypatch):
 def test_heavy_buckets_are_found(spark, corpus, corpus_df):
     # The dense cluster (600 + 600 fingerprints sharing their top 36 bits) overfills the buckets of
     # the tables whose prefix lies in those bits; the sample finds them and nothing else.
-    plan = fs._JoinPlan.build(fs.spark_join_design(K, len(corpus)), K)
-    heavy = fs._heavy_buckets(corpus_df, plan, "fp", 100, 0)
+    plan = JoinPlan.build(fs.spark_join_design(K, len(corpus)), K)
+    heavy = _heavy_buckets(corpus_df, plan, "fp", 100, 0)
     uniq = np.unique(corpus)
     want = {}
     for t, table in enumerate(plan.design.tables):
-        prefix = fs._permute(uniq, table) >> np.uint64(64 - table.prefix_bits)
+        prefix = permute(uniq, table) >> np.uint64(64 - table.prefix_bits)
         values, counts = np.unique(prefix, return_counts=True)
         if (counts >= 100).any():
             want[t] = values[counts >= 100].tolist()
@@ -180,7 +182,7 @@ def test_split_of_oversized_buckets_is_exact():
         for n in (10**4, 10**8):
             for table in join_design(k, n).tables:
                 top = table.prefix_mask()
-                subs = fs._sub_tables(table, k)
+                subs = sub_tables(table, k)
                 extra = [s.prefix_mask() & ~top for s in subs]
                 assert len(subs) == k + 1
                 assert all(s.prefix_mask() & top == top and e for s, e in zip(subs, extra))

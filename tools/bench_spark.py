@@ -46,6 +46,7 @@ sys.path.insert(0, ROOT)
 
 from fpstore import Pipeline  # noqa: E402
 from fpstore import spark as fs  # noqa: E402
+from fpstore.spark.plans import flip_free  # noqa: E402
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         df = spark.read.parquet(src)
         for dname in [x for x in args.designs.split(",") if x]:
             design = None if dname == "auto" else dname
-            d = fs._flip_free(design, args.k, n)
+            d = flip_free(design, args.k, n)
 
             def nd(design=design) -> int:
                 pairs = fs.near_duplicates(df, args.k, design=design).cache()
