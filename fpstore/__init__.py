@@ -12,7 +12,8 @@ from fpstore._version import __version__
 from fpstore.errors import FpstoreError
 from fpstore.hamming import hamming, hamming_many
 from fpstore.fingerprint.pipeline import Fingerprints, IdfTable, Pipeline, Signature
-from fpstore.store.store import AddResult, Document, Match, Store, open
+from fpstore.store.results import AddResult, Document, Match
+from fpstore.store.store import Store, open
 
 
 

@@ -285,11 +285,11 @@ def test_file_compaction_refuses_while_another_process_has_the_store(tmp_path):
 
 def test_key_hashes_of_many_keys_equal_one_by_one():
     """The vectorised key hash (all-integer batches) equals the per-key hash, for every key type."""
-    from fpstore.store import store as store_mod
+    from fpstore.store.keys import typed_key
     from fpstore.index import tiers
 
-    ints = [store_mod._typed_key(k) for k in (0, 1, 2**64 - 1, 12345)]
-    mixed = ints + [store_mod._typed_key(k) for k in ("a", b"\x00" * 8, "x" * 600)]
+    ints = [typed_key(k) for k in (0, 1, 2**64 - 1, 12345)]
+    mixed = ints + [typed_key(k) for k in ("a", b"\x00" * 8, "x" * 600)]
     for typed in (ints, mixed, []):
         assert tiers.key_hashes(typed).tolist() == [tiers.key_hash(t) for t in typed]
 

@@ -63,7 +63,7 @@ def verify_oracle(path: str, rng: random.Random, sample: int = 48) -> int | None
 
 def verify_exact(path: str, last: int) -> None:
     """The store holds exactly batches 0..last: every key with its fingerprint, table 0 the same fingerprints."""
-    from fpstore.store.store import _unpack_record, _untyped_key
+    from fpstore.store.keys import unpack_record, untyped_key
 
     store = fpstore.open(path, readonly=True)
     try:
@@ -75,8 +75,8 @@ def verify_exact(path: str, last: int) -> None:
         with store._storage.read() as txn:
             stored = {}
             for _, raw in txn.cursor(db=store._docs):
-                typed, fp, *_ = _unpack_record(raw)
-                stored[_untyped_key(typed)] = fp
+                typed, fp, *_ = unpack_record(raw)
+                stored[untyped_key(typed)] = fp
             # Table 0: the incremental entries and the runs they were flushed into.
             table0, _ids = store._live_index(txn)
         assert stored == dict(zip(want_keys, want_fps.tolist())), "documents differ from batches 0..last"

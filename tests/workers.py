@@ -518,7 +518,7 @@ def fuzz_seeds() -> dict[str, list[bytes]]:
     import zstandard
 
     from fpstore.fingerprint.pipeline import IdfTable, Pipeline
-    from fpstore.store.store import _pack_record
+    from fpstore.store.keys import pack_record
     from fpstore.index.tiers import State
 
     seeds: dict[str, list[bytes]] = {t: [] for t in FUZZ_TARGETS}
@@ -544,7 +544,7 @@ def fuzz_seeds() -> dict[str, list[bytes]]:
     header = {"magic": "fpstore", "format": 1, "features": [], "pipeline": pipe.config, "pipeline_id": pipe.id,
               "design": design_for(3, None, "auto").config(), "created": {"fpstore": "x", "time": 0}}
     seeds["header"].append(msgpack.packb(header, use_bin_type=True))
-    seeds["record"] += [_pack_record(b"sdoc-1", 12345, None, 0, 0), _pack_record(b"i" + bytes(8), (1 << 64) - 1, bytes(16), 7, 3)]
+    seeds["record"] += [pack_record(b"sdoc-1", 12345, None, 0, 0), pack_record(b"i" + bytes(8), (1 << 64) - 1, bytes(16), 7, 3)]
     cctx = zstandard.ZstdCompressor(level=3)
     seeds["key_block"] += [b"\0" + cctx.compress(b"M" + msgpack.packb([b"sa", b"sb", b"i" + bytes(8)], use_bin_type=True)),
                            b"\0" + cctx.compress(b"I" + np.arange(5, dtype="<u8").tobytes()),
@@ -668,10 +668,10 @@ def _fz_header(data: bytes, zlib) -> None:
 
 
 def _fz_record(data: bytes, zlib) -> None:
-    from fpstore.store.store import _unpack_record, _untyped_key
+    from fpstore.store.keys import unpack_record, untyped_key
 
-    typed, *_ = _unpack_record(data)
-    _untyped_key(typed)
+    typed, *_ = unpack_record(data)
+    untyped_key(typed)
 
 
 def _fz_key_block(data: bytes, zlib) -> None:

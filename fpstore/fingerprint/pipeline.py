@@ -311,6 +311,17 @@ class Pipeline:
         canonical = msgpack.packb(sorted(self.config.items()), use_bin_type=True)
         return hashlib.blake2b(canonical, digest_size=8).hexdigest()
 
+    def mismatch(self, other: "Pipeline") -> str:
+        """How ``other``'s config differs from this one's: ``"field: store has X, given Y"`` for
+        every differing field, joined by ``", "`` (empty when the configs are equal). ``self`` is
+        the stored pipeline, ``other`` the one given."""
+        mine, theirs = self.config, other.config
+        return ", ".join(
+            f"{f}: store has {mine.get(f)!r}, given {theirs.get(f)!r}"
+            for f in sorted(set(mine) | set(theirs))
+            if mine.get(f) != theirs.get(f)
+        )
+
     @classmethod
     def from_config(cls, config: dict[str, Any], idf: IdfTable | None = None) -> "Pipeline":
         """Rebuild a pipeline from :attr:`config` (read from a store header: untrusted).

@@ -1,5 +1,6 @@
 """The store: the LMDB environment, the LSM core and the :class:`Store` facade."""
 
-from fpstore.store.store import AddResult, Cluster, Document, Match, Store, open
+from fpstore.store.results import AddResult, Cluster, Document, Match
+from fpstore.store.store import Store, open
 
 __all__ = ["AddResult", "Cluster", "Document", "Match", "Store", "open"]

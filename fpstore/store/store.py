@@ -17,13 +17,10 @@ each document once: exactly what comparing with every stored fingerprint would r
 
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
-import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import lmdb
 import msgpack
@@ -44,13 +41,25 @@ from fpstore.parallel import executor, threads as thread_count
 from fpstore.limits import (
     MAX_CHECKPOINT_BYTES,
     MAX_CHECKPOINT_NAME_BYTES,
-    MAX_KEY_BYTES,
     READ_MAX_CHECKPOINT_BYTES,
-    READ_MAX_RECORD_BIN,
 )
 from fpstore.fingerprint.pipeline import Fingerprints, IdfTable, Pipeline
 from fpstore import _backend
 from fpstore.index import search, tiers
+from fpstore.store.keys import (
+    FLAG_SHORT,
+    FLAG_TEXT,
+    LOOKUP_KEY_BYTES,
+    MAX_RAW_KEY,
+    lookup_key,
+    pack_record,
+    typed_key,
+    unpack_record,
+    untyped_key,
+)
+from fpstore.store.results import AddResult, Cluster, Document, Match, sort_matches
+from fpstore.store import inspect
+from fpstore.store.incremental import table_entries
 from fpstore.store.storage import DATA_FILE, Storage
 from fpstore.index.tiers import KeySegment, Run, State, TierCache
 
@@ -70,11 +79,6 @@ CHECKPOINT_PREFIX = b"checkpoint\x00"
 _U64 = struct.Struct(">Q")
 _PAIR = struct.Struct(">QQ")
 _ZERO8 = bytes(8)
-#: Look-ups accept any key a reader can read back (stores written before MAX_KEY_BYTES hold longer ones).
-_LOOKUP_KEY_BYTES = READ_MAX_RECORD_BIN - 1
-_MAX_RAW_KEY = 400  # typed keys longer than this are stored by hash (LMDB keys stop at 511 bytes)
-FLAG_SHORT = 1
-FLAG_TEXT = 2
 ITER_BATCH = 1000
 #: Documents in the incremental (B-tree) tables at which a write moves them into a run.
 FLUSH_ENTRIES = 4096
@@ -87,89 +91,6 @@ MERGE_MAX_ENTRIES = 1 << 21
 
 def _table_name(t: int) -> str:
     return f"t{t:02d}"
-
-
-# -- keys and records ----------------------------------------------------------------------------
-
-
-def _typed_key(key: object, limit: int = MAX_KEY_BYTES) -> bytes:
-    """A user key as bytes that remember its type: str (may hold surrogates), bytes, or int.
-
-    Writers keep the default ``limit`` (:data:`~fpstore.limits.MAX_KEY_BYTES`); look-ups pass the
-    readers' larger bound, so that keys stored before the limit existed can still be found.
-    """
-    if isinstance(key, str):
-        typed = b"s" + key.encode("utf-8", "surrogatepass")
-    elif isinstance(key, (bytes, bytearray, memoryview)):
-        typed = b"b" + bytes(key)
-    else:
-        typed = b""
-    if typed:
-        if len(typed) - 1 > limit:
-            raise InputError(
-                f"a key of {len(typed) - 1:,} bytes is longer than the {limit:,} bytes a store accepts "
-                "(fpstore.limits.MAX_KEY_BYTES); store a digest of it, or the key's first part, instead"
-            )
-        return typed
-    if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
-        if not 0 <= int(key) < 1 << 64:
-            raise InputError(f"integer keys must be in 0..2**64-1, got {key}")
-        return b"i" + int(key).to_bytes(8, "big")
-    raise InputError(f"keys must be str, bytes or int, not {type(key).__name__}")
-
-
-def _untyped_key(typed: bytes) -> str | bytes | int:
-    tag, body = typed[:1], typed[1:]
-    if tag == b"s":
-        try:
-            return body.decode("utf-8", "surrogatepass")
-        except UnicodeDecodeError as exc:
-            raise CorruptionError(f"stored key is not valid UTF-8: {exc}") from None
-    if tag == b"b":
-        return body
-    if tag == b"i" and len(body) == 8:
-        return int.from_bytes(body, "big")
-    raise CorruptionError(f"stored key has unknown type tag {tag!r}")
-
-
-def _lookup_key(typed: bytes) -> bytes:
-    """The ``keys`` table's key for a typed key: itself, or a hash when LMDB could not hold it."""
-    if len(typed) <= _MAX_RAW_KEY:
-        return typed
-    return b"h" + hashlib.blake2b(typed, digest_size=32).digest()
-
-
-_record_packer = threading.local()
-
-
-def _pack_record(typed_key: bytes, fp: int, content_hash: bytes | None, canonical: int, flags: int) -> bytes:
-    # One Packer per thread: msgpack.packb builds a new one per call, which costs more than packing.
-    packer = getattr(_record_packer, "packer", None)
-    if packer is None:
-        packer = _record_packer.packer = msgpack.Packer(use_bin_type=True)
-    return packer.pack([typed_key, fp, content_hash, canonical, flags])
-
-
-def _unpack_record(raw: bytes) -> tuple[bytes, int, bytes | None, int, int]:
-    """Decode a stored record; any deviation from the format raises :class:`CorruptionError`."""
-    try:
-        rec = msgpack.unpackb(raw, raw=False, use_list=True, max_bin_len=READ_MAX_RECORD_BIN, max_array_len=16, max_map_len=0)
-    except Exception as exc:  # msgpack raises a variety of ValueError/TypeError subclasses
-        raise CorruptionError(f"document record does not decode: {exc}") from None
-    if not isinstance(rec, list) or len(rec) != 5:
-        raise CorruptionError("document record is not a 5-element array")
-    typed, fp, content_hash, canonical, flags = rec
-    if (
-        not isinstance(typed, bytes)
-        or not isinstance(fp, int)
-        or not 0 <= fp < 1 << 64
-        or not (content_hash is None or (isinstance(content_hash, bytes) and len(content_hash) == 16))
-        or not isinstance(canonical, int)
-        or not 0 <= canonical < 1 << 64
-        or not isinstance(flags, int)
-    ):
-        raise CorruptionError("document record has fields of the wrong type")
-    return typed, fp, content_hash, canonical, flags
 
 
 def _fingerprint_int(value: object) -> int:
@@ -186,14 +107,6 @@ def _u64(raw: bytes, what: str) -> int:
 
 
 # -- results -------------------------------------------------------------------------------------
-
-
-class Cluster(NamedTuple):
-    """Documents connected by near-duplicate pairs; ``canonical`` is the oldest (smallest id)."""
-
-    canonical: str | bytes | int
-    keys: list[str | bytes | int]
-    ids: np.ndarray
 
 
 def _merge_group(runs: list[dict[str, Any]], unit: int) -> list[dict[str, Any]]:
@@ -238,63 +151,7 @@ def _take(keys: list[object], fps: list[np.ndarray], n: int) -> tuple[object, np
     return merged, np.concatenate(out_f), keys, fps
 
 
-class Match(NamedTuple):
-    """A stored document within the query radius."""
-
-    key: str | bytes | int
-    distance: int
-    fingerprint: int
-    id: int
-
-
-@dataclass(frozen=True)
-class Document:
-    """A stored document: its key, id, fingerprint, content hash and canonical key."""
-
-    key: str | bytes | int
-    id: int
-    fingerprint: int
-    content_hash: bytes | None
-    canonical: str | bytes | int | None
-    short: bool
-
-
-@dataclass(frozen=True)
-class AddResult:
-    """What :meth:`Store.add` did and found.
-
-    ``id`` is the document's id (None when ``on_duplicate="skip"`` skipped it); ``exact_duplicate_of``
-    the key of an earlier document with the same content hash; ``near_duplicates`` the matches within
-    the store's k (exact duplicates included, the document itself excluded); ``canonical`` the key of
-    the document this one is a variant of (None when it is its own canonical).
-    """
-
-    id: int | None
-    key: str | bytes | int
-    fingerprint: int
-    short: bool
-    exact_duplicate_of: str | bytes | int | None
-    near_duplicates: list[Match]
-    canonical: str | bytes | int | None
-
-    @property
-    def duplicate_of(self) -> str | bytes | None:
-        """The key of the exact or nearest duplicate, or None for a new document."""
-        if self.exact_duplicate_of is not None:
-            return self.exact_duplicate_of
-        return self.near_duplicates[0].key if self.near_duplicates else None
-
-
 # -- the store -----------------------------------------------------------------------------------
-
-
-def _key_order(key: str | bytes | int) -> tuple[int, object]:
-    # Keys of different types do not compare with each other: ints, then str, then bytes.
-    return (0 if isinstance(key, int) else 1 if isinstance(key, str) else 2, key)
-
-
-def _sort_matches(matches: list[Match]) -> list[Match]:
-    return sorted(matches, key=lambda m: (m.distance, _key_order(m.key)))
 
 
 class Store:
@@ -402,14 +259,8 @@ class Store:
         if stored.id != header["pipeline_id"]:
             raise FormatError(f"{path}: the header's pipeline id does not match its pipeline config")
         if pipeline is not None and pipeline.id != stored.id:
-            diff = {
-                f: (stored.config.get(f), pipeline.config.get(f))
-                for f in sorted(set(stored.config) | set(pipeline.config))
-                if stored.config.get(f) != pipeline.config.get(f)
-            }
-            fields = ", ".join(f"{f}: store has {a!r}, given {b!r}" for f, (a, b) in diff.items())
             raise PipelineMismatchError(
-                f"{path} was created with pipeline {stored.id}, not {pipeline.id} ({fields}); "
+                f"{path} was created with pipeline {stored.id}, not {pipeline.id} ({stored.mismatch(pipeline)}); "
                 "fingerprints of different pipelines are not comparable"
             )
         self.pipeline = stored
@@ -560,7 +411,7 @@ class Store:
         """:meth:`_id_of` for many keys, with the key segments searched in batches."""
         out: list[int | None] = [None] * len(typed)
         pending: list[int] = []
-        lookup = [_lookup_key(t) for t in typed]
+        lookup = [lookup_key(t) for t in typed]
         # One C-level pass over the keys table for the whole batch (getmulti wants sorted keys).
         found = {bytes(k): v for k, v in txn.cursor(db=self._keys).getmulti(sorted(set(lookup)))}
         for i, t in enumerate(typed):
@@ -568,7 +419,7 @@ class Store:
             doc_id = None
             if raw is not None:
                 doc_id = _u64(raw, "key table entry")
-                if len(t) > _MAX_RAW_KEY:  # a hashed lookup key could collide: the record holds the key
+                if len(t) > MAX_RAW_KEY:  # a hashed lookup key could collide: the record holds the key
                     rec = self._record(txn, doc_id)
                     if rec is None or rec[0] != t:
                         doc_id = None
@@ -596,11 +447,11 @@ class Store:
         return out
 
     def _id_of_incremental(self, txn: lmdb.Transaction, typed: bytes) -> int | None:
-        raw = txn.get(_lookup_key(typed), db=self._keys)
+        raw = txn.get(lookup_key(typed), db=self._keys)
         if raw is None:
             return None
         doc_id = _u64(raw, "key table entry")
-        if len(typed) > _MAX_RAW_KEY:  # a hashed lookup key could collide: the record holds the key
+        if len(typed) > MAX_RAW_KEY:  # a hashed lookup key could collide: the record holds the key
             rec = self._record(txn, doc_id)
             if rec is None or rec[0] != typed:
                 return None
@@ -610,7 +461,7 @@ class Store:
         """(typed key, fingerprint, content hash, canonical id, flags) of a live document, or None."""
         raw = txn.get(_U64.pack(doc_id), db=self._docs)
         if raw is not None:
-            return _unpack_record(raw)
+            return unpack_record(raw)
         for seg in self._segments(txn):
             if seg.holds(doc_id):
                 if self._is_dead(txn, doc_id):
@@ -624,7 +475,7 @@ class Store:
         rec = self._record(txn, doc_id)
         if rec is None:
             raise CorruptionError(f"an index entry names document {doc_id}, which has no record")
-        return _untyped_key(rec[0])
+        return untyped_key(rec[0])
 
     def _content_ids(self, txn: lmdb.Transaction, content_hash: bytes) -> list[int]:
         """Ids of documents with this content hash, oldest first."""
@@ -676,14 +527,9 @@ class Store:
 
     def _live_index(self, txn: lmdb.Transaction) -> tuple[np.ndarray, np.ndarray]:
         """(fingerprints uint64, ids uint64) of every indexed live document, from both tiers."""
-        fps: list[np.ndarray] = []
-        ids: list[np.ndarray] = []
-        raw = b"".join(txn.cursor(db=self._tables[0]).iternext(keys=True, values=False))
-        if len(raw) % 16:
-            raise CorruptionError("table 0 holds keys of the wrong length")
-        pairs = np.frombuffer(raw, dtype=">u8").reshape(-1, 2)
-        fps.append(pairs[:, 0].astype(np.uint64))
-        ids.append(pairs[:, 1].astype(np.uint64))
+        pairs = table_entries(txn, self._tables[0], 0)
+        fps: list[np.ndarray] = [pairs[:, 0].astype(np.uint64)]
+        ids: list[np.ndarray] = [pairs[:, 1].astype(np.uint64)]
         for run in self._runs(txn):
             fps.append(run.table(0).all())
             ids.append(run.all_ids())
@@ -711,7 +557,7 @@ class Store:
     def _matches(self, txn: lmdb.Transaction, found: dict[int, tuple[int, int]], state: State | None = None) -> list[Match]:
         ids = list(found)
         keys = self._keys_of(txn, ids, state)
-        return _sort_matches([Match(key, found[i][0], found[i][1], i) for key, i in zip(keys, ids)])
+        return sort_matches([Match(key, found[i][0], found[i][1], i) for key, i in zip(keys, ids)])
 
     # -- writing helpers (inside a write transaction) -------------------------------------------
 
@@ -730,10 +576,10 @@ class Store:
             if rec is not None:
                 txn.put(_U64.pack(doc_id), b"", db=self._dead)
             return rec
-        rec = _unpack_record(raw)
+        rec = unpack_record(raw)
         typed, fp, content_hash, _canonical, flags = rec
         txn.delete(_U64.pack(doc_id), db=self._docs)
-        txn.delete(_lookup_key(typed), db=self._keys)
+        txn.delete(lookup_key(typed), db=self._keys)
         if content_hash is not None:
             txn.delete(content_hash + _U64.pack(doc_id), db=self._content)
         if not flags & FLAG_SHORT:
@@ -763,7 +609,7 @@ class Store:
         ``on_duplicate="skip"`` stores nothing when an exact or near duplicate exists. Texts below
         the pipeline's ``min_tokens`` are matched only exactly (``short=True``).
         """
-        typed = _typed_key(key)
+        typed = typed_key(key)
         if on_duplicate not in ("insert", "skip"):
             raise InputError(f"on_duplicate must be 'insert' or 'skip', got {on_duplicate!r}")
         if (text is None) == (fingerprint is None):
@@ -801,8 +647,8 @@ class Store:
             canonical_id = self._canonical_id(txn, exact_ids, near)
             if canonical_id == doc_id:
                 canonical_id = 0
-            txn.put(_U64.pack(doc_id), _pack_record(typed, fp, content_hash, canonical_id, flags), db=self._docs)
-            txn.put(_lookup_key(typed), _U64.pack(doc_id), db=self._keys)
+            txn.put(_U64.pack(doc_id), pack_record(typed, fp, content_hash, canonical_id, flags), db=self._docs)
+            txn.put(lookup_key(typed), _U64.pack(doc_id), db=self._keys)
             if content_hash is not None:
                 txn.put(content_hash + _U64.pack(doc_id), b"", db=self._content)
             if not short:
@@ -852,7 +698,7 @@ class Store:
         exact = self._key_of(txn, exact_ids[0]) if exact_ids else None
         canonical_id = self._canonical_id(txn, exact_ids, near)
         canonical = self._key_of(txn, canonical_id) if canonical_id else None
-        return AddResult(doc_id, _untyped_key(typed), fp, short, exact, self._matches(txn, near), canonical)
+        return AddResult(doc_id, untyped_key(typed), fp, short, exact, self._matches(txn, near), canonical)
 
     def _verdict(
         self, txn: lmdb.Transaction, doc_id: int, typed: bytes, fp: int, content_hash: bytes | None, short: bool, k: int
@@ -889,7 +735,7 @@ class Store:
         """
         if isinstance(keys, (str, bytes)):
             raise InputError("keys must be a sequence of keys; use add() for one document")
-        typed_keys = [_typed_key(k) for k in keys]
+        typed_keys = [typed_key(k) for k in keys]
         sigs = self._signatures(len(typed_keys), texts, fingerprints, pipeline_id)
         ckpt = self._encode_checkpoint(checkpoint) if checkpoint is not None else None
         n = len(typed_keys)
@@ -897,7 +743,7 @@ class Store:
         if canonicals is not None:
             if isinstance(canonicals, (str, bytes)) or not hasattr(canonicals, "__len__") or len(canonicals) != n:
                 raise InputError(f"canonicals must be a sequence of one key (or None) per document: {n} keys")
-            canon_typed = [None if c is None else _typed_key(c, _LOOKUP_KEY_BYTES) for c in canonicals]
+            canon_typed = [None if c is None else typed_key(c, LOOKUP_KEY_BYTES) for c in canonicals]
         fps = sigs.values
         short = sigs.short if sigs.short is not None else np.zeros(n, dtype=bool)
         # Content hashes come with texts, and with Fingerprints that carry them (an import).
@@ -943,11 +789,11 @@ class Store:
                 flags = (FLAG_TEXT if has_hash else 0) | (FLAG_SHORT if short[i] else 0)
                 content_hash = sigs.content_hash(i) if has_hash else None
                 packed_id = _U64.pack(doc_id)
-                record = _pack_record(typed_keys[i], int(fps[i]), content_hash, 0 if canonical_id == doc_id else canonical_id, flags)
+                record = pack_record(typed_keys[i], int(fps[i]), content_hash, 0 if canonical_id == doc_id else canonical_id, flags)
                 docs.append((packed_id, record))
                 if i in rewrite:
                     continue
-                key_items.append((_lookup_key(typed_keys[i]), packed_id))
+                key_items.append((lookup_key(typed_keys[i]), packed_id))
                 if content_hash is not None:
                     content_items.append((content_hash + packed_id, b""))
             for i in range(n):  # duplicates within the batch share the surviving document's id
@@ -996,7 +842,7 @@ class Store:
             rec = self._record(txn, doc_id)
             no_canonical = canonical is None or canonical == typed
             return "keep" if rec is not None and rec[1] == fp and content_hash is None and flags == 0 and no_canonical else None
-        _, old_fp, old_hash, _, old_flags = _unpack_record(raw)
+        _, old_fp, old_hash, _, old_flags = unpack_record(raw)
         if old_fp != fp or old_hash != content_hash or old_flags != flags:
             return None
         return "rewrite" if canonical_given else "keep"
@@ -1020,7 +866,7 @@ class Store:
             for j, doc_id in zip(stored, found):
                 if doc_id is None:
                     raise InputError(
-                        f"canonical key {_untyped_key(canonical_keys[j])!r} is neither stored nor a key of the batch"  # type: ignore[arg-type]
+                        f"canonical key {untyped_key(canonical_keys[j])!r} is neither stored nor a key of the batch"  # type: ignore[arg-type]
                     )
                 out[j] = doc_id
         return out
@@ -1097,7 +943,7 @@ class Store:
                 _, rev_first = np.unique(int_keys[::-1], return_index=True)
                 keep = np.sort(n - 1 - rev_first)
         else:
-            typed_all = [_typed_key(k) for k in keys]  # type: ignore[union-attr]
+            typed_all = [typed_key(k) for k in keys]  # type: ignore[union-attr]
             last = {t: i for i, t in enumerate(typed_all)}
             keep = np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
             typed = [typed_all[i] for i in keep.tolist()]
@@ -1221,10 +1067,7 @@ class Store:
         id_parts: list[np.ndarray] = []
         n_incremental = 0
         if incremental:
-            raw = b"".join(txn.cursor(db=self._tables[0]).iternext(keys=True, values=False))
-            if len(raw) % 16:
-                raise CorruptionError("table 0 holds keys of the wrong length")
-            pairs = np.frombuffer(raw, dtype=">u8").reshape(-1, 2)
+            pairs = table_entries(txn, self._tables[0], 0)
             fps_parts.append(pairs[:, 0].astype(np.uint64))
             id_parts.append(pairs[:, 1].astype(np.uint64))
             n_incremental = len(pairs)
@@ -1342,7 +1185,7 @@ class Store:
 
     def delete(self, key: str | bytes) -> bool:
         """Delete a document; returns whether it existed. Durable when it returns."""
-        typed = _typed_key(key, _LOOKUP_KEY_BYTES)
+        typed = typed_key(key, LOOKUP_KEY_BYTES)
 
         def work(txn: lmdb.Transaction) -> bool:
             doc_id = self._id_of(txn, typed)
@@ -1522,10 +1365,7 @@ class Store:
             return np.array(q, np.int64), np.array(i, np.int64), np.array(d, np.uint8)
         out_q, out_i, out_d = [], [], []
         for t, (db, table) in enumerate(zip(self._tables, self.design.tables)):
-            raw = b"".join(txn.cursor(db=db).iternext(keys=True, values=False))
-            if len(raw) % 16:
-                raise CorruptionError(f"table {t} holds keys of the wrong length")
-            pairs = np.frombuffer(raw, dtype=">u8").reshape(-1, 2)
+            pairs = table_entries(txn, db, t)
             keys, ids = pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.int64)
             if len(keys) > 1 and bool(np.any(keys[1:] < keys[:-1])):
                 raise CorruptionError(f"table {t} holds keys out of order: the store is damaged")
@@ -1569,19 +1409,19 @@ class Store:
                 continue
             raw = txn.get(_U64.pack(doc_id), db=self._docs)
             if raw is not None:
-                typed[doc_id] = _unpack_record(raw)[0]
+                typed[doc_id] = unpack_record(raw)[0]
         for seg_no, mine in in_segment.items():
             seg = segments[seg_no]
             mine.sort()
             typed.update(zip(mine, seg.keys_at([i - seg.base for i in mine])))
         try:
-            return [_untyped_key(typed[i]) for i in ids]
+            return [untyped_key(typed[i]) for i in ids]
         except KeyError as exc:
             raise CorruptionError(f"an index entry names document {exc.args[0]}, which has no record") from None
 
     def get(self, key: str | bytes, default: Any = None) -> Document | Any:
         """The stored :class:`Document` for ``key``, or ``default``."""
-        typed = _typed_key(key, _LOOKUP_KEY_BYTES)
+        typed = typed_key(key, LOOKUP_KEY_BYTES)
         with self._storage.read() as txn:
             doc_id = self._id_of(txn, typed)
             if doc_id is None:
@@ -1592,7 +1432,7 @@ class Store:
             typed_stored, fp, content_hash, canonical, flags = rec
             live = self._canonical_of(txn, doc_id)
             canonical_key = self._key_of(txn, live) if live != doc_id else None
-            return Document(_untyped_key(typed_stored), doc_id, fp, content_hash, canonical_key, bool(flags & FLAG_SHORT))
+            return Document(untyped_key(typed_stored), doc_id, fp, content_hash, canonical_key, bool(flags & FLAG_SHORT))
 
     def __getitem__(self, key: str | bytes) -> Document:
         doc = self.get(key)
@@ -1602,7 +1442,7 @@ class Store:
 
     def __contains__(self, key: object) -> bool:
         try:
-            typed = _typed_key(key, _LOOKUP_KEY_BYTES)
+            typed = typed_key(key, LOOKUP_KEY_BYTES)
         except InputError:
             return False
         with self._storage.read() as txn:
@@ -1619,16 +1459,29 @@ class Store:
 
     def __iter__(self) -> Iterator[str | bytes | int]:
         """Keys in id order; read in batches so no transaction spans a yield."""
+        for batch in self._batches(False):
+            for _, rec in batch:
+                yield untyped_key(rec[0])
+
+    def documents(self) -> Iterator[Document]:
+        """Every live :class:`Document` in id order (each what :meth:`get` of its key returns);
+        read in batches so no transaction spans a yield."""
+        for batch in self._batches(True):
+            yield from batch
+
+    def _batches(self, documents: bool) -> Iterator[list[Any]]:
+        """Live documents in id order, ``ITER_BATCH`` per snapshot: ``(id, record)`` pairs (the
+        record's first field is the typed key), or, when ``documents``, :class:`Document` objects."""
         after = 0
         end = 1 << 64
         while True:
-            batch: list[tuple[int, bytes]] = []
+            batch: list[tuple[int, tuple[Any, ...]]] = []
             covered = end  # every live id in (after, covered] is in this batch
             with self._storage.read() as txn:
                 cur = txn.cursor(db=self._docs)
                 if cur.set_range(_U64.pack(after + 1)):
                     for raw_id, raw in cur:
-                        batch.append((_u64(raw_id, "document id"), _unpack_record(raw)[0]))
+                        batch.append((_u64(raw_id, "document id"), unpack_record(raw)))
                         if len(batch) >= ITER_BATCH:
                             covered = batch[-1][0]
                             break
@@ -1640,15 +1493,27 @@ class Store:
                     if hi < seg_end:
                         covered = min(covered, hi - 1)
                     alive = [i for i in range(lo, hi) if i not in dead]
-                    batch.extend(zip(alive, seg.keys_at([i - seg.base for i in alive])))
-            batch = sorted(b for b in batch if b[0] <= covered)[:ITER_BATCH]
-            if len(batch) == ITER_BATCH:
-                covered = batch[-1][0]
-            for _, typed in batch:
-                yield _untyped_key(typed)
+                    ordinals = [i - seg.base for i in alive]
+                    keys = seg.keys_at(ordinals)
+                    if documents and alive:
+                        fps = seg.fps_at(np.array(ordinals, np.int64)).tolist()
+                        batch.extend((i, (t, f, None, 0, 0)) for i, t, f in zip(alive, keys, fps))
+                    else:
+                        batch.extend((i, (t,)) for i, t in zip(alive, keys))
+                batch = [b for b in sorted(batch, key=lambda b: b[0]) if b[0] <= covered][:ITER_BATCH]
+                if len(batch) == ITER_BATCH:
+                    covered = batch[-1][0]
+                out = [self._document(txn, doc_id, rec) for doc_id, rec in batch] if documents else batch
+            yield out
             if covered >= end:
                 return
             after = covered
+
+    def _document(self, txn: lmdb.Transaction, doc_id: int, rec: tuple[Any, ...]) -> Document:
+        typed, fp, content_hash, _canonical, flags = rec
+        live = self._canonical_of(txn, doc_id) if rec[3] else doc_id
+        canonical_key = self._key_of(txn, live) if live != doc_id else None
+        return Document(untyped_key(typed), doc_id, fp, content_hash, canonical_key, bool(flags & FLAG_SHORT))
 
     def warm(self) -> int:
         """Read every page of the index (runs, key segments, incremental tables) once, so that
@@ -1692,7 +1557,46 @@ class Store:
             "file_size": storage["file_size"],
             "map_size": storage["map_size"],
             "created": self.header.get("created"),
+            "lmdb": inspect.lmdb_figures(self._storage),
         }
+
+    # -- inspection -----------------------------------------------------------------------------
+
+    def fingerprints(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(fingerprints, ids)``, both uint64, of every indexed live document (both tiers; short
+        documents are not indexed), in one snapshot; no particular order."""
+        with self._storage.read() as txn:
+            return self._live_index(txn)
+
+    def verify(self, *, deep: bool = True) -> list[str]:
+        """Problems found in the store (read-only, [] when it is sound; at most 100).
+
+        ``deep`` reads every document and every table entry: every live document's record decodes
+        and its key maps back to it; the document count agrees; every indexed live document sits
+        in table 0 (incremental tables plus runs, less tombstones) with its fingerprint; every
+        other table holds exactly table 0's fingerprints, permuted; runs are sorted and decodable.
+        Otherwise only the counters, the tables' sizes and the runs' indexes are checked.
+        LMDB's structural check of the file is :func:`fpstore.store.storage.structure_problems`.
+        """
+        problems = inspect.Problems()
+        with self._storage.read() as txn:
+            count = self._meta_int(txn, H_COUNT)
+            next_id = self._meta_int(txn, H_NEXT_ID)
+            if not deep:
+                inspect.check_shallow(txn, self._tables, self._runs(txn), count, next_id, problems)
+                return list(problems)
+            dead = set(int(i) for i in self._dead_ids(txn).tolist())
+            index = inspect.check_tables(txn, self.design, self._tables, self._runs(txn), dead, problems)
+        if index is not None:
+            inspect.check_documents(((key, self.get(key)) for key in self), count, next_id, index, problems)
+        return list(problems)
+
+    def stats(self, *, sample: int = 10000, seed: int = 0) -> dict[str, Any]:
+        """Per table, candidates per probe and per query over ``sample`` stored fingerprints, and
+        histograms of Hamming distances (random pairs; nearest neighbours), as plain data.
+        Deterministic for a given ``seed``."""
+        fps, _ = self.fingerprints()
+        return inspect.table_stats(self.design, np.asarray(fps, dtype=np.uint64), len(self), sample, seed)
 
 
 def open(
@@ -1745,3 +1649,7 @@ def open(
         verify=verify,
         flush_entries=flush_entries,
     )
+
+
+# Old private names, kept until fpstore.spark imports fpstore.store.keys and fpstore.store.results.
+_typed_key, _sort_matches = typed_key, sort_matches

@@ -1,0 +1,75 @@
+"""What the store returns: matches, documents, add verdicts and clusters, and their order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["AddResult", "Cluster", "Document", "Match", "key_order", "sort_matches"]
+
+
+class Match(NamedTuple):
+    """A stored document within the query radius."""
+
+    key: str | bytes | int
+    distance: int
+    fingerprint: int
+    id: int
+
+
+@dataclass(frozen=True)
+class Document:
+    """A stored document: its key, id, fingerprint, content hash and canonical key."""
+
+    key: str | bytes | int
+    id: int
+    fingerprint: int
+    content_hash: bytes | None
+    canonical: str | bytes | int | None
+    short: bool
+
+
+@dataclass(frozen=True)
+class AddResult:
+    """What :meth:`Store.add` did and found.
+
+    ``id`` is the document's id (None when ``on_duplicate="skip"`` skipped it); ``exact_duplicate_of``
+    the key of an earlier document with the same content hash; ``near_duplicates`` the matches within
+    the store's k (exact duplicates included, the document itself excluded); ``canonical`` the key of
+    the document this one is a variant of (None when it is its own canonical).
+    """
+
+    id: int | None
+    key: str | bytes | int
+    fingerprint: int
+    short: bool
+    exact_duplicate_of: str | bytes | int | None
+    near_duplicates: list[Match]
+    canonical: str | bytes | int | None
+
+    @property
+    def duplicate_of(self) -> str | bytes | None:
+        """The key of the exact or nearest duplicate, or None for a new document."""
+        if self.exact_duplicate_of is not None:
+            return self.exact_duplicate_of
+        return self.near_duplicates[0].key if self.near_duplicates else None
+
+
+class Cluster(NamedTuple):
+    """Documents connected by near-duplicate pairs; ``canonical`` is the oldest (smallest id)."""
+
+    canonical: str | bytes | int
+    keys: list[str | bytes | int]
+    ids: np.ndarray
+
+
+def key_order(key: str | bytes | int) -> tuple[int, object]:
+    """A sort key for user keys of mixed types: ints, then str, then bytes (they do not compare)."""
+    return (0 if isinstance(key, int) else 1 if isinstance(key, str) else 2, key)
+
+
+def sort_matches(matches: list[Match]) -> list[Match]:
+    """Matches by distance, then key (:func:`key_order`)."""
+    return sorted(matches, key=lambda m: (m.distance, key_order(m.key)))

@@ -1,0 +1,108 @@
+"""The store's inspection API: verify, stats, documents, fingerprints, info's LMDB figures, the
+file's structural check, and the pipeline mismatch description."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fpstore
+from fpstore.store.storage import structure_problems
+
+PID = fpstore.Pipeline().id
+
+
+def filled(path, *, flush_entries: int = 64) -> fpstore.Store:
+    """A store with documents in every tier: bulk-loaded, flushed into runs, incremental, short
+    texts, canonicals, deletions (records and tombstones)."""
+    rng = np.random.default_rng(7)
+    s = fpstore.open(path, k=3, flush_entries=flush_entries)
+    s.bulk_load(np.arange(1000, 1300, dtype=np.uint64), rng.integers(0, 2**64, 300, dtype=np.uint64), pipeline_id=PID)
+    fps = rng.integers(0, 2**64, 200, dtype=np.uint64)
+    s.add_many([f"k{i}" for i in range(200)], fingerprints=fps, pipeline_id=PID)
+    s.add_many(["v0", "v1"], fingerprints=fps[:2] ^ np.uint64(1), pipeline_id=PID, canonicals=["k0", None])
+    s.add("short", text="two words")
+    s.add(b"bytes-key", text="some words of a text long enough to be indexed by the default pipeline here")
+    for key in ("k3", 1005, "k150"):
+        assert s.delete(key)
+    return s
+
+
+def test_verify_of_a_sound_store_is_empty(tmp_path):
+    """A sound store with every tier verifies deep and shallow with no problem."""
+    with filled(tmp_path / "s") as s:
+        assert s.verify() == []
+        assert s.verify(deep=False) == []
+        s.compact()
+        assert s.verify() == []
+
+
+def test_verify_reports_a_damaged_table_entry(tmp_path):
+    """An entry removed from one incremental table is reported, deep and shallow."""
+    with filled(tmp_path / "s", flush_entries=0) as s:
+        last = len(s.design.tables) - 1
+        db = s._storage.dbs[f"t{last:02d}"]
+        with s._storage.read() as txn:  # tamper below the API, as a bad disk or a bug would
+            victim = next(iter(txn.cursor(db=db).iternext(keys=True, values=False)))
+        s._storage.write(lambda txn: txn.delete(victim, db=db))
+        problems = s.verify()
+        assert problems and any(p.startswith(f"table {last} ") for p in problems)
+        assert any(p.startswith(f"table {last} ") for p in s.verify(deep=False))
+
+
+def test_documents_equal_get_of_every_key(tmp_path):
+    """documents() gives get() of every key, in id order, over records and bulk loads."""
+    with filled(tmp_path / "s") as s:
+        docs = list(s.documents())
+        assert [d.key for d in docs] == list(s)
+        assert docs == [s.get(d.key) for d in docs]
+        assert [d.id for d in docs] == sorted(d.id for d in docs)
+        assert s.get("v0").canonical == "k0" and any(d.key == "v0" and d.canonical == "k0" for d in docs)
+
+
+def test_fingerprints_equal_brute_force(tmp_path):
+    """fingerprints() holds exactly the indexed live documents with their fingerprints."""
+    with filled(tmp_path / "s") as s:
+        fps, ids = s.fingerprints()
+        assert fps.dtype == np.uint64 and ids.dtype == np.uint64
+        want = sorted((d.id, d.fingerprint) for d in s.documents() if not d.short)
+        assert sorted(zip(ids.tolist(), fps.tolist())) == want
+
+
+def test_stats_is_deterministic_and_counts(tmp_path):
+    """stats() counts the documents, is the same for the same seed, and describes every table."""
+    with filled(tmp_path / "s") as s:
+        a = s.stats(sample=50, seed=1)
+        assert a == s.stats(sample=50, seed=1)
+        assert a["documents"] == len(s) and a["indexed"] == len(s.fingerprints()[0]) and a["sample"] == 50
+        assert len(a["tables"]) == len(s.design.tables)
+
+
+def test_info_has_lmdb_figures(tmp_path):
+    """info() adds LMDB's figures: every database's entries, pages, map use and readers."""
+    with filled(tmp_path / "s") as s:
+        lm = s.info()["lmdb"]
+        assert set(lm["databases"]) >= {"meta", "docs", "keys", "t00"}
+        assert lm["databases"]["docs"]["entries"] > 0 and 0 < lm["map_used"] <= 1
+        assert lm["page_size"] > 0 and isinstance(lm["readers"], list)
+
+
+def test_structure_problems(tmp_path):
+    """The file's structural check: [] for a sound store, None where there is no store file."""
+    filled(tmp_path / "s").close()
+    assert structure_problems(str(tmp_path / "s")) == []
+    assert structure_problems(str(tmp_path / "none")) is None
+
+
+def test_pipeline_mismatch_names_each_field():
+    """Pipeline.mismatch names every differing field with both values."""
+    a, b = fpstore.Pipeline(), fpstore.Pipeline(shingle=5)
+    assert a.mismatch(a) == ""
+    assert a.mismatch(b) == f"shingle: store has {a.config['shingle']!r}, given 5"
+
+
+def test_open_with_another_pipeline_names_the_field(tmp_path):
+    """Opening with another pipeline raises with the mismatch description."""
+    fpstore.open(tmp_path / "s").close()
+    with pytest.raises(fpstore.errors.PipelineMismatchError, match="shingle: store has"):
+        fpstore.open(tmp_path / "s", pipeline=fpstore.Pipeline(shingle=5))
