@@ -24,15 +24,15 @@ def cmd_compact(args: argparse.Namespace) -> int:
         compact = getattr(store, "compact", None)
         if not callable(compact):
             raise InputError("this fpstore build cannot compact stores yet")
-        before = store._storage.info()
+        before = store.info()
         t0 = time.monotonic()
         result = store.compact_file() if args.file else compact()
-        after = store._storage.info()
+        after = store.info()
     data = {
         "result": result if isinstance(result, dict) else None,
         "seconds": round(time.monotonic() - t0, 3),
-        "pages_used_before": before["last_pgno"] + 1,
-        "pages_used_after": after["last_pgno"] + 1,
+        "pages_used_before": before["lmdb"]["pages_used"],
+        "pages_used_after": after["lmdb"]["pages_used"],
         "file_size": after["file_size"],
     }
     if args.json:

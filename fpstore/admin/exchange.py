@@ -92,9 +92,9 @@ def export_store(store: Any, out: IO[bytes], *, level: int = 3, progress: Callab
     """Write every document and checkpoint of ``store`` to ``out`` as an ``fpstore-export`` stream;
     returns the count of documents.
 
-    Documents are read through the public API (keys in id order, then :meth:`Store.get`), so a
-    writer may go on meanwhile: a document deleted during the export is left out, one added may or
-    may not be in it, and the header's ``count`` (taken at the start) is then only an estimate;
+    Documents are read through the public API (:meth:`Store.documents`, in id order and in
+    batches), so a writer may go on meanwhile: a document deleted during the export may or may not
+    be in it, one added may or may not be in it, and the header's ``count`` (taken at the start) is then only an estimate;
     the trailer's count is exact. ``out`` is not closed.
     """
     cctx = zstandard.ZstdCompressor(level=level, write_checksum=True)
@@ -118,10 +118,7 @@ def export_store(store: Any, out: IO[bytes], *, level: int = 3, progress: Callab
     n = 0
     with cctx.stream_writer(out, closefd=False, write_return_read=True) as zw:
         zw.write(packer.pack(header))
-        for key in store:
-            doc = store.get(key)
-            if doc is None:
-                continue  # deleted since the key was listed
+        for doc in store.documents():
             flags = (FLAG_SHORT if doc.short else 0) | (FLAG_TEXT if doc.content_hash is not None else 0)
             canonical = None if doc.canonical is None else _encode_key(doc.canonical)
             rec = packer.pack([_encode_key(doc.key), doc.fingerprint, doc.content_hash, flags, canonical])

@@ -9,12 +9,12 @@ import tempfile
 import time
 from typing import Any, Iterator
 
-import numpy as np
-
 import fpstore
-from fpstore.admin.options import Damaged, open_checked, open_store, pipeline_from, structure_problems
+from fpstore.admin.options import Damaged, open_checked, open_store, pipeline_from
 from fpstore.admin.output import EXIT_FINDINGS, EXIT_OK, dumps, mib, print_json
 from fpstore.errors import CorruptionError, FpstoreError, InputError
+from fpstore.store.inspect import MAX_PROBLEMS
+from fpstore.store.storage import structure_problems
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -33,52 +33,13 @@ def cmd_create(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _readers(env_readers: str, last_txnid: int) -> list[dict[str, Any]]:
-    """Parse LMDB's reader table (``pid thread txnid`` lines) into dicts with the lag in transactions."""
-    out = []
-    for line in env_readers.splitlines()[1:]:
-        parts = line.split()
-        if len(parts) != 3:
-            continue
-        pid, thread, txnid = parts
-        try:
-            txn = int(txnid)
-        except ValueError:
-            txn = None  # "-": a slot not in a transaction
-        out.append({"pid": int(pid), "thread": thread, "txnid": txn, "lag": None if txn is None else last_txnid - txn})
-    return out
-
-
 def _info_data(store: fpstore.Store) -> dict[str, Any]:
+    """:meth:`fpstore.Store.info` (LMDB's own figures under ``"lmdb"``) and three figures drawn from it."""
     data = dict(store.info())
-    lmdb_info = store._storage.info()  # LMDB's own figures (env.info, env.stat, readers)
-    psize = lmdb_info["psize"]
-    used_pages = lmdb_info["last_pgno"] + 1
-    sub = {}
-    tree_pages = lmdb_info["branch_pages"] + lmdb_info["leaf_pages"] + lmdb_info["overflow_pages"]
-    with store._storage.read() as txn:
-        for name, db in sorted(store._storage.dbs.items()):
-            st = txn.stat(db)
-            pages = st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
-            tree_pages += pages
-            sub[name] = {"entries": st["entries"], "pages": pages, "bytes": pages * psize}
     n = data["documents"]
-    indexed = sub.get("t00", {}).get("entries")
     data.update(
         {
-            "lmdb": {
-                "page_size": psize,
-                "pages_used": used_pages,
-                # Pages in the file that no tree holds: LMDB's free list (reusable) plus its own
-                # bookkeeping; an estimate, since py-lmdb cannot open the free-list database.
-                "free_pages": max(used_pages - 2 - tree_pages, 0),
-                "map_used": used_pages * psize / lmdb_info["map_size"],
-                "last_txnid": lmdb_info["last_txnid"],
-                "max_readers": lmdb_info["max_readers"],
-                "readers": _readers(lmdb_info["readers"], lmdb_info["last_txnid"]),
-                "databases": sub,
-            },
-            "incremental_entries_per_table": indexed,
+            "incremental_entries_per_table": data["lmdb"]["databases"].get("t00", {}).get("entries"),
             "bytes_per_fingerprint": (data["file_size"] / n) if n else None,
             "tables": len(store.design.tables),
         }
@@ -142,85 +103,6 @@ def cmd_info(args: argparse.Namespace) -> int:
 # -- stats --------------------------------------------------------------------------------------------------
 
 
-def _live_fingerprints(store: fpstore.Store) -> tuple[np.ndarray, np.ndarray]:
-    """(fingerprints uint64, ids) of every indexed live document, in one snapshot."""
-    # The store has no public bulk reader of its fingerprints; _live_index is its own (read-only).
-    with store._storage.read() as txn:
-        fps, ids = store._live_index(txn)
-    return np.asarray(fps, dtype=np.uint64), np.asarray(ids, dtype=np.uint64)
-
-
-def _percentiles(values: np.ndarray) -> dict[str, float]:
-    if not len(values):
-        return {"p50": 0, "p99": 0, "max": 0, "mean": 0.0}
-    return {
-        "p50": int(np.percentile(values, 50, method="nearest")),
-        "p99": int(np.percentile(values, 99, method="nearest")),
-        "max": int(values.max()),
-        "mean": float(values.mean()),
-    }
-
-
-def _stats_data(store: fpstore.Store, sample: int, seed: int) -> dict[str, Any]:
-    design = store.design
-    fps, ids = _live_fingerprints(store)
-    n = len(fps)
-    rng = np.random.default_rng(seed)
-    pick = rng.choice(n, size=min(sample, n), replace=False) if n else np.zeros(0, np.int64)
-    sampled = fps[pick]
-    tables = []
-    for t, table in enumerate(design.tables):
-        keys = np.sort(design.permute(fps, t))
-        per_probe: list[int] = []
-        per_table: list[int] = []
-        for perm in design.permute(sampled, t).tolist():
-            total = 0
-            for lo, hi in design.probe_prefixes(perm, t):
-                c = int(np.searchsorted(keys, np.uint64(hi), "right") - np.searchsorted(keys, np.uint64(lo), "left"))
-                per_probe.append(c)
-                total += c
-            per_table.append(total)
-        tables.append(
-            {
-                "table": t,
-                "prefix_bits": table.prefix_bits,
-                "flips": table.flips,
-                "probes_per_query": table.n_probes,
-                "candidates_per_probe": _percentiles(np.array(per_probe, dtype=np.int64)),
-                "candidates_per_query": _percentiles(np.array(per_table, dtype=np.int64)),
-                "expected_per_probe_uniform": n / 2.0**table.prefix_bits,
-            }
-        )
-    # Distances: random pairs show the background (about 32 for unrelated texts); each sampled
-    # fingerprint's nearest other fingerprint shows how near duplicates sit, to choose k by.
-    pairs = min(10000, n * (n - 1) // 2) if n > 1 else 0
-    random_hist = np.zeros(65, dtype=np.int64)
-    if pairs:
-        a = rng.integers(0, n, pairs)
-        b = (a + rng.integers(1, n, pairs)) % n
-        random_hist = np.bincount(np.bitwise_count(fps[a] ^ fps[b]).astype(np.int64), minlength=65)
-    nearest_hist = np.zeros(65, dtype=np.int64)
-    nn_sample = pick[: max(0, min(len(pick), 50_000_000 // max(n, 1)))]
-    if n > 1 and len(nn_sample):
-        nearest = []
-        for i in nn_sample.tolist():
-            d = np.bitwise_count(fps ^ fps[i]).astype(np.int64)
-            d[i] = 65
-            nearest.append(int(d.min()))
-        nearest_hist = np.bincount(np.array(nearest), minlength=66)[:65]
-    return {
-        "documents": len(store),
-        "indexed": n,
-        "sample": int(len(pick)),
-        "seed": seed,
-        "design": design.describe(max(n, 1)),
-        "tables": tables,
-        "distance_random_pairs": {str(d): int(c) for d, c in enumerate(random_hist) if c},
-        "distance_nearest_neighbour": {str(d): int(c) for d, c in enumerate(nearest_hist) if c},
-        "nearest_neighbour_sample": int(len(nn_sample)),
-    }
-
-
 def _hist_lines(hist: dict[str, int], width: int = 40) -> Iterator[str]:
     if not hist:
         yield "  (none)"
@@ -233,7 +115,7 @@ def _hist_lines(hist: dict[str, int], width: int = 40) -> Iterator[str]:
 def cmd_stats(args: argparse.Namespace) -> int:
     """Per table, candidates per probe over a sample of stored fingerprints, and distance histograms."""
     with open_store(args.store) as store:
-        data = _stats_data(store, args.sample, args.seed)
+        data = store.stats(sample=args.sample, seed=args.seed)
     if args.json:
         print_json(data)
         return EXIT_OK
@@ -254,105 +136,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 # -- verify --------------------------------------------------------------------------------------------------
-
-
-_MAX_PROBLEMS = 100
-
-
-def _deep_check(store: fpstore.Store) -> list[str]:
-    """Problems found by reading every document and every table entry (read-only, one snapshot).
-
-    Used when the store has no ``verify()`` of its own. Checks: every live document's record
-    decodes and its key maps back to it; the document count agrees; every indexed live document
-    sits in table 0 (incremental tables plus runs, less tombstones) with its fingerprint; every
-    other table holds exactly table 0's fingerprints, permuted; runs are sorted and decodable.
-    """
-    from fpstore.store import store as _s
-
-    problems: list[str] = []
-
-    def problem(msg: str) -> None:
-        if len(problems) < _MAX_PROBLEMS:
-            problems.append(msg)
-
-    design = store.design
-    with store._storage.read() as txn:
-        count = store._meta_int(txn, _s.H_COUNT)
-        next_id = store._meta_int(txn, _s.H_NEXT_ID)
-        dead = set(int(i) for i in store._dead_ids(txn).tolist())
-        # Table 0 of both tiers, with ids.
-        inc: list[np.ndarray] = []
-        for t, db in enumerate(store._tables):
-            raw = b"".join(txn.cursor(db=db).iternext(keys=True, values=False))
-            if len(raw) % 16:
-                problem(f"table {t} holds keys that are not 16 bytes")
-                raw = raw[: len(raw) // 16 * 16]
-            inc.append(np.frombuffer(raw, dtype=">u8").reshape(-1, 2).astype(np.uint64))
-        run_fps: list[list[np.ndarray]] = [[] for _ in design.tables]
-        run_ids: list[np.ndarray] = []
-        for r, run in enumerate(store._runs(txn)):
-            try:
-                for t in range(len(design.tables)):
-                    vals = np.asarray(run.table(t).all(), dtype=np.uint64)
-                    if len(vals) > 1 and np.any(vals[1:] < vals[:-1]):
-                        problem(f"run {r} table {t} is not sorted")
-                    run_fps[t].append(vals)
-                run_ids.append(np.asarray(run.all_ids(), dtype=np.uint64))
-            except FpstoreError as exc:
-                problem(f"run {r} does not decode: {exc}")
-                return problems
-        fps0 = np.concatenate([inc[0][:, 0]] + run_fps[0]) if len(design.tables) else np.zeros(0, np.uint64)
-        ids0 = np.concatenate([inc[0][:, 1]] + run_ids)
-        if len(ids0) != len(fps0):
-            problem("run id lists and table 0 differ in length")
-            return problems
-        for t in range(1, len(design.tables)):
-            have = np.sort(np.concatenate([inc[t][:, 0]] + run_fps[t]))
-            want = np.sort(design.permute(fps0, t))
-            if len(have) != len(want):
-                problem(f"table {t} holds {len(have):,} entries, table 0 holds {len(want):,}")
-            elif not np.array_equal(have, want):
-                bad = int(np.count_nonzero(have != want))
-                problem(f"table {t} differs from table 0 permuted in {bad:,} positions")
-            # Incremental entries also carry ids: each must be the permuted entry of that id.
-            if len(inc[t]):
-                got = sorted(zip(inc[t][:, 1].tolist(), inc[t][:, 0].tolist()))
-                exp = sorted(zip(inc[0][:, 1].tolist(), design.permute(inc[0][:, 0], t).tolist()))
-                if got != exp:
-                    problem(f"incremental table {t} does not hold the same documents as incremental table 0")
-        index: dict[int, int] = {}
-        for i, f in zip(ids0.tolist(), fps0.tolist()):
-            if i in dead:
-                continue
-            if i in index:
-                problem(f"document {i} is in table 0 twice")
-            index[i] = f
-    # Every live document, through the public API (both tiers).
-    seen = 0
-    indexed_docs = set()
-    for key in store:
-        seen += 1
-        doc = store.get(key)
-        if doc is None:
-            problem(f"key {key!r} is listed but cannot be read")
-            continue
-        if doc.key != key:
-            problem(f"key {key!r} reads back as {doc.key!r}")
-        if not 0 < doc.id < next_id:
-            problem(f"document {key!r} has id {doc.id}, outside 1..{next_id - 1}")
-        if not doc.short:
-            indexed_docs.add(doc.id)
-            f = index.get(doc.id)
-            if f is None:
-                problem(f"document {key!r} (id {doc.id}) is missing from the tables")
-            elif f != doc.fingerprint:
-                problem(f"document {key!r} (id {doc.id}) has fingerprint {doc.fingerprint:016x} but table 0 holds {f:016x}")
-    if seen != count:
-        problem(f"the store counts {count:,} documents but {seen:,} were read")
-    stray = set(index) - indexed_docs
-    if stray:
-        problem(f"{len(stray):,} table entries name no live document (for example id {min(stray)})")
-    return problems
 
 
 def _copy_check(store: fpstore.Store, tmp_parent: str | None) -> tuple[list[str], dict[str, Any]]:
@@ -396,7 +179,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     structure = structure_problems(args.store)
     facts: dict[str, Any] = {}
     if structure:
-        problems = [f"LMDB's structural check: {p}" for p in structure[:_MAX_PROBLEMS]]
+        problems = [f"LMDB's structural check: {p}" for p in structure[:MAX_PROBLEMS]]
         facts.update({"documents": None, "check": "LMDB's structural check only", "lmdb_verifier": f"{len(structure)} problems"})
         verdict = (f"damaged: the file failed LMDB's structural check ({len(structure)} problem{'s' * (len(structure) != 1)}); "
                    "nothing else was read (LMDB can crash on a damaged page): restore the store from a good copy")
@@ -410,12 +193,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
             facts.update({"documents": None, "check": "open"})
         else:
             with store:
-                own = getattr(store, "verify", None)
                 try:
-                    problems = list(own()) if callable(own) else _deep_check(store)
+                    problems = store.verify()
                 except FpstoreError as exc:
                     problems = [f"the check stopped: {exc}"]
-                facts.update({"documents": len(store), "check": "Store.verify" if callable(own) else "fpstore-admin deep check"})
+                facts.update({"documents": len(store), "check": "Store.verify"})
                 if not args.no_copy:
                     more, cfacts = _copy_check(store, args.tmp)
                     problems += more

@@ -5,12 +5,12 @@ stores check the file first)."""
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Callable
 
 import fpstore
-from fpstore.errors import CorruptionError, StorageError
+from fpstore.errors import CorruptionError
 from fpstore.index.design import MAX_K
+from fpstore.store.storage import structure_problems
 
 
 def open_store(path: str, *, readonly: bool = True) -> fpstore.Store:
@@ -21,84 +21,6 @@ def open_store(path: str, *, readonly: bool = True) -> fpstore.Store:
 class Damaged(CorruptionError):
     """Damage found by a command that runs on damaged stores (verify, export, info): a finding,
     reported in one line with exit 1 (RELIABILITY.md rule 9), not an error of use."""
-
-
-def _verify_file_once(data_path: str) -> list[str]:
-    from lmdb import verify as lmdb_verify
-
-    try:
-        return list(lmdb_verify.verify(data_path, subdir=False))
-    except lmdb_verify.VerifyError as exc:
-        return [f"the file cannot be verified: {exc}"]
-    except OSError as exc:
-        raise StorageError(f"{data_path}: cannot read the store file to check it: {exc.strerror or exc}") from None
-
-
-def _verify_file_pinned(path: str, data_path: str) -> list[str] | None:
-    """:func:`_verify_file_once` while holding a read transaction; None when LMDB does not even
-    open the environment (its meta pages are bad: the unpinned findings stand).
-
-    A read transaction keeps every page reachable from the newest commit in place (LMDB reuses
-    only pages freed before the oldest reader's snapshot), so a writer committing meanwhile cannot
-    make the walk see pages it is rewriting. Opening the environment and beginning a read touch
-    only the meta pages, never a B-tree.
-    """
-    import fcntl
-
-    import lmdb
-
-    from fpstore.store.storage import MAX_DBS, OPEN_LOCK
-
-    lock_fd = None
-    try:
-        try:
-            lock_fd = os.open(os.path.join(path, OPEN_LOCK), os.O_RDONLY | os.O_CLOEXEC)
-            # Shared, as every opener holds it: a file compaction cannot swap data.mdb meanwhile.
-            fcntl.flock(lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except FileNotFoundError:
-            pass
-        except BlockingIOError:
-            raise StorageError(f"{path} is being rewritten by a file compaction; run the command again in a moment") from None
-        try:
-            env = lmdb.open(path, subdir=True, lib_version=0, readonly=True, max_dbs=MAX_DBS, map_size=0,
-                            lock=True, readahead=False)
-        except lmdb.Error:
-            return None
-        try:
-            txn = env.begin()
-            try:
-                return _verify_file_once(data_path)
-            finally:
-                txn.abort()
-        except lmdb.Error:
-            return None
-        finally:
-            env.close()
-    finally:
-        if lock_fd is not None:
-            os.close(lock_fd)
-
-
-def structure_problems(path: str) -> list[str] | None:
-    """LMDB's structural problems of the store file in ``path`` ([] when it is sound), or None
-    when ``path`` holds no store file (the open that follows says what it is instead).
-
-    py-lmdb's pure-Python verifier (``lmdb.verify``) reads the file as bytes and never hands it to
-    LMDB, which trusts its pages: a zeroed or forged B-tree page aborts the process inside the
-    engine (SIGABRT in ``mdb_cursor_next``). The tools that run on damaged stores therefore check
-    first and walk the B-trees only when the check passes (RELIABILITY.md rule 9). The check costs a
-    full read of the file (~115 MB/s). A writer committing during the check can make pages look
-    wrong, so findings are confirmed by a second check that holds a read transaction.
-    """
-    data_path = os.path.join(path, "data.mdb")
-    if not os.path.isfile(data_path):
-        return None
-    problems = _verify_file_once(data_path)
-    if problems and not problems[0].startswith("the file cannot be verified"):
-        pinned = _verify_file_pinned(path, data_path)
-        if pinned is not None:
-            problems = pinned
-    return problems
 
 
 def _damage_line(path: str, problems: list[str]) -> str:
