@@ -48,6 +48,8 @@ __all__ = ["EXPORT_MAGIC", "EXPORT_VERSION", "ImportResult", "StreamHeader", "ex
 
 EXPORT_MAGIC = "fpstore-export"
 EXPORT_VERSION = 2
+# The stream's flag bits (see the module docstring): part of the export format, so defined here even
+# though the store's record flags (fpstore.store.keys) have the same values today.
 FLAG_SHORT, FLAG_TEXT = 1, 2
 EXT_SURROGATE_STR = 1
 
