@@ -183,7 +183,7 @@ def scenario_data() -> dict:
     d_fps = np.concatenate([near(b_fps[200:300], 2), near(c_fps[100:200], 3)])
     # A batch that crosses the store's flush threshold: its transaction also moves the incremental
     # tables into a run and merges the small runs of the lowest tier (the bulk load's included).
-    from fpstore.store.store import FLUSH_ENTRIES
+    from fpstore.store.lsm import FLUSH_ENTRIES
 
     e_keys = [f"e{j}" for j in range(FLUSH_ENTRIES + 100)] + [f"c{j}" for j in range(20)]
     e_fps = rng.integers(0, u64, size=len(e_keys), dtype=np.uint64, endpoint=True)

@@ -3,18 +3,26 @@
 
 Big-endian makes byte order numeric order, so a probe prefix is a key range. New documents enter
 here, one entry per table, until a flush moves them into a run (see :mod:`fpstore.store.lsm`).
+Every method works inside the caller's transaction.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import lmdb
 import numpy as np
 
 from fpstore.errors import CorruptionError
+from fpstore.index import search
+from fpstore.index.design import Design
 
-__all__ = ["scan_table", "table_entries"]
+__all__ = ["IncrementalTables", "scan_table", "table_entries"]
+
+_U64 = struct.Struct(">Q")
+_PAIR = struct.Struct(">QQ")
+_ZERO8 = bytes(8)
 
 
 def scan_table(txn: lmdb.Transaction, db: Any) -> tuple[np.ndarray, bool]:
@@ -34,3 +42,116 @@ def table_entries(txn: lmdb.Transaction, db: Any, t: int) -> np.ndarray:
     if not whole:
         raise CorruptionError(f"table {t} holds keys of the wrong length")
     return pairs
+
+
+class IncrementalTables:
+    """The incremental tables of a design, bound to their LMDB databases (one per table)."""
+
+    __slots__ = ("design", "dbs")
+
+    def __init__(self, design: Design, dbs: list[Any]) -> None:
+        self.design = design
+        self.dbs = dbs
+
+    def entries(self, txn: lmdb.Transaction) -> int:
+        """Documents in the tables (entries of table 0)."""
+        return txn.stat(self.dbs[0])["entries"]
+
+    def table0(self, txn: lmdb.Transaction) -> np.ndarray:
+        """Table 0's entries (the identity permutation): ``(n, 2)`` big-endian uint64
+        (fingerprint, id), in fingerprint order."""
+        return table_entries(txn, self.dbs[0], 0)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def put(self, txn: lmdb.Transaction, fp: int, doc_id: int) -> None:
+        """Index one document: its permuted fingerprint in every table."""
+        permute_one = self.design.permute_one
+        for t, db in enumerate(self.dbs):
+            txn.put(_PAIR.pack(permute_one(fp, t), doc_id), b"", db=db)
+
+    def put_many(self, txn: lmdb.Transaction, fps: np.ndarray, doc_ids: np.ndarray) -> None:
+        """Index many documents (fingerprints and ids uint64), each table in one sorted putmulti."""
+        for t, db in enumerate(self.dbs):
+            perm = self.design.permute(fps, t)
+            order = np.lexsort((doc_ids, perm))
+            pairs = np.empty((len(order), 2), dtype=">u8")
+            pairs[:, 0] = perm[order]
+            pairs[:, 1] = doc_ids[order]
+            buf = pairs.tobytes()
+            txn.cursor(db=db).putmulti([(buf[j : j + 16], b"") for j in range(0, len(buf), 16)])
+
+    def delete(self, txn: lmdb.Transaction, fp: int, doc_id: int) -> bool:
+        """Remove a document's entries; False (nothing changed) when it is not in the tables."""
+        if txn.get(_PAIR.pack(fp, doc_id), db=self.dbs[0]) is None:
+            return False
+        for t, db in enumerate(self.dbs):
+            txn.delete(_PAIR.pack(self.design.permute_one(fp, t), doc_id), db=db)
+        return True
+
+    def clear(self, txn: lmdb.Transaction) -> None:
+        """Empty every table (their entries have moved into a run)."""
+        for db in self.dbs:
+            txn.drop(db, delete=False)
+
+    # -- probing --------------------------------------------------------------------------------
+
+    def probe(self, txn: lmdb.Transaction, fp: int, k: int, exclude: int = 0) -> dict[int, tuple[int, int]]:
+        """Ids in the tables within ``k`` of ``fp`` → (distance, fingerprint)."""
+        design = self.design
+        found: dict[int, tuple[int, int]] = {}
+        if txn.stat(self.dbs[0])["entries"] == 0:  # all compacted into runs: skip T seeks
+            return found
+        for t, db in enumerate(self.dbs):
+            perm = design.permute_one(fp, t)
+            cur = txn.cursor(db=db)
+            for lo, hi in design.probe_prefixes(perm, t):
+                if not cur.set_range(_U64.pack(lo) + _ZERO8):
+                    continue
+                for key in cur.iternext(keys=True, values=False):
+                    if len(key) != 16:
+                        raise CorruptionError(f"table {t} holds a key of {len(key)} bytes, expected 16")
+                    cand, doc_id = _PAIR.unpack(key)
+                    if cand > hi:
+                        break
+                    d = (cand ^ perm).bit_count()
+                    if d <= k and doc_id != exclude and doc_id not in found:
+                        found[doc_id] = (d, design.unpermute_one(cand, t))
+        return found
+
+    def probe_batch(self, txn: lmdb.Transaction, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every (query index int64, id int64, distance uint8) within ``k``, a document once per
+        table that reaches it: a probe per query when the batch is small, else each table read
+        once and merged with the batch in numpy."""
+        entries = txn.stat(self.dbs[0])["entries"]
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8))
+        if entries == 0 or not len(fps):
+            return empty
+        design = self.design
+        if len(fps) * design.probes_per_query() * 4 < entries:
+            rows = [(qi, doc_id, d) for qi, fp in enumerate(fps.tolist()) for doc_id, (d, _) in self.probe(txn, fp, k).items()]
+            if not rows:
+                return empty
+            q, i, d = zip(*rows)
+            return np.array(q, np.int64), np.array(i, np.int64), np.array(d, np.uint8)
+        out_q, out_i, out_d = [], [], []
+        for t, (db, table) in enumerate(zip(self.dbs, design.tables)):
+            pairs = table_entries(txn, db, t)
+            keys, ids = pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.int64)
+            if len(keys) > 1 and bool(np.any(keys[1:] < keys[:-1])):
+                raise CorruptionError(f"table {t} holds keys out of order: the store is damaged")
+            perm = design.permute(fps, t)
+            variants, origin = search._flip_variants(design, t, perm)
+            low = np.uint64(((1 << 64) - 1) >> table.prefix_bits) if table.prefix_bits < 64 else np.uint64(0)
+            lo = np.searchsorted(keys, variants & ~low, side="left")
+            hi = np.searchsorted(keys, variants | low, side="right")
+            counts = hi - lo
+            rows = np.repeat(np.arange(len(variants)), counts)
+            idx = np.repeat(lo, counts) + (np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts))
+            qi = origin[rows]
+            d = np.bitwise_count(keys[idx] ^ perm[qi])
+            keep = d <= k
+            out_q.append(qi[keep])
+            out_i.append(ids[idx[keep]])
+            out_d.append(d[keep].astype(np.uint8))
+        return np.concatenate(out_q), np.concatenate(out_i), np.concatenate(out_d)

@@ -37,7 +37,6 @@ from fpstore.errors import (
     PipelineMismatchError,
 )
 from fpstore.hamming import as_fingerprint_array
-from fpstore.parallel import executor, threads as thread_count
 from fpstore.limits import (
     MAX_CHECKPOINT_BYTES,
     MAX_CHECKPOINT_NAME_BYTES,
@@ -59,7 +58,8 @@ from fpstore.store.keys import (
 )
 from fpstore.store.results import AddResult, Cluster, Document, Match, sort_matches
 from fpstore.store import inspect
-from fpstore.store.incremental import table_entries
+from fpstore.store.incremental import IncrementalTables
+from fpstore.store.lsm import FLUSH_ENTRIES, Lsm, prepare_load, take
 from fpstore.store.storage import DATA_FILE, Storage
 from fpstore.index.tiers import KeySegment, Run, State, TierCache
 
@@ -77,16 +77,7 @@ H_HEADER, H_IDF, H_NEXT_ID, H_COUNT = b"header", b"idf", b"next_id", b"count"
 CHECKPOINT_PREFIX = b"checkpoint\x00"
 
 _U64 = struct.Struct(">Q")
-_PAIR = struct.Struct(">QQ")
-_ZERO8 = bytes(8)
 ITER_BATCH = 1000
-#: Documents in the incremental (B-tree) tables at which a write moves them into a run.
-FLUSH_ENTRIES = 4096
-#: Runs of one size tier are merged when this many accumulate; tier t holds runs of
-#: ``flush_entries * FANOUT**t`` up to ``* FANOUT**(t+1)`` entries.
-MERGE_FANOUT = 4
-#: Runs this large are left to an explicit compact(): merging them would stall a write for seconds.
-MERGE_MAX_ENTRIES = 1 << 21
 
 
 def _table_name(t: int) -> str:
@@ -107,51 +98,6 @@ def _u64(raw: bytes, what: str) -> int:
 
 
 # -- results -------------------------------------------------------------------------------------
-
-
-def _merge_group(runs: list[dict[str, Any]], unit: int) -> list[dict[str, Any]]:
-    """The runs of the smallest size tier holding ``MERGE_FANOUT`` runs or more, or []."""
-    by_tier: dict[int, list[dict[str, Any]]] = {}
-    for rec in runs:
-        if rec["count"] > MERGE_MAX_ENTRIES:
-            continue
-        tier, size = 0, unit * MERGE_FANOUT
-        while rec["count"] >= size:
-            tier, size = tier + 1, size * MERGE_FANOUT
-        by_tier.setdefault(tier, []).append(rec)
-    for tier in sorted(by_tier):
-        if len(by_tier[tier]) >= MERGE_FANOUT:
-            return by_tier[tier]
-    return []
-
-
-def _take(keys: list[object], fps: list[np.ndarray], n: int) -> tuple[object, np.ndarray, list[object], list[np.ndarray]]:
-    """The first ``n`` documents of pending chunks, and the chunks left over."""
-    out_k: list[object] = []
-    out_f: list[np.ndarray] = []
-    got = 0
-    while got < n:
-        ck, cf = keys[0], fps[0]
-        need = n - got
-        if len(cf) <= need:
-            out_k.append(ck)
-            out_f.append(cf)
-            got += len(cf)
-            keys, fps = keys[1:], fps[1:]
-        else:
-            out_k.append(ck[:need])  # type: ignore[index]
-            out_f.append(cf[:need])
-            keys = [ck[need:]] + keys[1:]  # type: ignore[index]
-            fps = [cf[need:]] + fps[1:]
-            got = n
-    if all(isinstance(k, np.ndarray) and k.dtype.kind in "iu" for k in out_k):
-        merged: object = np.concatenate(out_k) if len(out_k) > 1 else out_k[0]
-    else:
-        merged = [k for part in out_k for k in part]  # type: ignore[union-attr]
-    return merged, np.concatenate(out_f), keys, fps
-
-
-# -- the store -----------------------------------------------------------------------------------
 
 
 class Store:
@@ -297,6 +243,8 @@ class Store:
         self._blobs, self._dead = dbs["blobs"], dbs["dead"]
         self._tables = [dbs[_table_name(t)] for t in range(len(self.design.tables))]
         self._cache = TierCache()
+        self._incremental = IncrementalTables(self.design, self._tables)
+        self._lsm = Lsm(self.design, self._meta, self._blobs, self._dead, self._incremental, self._cache)
         self._state_memo: tuple[bytes, State] | None = None
         self._probe_design = search.probe_design(self.design)
 
@@ -490,32 +438,9 @@ class Store:
                 out.append(_U64.unpack_from(key, 16)[0])
         return out
 
-    def _probe_incremental(self, txn: lmdb.Transaction, fp: int, k: int, exclude: int = 0) -> dict[int, tuple[int, int]]:
-        """Ids in the incremental tables within ``k`` of ``fp`` → (distance, fingerprint)."""
-        design = self.design
-        found: dict[int, tuple[int, int]] = {}
-        if txn.stat(self._tables[0])["entries"] == 0:  # all compacted into runs: skip T seeks
-            return found
-        for t, db in enumerate(self._tables):
-            perm = design.permute_one(fp, t)
-            cur = txn.cursor(db=db)
-            for lo, hi in design.probe_prefixes(perm, t):
-                if not cur.set_range(_U64.pack(lo) + _ZERO8):
-                    continue
-                for key in cur.iternext(keys=True, values=False):
-                    if len(key) != 16:
-                        raise CorruptionError(f"table {t} holds a key of {len(key)} bytes, expected 16")
-                    cand, doc_id = _PAIR.unpack(key)
-                    if cand > hi:
-                        break
-                    d = (cand ^ perm).bit_count()
-                    if d <= k and doc_id != exclude and doc_id not in found:
-                        found[doc_id] = (d, design.unpermute_one(cand, t))
-        return found
-
     def _probe(self, txn: lmdb.Transaction, fp: int, k: int, exclude: int = 0, state: State | None = None) -> dict[int, tuple[int, int]]:
         """Live ids within ``k`` of ``fp`` → (distance, fingerprint), over both tiers."""
-        found = self._probe_incremental(txn, fp, k, exclude)
+        found = self._incremental.probe(txn, fp, k, exclude)
         runs = self._runs(txn, state)
         if runs:
             hits = search.probe_runs(runs, self._probe_design, fp, k)
@@ -527,25 +452,7 @@ class Store:
 
     def _live_index(self, txn: lmdb.Transaction) -> tuple[np.ndarray, np.ndarray]:
         """(fingerprints uint64, ids uint64) of every indexed live document, from both tiers."""
-        pairs = table_entries(txn, self._tables[0], 0)
-        fps: list[np.ndarray] = [pairs[:, 0].astype(np.uint64)]
-        ids: list[np.ndarray] = [pairs[:, 1].astype(np.uint64)]
-        for run in self._runs(txn):
-            fps.append(run.table(0).all())
-            ids.append(run.all_ids())
-        fp_all = np.concatenate(fps)
-        id_all = np.concatenate(ids)
-        dead = self._dead_ids(txn)
-        if len(dead):
-            keep = ~np.isin(id_all, dead)
-            fp_all, id_all = fp_all[keep], id_all[keep]
-        return fp_all, id_all
-
-    def _dead_ids(self, txn: lmdb.Transaction) -> np.ndarray:
-        raw = b"".join(txn.cursor(db=self._dead).iternext(keys=True, values=False))
-        if len(raw) % 8:
-            raise CorruptionError("the tombstone table holds keys of the wrong length")
-        return np.frombuffer(raw, dtype=">u8").astype(np.uint64)
+        return self._lsm.live_index(txn, self._state(txn))
 
     def _scan_all(self, txn: lmdb.Transaction, fp: int, k: int) -> dict[int, tuple[int, int]]:
         """Exhaustive mode: compare with every indexed fingerprint."""
@@ -582,12 +489,8 @@ class Store:
         txn.delete(lookup_key(typed), db=self._keys)
         if content_hash is not None:
             txn.delete(content_hash + _U64.pack(doc_id), db=self._content)
-        if not flags & FLAG_SHORT:
-            if txn.get(_PAIR.pack(fp, doc_id), db=self._tables[0]) is not None:
-                for t, db in enumerate(self._tables):
-                    txn.delete(_PAIR.pack(self.design.permute_one(fp, t), doc_id), db=db)
-            else:  # compacted into a run
-                txn.put(_U64.pack(doc_id), b"", db=self._dead)
+        if not flags & FLAG_SHORT and not self._incremental.delete(txn, fp, doc_id):
+            txn.put(_U64.pack(doc_id), b"", db=self._dead)  # compacted into a run
         return rec
 
     # -- public API: writing --------------------------------------------------------------------
@@ -652,8 +555,7 @@ class Store:
             if content_hash is not None:
                 txn.put(content_hash + _U64.pack(doc_id), b"", db=self._content)
             if not short:
-                for t, db in enumerate(self._tables):
-                    txn.put(_PAIR.pack(self.design.permute_one(fp, t), doc_id), b"", db=db)
+                self._incremental.put(txn, fp, doc_id)
             canonical = self._key_of(txn, canonical_id) if canonical_id else None
             if not short:
                 self._flush(txn)
@@ -753,7 +655,6 @@ class Store:
         for i, t in enumerate(typed_keys):
             last[t] = i
         keep = np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
-        design = self.design
 
         def work(txn: lmdb.Transaction) -> np.ndarray:
             ids = np.zeros(n, dtype=np.int64)
@@ -805,15 +706,7 @@ class Store:
             fresh_arr = np.array(fresh, dtype=np.int64)
             indexed = fresh_arr[~short[fresh_arr]] if len(fresh_arr) else fresh_arr
             if len(indexed):
-                doc_ids = ids[indexed].astype(np.uint64)
-                for t, db in enumerate(self._tables):
-                    perm = design.permute(fps[indexed], t)
-                    order = np.lexsort((doc_ids, perm))
-                    pairs = np.empty((len(order), 2), dtype=">u8")
-                    pairs[:, 0] = perm[order]
-                    pairs[:, 1] = doc_ids[order]
-                    buf = pairs.tobytes()
-                    txn.cursor(db=db).putmulti([(buf[j : j + 16], b"") for j in range(0, len(buf), 16)])
+                self._incremental.put_many(txn, fps[indexed], ids[indexed].astype(np.uint64))
             txn.put(H_NEXT_ID, _U64.pack(next_id), db=self._meta)
             txn.put(H_COUNT, _U64.pack(count), db=self._meta)
             if ckpt is not None:
@@ -915,13 +808,13 @@ class Store:
             pending_fps.append(sigs.values)
             pending += len(sigs.values)
             while pending >= max_run:
-                keys_run, fps_run, pending_keys, pending_fps = _take(pending_keys, pending_fps, max_run)
+                keys_run, fps_run, pending_keys, pending_fps = take(pending_keys, pending_fps, max_run)
                 pending -= len(fps_run)
                 done += self._load_run(keys_run, fps_run)
                 if progress is not None:
                     progress(done, total)
         if pending:
-            keys_run, fps_run, _, _ = _take(pending_keys, pending_fps, pending)
+            keys_run, fps_run, _, _ = take(pending_keys, pending_fps, pending)
             done += self._load_run(keys_run, fps_run)
             if progress is not None:
                 progress(done, total)
@@ -929,103 +822,30 @@ class Store:
 
     def _load_run(self, keys: object, fps: np.ndarray) -> int:
         """Write one run and its key segment in one transaction."""
-        n = len(fps)
-        int_keys: np.ndarray | None = None
-        typed: list[bytes] | None = None
-        if isinstance(keys, np.ndarray) and keys.dtype.kind in "iu":
-            if keys.ndim != 1 or (keys.dtype.kind == "i" and len(keys) and keys.min() < 0):
-                raise InputError("integer key arrays must be one-dimensional and non-negative")
-            int_keys = keys.astype(np.uint64)
-            if n < 2 or bool(np.all(int_keys[1:] > int_keys[:-1])):
-                keep = np.arange(n)  # strictly increasing (np.arange ids, say): no repeats
-            else:
-                # The last copy of a key wins: unique over the reversed array finds last positions.
-                _, rev_first = np.unique(int_keys[::-1], return_index=True)
-                keep = np.sort(n - 1 - rev_first)
-        else:
-            typed_all = [typed_key(k) for k in keys]  # type: ignore[union-attr]
-            last = {t: i for i, t in enumerate(typed_all)}
-            keep = np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
-            typed = [typed_all[i] for i in keep.tolist()]
-        if len(keep) != n:
-            fps = fps[keep]
-            if int_keys is not None:
-                int_keys = int_keys[keep]
-        m = len(fps)
-        if m == 0:
+        load = prepare_load(keys, fps)
+        if load is None:
             return 0
-        order = search.argsort_u64(fps)
-        sorted_fps = fps[order]
-        if int_keys is not None:
-            int_keys = int_keys[order]
-            hashes = tiers.key_hashes_int(int_keys)
-        else:
-            assert typed is not None
-            typed = [typed[i] for i in order.tolist()]
-            hashes = tiers.key_hashes(typed)
+        m = len(load.fps)
         with self._storage.read() as txn:
             state = self._state(txn)
             base = self._meta_int(txn, H_NEXT_ID)
-        run_id, seg_id = state.next_run, state.next_seg
-        fps_prefix = tiers.seg_prefix(seg_id, b"f")
-        # Table 0 is the identity: the segment's sorted fingerprints serve both.
-        prefixes = [fps_prefix] + [tiers.run_prefix(run_id, t) for t in range(1, len(self.design.tables))]
-        blobs = self._encode_tables(sorted_fps, prefixes)
-        tables = prefixes
-        horder = search.argsort_u64(hashes)
-        blobs += tiers.codec_run_blobs(tiers.seg_prefix(seg_id, b"h"), hashes[horder])
-        ord_blobs, ord_rec = tiers.packed_blobs(tiers.seg_prefix(seg_id, b"o"), horder.astype(np.uint64))
-        blobs += ord_blobs
-        key_blobs = tiers.key_block_blobs(tiers.seg_prefix(seg_id, b"k"), typed, int_keys)
-        blobs += key_blobs
-        run_rec = {"id": run_id, "count": m, "tables": tables, "ids": {"base": base}}
-        seg_rec = {
-            "id": seg_id, "base": base, "count": m, "fps": fps_prefix, "hashes": tiers.seg_prefix(seg_id, b"h"),
-            "ordinals": ord_rec, "keys": tiers.seg_prefix(seg_id, b"k"), "key_blocks": len(key_blobs),
-        }
+        blobs, run_rec, seg_rec = self._lsm.load_blobs(load, state, base)
         self._storage.reserve(tiers.blobs_size(blobs))
         check_existing = bool(state.segs) or len(self) > 0
 
         def work(txn: lmdb.Transaction) -> int:
             replaced = 0
             if check_existing:
-                if int_keys is not None:
-                    all_typed = [b"i" + k.to_bytes(8, "big") for k in int_keys.tolist()]
-                else:
-                    all_typed = typed  # type: ignore[assignment]
-                for old in self._ids_of_many(txn, all_typed, hashes):
+                for old in self._ids_of_many(txn, load.typed_keys(), load.hashes):
                     if old is not None:
                         self._remove(txn, old)
                         replaced += 1
-            cur = self._state(txn)
-            for name, value in blobs:
-                txn.put(name, value, db=self._blobs)
-            new_state = State(cur.runs + [run_rec], cur.segs + [seg_rec], cur.next_run + 1, cur.next_seg + 1)
-            txn.put(tiers.STATE_KEY, new_state.to_bytes(), db=self._meta)
+            self._lsm.add_load(txn, self._state(txn), blobs, run_rec, seg_rec)
             txn.put(H_NEXT_ID, _U64.pack(base + m), db=self._meta)
             txn.put(H_COUNT, _U64.pack(self._meta_int(txn, H_COUNT) + m - replaced), db=self._meta)
             return m
 
         return self._storage.write(work, action=f"bulk loading {m} documents")
-
-    def _encode_tables(self, sorted_fps: np.ndarray, prefixes: list[bytes]) -> tiers.Blobs:
-        """Every table of a run, encoded under its prefix: permute, sort, Rice-code.
-
-        The tables are independent and the permute, the radix sort and the encoder release the
-        GIL, so they run on all cores.
-        """
-        design = self.design
-
-        def encode(t: int) -> tiers.Blobs:
-            keys = sorted_fps if t == 0 else search.sort_u64(design.permute(sorted_fps, t))
-            return tiers.codec_run_blobs(prefixes[t], keys)
-
-        threads = thread_count(None)
-        if threads > 1 and len(sorted_fps) >= 100_000:
-            parts = list(executor(threads).map(encode, range(len(prefixes))))
-        else:
-            parts = [encode(t) for t in range(len(prefixes))]
-        return [blob for part in parts for blob in part]
 
     def compact(self, *, full: bool = True) -> dict[str, int]:
         """Merge the incremental tables (and, when ``full``, every run) into one new run per table.
@@ -1036,7 +856,7 @@ class Store:
         self._storage.check_writable()
         with self._storage.read() as txn:
             state = self._state(txn)
-            incremental = txn.stat(self._tables[0])["entries"]
+            incremental = self._incremental.entries(txn)
             tombstones = txn.stat(self._dead)["entries"]
         merged = state.runs if full else []
         if incremental or len(merged) > 1 or (merged and tombstones):
@@ -1048,79 +868,18 @@ class Store:
         def work(txn: lmdb.Transaction) -> dict[str, int]:
             # Merge what this transaction sees (another writer may have changed it since the read).
             state = self._state(txn)
-            new_state, result = self._merge(txn, state, state.runs if full else [], incremental=True)
+            new_state, result = self._lsm.merge(txn, state, state.runs if full else [], incremental=True)
             if new_state is not state:
-                txn.put(tiers.STATE_KEY, new_state.to_bytes(), db=self._meta)
+                self._lsm.save_state(txn, new_state)
             return result
 
         return self._storage.write(work, action="compacting")
 
-    def _merge(
-        self, txn: lmdb.Transaction, state: State, merged: list[dict[str, Any]], *, incremental: bool
-    ) -> tuple[State, dict[str, int]]:
-        """Replace runs ``merged`` (and the incremental tables, when ``incremental``) by one new
-        run, dropping tombstoned entries, inside write transaction ``txn``; returns the new state
-        (``state`` itself when there was nothing to gain) and counts. The caller stores the state,
-        once per transaction: rewriting the multi-page state record in the same transaction makes
-        LMDB reuse its overflow pages in place, a shape LMDB accepts and its verifier does not."""
-        fps_parts: list[np.ndarray] = []
-        id_parts: list[np.ndarray] = []
-        n_incremental = 0
-        if incremental:
-            pairs = table_entries(txn, self._tables[0], 0)
-            fps_parts.append(pairs[:, 0].astype(np.uint64))
-            id_parts.append(pairs[:, 1].astype(np.uint64))
-            n_incremental = len(pairs)
-        for run in (Run(txn, self._blobs, self._cache, rec) for rec in merged):
-            fps_parts.append(run.table(0).all())
-            id_parts.append(run.all_ids())
-        fps = np.concatenate(fps_parts) if fps_parts else np.zeros(0, np.uint64)
-        ids = np.concatenate(id_parts) if id_parts else np.zeros(0, np.uint64)
-        dead = self._dead_ids(txn)
-        if len(dead) and len(ids):
-            keep = ~np.isin(ids, dead)
-            fps, ids = fps[keep], ids[keep]
-        if n_incremental == 0 and len(merged) <= 1 and len(fps) == sum(r["count"] for r in merged):
-            # Nothing to gain: rewriting would give the same run (or none). No write.
-            return state, {"runs_merged": 0, "incremental": 0, "entries": int(sum(r["count"] for r in state.runs))}
-        run_id = state.next_run
-        new_runs = [r for r in state.runs if r not in merged]
-        blobs: tiers.Blobs = []
-        if len(fps):
-            order = search.argsort_u64(fps)
-            fps, ids = fps[order], ids[order]
-            tables = [tiers.run_prefix(run_id, t) for t in range(len(self.design.tables))]
-            blobs += self._encode_tables(fps, tables)
-            id_blobs, id_rec = tiers.packed_blobs(tiers.run_prefix(run_id, 0xFFFF), ids)
-            blobs += id_blobs
-            new_runs.append({"id": run_id, "count": len(fps), "tables": tables, "ids": id_rec})
-        for rec in merged:
-            # Tables that belong to the run (a bulk load's table 0 belongs to its segment).
-            for prefix in rec["tables"]:
-                if prefix.startswith(b"r"):
-                    tiers.delete_prefix(txn, self._blobs, prefix)
-            if "prefix" in rec["ids"]:
-                tiers.delete_prefix(txn, self._blobs, rec["ids"]["prefix"])
-        for name, value in blobs:
-            txn.put(name, value, db=self._blobs)
-        if incremental:
-            for db in self._tables:
-                txn.drop(db, delete=False)
-        new_state = State(new_runs, state.segs, state.next_run + 1, state.next_seg)
-        return new_state, {"runs_merged": len(merged), "incremental": n_incremental, "entries": int(len(fps))}
-
     def _flush(self, txn: lmdb.Transaction) -> None:
-        """After a write: once the incremental tables hold ``flush_entries`` documents, move
-        them into a run, then merge runs of one size tier whenever ``MERGE_FANOUT`` of them
-        accumulate (a log-structured merge). Every B-tree insert dirties a leaf page per table,
-        so keeping the trees small keeps a commit's writes small; the tiers keep the run count
-        logarithmic, and each entry is rewritten about once per tier."""
-        if not self.flush_entries or txn.stat(self._tables[0])["entries"] < self.flush_entries:
-            return
-        state, _ = self._merge(txn, self._state(txn), [], incremental=True)
-        while group := _merge_group(state.runs, self.flush_entries):
-            state, _ = self._merge(txn, state, group, incremental=False)
-        txn.put(tiers.STATE_KEY, state.to_bytes(), db=self._meta)
+        """After a write: flush the incremental tables into a run once they hold
+        ``flush_entries`` documents (see :meth:`fpstore.store.lsm.Lsm.flush`)."""
+        if self.flush_entries and self._incremental.entries(txn) >= self.flush_entries:
+            self._lsm.flush(txn, self._state(txn), self.flush_entries)
 
     def compact_file(self) -> dict[str, int]:
         """Compact (see :meth:`compact`), then rewrite the file without its free pages.
@@ -1331,11 +1090,11 @@ class Store:
         fps = np.ascontiguousarray(sigs.values)
         with self._storage.read() as txn:
             rq, rid, rd, _ = search.batch_probe_runs(self._runs(txn), self.design, fps, kq)
-            dead = self._dead_ids(txn)
+            dead = self._lsm.dead_ids(txn)
             if len(dead) and len(rid):
                 keep = ~np.isin(rid.astype(np.uint64), dead)
                 rq, rid, rd = rq[keep], rid[keep], rd[keep]
-            iq, iid, idist = self._batch_incremental(txn, fps, kq)
+            iq, iid, idist = self._incremental.probe_batch(txn, fps, kq)
         if len(iq):
             # The incremental tables report a document once per table that reaches it.
             first = search.unique_rows(iq, iid)
@@ -1349,41 +1108,6 @@ class Store:
         key = (q[by_id].astype(np.uint64) << np.uint64(8)) | dist[by_id].astype(np.uint64)
         order = by_id[search.argsort_u64(key)]
         return q[order], ids[order], dist[order]
-
-    def _batch_incremental(self, txn: lmdb.Transaction, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """query_many over the incremental tables: probe per query when the batch is small, else
-        read each table once and merge it with the batch in numpy."""
-        entries = txn.stat(self._tables[0])["entries"]
-        empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8))
-        if entries == 0 or not len(fps):
-            return empty
-        if len(fps) * self.design.probes_per_query() * 4 < entries:
-            rows = [(qi, doc_id, d) for qi, fp in enumerate(fps.tolist()) for doc_id, (d, _) in self._probe_incremental(txn, fp, k).items()]
-            if not rows:
-                return empty
-            q, i, d = zip(*rows)
-            return np.array(q, np.int64), np.array(i, np.int64), np.array(d, np.uint8)
-        out_q, out_i, out_d = [], [], []
-        for t, (db, table) in enumerate(zip(self._tables, self.design.tables)):
-            pairs = table_entries(txn, db, t)
-            keys, ids = pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.int64)
-            if len(keys) > 1 and bool(np.any(keys[1:] < keys[:-1])):
-                raise CorruptionError(f"table {t} holds keys out of order: the store is damaged")
-            perm = self.design.permute(fps, t)
-            variants, origin = search._flip_variants(self.design, t, perm)
-            low = np.uint64(((1 << 64) - 1) >> table.prefix_bits) if table.prefix_bits < 64 else np.uint64(0)
-            lo = np.searchsorted(keys, variants & ~low, side="left")
-            hi = np.searchsorted(keys, variants | low, side="right")
-            counts = hi - lo
-            rows = np.repeat(np.arange(len(variants)), counts)
-            idx = np.repeat(lo, counts) + (np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts))
-            qi = origin[rows]
-            d = np.bitwise_count(keys[idx] ^ perm[qi])
-            keep = d <= k
-            out_q.append(qi[keep])
-            out_i.append(ids[idx[keep]])
-            out_d.append(d[keep].astype(np.uint8))
-        return np.concatenate(out_q), np.concatenate(out_i), np.concatenate(out_d)
 
     def keys_of(self, ids: Iterable[int]) -> list[str | bytes | int]:
         """The keys of document ids (as returned by :meth:`query_many`), in one snapshot."""
@@ -1485,7 +1209,7 @@ class Store:
                         if len(batch) >= ITER_BATCH:
                             covered = batch[-1][0]
                             break
-                dead = set(self._dead_ids(txn).tolist())
+                dead = set(self._lsm.dead_ids(txn).tolist())
                 for seg in self._segments(txn):
                     lo = max(after + 1, seg.base)
                     seg_end = seg.base + seg.count
@@ -1585,7 +1309,7 @@ class Store:
             if not deep:
                 inspect.check_shallow(txn, self._tables, self._runs(txn), count, next_id, problems)
                 return list(problems)
-            dead = set(int(i) for i in self._dead_ids(txn).tolist())
+            dead = set(int(i) for i in self._lsm.dead_ids(txn).tolist())
             index = inspect.check_tables(txn, self.design, self._tables, self._runs(txn), dead, problems)
         if index is not None:
             inspect.check_documents(((key, self.get(key)) for key in self), count, next_id, index, problems)

@@ -1,0 +1,283 @@
+"""The store's log-structured merge: when the incremental tables flush into a run, which runs
+merge, and the jobs that write runs (flush, merge, compaction, a bulk load's run and key segment).
+
+The policy (:func:`merge_group`, :func:`take`) is pure: it sees run records, counts and arrays,
+never LMDB. The jobs (:class:`Lsm`) work inside the caller's write transaction on blobs encoded
+beforehand where they can be, so that a transaction rerun after a map resize repeats only puts.
+The caller stores the state a job returns, once per transaction (see :meth:`Lsm.merge`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import lmdb
+import numpy as np
+
+from fpstore.errors import CorruptionError, InputError
+from fpstore.index import search, tiers
+from fpstore.index.design import Design
+from fpstore.index.tiers import Run, State, TierCache
+from fpstore.parallel import executor, threads as thread_count
+from fpstore.store.incremental import IncrementalTables
+from fpstore.store.keys import typed_key
+
+__all__ = ["FLUSH_ENTRIES", "MERGE_FANOUT", "MERGE_MAX_ENTRIES", "Load", "Lsm", "encode_tables", "merge_group", "prepare_load", "take"]
+
+#: Documents in the incremental (B-tree) tables at which a write moves them into a run.
+FLUSH_ENTRIES = 4096
+#: Runs of one size tier are merged when this many accumulate; tier t holds runs of
+#: ``flush_entries * FANOUT**t`` up to ``* FANOUT**(t+1)`` entries.
+MERGE_FANOUT = 4
+#: Runs this large are left to an explicit compact(): merging them would stall a write for seconds.
+MERGE_MAX_ENTRIES = 1 << 21
+
+
+# -- policy --------------------------------------------------------------------------------------
+
+
+def merge_group(runs: list[dict[str, Any]], unit: int) -> list[dict[str, Any]]:
+    """The runs of the smallest size tier holding ``MERGE_FANOUT`` runs or more, or []."""
+    by_tier: dict[int, list[dict[str, Any]]] = {}
+    for rec in runs:
+        if rec["count"] > MERGE_MAX_ENTRIES:
+            continue
+        tier, size = 0, unit * MERGE_FANOUT
+        while rec["count"] >= size:
+            tier, size = tier + 1, size * MERGE_FANOUT
+        by_tier.setdefault(tier, []).append(rec)
+    for tier in sorted(by_tier):
+        if len(by_tier[tier]) >= MERGE_FANOUT:
+            return by_tier[tier]
+    return []
+
+
+def take(keys: list[object], fps: list[np.ndarray], n: int) -> tuple[object, np.ndarray, list[object], list[np.ndarray]]:
+    """The first ``n`` documents of pending chunks, and the chunks left over."""
+    out_k: list[object] = []
+    out_f: list[np.ndarray] = []
+    got = 0
+    while got < n:
+        ck, cf = keys[0], fps[0]
+        need = n - got
+        if len(cf) <= need:
+            out_k.append(ck)
+            out_f.append(cf)
+            got += len(cf)
+            keys, fps = keys[1:], fps[1:]
+        else:
+            out_k.append(ck[:need])  # type: ignore[index]
+            out_f.append(cf[:need])
+            keys = [ck[need:]] + keys[1:]  # type: ignore[index]
+            fps = [cf[need:]] + fps[1:]
+            got = n
+    if all(isinstance(k, np.ndarray) and k.dtype.kind in "iu" for k in out_k):
+        merged: object = np.concatenate(out_k) if len(out_k) > 1 else out_k[0]
+    else:
+        merged = [k for part in out_k for k in part]  # type: ignore[union-attr]
+    return merged, np.concatenate(out_f), keys, fps
+
+
+@dataclass
+class Load:
+    """One bulk-load run's documents, deduplicated (the last copy of a key wins) and in
+    fingerprint order: integer keys (uint64) or typed keys, and their key hashes."""
+
+    fps: np.ndarray
+    int_keys: np.ndarray | None
+    typed: list[bytes] | None
+    hashes: np.ndarray
+
+    def typed_keys(self) -> list[bytes]:
+        if self.int_keys is not None:
+            return [b"i" + k.to_bytes(8, "big") for k in self.int_keys.tolist()]
+        return self.typed  # type: ignore[return-value]
+
+
+def prepare_load(keys: object, fps: np.ndarray) -> Load | None:
+    """A bulk load's keys and fingerprints as a :class:`Load`, or None when there are none."""
+    n = len(fps)
+    int_keys: np.ndarray | None = None
+    typed: list[bytes] | None = None
+    if isinstance(keys, np.ndarray) and keys.dtype.kind in "iu":
+        if keys.ndim != 1 or (keys.dtype.kind == "i" and len(keys) and keys.min() < 0):
+            raise InputError("integer key arrays must be one-dimensional and non-negative")
+        int_keys = keys.astype(np.uint64)
+        if n < 2 or bool(np.all(int_keys[1:] > int_keys[:-1])):
+            keep = np.arange(n)  # strictly increasing (np.arange ids, say): no repeats
+        else:
+            # The last copy of a key wins: unique over the reversed array finds last positions.
+            _, rev_first = np.unique(int_keys[::-1], return_index=True)
+            keep = np.sort(n - 1 - rev_first)
+    else:
+        typed_all = [typed_key(k) for k in keys]  # type: ignore[union-attr]
+        last = {t: i for i, t in enumerate(typed_all)}
+        keep = np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
+        typed = [typed_all[i] for i in keep.tolist()]
+    if len(keep) != n:
+        fps = fps[keep]
+        if int_keys is not None:
+            int_keys = int_keys[keep]
+    if len(fps) == 0:
+        return None
+    order = search.argsort_u64(fps)
+    sorted_fps = fps[order]
+    if int_keys is not None:
+        int_keys = int_keys[order]
+        hashes = tiers.key_hashes_int(int_keys)
+    else:
+        assert typed is not None
+        typed = [typed[i] for i in order.tolist()]
+        hashes = tiers.key_hashes(typed)
+    return Load(sorted_fps, int_keys, typed, hashes)
+
+
+# -- jobs ----------------------------------------------------------------------------------------
+
+
+def encode_tables(design: Design, sorted_fps: np.ndarray, prefixes: list[bytes]) -> tiers.Blobs:
+    """Every table of a run, encoded under its prefix: permute, sort, Rice-code.
+
+    The tables are independent and the permute, the radix sort and the encoder release the
+    GIL, so they run on all cores.
+    """
+
+    def encode(t: int) -> tiers.Blobs:
+        keys = sorted_fps if t == 0 else search.sort_u64(design.permute(sorted_fps, t))
+        return tiers.codec_run_blobs(prefixes[t], keys)
+
+    threads = thread_count(None)
+    if threads > 1 and len(sorted_fps) >= 100_000:
+        parts = list(executor(threads).map(encode, range(len(prefixes))))
+    else:
+        parts = [encode(t) for t in range(len(prefixes))]
+    return [blob for part in parts for blob in part]
+
+
+class Lsm:
+    """The jobs that write runs, bound to a store's databases: ``blobs`` (runs and segments),
+    ``meta`` (the state record), ``dead`` (tombstones) and the incremental tables."""
+
+    def __init__(self, design: Design, meta: Any, blobs: Any, dead: Any, incremental: IncrementalTables, cache: TierCache) -> None:
+        self.design, self.meta, self.blobs, self.dead = design, meta, blobs, dead
+        self.incremental, self.cache = incremental, cache
+
+    def save_state(self, txn: lmdb.Transaction, state: State) -> None:
+        txn.put(tiers.STATE_KEY, state.to_bytes(), db=self.meta)
+
+    def dead_ids(self, txn: lmdb.Transaction) -> np.ndarray:
+        """Tombstoned ids (uint64, sorted)."""
+        raw = b"".join(txn.cursor(db=self.dead).iternext(keys=True, values=False))
+        if len(raw) % 8:
+            raise CorruptionError("the tombstone table holds keys of the wrong length")
+        return np.frombuffer(raw, dtype=">u8").astype(np.uint64)
+
+    def live_index(self, txn: lmdb.Transaction, state: State) -> tuple[np.ndarray, np.ndarray]:
+        """(fingerprints uint64, ids uint64) of every indexed live document, from both tiers."""
+        pairs = self.incremental.table0(txn)
+        fps: list[np.ndarray] = [pairs[:, 0].astype(np.uint64)]
+        ids: list[np.ndarray] = [pairs[:, 1].astype(np.uint64)]
+        for rec in state.runs:
+            run = Run(txn, self.blobs, self.cache, rec)
+            fps.append(run.table(0).all())
+            ids.append(run.all_ids())
+        fp_all = np.concatenate(fps)
+        id_all = np.concatenate(ids)
+        dead = self.dead_ids(txn)
+        if len(dead):
+            keep = ~np.isin(id_all, dead)
+            fp_all, id_all = fp_all[keep], id_all[keep]
+        return fp_all, id_all
+
+    def merge(
+        self, txn: lmdb.Transaction, state: State, merged: list[dict[str, Any]], *, incremental: bool
+    ) -> tuple[State, dict[str, int]]:
+        """Replace runs ``merged`` (and the incremental tables, when ``incremental``) by one new
+        run, dropping tombstoned entries, inside write transaction ``txn``; returns the new state
+        (``state`` itself when there was nothing to gain) and counts. The caller stores the state,
+        once per transaction: rewriting the multi-page state record in the same transaction makes
+        LMDB reuse its overflow pages in place, a shape LMDB accepts and its verifier does not."""
+        fps_parts: list[np.ndarray] = []
+        id_parts: list[np.ndarray] = []
+        n_incremental = 0
+        if incremental:
+            pairs = self.incremental.table0(txn)
+            fps_parts.append(pairs[:, 0].astype(np.uint64))
+            id_parts.append(pairs[:, 1].astype(np.uint64))
+            n_incremental = len(pairs)
+        for run in (Run(txn, self.blobs, self.cache, rec) for rec in merged):
+            fps_parts.append(run.table(0).all())
+            id_parts.append(run.all_ids())
+        fps = np.concatenate(fps_parts) if fps_parts else np.zeros(0, np.uint64)
+        ids = np.concatenate(id_parts) if id_parts else np.zeros(0, np.uint64)
+        dead = self.dead_ids(txn)
+        if len(dead) and len(ids):
+            keep = ~np.isin(ids, dead)
+            fps, ids = fps[keep], ids[keep]
+        if n_incremental == 0 and len(merged) <= 1 and len(fps) == sum(r["count"] for r in merged):
+            # Nothing to gain: rewriting would give the same run (or none). No write.
+            return state, {"runs_merged": 0, "incremental": 0, "entries": int(sum(r["count"] for r in state.runs))}
+        run_id = state.next_run
+        new_runs = [r for r in state.runs if r not in merged]
+        blobs: tiers.Blobs = []
+        if len(fps):
+            order = search.argsort_u64(fps)
+            fps, ids = fps[order], ids[order]
+            tables = [tiers.run_prefix(run_id, t) for t in range(len(self.design.tables))]
+            blobs += encode_tables(self.design, fps, tables)
+            id_blobs, id_rec = tiers.packed_blobs(tiers.run_prefix(run_id, 0xFFFF), ids)
+            blobs += id_blobs
+            new_runs.append({"id": run_id, "count": len(fps), "tables": tables, "ids": id_rec})
+        for rec in merged:
+            # Tables that belong to the run (a bulk load's table 0 belongs to its segment).
+            for prefix in rec["tables"]:
+                if prefix.startswith(b"r"):
+                    tiers.delete_prefix(txn, self.blobs, prefix)
+            if "prefix" in rec["ids"]:
+                tiers.delete_prefix(txn, self.blobs, rec["ids"]["prefix"])
+        for name, value in blobs:
+            txn.put(name, value, db=self.blobs)
+        if incremental:
+            self.incremental.clear(txn)
+        new_state = State(new_runs, state.segs, state.next_run + 1, state.next_seg)
+        return new_state, {"runs_merged": len(merged), "incremental": n_incremental, "entries": int(len(fps))}
+
+    def flush(self, txn: lmdb.Transaction, state: State, flush_entries: int) -> None:
+        """After a write: once the incremental tables hold ``flush_entries`` documents, move
+        them into a run, then merge runs of one size tier whenever ``MERGE_FANOUT`` of them
+        accumulate (a log-structured merge), and store the state. Every B-tree insert dirties a
+        leaf page per table, so keeping the trees small keeps a commit's writes small; the tiers
+        keep the run count logarithmic, and each entry is rewritten about once per tier."""
+        state, _ = self.merge(txn, state, [], incremental=True)
+        while group := merge_group(state.runs, flush_entries):
+            state, _ = self.merge(txn, state, group, incremental=False)
+        self.save_state(txn, state)
+
+    def load_blobs(self, load: Load, state: State, base: int) -> tuple[tiers.Blobs, dict[str, Any], dict[str, Any]]:
+        """A bulk load's run and key segment, numbered from id ``base`` in fingerprint order:
+        (blobs, run record, segment record). Table 0 is the identity permutation: the
+        segment's sorted fingerprints serve both."""
+        run_id, seg_id = state.next_run, state.next_seg
+        m = len(load.fps)
+        fps_prefix = tiers.seg_prefix(seg_id, b"f")
+        tables = [fps_prefix] + [tiers.run_prefix(run_id, t) for t in range(1, len(self.design.tables))]
+        blobs = encode_tables(self.design, load.fps, tables)
+        horder = search.argsort_u64(load.hashes)
+        blobs += tiers.codec_run_blobs(tiers.seg_prefix(seg_id, b"h"), load.hashes[horder])
+        ord_blobs, ord_rec = tiers.packed_blobs(tiers.seg_prefix(seg_id, b"o"), horder.astype(np.uint64))
+        blobs += ord_blobs
+        key_blobs = tiers.key_block_blobs(tiers.seg_prefix(seg_id, b"k"), load.typed, load.int_keys)
+        blobs += key_blobs
+        run_rec = {"id": run_id, "count": m, "tables": tables, "ids": {"base": base}}
+        seg_rec = {
+            "id": seg_id, "base": base, "count": m, "fps": fps_prefix, "hashes": tiers.seg_prefix(seg_id, b"h"),
+            "ordinals": ord_rec, "keys": tiers.seg_prefix(seg_id, b"k"), "key_blocks": len(key_blobs),
+        }
+        return blobs, run_rec, seg_rec
+
+    def add_load(self, txn: lmdb.Transaction, state: State, blobs: tiers.Blobs, run_rec: dict[str, Any], seg_rec: dict[str, Any]) -> None:
+        """Store a bulk load's blobs and add its run and segment to ``state`` (the transaction's)."""
+        for name, value in blobs:
+            txn.put(name, value, db=self.blobs)
+        self.save_state(txn, State(state.runs + [run_rec], state.segs + [seg_rec], state.next_run + 1, state.next_seg + 1))
