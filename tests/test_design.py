@@ -503,7 +503,7 @@ def test_describe() -> None:
 
 def test_irregular_design_beyond_search_budget_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """A design too irregular to prove within the node budget raises DesignError, not a hang."""
-    import fpstore.index.design as design_module
+    import fpstore.index.tables as design_module
 
     monkeypatch.setattr(design_module, "_COVER_BUDGET", 2_000)
     rng = np.random.default_rng(3)

@@ -20,7 +20,7 @@ import fpstore  # noqa: E402
 from fpstore import spark as fs  # noqa: E402
 from fpstore.errors import InputError, PipelineMismatchError  # noqa: E402
 from fpstore.spark.join import _heavy_buckets  # noqa: E402
-from fpstore.spark.plans import JoinPlan, permute, sub_tables  # noqa: E402
+from fpstore.spark.plans import JoinPlan, sub_tables  # noqa: E402
 
 K = 3
 M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -156,7 +156,7 @@ def test_heavy_buckets_are_found(spark, corpus, corpus_df):
     uniq = np.unique(corpus)
     want = {}
     for t, table in enumerate(plan.design.tables):
-        prefix = permute(uniq, table) >> np.uint64(64 - table.prefix_bits)
+        prefix = table.permute(uniq) >> np.uint64(64 - table.prefix_bits)
         values, counts = np.unique(prefix, return_counts=True)
         if (counts >= 100).any():
             want[t] = values[counts >= 100].tolist()

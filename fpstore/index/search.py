@@ -15,7 +15,8 @@ from fpstore import _backend
 from fpstore.parallel import executor, threads as thread_count
 
 from fpstore.index import runs as runs_codec
-from fpstore.index.design import Design, designs_for_k
+from fpstore.index.costs import join_cost
+from fpstore.index.design import Design, flip_free_designs
 from fpstore.index.tiers import Run
 
 _search = _backend.load("search")
@@ -28,9 +29,9 @@ _M64 = 0xFFFFFFFFFFFFFFFF
 def probe_design(design: Design) -> object:
     """The kernel's form of ``design`` for :func:`probe_runs` (build once per store)."""
     return runs_codec.probe_design(
-        [design._moves[t] for t in range(len(design.tables))],
+        [design.moves(t) for t in range(len(design.tables))],
         [t.prefix_bits for t in design.tables],
-        [design._flip_masks(t) for t in range(len(design.tables))],
+        [design.flip_masks(t) for t in range(len(design.tables))],
     )
 
 
@@ -177,22 +178,12 @@ def argsort_u64(keys: np.ndarray) -> np.ndarray:
     return _search.radix_sort(np.ascontiguousarray(keys, dtype=np.uint64), True)[1]
 
 
-def _prefix_masks(design: Design) -> list[int]:
-    """Each table's prefix as a mask of original fingerprint bits (permutations move bits only)."""
-    masks = []
-    for t, table in enumerate(design.tables):
-        p = table.prefix_bits
-        permuted = ((1 << p) - 1) << (64 - p) if p else 0
-        masks.append(design.unpermute_one(permuted, t))
-    return masks
-
-
 def _reached_earlier(design: Design, t: int, queries: np.ndarray, found: np.ndarray) -> np.ndarray:
     """True where a table before ``t`` probes ``found`` for the query: the bits where they differ
     hit that table's prefix in at most its flips (one AND and popcount per table, no permutes)."""
     diff = queries ^ found
     out = np.zeros(len(queries), dtype=bool)
-    for earlier, mask in enumerate(_prefix_masks(design)[:t]):
+    for earlier, mask in enumerate(design.prefix_masks()[:t]):
         out |= np.bitwise_count(diff & np.uint64(mask)) <= design.tables[earlier].flips
     return out
 
@@ -211,17 +202,13 @@ def join_design(k: int, n: int) -> Design:
     """A design for the in-memory self-join at radius ``k`` over ``n`` distinct fingerprints.
 
     The join sorts each table itself, so it may use any design without flips (flipped prefixes
-    do not form groups). Its cost is not a probe's: per table, a permute and radix sort of all n
-    (~30 ns each) plus the comparisons inside prefix groups, about n^2 / 2^(p+1) popcounts at ~1 ns.
+    do not form groups). Its cost is not a probe's (:func:`fpstore.index.costs.join_cost`): per
+    table, a permute and radix sort of all n (~30 ns each) plus the comparisons inside prefix
+    groups, about n^2 / 2^(p+1) popcounts at ~1 ns.
     Measured at 1e7: r5 8.7 s of CPU against r4's 10.6-11.7 s, which this model picks.
     """
-    plain = [d for d in designs_for_k(k) if all(t.flips == 0 for t in d.tables)]
     m = max(n, 1)
-
-    def cost(d: Design) -> float:
-        return sum(30.0 * m + m * m / 2.0 ** (t.prefix_bits + 1) for t in d.tables)
-
-    return min(plain, key=cost)
+    return min(flip_free_designs(k), key=lambda d: join_cost(d, m))
 
 
 def pairs_within(fps: np.ndarray, k: int, progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -12,7 +12,7 @@ from fpstore import _backend
 from fpstore.errors import InputError
 from fpstore.index.design import Design
 from fpstore.spark.frames import arrow_u64, check_columns, require
-from fpstore.spark.plans import flip_free, permute
+from fpstore.spark.plans import flip_free
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -30,7 +30,7 @@ def _query_tables(payload: dict[str, Any]) -> tuple[Any, ...]:
     built = _BROADCAST_CACHE.get(key)
     if built is None:
         design = Design.from_config(payload["design"])
-        masks = [np.uint64(t.prefix_mask()) for t in design.tables]
+        masks = [np.uint64(m) for m in design.prefix_masks()]
         qfps = payload["fps"]
         # Direct index on the top b bits of each sorted table (b about log2 of the batch, at most
         # the prefix): a stored row finds its candidate range with two array reads instead of
@@ -38,7 +38,7 @@ def _query_tables(payload: dict[str, Any]) -> tuple[Any, ...]:
         b = min(max(1, int(np.ceil(np.log2(max(len(qfps), 2))))), 24)
         tables = []
         for table in design.tables:
-            keys, order = _search.radix_sort(permute(qfps, table), True)
+            keys, order = _search.radix_sort(table.permute(qfps), True)
             bits = min(b, table.prefix_bits)
             top = keys >> np.uint64(64 - bits) if bits else np.zeros(len(keys), np.uint64)
             offsets = np.searchsorted(top, np.arange(2**bits + 1, dtype=np.uint64)).astype(
@@ -69,7 +69,7 @@ def _probe_fn(bc: Any, k: int, fp_col: str, id_col: str, out_names: tuple[str, s
             sfps = arrow_u64(col)
             out_q, out_s, out_d = [], [], []
             for t, (table, bits, offsets, qorder) in enumerate(tables):
-                top = permute(sfps, table) >> np.uint64(64 - bits) if bits else np.zeros(len(sfps), np.uint64)
+                top = table.permute(sfps) >> np.uint64(64 - bits) if bits else np.zeros(len(sfps), np.uint64)
                 lo = offsets[top].astype(np.int64)
                 counts = offsets[top + np.uint64(1)] - lo
                 total = int(counts.sum())

@@ -11,7 +11,7 @@ from fpstore import _backend
 from fpstore.errors import InputError
 from fpstore.index.design import Design
 from fpstore.spark.frames import arrow_u64, check_columns, require, to_signed
-from fpstore.spark.plans import JoinPlan, flip_free, permute
+from fpstore.spark.plans import JoinPlan, flip_free
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -34,7 +34,7 @@ def _explode_fn(plan: JoinPlan, fp_col: str, heavy: dict[int, np.ndarray]):
             vs, buckets, out_fps = [], [], []
             for t, table in enumerate(plan.design.tables):
                 shift = np.uint64(64 - table.prefix_bits)
-                prefix = permute(fps, table) >> shift
+                prefix = table.permute(fps) >> shift
                 big = np.isin(prefix, heavy[t]) if t in heavy else np.zeros(len(fps), bool)
                 small = ~big
                 vs.append(np.full(int(small.sum()), t, np.int32))
@@ -45,7 +45,7 @@ def _explode_fn(plan: JoinPlan, fp_col: str, heavy: dict[int, np.ndarray]):
                     for s, sub in enumerate(plan.subs[t]):
                         v = plan.n_tables + t * plan.n_subs + s
                         vs.append(np.full(len(fb), v, np.int32))
-                        buckets.append(permute(fb, sub) >> np.uint64(64 - sub.prefix_bits))
+                        buckets.append(sub.permute(fb) >> np.uint64(64 - sub.prefix_bits))
                         out_fps.append(fb)
             yield pa.RecordBatch.from_arrays(
                 [
@@ -72,7 +72,7 @@ def _prefix_fn(design: Design, fp_col: str):
             ts, ps = [], []
             for t, table in enumerate(design.tables):
                 ts.append(np.full(len(fps), t, np.int32))
-                ps.append(permute(fps, table) >> np.uint64(64 - table.prefix_bits))
+                ps.append(table.permute(fps) >> np.uint64(64 - table.prefix_bits))
             yield pa.RecordBatch.from_arrays(
                 [pa.array(np.concatenate(ts), pa.int32()), pa.array(np.concatenate(ps).view(np.int64), pa.int64())],
                 names=["t", "prefix"],
@@ -106,7 +106,7 @@ def _verify_fn(plan: JoinPlan):
             v = int(v_all[idx[0]])
             table, _, _ = plan.vtable(v)
             fps = fp_all[idx]
-            keys, order = _search.radix_sort(permute(fps, table), True)
+            keys, order = _search.radix_sort(table.permute(fps), True)
             i, j, d = _search.self_join(keys, table.prefix_bits, plan.k)
             if not len(i):
                 continue

@@ -1,5 +1,6 @@
-"""Table plans of the Spark jobs: permuted keys, Manku's two-level split of oversized buckets,
-the self-join's virtual tables, and the choice of a flip-free design by Spark's cost model."""
+"""Table plans of the Spark jobs: Manku's two-level split of oversized buckets, the self-join's
+virtual tables, and the choice of a flip-free design by Spark's cost models
+(:mod:`fpstore.index.costs`)."""
 
 from __future__ import annotations
 
@@ -9,29 +10,9 @@ from typing import Sequence
 import numpy as np
 
 from fpstore.errors import DesignError
-from fpstore.index.design import Design, Table, design_for
+from fpstore.index.costs import SPARK_CAND, SPARK_CMP, SPARK_KEY, SPARK_PROBE, spark_batch_cost, spark_join_cost
+from fpstore.index.design import Design, Table, design_for, equal_blocks, flip_free_designs
 
-
-
-def permute(values: np.ndarray, table: Table) -> np.ndarray:
-    """Permuted keys (uint64) of uint64 ``values`` for ``table``: its segments lead in key order."""
-    out = np.zeros(len(values), np.uint64)
-    top = 64
-    for start, width in merged_segments(table):
-        top -= width
-        mask = np.uint64((1 << width) - 1)
-        out |= ((values >> np.uint64(start)) & mask) << np.uint64(top)
-    return out
-
-
-def merged_segments(table: Table) -> list[tuple[int, int]]:
-    merged: list[list[int]] = []
-    for start, width in table.segments:
-        if merged and start + width == merged[-1][0]:
-            merged[-1] = [start, merged[-1][1] + width]
-        else:
-            merged.append([start, width])
-    return [(s, w) for s, w in merged]
 
 
 def bit_order(table: Table) -> list[int]:
@@ -67,10 +48,8 @@ def sub_tables(table: Table, k: int) -> list[Table]:
     p = table.prefix_bits
     rest = order[p:]
     r2 = k + 1
-    base, extra = divmod(len(rest), r2)
     blocks, pos = [], 0
-    for j in range(r2):
-        w = base + (1 if j < extra else 0)
+    for w in equal_blocks(len(rest), r2):
         blocks.append(rest[pos : pos + w])
         pos += w
     subs = []
@@ -132,22 +111,8 @@ class JoinPlan:
         return keep
 
 
-#: Spark cost constants (CPU microseconds, measured by tools/bench_spark.py on local[2], see
-#: docs/scale-out.md). near_duplicates: each extra table costs about C_KEY per distinct
-#: fingerprint (explode, shuffle, sort, verify); a comparison in the self_join kernel C_CMP.
-#: query_batch: a stored row costs about C_PROBE per table (permute, two reads of the direct
-#: index) and C_CAND per candidate it meets (gather, popcount, filter); measured on the mapInArrow
-#: body alone, without Spark's per-row cost, which no design changes.
-C_KEY = 0.5
-C_CMP = 0.003
-C_PROBE = 0.065
-C_CAND = 0.045
-
-
-def _flip_free_catalogue(k: int) -> list[Design]:
-    from fpstore.index.design import designs_for_k
-
-    return [d for d in designs_for_k(k) if all(t.flips == 0 for t in d.tables)]
+#: Spark's cost constants (:mod:`fpstore.index.costs`, measured by tools/bench_spark.py).
+C_KEY, C_CMP, C_PROBE, C_CAND = SPARK_KEY, SPARK_CMP, SPARK_PROBE, SPARK_CAND
 
 
 def spark_join_design(k: int, n: int) -> Design:
@@ -157,10 +122,7 @@ def spark_join_design(k: int, n: int) -> Design:
     buckets of ~140) up to about 1.5 * 10**10, where the store's model would already take r6 and
     shuffle twice the rows."""
     n = max(int(n), 1)
-    return min(
-        _flip_free_catalogue(k),
-        key=lambda d: sum(C_KEY + C_CMP * n / 2.0 ** (t.prefix_bits + 1) for t in d.tables),
-    )
+    return min(flip_free_designs(k), key=lambda d: spark_join_cost(d, n))
 
 
 def spark_batch_design(k: int, q: int) -> Design:
@@ -168,10 +130,7 @@ def spark_batch_design(k: int, q: int) -> Design:
     ``C_PROBE`` per table plus ``C_CAND`` per candidate (``q / 2**p`` per table). k = 3: r4 below
     about 1.5 * 10**5 queries, r5 above."""
     q = max(int(q), 1)
-    return min(
-        _flip_free_catalogue(k),
-        key=lambda d: sum(C_PROBE + C_CAND * q / 2.0**t.prefix_bits for t in d.tables),
-    )
+    return min(flip_free_designs(k), key=lambda d: spark_batch_cost(d, q))
 
 
 def flip_free(design: Design | str | None, k: int, n: int, batch: bool = False) -> Design:
