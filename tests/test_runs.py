@@ -742,8 +742,8 @@ def test_probe_fingerprint_equals_brute_force(kd, base, nruns, far, flips, seed)
                 per_mod[mod].append(_probe_tables_of(mod, index, names))
         want += [(r, int(f), p) for p, f in enumerate(fps.tolist()) if (f ^ query).bit_count() <= k]
     pd = search.probe_design(design)  # the compiled form; the twin gets the same lists
-    spec = ([design._moves[t] for t in range(len(design.tables))], [t.prefix_bits for t in design.tables],
-            [list(design._flip_masks(t)) for t in range(len(design.tables))])
+    spec = ([design.moves(t) for t in range(len(design.tables))], [t.prefix_bits for t in design.tables],
+            [list(design.flip_masks(t)) for t in range(len(design.tables))])
     for mod in TWINS:
         d = pd if mod is C else PY.ProbeDesign(*spec)
         err, _, _, hits = mod.probe_fingerprint(d, per_mod[mod], store.get, query, k)

@@ -426,8 +426,6 @@ class Design:
             self._flip_cache[table] = masks
         return masks
 
-    _flip_masks = flip_masks  # transitional: tests/test_runs.py still calls the old name
-
     def probe_prefixes(self, key: int, table: int) -> list[tuple[int, int]]:
         """Inclusive key ranges ``[(lo, hi)]`` of ``table`` to scan for a query whose permuted key
         is ``key``.
