@@ -12,6 +12,8 @@ import numpy as np
 
 from fpstore.errors import FormatError
 from fpstore.index.design import Design
+from fpstore.store.keys import typed_key
+from fpstore.store.results import Match, sort_matches
 
 #: File name of the manifest :func:`build_shards` writes next to the shard stores.
 MANIFEST = "manifest.json"
@@ -22,11 +24,9 @@ ROUTING = "blake2b-64(typed key) mod shards"
 
 
 def _typed_key(key: object) -> bytes:
-    from fpstore.store.store import _typed_key as typed
-
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
         key = int(key)
-    return typed(key)
+    return typed_key(key)
 
 
 def shard_of(key: object, shards: int) -> int:
@@ -100,13 +100,11 @@ class ShardSet:
     def query(self, **kwargs: Any) -> list[Any]:
         """:meth:`Store.query` over every shard (same arguments), merged: sorted by distance then
         key; each ``Match.id`` is a global id."""
-        from fpstore.store.store import Match, _sort_matches
-
         out = []
         for s, st in enumerate(self.stores):
             for m in st.query(**kwargs):
                 out.append(Match(m.key, m.distance, m.fingerprint, m.id * self.shards + s))
-        return _sort_matches(out)
+        return sort_matches(out)
 
     def query_many(
         self, fingerprints: object, *, pipeline_id: str | None = None, k: int | None = None
