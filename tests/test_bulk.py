@@ -192,9 +192,9 @@ def test_compaction_keeps_the_readers_snapshot(store):
     store.add_many(["x"], fingerprints=fps[:1], pipeline_id=pid)
     store.delete(1)
     with store._storage.read() as txn:
-        before = store._probe(txn, int(fps[0]), 3)
+        before = store._cat.probe(txn, int(fps[0]), 3)
         store.compact()
-        assert store._probe(txn, int(fps[0]), 3) == before
+        assert store._cat.probe(txn, int(fps[0]), 3) == before
     after = {m.id: (m.distance, m.fingerprint) for m in store.query(fingerprint=int(fps[0]), pipeline_id=pid)}
     assert after == before
 

@@ -78,7 +78,7 @@ def verify_exact(path: str, last: int) -> None:
                 typed, fp, *_ = unpack_record(raw)
                 stored[untyped_key(typed)] = fp
             # Table 0: the incremental entries and the runs they were flushed into.
-            table0, _ids = store._live_index(txn)
+            table0, _ids = store._cat.live_index(txn)
         assert stored == dict(zip(want_keys, want_fps.tolist())), "documents differ from batches 0..last"
         assert np.array_equal(np.sort(table0), np.sort(want_fps)), "table t00 differs from the stored fingerprints"
         assert sorted(store) == sorted(want_keys)

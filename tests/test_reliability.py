@@ -767,7 +767,7 @@ def test_newer_format_is_refused(tmp_path):
     import zlib
 
     from fpstore.errors import FormatError
-    from fpstore.store.store import FORMAT_VERSION
+    from fpstore.store.header import FORMAT_VERSION
 
     src = os.path.join(GOLDEN, _golden_names()[-1])
 

@@ -76,11 +76,11 @@ def snapshot(store) -> dict:
 
     Internal: it reads the incremental tier (docs, keys, tNN), which is where ``add_many`` puts
     every document as long as nothing compacts or bulk-loads the store (these tests never do)."""
-    from fpstore.store.store import CHECKPOINT_PREFIX, H_COUNT, H_NEXT_ID, _U64
+    from fpstore.store.header import CHECKPOINT_PREFIX, H_COUNT, H_NEXT_ID, U64
 
     with store._storage.read() as txn:
-        count = _U64.unpack(txn.get(H_COUNT, db=store._meta))[0]
-        next_id = _U64.unpack(txn.get(H_NEXT_ID, db=store._meta))[0]
+        count = U64.unpack(txn.get(H_COUNT, db=store._meta))[0]
+        next_id = U64.unpack(txn.get(H_NEXT_ID, db=store._meta))[0]
         raw = txn.get(CHECKPOINT_PREFIX + FEED.encode(), db=store._meta)
         ckpt = None if raw is None else msgpack.unpackb(raw)
         entries = {
@@ -646,15 +646,12 @@ def _fz_state(data: bytes, zlib) -> None:
 
 def _fz_header(data: bytes, zlib) -> None:
     """The store header as an opening store decodes it: header, design, pipeline."""
-    import types
-
     from fpstore.index.design import Design
     from fpstore.errors import DesignError, FormatError
     from fpstore.fingerprint.pipeline import Pipeline
-    from fpstore.store.store import Store
+    from fpstore.store.header import decode_header
 
-    fake = types.SimpleNamespace(_storage=types.SimpleNamespace(path="fuzz"))
-    header = Store._decode_header(fake, data)  # type: ignore[arg-type]
+    header = decode_header(data, "fuzz")
     try:
         Design.from_config(header["design"])
     except DesignError:

@@ -18,38 +18,28 @@ each document once: exactly what comparing with every stored fingerprint would r
 from __future__ import annotations
 
 import os
-import struct
-import time
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import lmdb
 import msgpack
 import numpy as np
 
-from fpstore._version import __version__ as _fpstore_version
 from fpstore.index.design import Design, design_for
 from fpstore.errors import (
     CorruptionError,
     DesignError,
-    FormatError,
     InputError,
     NotAStoreError,
     PipelineMismatchError,
 )
 from fpstore.hamming import as_fingerprint_array
-from fpstore.limits import (
-    MAX_CHECKPOINT_BYTES,
-    MAX_CHECKPOINT_NAME_BYTES,
-    READ_MAX_CHECKPOINT_BYTES,
-)
-from fpstore.fingerprint.pipeline import Fingerprints, IdfTable, Pipeline
+from fpstore.fingerprint.pipeline import Fingerprints, Pipeline
 from fpstore import _backend
 from fpstore.index import search, tiers
 from fpstore.store.keys import (
     FLAG_SHORT,
     FLAG_TEXT,
     LOOKUP_KEY_BYTES,
-    MAX_RAW_KEY,
     lookup_key,
     pack_record,
     typed_key,
@@ -58,30 +48,33 @@ from fpstore.store.keys import (
 )
 from fpstore.store.results import AddResult, Cluster, Document, Match, sort_matches
 from fpstore.store import inspect
-from fpstore.store.incremental import IncrementalTables
-from fpstore.store.lsm import FLUSH_ENTRIES, Lsm, prepare_load, take
+from fpstore.store.header import (
+    BASE_DBS,
+    CHECKPOINT_PREFIX,
+    FORMAT_VERSION,  # noqa: F401 (tools/make_golden_stores.py reads it here)
+    H_COUNT,
+    H_HEADER,
+    H_IDF,
+    H_NEXT_ID,
+    U64,
+    checkpoint_key,
+    decode_checkpoint,
+    decode_header,
+    encode_checkpoint,
+    new_header,
+    stored_design_and_pipeline,
+    table_name,
+)
+from fpstore.store.catalog import Catalog, read_u64
+from fpstore.store.lsm import FLUSH_ENTRIES, prepare_load, take
 from fpstore.store.storage import DATA_FILE, Storage
-from fpstore.index.tiers import KeySegment, Run, State, TierCache
 
 __all__ = ["AddResult", "Cluster", "Document", "Match", "Store", "open"]
 
 _search_kernels = _backend.load("search")
 
-MAGIC = "fpstore"
-FORMAT_VERSION = 1
-#: Features this build understands; a store listing any other required feature is refused.
-KNOWN_FEATURES: frozenset[str] = frozenset()
 
-BASE_DBS = ["meta", "docs", "keys", "content", "blobs", "dead"]
-H_HEADER, H_IDF, H_NEXT_ID, H_COUNT = b"header", b"idf", b"next_id", b"count"
-CHECKPOINT_PREFIX = b"checkpoint\x00"
-
-_U64 = struct.Struct(">Q")
 ITER_BATCH = 1000
-
-
-def _table_name(t: int) -> str:
-    return f"t{t:02d}"
 
 
 def _fingerprint_int(value: object) -> int:
@@ -89,15 +82,6 @@ def _fingerprint_int(value: object) -> int:
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and 0 <= int(value) < 1 << 64:
         return int(value)
     raise InputError(f"fingerprint must be an int in 0..2**64-1, got {value!r}")
-
-
-def _u64(raw: bytes, what: str) -> int:
-    if len(raw) != 8:
-        raise CorruptionError(f"{what} is {len(raw)} bytes, expected 8")
-    return _U64.unpack(raw)[0]
-
-
-# -- results -------------------------------------------------------------------------------------
 
 
 class Store:
@@ -149,33 +133,16 @@ class Store:
     def _create(self, design: Design, pipeline: Pipeline) -> None:
         self.design = design
         self.pipeline = pipeline
-        import platform
-
-        header = {
-            "magic": MAGIC,
-            "format": FORMAT_VERSION,
-            "features": sorted(KNOWN_FEATURES),
-            "pipeline": pipeline.config,
-            "pipeline_id": pipeline.id,
-            "design": self.design.config(),
-            "created": {
-                "fpstore": _fpstore_version,
-                "lmdb": ".".join(map(str, lmdb.version())),
-                "py-lmdb": lmdb.__version__,
-                "python": platform.python_version(),
-                "time": int(time.time()),
-            },
-        }
-        self.header = header
-        names = BASE_DBS + [_table_name(t) for t in range(len(self.design.tables))]
+        self.header = header = new_header(design, pipeline)
+        names = BASE_DBS + [table_name(t) for t in range(len(self.design.tables))]
 
         def fill(txn: lmdb.Transaction, dbs: dict[str, Any]) -> None:
             meta = dbs["meta"]
             txn.put(H_HEADER, msgpack.packb(header, use_bin_type=True), db=meta)
             if pipeline.idf is not None:
                 txn.put(H_IDF, pipeline.idf.to_bytes(), db=meta)
-            txn.put(H_NEXT_ID, _U64.pack(1), db=meta)
-            txn.put(H_COUNT, _U64.pack(0), db=meta)
+            txn.put(H_NEXT_ID, U64.pack(1), db=meta)
+            txn.put(H_COUNT, U64.pack(0), db=meta)
 
         self._storage.create(names, fill)
         self._bind_dbs()
@@ -190,63 +157,17 @@ class Store:
             idf_raw = bytes(idf_raw) if idf_raw is not None else None
         if raw is None:
             raise NotAStoreError(f"{path} has no fpstore header")
-        header = self._decode_header(raw)
-        self.header = header
-        try:
-            self.design = Design.from_config(header["design"])
-        except DesignError as exc:
-            raise FormatError(f"{path}: the stored table design is invalid: {exc}") from exc
-        if isinstance(design, Design) and design.config() != self.design.config():
-            raise DesignError(f"{path} was created with design {self.design.name}, not {design.name}")
-        if isinstance(design, str) and design != "auto" and design != self.design.name:
-            raise DesignError(f"{path} was created with design {self.design.name!r}, not {design!r}")
-        idf = IdfTable.from_bytes(idf_raw) if idf_raw is not None else None
-        stored = Pipeline.from_config(header["pipeline"], idf)
-        if stored.id != header["pipeline_id"]:
-            raise FormatError(f"{path}: the header's pipeline id does not match its pipeline config")
-        if pipeline is not None and pipeline.id != stored.id:
-            raise PipelineMismatchError(
-                f"{path} was created with pipeline {stored.id}, not {pipeline.id} ({stored.mismatch(pipeline)}); "
-                "fingerprints of different pipelines are not comparable"
-            )
-        self.pipeline = stored
-        self._storage.open_dbs([_table_name(t) for t in range(len(self.design.tables))])
+        self.header = header = decode_header(raw, path)
+        self.design, self.pipeline = stored_design_and_pipeline(header, idf_raw, path, pipeline, design)
+        self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))])
         self._bind_dbs()
 
-    def _decode_header(self, raw: bytes) -> dict[str, Any]:
-        path = self._storage.path
-        try:
-            header = msgpack.unpackb(raw, raw=False, strict_map_key=True, max_bin_len=1 << 20)
-        except Exception as exc:
-            raise FormatError(f"{path}: the store header does not decode ({exc})") from None
-        if not isinstance(header, dict) or header.get("magic") != MAGIC:
-            raise NotAStoreError(f"{path} is not an fpstore store (bad magic)")
-        fmt = header.get("format")
-        if not isinstance(fmt, int) or fmt > FORMAT_VERSION or fmt < 1:
-            raise FormatError(
-                f"{path} has format version {fmt!r}; this fpstore ({_fpstore_version}) reads versions 1..{FORMAT_VERSION}: upgrade fpstore"
-            )
-        features = header.get("features")
-        if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
-            raise FormatError(f"{path}: the header's feature list is malformed")
-        unknown = sorted(set(features) - KNOWN_FEATURES)
-        if unknown:
-            raise FormatError(f"{path} requires features this fpstore does not know: {unknown}; upgrade fpstore")
-        for field in ("pipeline", "pipeline_id", "design"):
-            if field not in header:
-                raise FormatError(f"{path}: the header lacks {field!r}")
-        return header
-
     def _bind_dbs(self) -> None:
-        dbs = self._storage.dbs
-        self._meta, self._docs, self._keys, self._content = dbs["meta"], dbs["docs"], dbs["keys"], dbs["content"]
-        self._blobs, self._dead = dbs["blobs"], dbs["dead"]
-        self._tables = [dbs[_table_name(t)] for t in range(len(self.design.tables))]
-        self._cache = TierCache()
-        self._incremental = IncrementalTables(self.design, self._tables)
-        self._lsm = Lsm(self.design, self._meta, self._blobs, self._dead, self._incremental, self._cache)
-        self._state_memo: tuple[bytes, State] | None = None
-        self._probe_design = search.probe_design(self.design)
+        self._cat = cat = Catalog(self._storage.dbs, self.design)
+        # The tables by name, for tools and tests that look below the API.
+        self._meta, self._docs, self._keys, self._content = cat.meta, cat.docs, cat.keys, cat.content
+        self._blobs, self._dead, self._tables = cat.blobs, cat.dead, cat.tables
+        self._state = cat.state
 
     def _check_k(self, k: object) -> int:
         if not isinstance(k, int) or isinstance(k, bool) or k < 0:
@@ -319,179 +240,7 @@ class Store:
 
     # -- reading helpers (inside a transaction) -------------------------------------------------
 
-    def _state(self, txn: lmdb.Transaction) -> State:
-        raw = txn.get(tiers.STATE_KEY, db=self._meta)
-        if raw is None:
-            raw = b""
-        if self._state_memo is None or self._state_memo[0] != raw:
-            # Decoding validates every record; the value is small and rarely changes, so one
-            # decode per distinct value serves every later lookup (compared in place, copied
-            # only when it changed).
-            raw = bytes(raw)
-            self._state_memo = (raw, State.from_bytes(raw or None, len(self.design.tables)))
-        return self._state_memo[1]
-
-    def _runs(self, txn: lmdb.Transaction, state: State | None = None) -> list[Run]:
-        state = state or self._state(txn)
-        return [Run(txn, self._blobs, self._cache, rec) for rec in state.runs]
-
-    def _segments(self, txn: lmdb.Transaction, state: State | None = None) -> list[KeySegment]:
-        state = state or self._state(txn)
-        return [KeySegment(txn, self._blobs, self._cache, rec) for rec in state.segs]
-
-    def _is_dead(self, txn: lmdb.Transaction, doc_id: int) -> bool:
-        return txn.get(_U64.pack(doc_id), db=self._dead) is not None
-
-    def _id_of(self, txn: lmdb.Transaction, typed: bytes) -> int | None:
-        """The live id of a key: an incremental document's, else the newest bulk load's."""
-        doc_id = self._id_of_incremental(txn, typed)
-        if doc_id is not None:
-            return doc_id
-        for seg in reversed(self._segments(txn)):
-            doc_id = seg.find(typed)
-            if doc_id is not None:
-                # Loading or adding a key again tombstones its older copies, so the newest copy
-                # decides: dead means deleted.
-                return None if self._is_dead(txn, doc_id) else doc_id
-        return None
-
-    def _ids_of_many(self, txn: lmdb.Transaction, typed: list[bytes], hashes: np.ndarray | None = None) -> list[int | None]:
-        """:meth:`_id_of` for many keys, with the key segments searched in batches."""
-        out: list[int | None] = [None] * len(typed)
-        pending: list[int] = []
-        lookup = [lookup_key(t) for t in typed]
-        # One C-level pass over the keys table for the whole batch (getmulti wants sorted keys).
-        found = {bytes(k): v for k, v in txn.cursor(db=self._keys).getmulti(sorted(set(lookup)))}
-        for i, t in enumerate(typed):
-            raw = found.get(lookup[i])
-            doc_id = None
-            if raw is not None:
-                doc_id = _u64(raw, "key table entry")
-                if len(t) > MAX_RAW_KEY:  # a hashed lookup key could collide: the record holds the key
-                    rec = self._record(txn, doc_id)
-                    if rec is None or rec[0] != t:
-                        doc_id = None
-            if doc_id is not None:
-                out[i] = doc_id
-            else:
-                pending.append(i)
-        segments = self._segments(txn)
-        if not pending or not segments:
-            return out
-        if hashes is None:
-            hashes = tiers.key_hashes(typed)
-        for seg in reversed(segments):
-            if not pending:
-                break
-            found = seg.find_many([typed[i] for i in pending], hashes[pending])
-            still: list[int] = []
-            for j, i in enumerate(pending):
-                doc_id = found.get(j)
-                if doc_id is None:
-                    still.append(i)
-                elif not self._is_dead(txn, doc_id):  # the newest copy decides (see _id_of)
-                    out[i] = doc_id
-            pending = still
-        return out
-
-    def _id_of_incremental(self, txn: lmdb.Transaction, typed: bytes) -> int | None:
-        raw = txn.get(lookup_key(typed), db=self._keys)
-        if raw is None:
-            return None
-        doc_id = _u64(raw, "key table entry")
-        if len(typed) > MAX_RAW_KEY:  # a hashed lookup key could collide: the record holds the key
-            rec = self._record(txn, doc_id)
-            if rec is None or rec[0] != typed:
-                return None
-        return doc_id
-
-    def _record(self, txn: lmdb.Transaction, doc_id: int) -> tuple[bytes, int, bytes | None, int, int] | None:
-        """(typed key, fingerprint, content hash, canonical id, flags) of a live document, or None."""
-        raw = txn.get(_U64.pack(doc_id), db=self._docs)
-        if raw is not None:
-            return unpack_record(raw)
-        for seg in self._segments(txn):
-            if seg.holds(doc_id):
-                if self._is_dead(txn, doc_id):
-                    return None
-                ordinal = doc_id - seg.base
-                fp = int(seg.fps_at(np.array([ordinal], np.int64))[0])
-                return seg.key_at(ordinal), fp, None, 0, 0
-        return None
-
-    def _key_of(self, txn: lmdb.Transaction, doc_id: int) -> str | bytes | int:
-        rec = self._record(txn, doc_id)
-        if rec is None:
-            raise CorruptionError(f"an index entry names document {doc_id}, which has no record")
-        return untyped_key(rec[0])
-
-    def _content_ids(self, txn: lmdb.Transaction, content_hash: bytes) -> list[int]:
-        """Ids of documents with this content hash, oldest first."""
-        cur = txn.cursor(db=self._content)
-        out: list[int] = []
-        if cur.set_range(content_hash):
-            for key in cur.iternext(keys=True, values=False):
-                if key[:16] != content_hash:
-                    break
-                if len(key) != 24:
-                    raise CorruptionError("content table entry has the wrong length")
-                out.append(_U64.unpack_from(key, 16)[0])
-        return out
-
-    def _probe(self, txn: lmdb.Transaction, fp: int, k: int, exclude: int = 0, state: State | None = None) -> dict[int, tuple[int, int]]:
-        """Live ids within ``k`` of ``fp`` → (distance, fingerprint), over both tiers."""
-        found = self._incremental.probe(txn, fp, k, exclude)
-        runs = self._runs(txn, state)
-        if runs:
-            hits = search.probe_runs(runs, self._probe_design, fp, k)
-            any_dead = bool(hits) and txn.stat(self._dead)["entries"] > 0
-            for doc_id, d, f in hits:
-                if doc_id != exclude and doc_id not in found and not (any_dead and self._is_dead(txn, doc_id)):
-                    found[doc_id] = (d, f)
-        return found
-
-    def _live_index(self, txn: lmdb.Transaction) -> tuple[np.ndarray, np.ndarray]:
-        """(fingerprints uint64, ids uint64) of every indexed live document, from both tiers."""
-        return self._lsm.live_index(txn, self._state(txn))
-
-    def _scan_all(self, txn: lmdb.Transaction, fp: int, k: int) -> dict[int, tuple[int, int]]:
-        """Exhaustive mode: compare with every indexed fingerprint."""
-        fps, ids = self._live_index(txn)
-        dist = np.bitwise_count(fps ^ np.uint64(fp))
-        sel = np.flatnonzero(dist <= k)
-        return {int(ids[i]): (int(dist[i]), int(fps[i])) for i in sel}
-
-    def _matches(self, txn: lmdb.Transaction, found: dict[int, tuple[int, int]], state: State | None = None) -> list[Match]:
-        ids = list(found)
-        keys = self._keys_of(txn, ids, state)
-        return sort_matches([Match(key, found[i][0], found[i][1], i) for key, i in zip(keys, ids)])
-
     # -- writing helpers (inside a write transaction) -------------------------------------------
-
-    def _meta_int(self, txn: lmdb.Transaction, name: bytes) -> int:
-        raw = txn.get(name, db=self._meta)
-        if raw is None:
-            raise CorruptionError(f"the store's meta table lacks {name.decode()}")
-        return _u64(raw, name.decode())
-
-    def _remove(self, txn: lmdb.Transaction, doc_id: int) -> tuple[bytes, int, bytes | None, int, int] | None:
-        """Delete live document ``doc_id``: its record and incremental entries, or a tombstone
-        where its fingerprint lives in a run (runs are immutable until compaction)."""
-        raw = txn.get(_U64.pack(doc_id), db=self._docs)
-        if raw is None:
-            rec = self._record(txn, doc_id)  # a bulk-loaded document
-            if rec is not None:
-                txn.put(_U64.pack(doc_id), b"", db=self._dead)
-            return rec
-        rec = unpack_record(raw)
-        typed, fp, content_hash, _canonical, flags = rec
-        txn.delete(_U64.pack(doc_id), db=self._docs)
-        txn.delete(lookup_key(typed), db=self._keys)
-        if content_hash is not None:
-            txn.delete(content_hash + _U64.pack(doc_id), db=self._content)
-        if not flags & FLAG_SHORT and not self._incremental.delete(txn, fp, doc_id):
-            txn.put(_U64.pack(doc_id), b"", db=self._dead)  # compacted into a run
-        return rec
 
     # -- public API: writing --------------------------------------------------------------------
 
@@ -529,89 +278,39 @@ class Store:
         k = self.k
 
         def work(txn: lmdb.Transaction) -> AddResult:
-            old_id = self._id_of(txn, typed)
+            old_id = self._cat.id_of(txn, typed)
             if old_id is not None:
-                old = self._record(txn, old_id)
+                old = self._cat.record(txn, old_id)
                 if old is not None and old[1] == fp and old[2] == content_hash and old[4] == flags:
-                    return self._verdict(txn, old_id, typed, fp, content_hash, short, k)
-            exact_ids = [i for i in self._content_ids(txn, content_hash) if i != old_id] if content_hash else []
-            near = {} if short else self._probe(txn, fp, k, exclude=old_id or 0)
-            result = self._verdict_from(txn, None, typed, fp, short, exact_ids, near)
+                    return self._cat.verdict(txn, old_id, typed, fp, content_hash, short, k)
+            exact_ids = [i for i in self._cat.content_ids(txn, content_hash) if i != old_id] if content_hash else []
+            near = {} if short else self._cat.probe(txn, fp, k, exclude=old_id or 0)
+            result = self._cat.verdict_from(txn, None, typed, fp, short, exact_ids, near)
             if on_duplicate == "skip" and result.duplicate_of is not None:
                 return result
             # A replaced document gets a new id: its old fingerprint may sit in an immutable run,
             # where only a tombstone on the old id can remove it.
-            doc_id = self._meta_int(txn, H_NEXT_ID)
-            txn.put(H_NEXT_ID, _U64.pack(doc_id + 1), db=self._meta)
+            doc_id = self._cat.meta_int(txn, H_NEXT_ID)
+            txn.put(H_NEXT_ID, U64.pack(doc_id + 1), db=self._meta)
             if old_id is not None:
-                self._remove(txn, old_id)
+                self._cat.remove(txn, old_id)
             else:
-                txn.put(H_COUNT, _U64.pack(self._meta_int(txn, H_COUNT) + 1), db=self._meta)
-            canonical_id = self._canonical_id(txn, exact_ids, near)
+                txn.put(H_COUNT, U64.pack(self._cat.meta_int(txn, H_COUNT) + 1), db=self._meta)
+            canonical_id = self._cat.canonical_id(txn, exact_ids, near)
             if canonical_id == doc_id:
                 canonical_id = 0
-            txn.put(_U64.pack(doc_id), pack_record(typed, fp, content_hash, canonical_id, flags), db=self._docs)
-            txn.put(lookup_key(typed), _U64.pack(doc_id), db=self._keys)
+            txn.put(U64.pack(doc_id), pack_record(typed, fp, content_hash, canonical_id, flags), db=self._docs)
+            txn.put(lookup_key(typed), U64.pack(doc_id), db=self._keys)
             if content_hash is not None:
-                txn.put(content_hash + _U64.pack(doc_id), b"", db=self._content)
+                txn.put(content_hash + U64.pack(doc_id), b"", db=self._content)
             if not short:
-                self._incremental.put(txn, fp, doc_id)
-            canonical = self._key_of(txn, canonical_id) if canonical_id else None
+                self._cat.incremental.put(txn, fp, doc_id)
+            canonical = self._cat.key_of(txn, canonical_id) if canonical_id else None
             if not short:
                 self._flush(txn)
             return AddResult(doc_id, result.key, fp, short, result.exact_duplicate_of, result.near_duplicates, canonical)
 
         return self._storage.write(work, action=f"adding {key!r}")
-
-    def _canonical_of(self, txn: lmdb.Transaction, doc_id: int) -> int:
-        """The live canonical of a stored document: its recorded canonical, or itself.
-
-        A canonical document may have been deleted since it was recorded; its variants then fall
-        back to themselves (this is not damage, so it raises nothing).
-        """
-        rec = self._record(txn, doc_id)
-        if rec is None:
-            raise CorruptionError(f"document {doc_id} is indexed but has no record")
-        canonical = rec[3]
-        if canonical and canonical != doc_id and self._record(txn, canonical) is not None:
-            return canonical
-        return doc_id
-
-    def _canonical_id(self, txn: lmdb.Transaction, exact_ids: list[int], near: dict[int, tuple[int, int]]) -> int:
-        """The canonical of a new document: its exact duplicate's, else its nearest neighbour's, else 0 (itself)."""
-        if exact_ids:
-            return self._canonical_of(txn, exact_ids[0])
-        if near:
-            return self._canonical_of(txn, min(near, key=lambda i: (near[i][0], i)))
-        return 0
-
-    def _verdict_from(
-        self,
-        txn: lmdb.Transaction,
-        doc_id: int | None,
-        typed: bytes,
-        fp: int,
-        short: bool,
-        exact_ids: list[int],
-        near: dict[int, tuple[int, int]],
-    ) -> AddResult:
-        if short:  # the exact tier only: equal content hashes mean equal fingerprints
-            near = {i: (0, fp) for i in exact_ids}
-        exact = self._key_of(txn, exact_ids[0]) if exact_ids else None
-        canonical_id = self._canonical_id(txn, exact_ids, near)
-        canonical = self._key_of(txn, canonical_id) if canonical_id else None
-        return AddResult(doc_id, untyped_key(typed), fp, short, exact, self._matches(txn, near), canonical)
-
-    def _verdict(
-        self, txn: lmdb.Transaction, doc_id: int, typed: bytes, fp: int, content_hash: bytes | None, short: bool, k: int
-    ) -> AddResult:
-        """The verdict for a document re-added unchanged: the same neighbours a new add would see."""
-        exact_ids = [i for i in self._content_ids(txn, content_hash) if i != doc_id] if content_hash else []
-        near = {} if short else self._probe(txn, fp, k, exclude=doc_id)
-        res = self._verdict_from(txn, doc_id, typed, fp, short, exact_ids, near)
-        canonical_id = self._canonical_of(txn, doc_id)
-        canonical = self._key_of(txn, canonical_id) if canonical_id != doc_id else None
-        return AddResult(doc_id, res.key, fp, short, res.exact_duplicate_of, res.near_duplicates, canonical)
 
     def add_many(
         self,
@@ -639,7 +338,7 @@ class Store:
             raise InputError("keys must be a sequence of keys; use add() for one document")
         typed_keys = [typed_key(k) for k in keys]
         sigs = self._signatures(len(typed_keys), texts, fingerprints, pipeline_id)
-        ckpt = self._encode_checkpoint(checkpoint) if checkpoint is not None else None
+        ckpt = encode_checkpoint(checkpoint) if checkpoint is not None else None
         n = len(typed_keys)
         canon_typed: list[bytes | None] = [None] * n
         if canonicals is not None:
@@ -658,16 +357,16 @@ class Store:
 
         def work(txn: lmdb.Transaction) -> np.ndarray:
             ids = np.zeros(n, dtype=np.int64)
-            next_id = self._meta_int(txn, H_NEXT_ID)
-            count = self._meta_int(txn, H_COUNT)
+            next_id = self._cat.meta_int(txn, H_NEXT_ID)
+            count = self._cat.meta_int(txn, H_COUNT)
             kept = keep.tolist()
-            old_ids = self._ids_of_many(txn, [typed_keys[i] for i in kept])
+            old_ids = self._cat.ids_of_many(txn, [typed_keys[i] for i in kept])
             fresh: list[int] = []  # batch positions that get a new id (new keys, changed documents)
             rewrite: list[int] = []  # unchanged documents whose record is rewritten for its canonical
             for i, old_id in zip(kept, old_ids):
                 flags = (FLAG_TEXT if has_hash else 0) | (FLAG_SHORT if short[i] else 0)
                 if old_id is not None:
-                    same = self._unchanged(txn, old_id, int(fps[i]), sigs.content_hash(i), flags, canon_typed[i], typed_keys[i], canonicals is not None)
+                    same = self._cat.unchanged(txn, old_id, int(fps[i]), sigs.content_hash(i), flags, canon_typed[i], typed_keys[i], canonicals is not None)
                     if same is not None:
                         ids[i] = old_id
                         if same == "rewrite":
@@ -675,13 +374,13 @@ class Store:
                         continue
                     # A changed document gets a new id: its old fingerprint may sit in an
                     # immutable run, where only a tombstone on the old id can remove it.
-                    self._remove(txn, old_id)
+                    self._cat.remove(txn, old_id)
                 else:
                     count += 1
                 ids[i] = next_id
                 next_id += 1
                 fresh.append(i)
-            canonical_ids = self._resolve_canonicals(txn, [canon_typed[i] for i in fresh + rewrite], last, ids)
+            canonical_ids = self._cat.resolve_canonicals(txn, [canon_typed[i] for i in fresh + rewrite], last, ids)
             docs: list[tuple[bytes, bytes]] = []
             key_items: list[tuple[bytes, bytes]] = []
             content_items: list[tuple[bytes, bytes]] = []
@@ -689,7 +388,7 @@ class Store:
                 doc_id = int(ids[i])
                 flags = (FLAG_TEXT if has_hash else 0) | (FLAG_SHORT if short[i] else 0)
                 content_hash = sigs.content_hash(i) if has_hash else None
-                packed_id = _U64.pack(doc_id)
+                packed_id = U64.pack(doc_id)
                 record = pack_record(typed_keys[i], int(fps[i]), content_hash, 0 if canonical_id == doc_id else canonical_id, flags)
                 docs.append((packed_id, record))
                 if i in rewrite:
@@ -706,9 +405,9 @@ class Store:
             fresh_arr = np.array(fresh, dtype=np.int64)
             indexed = fresh_arr[~short[fresh_arr]] if len(fresh_arr) else fresh_arr
             if len(indexed):
-                self._incremental.put_many(txn, fps[indexed], ids[indexed].astype(np.uint64))
-            txn.put(H_NEXT_ID, _U64.pack(next_id), db=self._meta)
-            txn.put(H_COUNT, _U64.pack(count), db=self._meta)
+                self._cat.incremental.put_many(txn, fps[indexed], ids[indexed].astype(np.uint64))
+            txn.put(H_NEXT_ID, U64.pack(next_id), db=self._meta)
+            txn.put(H_COUNT, U64.pack(count), db=self._meta)
             if ckpt is not None:
                 txn.put(ckpt[0], ckpt[1], db=self._meta)
             if len(indexed):
@@ -716,53 +415,6 @@ class Store:
             return ids
 
         return self._storage.write(work, action=f"adding a batch of {n}")
-
-    def _unchanged(
-        self,
-        txn: lmdb.Transaction,
-        doc_id: int,
-        fp: int,
-        content_hash: bytes | None,
-        flags: int,
-        canonical: bytes | None,
-        typed: bytes,
-        canonical_given: bool,
-    ) -> str | None:
-        """Whether stored document ``doc_id`` equals what a batch gives for it: "keep" (nothing to
-        write), "rewrite" (its record only, for the canonical the batch gives), or None (it changed)."""
-        raw = txn.get(_U64.pack(doc_id), db=self._docs)
-        if raw is None:  # a bulk-loaded document: no record to hold a canonical or a content hash
-            rec = self._record(txn, doc_id)
-            no_canonical = canonical is None or canonical == typed
-            return "keep" if rec is not None and rec[1] == fp and content_hash is None and flags == 0 and no_canonical else None
-        _, old_fp, old_hash, _, old_flags = unpack_record(raw)
-        if old_fp != fp or old_hash != content_hash or old_flags != flags:
-            return None
-        return "rewrite" if canonical_given else "keep"
-
-    def _resolve_canonicals(
-        self, txn: lmdb.Transaction, canonical_keys: list[bytes | None], batch: dict[bytes, int], ids: np.ndarray
-    ) -> list[int]:
-        """Ids of canonical keys (0 for None): a key of the batch names the id it gets in it, any
-        other a stored document; a key that is neither makes the batch an InputError."""
-        out = [0] * len(canonical_keys)
-        stored: list[int] = []
-        for j, c in enumerate(canonical_keys):
-            if c is None:
-                continue
-            if c in batch:
-                out[j] = int(ids[batch[c]])
-            else:
-                stored.append(j)
-        if stored:
-            found = self._ids_of_many(txn, [canonical_keys[j] for j in stored])  # type: ignore[misc]
-            for j, doc_id in zip(stored, found):
-                if doc_id is None:
-                    raise InputError(
-                        f"canonical key {untyped_key(canonical_keys[j])!r} is neither stored nor a key of the batch"  # type: ignore[arg-type]
-                    )
-                out[j] = doc_id
-        return out
 
     # -- bulk loads and compaction -------------------------------------------------------------
 
@@ -827,22 +479,22 @@ class Store:
             return 0
         m = len(load.fps)
         with self._storage.read() as txn:
-            state = self._state(txn)
-            base = self._meta_int(txn, H_NEXT_ID)
-        blobs, run_rec, seg_rec = self._lsm.load_blobs(load, state, base)
+            state = self._cat.state(txn)
+            base = self._cat.meta_int(txn, H_NEXT_ID)
+        blobs, run_rec, seg_rec = self._cat.lsm.load_blobs(load, state, base)
         self._storage.reserve(tiers.blobs_size(blobs))
         check_existing = bool(state.segs) or len(self) > 0
 
         def work(txn: lmdb.Transaction) -> int:
             replaced = 0
             if check_existing:
-                for old in self._ids_of_many(txn, load.typed_keys(), load.hashes):
+                for old in self._cat.ids_of_many(txn, load.typed_keys(), load.hashes):
                     if old is not None:
-                        self._remove(txn, old)
+                        self._cat.remove(txn, old)
                         replaced += 1
-            self._lsm.add_load(txn, self._state(txn), blobs, run_rec, seg_rec)
-            txn.put(H_NEXT_ID, _U64.pack(base + m), db=self._meta)
-            txn.put(H_COUNT, _U64.pack(self._meta_int(txn, H_COUNT) + m - replaced), db=self._meta)
+            self._cat.lsm.add_load(txn, self._cat.state(txn), blobs, run_rec, seg_rec)
+            txn.put(H_NEXT_ID, U64.pack(base + m), db=self._meta)
+            txn.put(H_COUNT, U64.pack(self._cat.meta_int(txn, H_COUNT) + m - replaced), db=self._meta)
             return m
 
         return self._storage.write(work, action=f"bulk loading {m} documents")
@@ -855,8 +507,8 @@ class Store:
         """
         self._storage.check_writable()
         with self._storage.read() as txn:
-            state = self._state(txn)
-            incremental = self._incremental.entries(txn)
+            state = self._cat.state(txn)
+            incremental = self._cat.incremental.entries(txn)
             tombstones = txn.stat(self._dead)["entries"]
         merged = state.runs if full else []
         if incremental or len(merged) > 1 or (merged and tombstones):
@@ -867,10 +519,10 @@ class Store:
 
         def work(txn: lmdb.Transaction) -> dict[str, int]:
             # Merge what this transaction sees (another writer may have changed it since the read).
-            state = self._state(txn)
-            new_state, result = self._lsm.merge(txn, state, state.runs if full else [], incremental=True)
+            state = self._cat.state(txn)
+            new_state, result = self._cat.lsm.merge(txn, state, state.runs if full else [], incremental=True)
             if new_state is not state:
-                self._lsm.save_state(txn, new_state)
+                self._cat.lsm.save_state(txn, new_state)
             return result
 
         return self._storage.write(work, action="compacting")
@@ -878,8 +530,8 @@ class Store:
     def _flush(self, txn: lmdb.Transaction) -> None:
         """After a write: flush the incremental tables into a run once they hold
         ``flush_entries`` documents (see :meth:`fpstore.store.lsm.Lsm.flush`)."""
-        if self.flush_entries and self._incremental.entries(txn) >= self.flush_entries:
-            self._lsm.flush(txn, self._state(txn), self.flush_entries)
+        if self.flush_entries and self._cat.incremental.entries(txn) >= self.flush_entries:
+            self._cat.lsm.flush(txn, self._cat.state(txn), self.flush_entries)
 
     def compact_file(self) -> dict[str, int]:
         """Compact (see :meth:`compact`), then rewrite the file without its free pages.
@@ -889,7 +541,7 @@ class Store:
         store open makes it raise :class:`~fpstore.errors.StorageError` before anything changes.
         """
         result = self.compact()
-        tables = [_table_name(t) for t in range(len(self.design.tables))]
+        tables = [table_name(t) for t in range(len(self.design.tables))]
 
         def reopen() -> None:
             self._storage.open_dbs(BASE_DBS + tables)
@@ -911,7 +563,7 @@ class Store:
         if not isinstance(kq, int) or isinstance(kq, bool) or not 0 <= kq <= 10:
             raise InputError(f"k must be an int in 0..10, got {kq!r}")
         with self._storage.read() as txn:
-            fps, ids = self._live_index(txn)
+            fps, ids = self._cat.live_index(txn)
         i, j, d = search.pairs_within(fps, kq)
         a, b = ids[i].astype(np.int64), ids[j].astype(np.int64)
         lo, hi = np.minimum(a, b), np.maximum(a, b)
@@ -935,7 +587,7 @@ class Store:
         groups = np.split(members, bounds)
         groups.sort(key=lambda g: (-len(g), int(g[0])))
         with self._storage.read() as txn:
-            keys = iter(self._keys_of(txn, [int(i) for g in groups for i in g]))
+            keys = iter(self._cat.keys_of(txn, [int(i) for g in groups for i in g]))
             out = []
             for g in groups:
                 members = [next(keys) for _ in range(len(g))]
@@ -947,63 +599,24 @@ class Store:
         typed = typed_key(key, LOOKUP_KEY_BYTES)
 
         def work(txn: lmdb.Transaction) -> bool:
-            doc_id = self._id_of(txn, typed)
+            doc_id = self._cat.id_of(txn, typed)
             if doc_id is None:
                 return False
-            self._remove(txn, doc_id)
-            txn.put(H_COUNT, _U64.pack(self._meta_int(txn, H_COUNT) - 1), db=self._meta)
+            self._cat.remove(txn, doc_id)
+            txn.put(H_COUNT, U64.pack(self._cat.meta_int(txn, H_COUNT) - 1), db=self._meta)
             return True
 
         return self._storage.write(work, action=f"deleting {key!r}")
 
     # -- checkpoints ----------------------------------------------------------------------------
 
-    @staticmethod
-    def _checkpoint_key(name: object) -> bytes:
-        if not isinstance(name, str):
-            raise InputError(f"a checkpoint name must be a str, not {type(name).__name__}")
-        try:
-            key = CHECKPOINT_PREFIX + name.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InputError(f"checkpoint name {name!r} is not valid Unicode (it holds a lone surrogate)") from None
-        if len(key) - len(CHECKPOINT_PREFIX) > MAX_CHECKPOINT_NAME_BYTES:
-            raise InputError(
-                f"checkpoint name is too long ({len(key) - len(CHECKPOINT_PREFIX):,} bytes of UTF-8; "
-                f"at most {MAX_CHECKPOINT_NAME_BYTES})"
-            )
-        return key
-
-    @classmethod
-    def _encode_checkpoint(cls, checkpoint: object) -> tuple[bytes, bytes]:
-        if not isinstance(checkpoint, tuple) or len(checkpoint) != 2:
-            raise InputError("checkpoint must be a (name: str, position) pair")
-        name, position = checkpoint
-        key = cls._checkpoint_key(name)
-        try:
-            packed = msgpack.packb(position, use_bin_type=True)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise InputError(f"checkpoint position must be msgpack-able (int, str, bytes, list, dict): {exc}") from None
-        if len(packed) > MAX_CHECKPOINT_BYTES:
-            raise InputError(
-                f"checkpoint position packs to {len(packed):,} bytes; at most {MAX_CHECKPOINT_BYTES:,} "
-                "(fpstore.limits.MAX_CHECKPOINT_BYTES): record where to resume, not what was read"
-            )
-        return key, packed
-
-    @staticmethod
-    def _decode_checkpoint(raw: bytes, name: str) -> Any:
-        try:
-            return msgpack.unpackb(raw, raw=False, max_bin_len=READ_MAX_CHECKPOINT_BYTES, max_str_len=READ_MAX_CHECKPOINT_BYTES)
-        except Exception as exc:
-            raise CorruptionError(f"checkpoint {name!r} does not decode: {exc}") from None
-
     def checkpoint(self, name: str) -> Any:
         """The position last committed for checkpoint ``name``, or None."""
-        key = self._checkpoint_key(name)
+        key = checkpoint_key(name)
         with self._storage.read() as txn:
             raw = txn.get(key, db=self._meta)
             raw = bytes(raw) if raw is not None else None
-        return None if raw is None else self._decode_checkpoint(raw, name)
+        return None if raw is None else decode_checkpoint(raw, name)
 
     def checkpoints(self) -> dict[str, Any]:
         """Every checkpoint of the store: name → position, in one snapshot."""
@@ -1019,13 +632,13 @@ class Store:
                         name = key[len(CHECKPOINT_PREFIX):].decode("utf-8")
                     except UnicodeDecodeError:
                         raise CorruptionError(f"a checkpoint name is not UTF-8: {key!r}") from None
-                    out[name] = self._decode_checkpoint(bytes(raw), name)
+                    out[name] = decode_checkpoint(bytes(raw), name)
         return out
 
     def set_checkpoint(self, name: str, position: Any) -> None:
         """Record checkpoint ``name`` at ``position`` on its own, durably (``add_many`` records one
         together with its batch, which is what resuming a feed needs)."""
-        key, packed = self._encode_checkpoint((name, position))
+        key, packed = encode_checkpoint((name, position))
 
         def work(txn: lmdb.Transaction) -> None:
             txn.put(key, packed, db=self._meta)
@@ -1068,14 +681,14 @@ class Store:
             fp = _fingerprint_int(fingerprint)
         with self._storage.read() as txn:
             if content_hash is not None:
-                found = {i: (0, fp) for i in self._content_ids(txn, content_hash)}
+                found = {i: (0, fp) for i in self._cat.content_ids(txn, content_hash)}
             elif exhaustive:
-                found = self._scan_all(txn, fp, kq)
+                found = self._cat.scan_all(txn, fp, kq)
             else:
                 # One state read serves the probe and the key lookups of this snapshot.
-                state = self._state(txn)
-                return self._matches(txn, self._probe(txn, fp, kq, state=state), state)
-            return self._matches(txn, found)
+                state = self._cat.state(txn)
+                return self._cat.matches(txn, self._cat.probe(txn, fp, kq, state=state), state)
+            return self._cat.matches(txn, found)
 
     def query_many(
         self, fingerprints: object, *, pipeline_id: str | None = None, k: int | None = None
@@ -1089,12 +702,12 @@ class Store:
         kq = self._check_k(self.k if k is None else k)
         fps = np.ascontiguousarray(sigs.values)
         with self._storage.read() as txn:
-            rq, rid, rd, _ = search.batch_probe_runs(self._runs(txn), self.design, fps, kq)
-            dead = self._lsm.dead_ids(txn)
+            rq, rid, rd, _ = search.batch_probe_runs(self._cat.runs(txn), self.design, fps, kq)
+            dead = self._cat.lsm.dead_ids(txn)
             if len(dead) and len(rid):
                 keep = ~np.isin(rid.astype(np.uint64), dead)
                 rq, rid, rd = rq[keep], rid[keep], rd[keep]
-            iq, iid, idist = self._incremental.probe_batch(txn, fps, kq)
+            iq, iid, idist = self._cat.incremental.probe_batch(txn, fps, kq)
         if len(iq):
             # The incremental tables report a document once per table that reaches it.
             first = search.unique_rows(iq, iid)
@@ -1112,50 +725,21 @@ class Store:
     def keys_of(self, ids: Iterable[int]) -> list[str | bytes | int]:
         """The keys of document ids (as returned by :meth:`query_many`), in one snapshot."""
         with self._storage.read() as txn:
-            return self._keys_of(txn, [int(i) for i in ids])
-
-    def _keys_of(self, txn: lmdb.Transaction, ids: list[int], state: State | None = None) -> list[str | bytes | int]:
-        """Keys of many ids: incremental records by lookup, bulk ones a key block at a time."""
-        if not ids:
-            return []
-        typed: dict[int, bytes] = {}
-        segments = self._segments(txn, state)
-        in_segment: dict[int, list[int]] = {}
-        any_dead = bool(segments) and txn.stat(self._dead)["entries"] > 0
-        for doc_id in set(ids):
-            if not 0 < doc_id < 1 << 63:
-                raise CorruptionError(f"an index names document id {doc_id}, outside any id this store assigns")
-            # A bulk load numbers its documents in one range of ids, which no record shares.
-            seg_no = next((j for j, seg in enumerate(segments) if seg.holds(doc_id)), -1)
-            if seg_no >= 0:
-                if not (any_dead and self._is_dead(txn, doc_id)):
-                    in_segment.setdefault(seg_no, []).append(doc_id)
-                continue
-            raw = txn.get(_U64.pack(doc_id), db=self._docs)
-            if raw is not None:
-                typed[doc_id] = unpack_record(raw)[0]
-        for seg_no, mine in in_segment.items():
-            seg = segments[seg_no]
-            mine.sort()
-            typed.update(zip(mine, seg.keys_at([i - seg.base for i in mine])))
-        try:
-            return [untyped_key(typed[i]) for i in ids]
-        except KeyError as exc:
-            raise CorruptionError(f"an index entry names document {exc.args[0]}, which has no record") from None
+            return self._cat.keys_of(txn, [int(i) for i in ids])
 
     def get(self, key: str | bytes, default: Any = None) -> Document | Any:
         """The stored :class:`Document` for ``key``, or ``default``."""
         typed = typed_key(key, LOOKUP_KEY_BYTES)
         with self._storage.read() as txn:
-            doc_id = self._id_of(txn, typed)
+            doc_id = self._cat.id_of(txn, typed)
             if doc_id is None:
                 return default
-            rec = self._record(txn, doc_id)
+            rec = self._cat.record(txn, doc_id)
             if rec is None:
                 raise CorruptionError(f"key {key!r} names document {doc_id}, which has no record")
             typed_stored, fp, content_hash, canonical, flags = rec
-            live = self._canonical_of(txn, doc_id)
-            canonical_key = self._key_of(txn, live) if live != doc_id else None
+            live = self._cat.canonical_of(txn, doc_id)
+            canonical_key = self._cat.key_of(txn, live) if live != doc_id else None
             return Document(untyped_key(typed_stored), doc_id, fp, content_hash, canonical_key, bool(flags & FLAG_SHORT))
 
     def __getitem__(self, key: str | bytes) -> Document:
@@ -1170,14 +754,14 @@ class Store:
         except InputError:
             return False
         with self._storage.read() as txn:
-            return self._id_of(txn, typed) is not None
+            return self._cat.id_of(txn, typed) is not None
 
     def __len__(self) -> int:
         with self._storage.read() as txn:
-            count = self._meta_int(txn, H_COUNT)
+            count = self._cat.meta_int(txn, H_COUNT)
             # Ids start at 1 and are never reused, so more live documents than ids ever given
             # out can only be a damaged counter (list(store) would preallocate from it).
-            if count > self._meta_int(txn, H_NEXT_ID) - 1:
+            if count > self._cat.meta_int(txn, H_NEXT_ID) - 1:
                 raise CorruptionError(f"the store's document count {count} exceeds the ids it ever assigned: the counter is damaged")
             return count
 
@@ -1203,14 +787,14 @@ class Store:
             covered = end  # every live id in (after, covered] is in this batch
             with self._storage.read() as txn:
                 cur = txn.cursor(db=self._docs)
-                if cur.set_range(_U64.pack(after + 1)):
+                if cur.set_range(U64.pack(after + 1)):
                     for raw_id, raw in cur:
-                        batch.append((_u64(raw_id, "document id"), unpack_record(raw)))
+                        batch.append((read_u64(raw_id, "document id"), unpack_record(raw)))
                         if len(batch) >= ITER_BATCH:
                             covered = batch[-1][0]
                             break
-                dead = set(self._lsm.dead_ids(txn).tolist())
-                for seg in self._segments(txn):
+                dead = set(self._cat.lsm.dead_ids(txn).tolist())
+                for seg in self._cat.segments(txn):
                     lo = max(after + 1, seg.base)
                     seg_end = seg.base + seg.count
                     hi = min(seg_end, lo + ITER_BATCH)
@@ -1227,17 +811,11 @@ class Store:
                 batch = [b for b in sorted(batch, key=lambda b: b[0]) if b[0] <= covered][:ITER_BATCH]
                 if len(batch) == ITER_BATCH:
                     covered = batch[-1][0]
-                out = [self._document(txn, doc_id, rec) for doc_id, rec in batch] if documents else batch
+                out = [self._cat.document(txn, doc_id, rec) for doc_id, rec in batch] if documents else batch
             yield out
             if covered >= end:
                 return
             after = covered
-
-    def _document(self, txn: lmdb.Transaction, doc_id: int, rec: tuple[Any, ...]) -> Document:
-        typed, fp, content_hash, _canonical, flags = rec
-        live = self._canonical_of(txn, doc_id) if rec[3] else doc_id
-        canonical_key = self._key_of(txn, live) if live != doc_id else None
-        return Document(untyped_key(typed), doc_id, fp, content_hash, canonical_key, bool(flags & FLAG_SHORT))
 
     def warm(self) -> int:
         """Read every page of the index (runs, key segments, incremental tables) once, so that
@@ -1263,7 +841,7 @@ class Store:
         storage = self._storage.info()
         n = len(self)
         with self._storage.read() as txn:
-            state = self._state(txn)
+            state = self._cat.state(txn)
             incremental = txn.stat(self._tables[0])["entries"]
             tombstones = txn.stat(self._dead)["entries"]
         return {
@@ -1290,7 +868,7 @@ class Store:
         """``(fingerprints, ids)``, both uint64, of every indexed live document (both tiers; short
         documents are not indexed), in one snapshot; no particular order."""
         with self._storage.read() as txn:
-            return self._live_index(txn)
+            return self._cat.live_index(txn)
 
     def verify(self, *, deep: bool = True) -> list[str]:
         """Problems found in the store (read-only, [] when it is sound; at most 100).
@@ -1304,13 +882,13 @@ class Store:
         """
         problems = inspect.Problems()
         with self._storage.read() as txn:
-            count = self._meta_int(txn, H_COUNT)
-            next_id = self._meta_int(txn, H_NEXT_ID)
+            count = self._cat.meta_int(txn, H_COUNT)
+            next_id = self._cat.meta_int(txn, H_NEXT_ID)
             if not deep:
-                inspect.check_shallow(txn, self._tables, self._runs(txn), count, next_id, problems)
+                inspect.check_shallow(txn, self._tables, self._cat.runs(txn), count, next_id, problems)
                 return list(problems)
-            dead = set(int(i) for i in self._lsm.dead_ids(txn).tolist())
-            index = inspect.check_tables(txn, self.design, self._tables, self._runs(txn), dead, problems)
+            dead = set(int(i) for i in self._cat.lsm.dead_ids(txn).tolist())
+            index = inspect.check_tables(txn, self.design, self._tables, self._cat.runs(txn), dead, problems)
         if index is not None:
             inspect.check_documents(((key, self.get(key)) for key in self), count, next_id, index, problems)
         return list(problems)

@@ -1,0 +1,355 @@
+"""A store's LMDB tables read and written together, inside the caller's transaction: documents
+by id and by key (records, key segments, tombstones), candidates by fingerprint (incremental
+tables and runs), and the verdicts of an add.
+
+``docs``: id (8 bytes, big-endian) → record (:mod:`fpstore.store.keys`). ``keys``: typed key (or
+its hash when long) → id. ``content``: content hash (16 bytes) ‖ id → empty: the exact-duplicate
+tier. ``dead``: tombstoned ids (documents of immutable runs and segments). The state record
+in ``meta`` names the live runs and key segments (:class:`fpstore.index.tiers.State`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lmdb
+import numpy as np
+
+from fpstore.errors import CorruptionError, InputError
+from fpstore.index import search, tiers
+from fpstore.index.design import Design
+from fpstore.index.tiers import KeySegment, Run, State, TierCache
+from fpstore.store.header import U64, table_name
+from fpstore.store.incremental import IncrementalTables
+from fpstore.store.keys import FLAG_SHORT, MAX_RAW_KEY, lookup_key, unpack_record, untyped_key
+from fpstore.store.lsm import Lsm
+from fpstore.store.results import AddResult, Document, Match, sort_matches
+
+__all__ = ["Catalog", "read_u64"]
+
+
+def read_u64(raw: bytes, what: str) -> int:
+    """An 8-byte big-endian integer read from the store; another length is damage."""
+    if len(raw) != 8:
+        raise CorruptionError(f"{what} is {len(raw)} bytes, expected 8")
+    return U64.unpack(raw)[0]
+
+
+class Catalog:
+    """The tables of one open store (``dbs``: LMDB databases by name) and the design they follow."""
+
+    def __init__(self, dbs: dict[str, Any], design: Design) -> None:
+        self.design = design
+        self.meta, self.docs, self.keys, self.content = dbs["meta"], dbs["docs"], dbs["keys"], dbs["content"]
+        self.blobs, self.dead = dbs["blobs"], dbs["dead"]
+        self.tables = [dbs[table_name(t)] for t in range(len(design.tables))]
+        self.cache = TierCache()
+        self.incremental = IncrementalTables(design, self.tables)
+        self.lsm = Lsm(design, self.meta, self.blobs, self.dead, self.incremental, self.cache)
+        self.probe_design = search.probe_design(design)
+        self._state_memo: tuple[bytes, State] | None = None
+
+    def state(self, txn: lmdb.Transaction) -> State:
+        raw = txn.get(tiers.STATE_KEY, db=self.meta)
+        if raw is None:
+            raw = b""
+        if self._state_memo is None or self._state_memo[0] != raw:
+            # Decoding validates every record; the value is small and rarely changes, so one
+            # decode per distinct value serves every later lookup (compared in place, copied
+            # only when it changed).
+            raw = bytes(raw)
+            self._state_memo = (raw, State.from_bytes(raw or None, len(self.design.tables)))
+        return self._state_memo[1]
+
+    def runs(self, txn: lmdb.Transaction, state: State | None = None) -> list[Run]:
+        state = state or self.state(txn)
+        return [Run(txn, self.blobs, self.cache, rec) for rec in state.runs]
+
+    def segments(self, txn: lmdb.Transaction, state: State | None = None) -> list[KeySegment]:
+        state = state or self.state(txn)
+        return [KeySegment(txn, self.blobs, self.cache, rec) for rec in state.segs]
+
+    def is_dead(self, txn: lmdb.Transaction, doc_id: int) -> bool:
+        return txn.get(U64.pack(doc_id), db=self.dead) is not None
+
+    def id_of(self, txn: lmdb.Transaction, typed: bytes) -> int | None:
+        """The live id of a key: an incremental document's, else the newest bulk load's."""
+        doc_id = self.id_of_incremental(txn, typed)
+        if doc_id is not None:
+            return doc_id
+        for seg in reversed(self.segments(txn)):
+            doc_id = seg.find(typed)
+            if doc_id is not None:
+                # Loading or adding a key again tombstones its older copies, so the newest copy
+                # decides: dead means deleted.
+                return None if self.is_dead(txn, doc_id) else doc_id
+        return None
+
+    def ids_of_many(self, txn: lmdb.Transaction, typed: list[bytes], hashes: np.ndarray | None = None) -> list[int | None]:
+        """:meth:`_id_of` for many keys, with the key segments searched in batches."""
+        out: list[int | None] = [None] * len(typed)
+        pending: list[int] = []
+        lookup = [lookup_key(t) for t in typed]
+        # One C-level pass over the keys table for the whole batch (getmulti wants sorted keys).
+        found = {bytes(k): v for k, v in txn.cursor(db=self.keys).getmulti(sorted(set(lookup)))}
+        for i, t in enumerate(typed):
+            raw = found.get(lookup[i])
+            doc_id = None
+            if raw is not None:
+                doc_id = read_u64(raw, "key table entry")
+                if len(t) > MAX_RAW_KEY:  # a hashed lookup key could collide: the record holds the key
+                    rec = self.record(txn, doc_id)
+                    if rec is None or rec[0] != t:
+                        doc_id = None
+            if doc_id is not None:
+                out[i] = doc_id
+            else:
+                pending.append(i)
+        segments = self.segments(txn)
+        if not pending or not segments:
+            return out
+        if hashes is None:
+            hashes = tiers.key_hashes(typed)
+        for seg in reversed(segments):
+            if not pending:
+                break
+            found = seg.find_many([typed[i] for i in pending], hashes[pending])
+            still: list[int] = []
+            for j, i in enumerate(pending):
+                doc_id = found.get(j)
+                if doc_id is None:
+                    still.append(i)
+                elif not self.is_dead(txn, doc_id):  # the newest copy decides (see _id_of)
+                    out[i] = doc_id
+            pending = still
+        return out
+
+    def id_of_incremental(self, txn: lmdb.Transaction, typed: bytes) -> int | None:
+        raw = txn.get(lookup_key(typed), db=self.keys)
+        if raw is None:
+            return None
+        doc_id = read_u64(raw, "key table entry")
+        if len(typed) > MAX_RAW_KEY:  # a hashed lookup key could collide: the record holds the key
+            rec = self.record(txn, doc_id)
+            if rec is None or rec[0] != typed:
+                return None
+        return doc_id
+
+    def record(self, txn: lmdb.Transaction, doc_id: int) -> tuple[bytes, int, bytes | None, int, int] | None:
+        """(typed key, fingerprint, content hash, canonical id, flags) of a live document, or None."""
+        raw = txn.get(U64.pack(doc_id), db=self.docs)
+        if raw is not None:
+            return unpack_record(raw)
+        for seg in self.segments(txn):
+            if seg.holds(doc_id):
+                if self.is_dead(txn, doc_id):
+                    return None
+                ordinal = doc_id - seg.base
+                fp = int(seg.fps_at(np.array([ordinal], np.int64))[0])
+                return seg.key_at(ordinal), fp, None, 0, 0
+        return None
+
+    def key_of(self, txn: lmdb.Transaction, doc_id: int) -> str | bytes | int:
+        rec = self.record(txn, doc_id)
+        if rec is None:
+            raise CorruptionError(f"an index entry names document {doc_id}, which has no record")
+        return untyped_key(rec[0])
+
+    def content_ids(self, txn: lmdb.Transaction, content_hash: bytes) -> list[int]:
+        """Ids of documents with this content hash, oldest first."""
+        cur = txn.cursor(db=self.content)
+        out: list[int] = []
+        if cur.set_range(content_hash):
+            for key in cur.iternext(keys=True, values=False):
+                if key[:16] != content_hash:
+                    break
+                if len(key) != 24:
+                    raise CorruptionError("content table entry has the wrong length")
+                out.append(U64.unpack_from(key, 16)[0])
+        return out
+
+    def probe(self, txn: lmdb.Transaction, fp: int, k: int, exclude: int = 0, state: State | None = None) -> dict[int, tuple[int, int]]:
+        """Live ids within ``k`` of ``fp`` → (distance, fingerprint), over both tiers."""
+        found = self.incremental.probe(txn, fp, k, exclude)
+        runs = self.runs(txn, state)
+        if runs:
+            hits = search.probe_runs(runs, self.probe_design, fp, k)
+            any_dead = bool(hits) and txn.stat(self.dead)["entries"] > 0
+            for doc_id, d, f in hits:
+                if doc_id != exclude and doc_id not in found and not (any_dead and self.is_dead(txn, doc_id)):
+                    found[doc_id] = (d, f)
+        return found
+
+    def live_index(self, txn: lmdb.Transaction) -> tuple[np.ndarray, np.ndarray]:
+        """(fingerprints uint64, ids uint64) of every indexed live document, from both tiers."""
+        return self.lsm.live_index(txn, self.state(txn))
+
+    def scan_all(self, txn: lmdb.Transaction, fp: int, k: int) -> dict[int, tuple[int, int]]:
+        """Exhaustive mode: compare with every indexed fingerprint."""
+        fps, ids = self.live_index(txn)
+        dist = np.bitwise_count(fps ^ np.uint64(fp))
+        sel = np.flatnonzero(dist <= k)
+        return {int(ids[i]): (int(dist[i]), int(fps[i])) for i in sel}
+
+    def matches(self, txn: lmdb.Transaction, found: dict[int, tuple[int, int]], state: State | None = None) -> list[Match]:
+        ids = list(found)
+        keys = self.keys_of(txn, ids, state)
+        return sort_matches([Match(key, found[i][0], found[i][1], i) for key, i in zip(keys, ids)])
+
+    def meta_int(self, txn: lmdb.Transaction, name: bytes) -> int:
+        raw = txn.get(name, db=self.meta)
+        if raw is None:
+            raise CorruptionError(f"the store's meta table lacks {name.decode()}")
+        return read_u64(raw, name.decode())
+
+    def remove(self, txn: lmdb.Transaction, doc_id: int) -> tuple[bytes, int, bytes | None, int, int] | None:
+        """Delete live document ``doc_id``: its record and incremental entries, or a tombstone
+        where its fingerprint lives in a run (runs are immutable until compaction)."""
+        raw = txn.get(U64.pack(doc_id), db=self.docs)
+        if raw is None:
+            rec = self.record(txn, doc_id)  # a bulk-loaded document
+            if rec is not None:
+                txn.put(U64.pack(doc_id), b"", db=self.dead)
+            return rec
+        rec = unpack_record(raw)
+        typed, fp, content_hash, _canonical, flags = rec
+        txn.delete(U64.pack(doc_id), db=self.docs)
+        txn.delete(lookup_key(typed), db=self.keys)
+        if content_hash is not None:
+            txn.delete(content_hash + U64.pack(doc_id), db=self.content)
+        if not flags & FLAG_SHORT and not self.incremental.delete(txn, fp, doc_id):
+            txn.put(U64.pack(doc_id), b"", db=self.dead)  # compacted into a run
+        return rec
+
+    def canonical_of(self, txn: lmdb.Transaction, doc_id: int) -> int:
+        """The live canonical of a stored document: its recorded canonical, or itself.
+
+        A canonical document may have been deleted since it was recorded; its variants then fall
+        back to themselves (this is not damage, so it raises nothing).
+        """
+        rec = self.record(txn, doc_id)
+        if rec is None:
+            raise CorruptionError(f"document {doc_id} is indexed but has no record")
+        canonical = rec[3]
+        if canonical and canonical != doc_id and self.record(txn, canonical) is not None:
+            return canonical
+        return doc_id
+
+    def canonical_id(self, txn: lmdb.Transaction, exact_ids: list[int], near: dict[int, tuple[int, int]]) -> int:
+        """The canonical of a new document: its exact duplicate's, else its nearest neighbour's, else 0 (itself)."""
+        if exact_ids:
+            return self.canonical_of(txn, exact_ids[0])
+        if near:
+            return self.canonical_of(txn, min(near, key=lambda i: (near[i][0], i)))
+        return 0
+
+    def verdict_from(
+        self,
+        txn: lmdb.Transaction,
+        doc_id: int | None,
+        typed: bytes,
+        fp: int,
+        short: bool,
+        exact_ids: list[int],
+        near: dict[int, tuple[int, int]],
+    ) -> AddResult:
+        if short:  # the exact tier only: equal content hashes mean equal fingerprints
+            near = {i: (0, fp) for i in exact_ids}
+        exact = self.key_of(txn, exact_ids[0]) if exact_ids else None
+        canonical_id = self.canonical_id(txn, exact_ids, near)
+        canonical = self.key_of(txn, canonical_id) if canonical_id else None
+        return AddResult(doc_id, untyped_key(typed), fp, short, exact, self.matches(txn, near), canonical)
+
+    def verdict(
+        self, txn: lmdb.Transaction, doc_id: int, typed: bytes, fp: int, content_hash: bytes | None, short: bool, k: int
+    ) -> AddResult:
+        """The verdict for a document re-added unchanged: the same neighbours a new add would see."""
+        exact_ids = [i for i in self.content_ids(txn, content_hash) if i != doc_id] if content_hash else []
+        near = {} if short else self.probe(txn, fp, k, exclude=doc_id)
+        res = self.verdict_from(txn, doc_id, typed, fp, short, exact_ids, near)
+        canonical_id = self.canonical_of(txn, doc_id)
+        canonical = self.key_of(txn, canonical_id) if canonical_id != doc_id else None
+        return AddResult(doc_id, res.key, fp, short, res.exact_duplicate_of, res.near_duplicates, canonical)
+
+    def unchanged(
+        self,
+        txn: lmdb.Transaction,
+        doc_id: int,
+        fp: int,
+        content_hash: bytes | None,
+        flags: int,
+        canonical: bytes | None,
+        typed: bytes,
+        canonical_given: bool,
+    ) -> str | None:
+        """Whether stored document ``doc_id`` equals what a batch gives for it: "keep" (nothing to
+        write), "rewrite" (its record only, for the canonical the batch gives), or None (it changed)."""
+        raw = txn.get(U64.pack(doc_id), db=self.docs)
+        if raw is None:  # a bulk-loaded document: no record to hold a canonical or a content hash
+            rec = self.record(txn, doc_id)
+            no_canonical = canonical is None or canonical == typed
+            return "keep" if rec is not None and rec[1] == fp and content_hash is None and flags == 0 and no_canonical else None
+        _, old_fp, old_hash, _, old_flags = unpack_record(raw)
+        if old_fp != fp or old_hash != content_hash or old_flags != flags:
+            return None
+        return "rewrite" if canonical_given else "keep"
+
+    def resolve_canonicals(
+        self, txn: lmdb.Transaction, canonical_keys: list[bytes | None], batch: dict[bytes, int], ids: np.ndarray
+    ) -> list[int]:
+        """Ids of canonical keys (0 for None): a key of the batch names the id it gets in it, any
+        other a stored document; a key that is neither makes the batch an InputError."""
+        out = [0] * len(canonical_keys)
+        stored: list[int] = []
+        for j, c in enumerate(canonical_keys):
+            if c is None:
+                continue
+            if c in batch:
+                out[j] = int(ids[batch[c]])
+            else:
+                stored.append(j)
+        if stored:
+            found = self.ids_of_many(txn, [canonical_keys[j] for j in stored])  # type: ignore[misc]
+            for j, doc_id in zip(stored, found):
+                if doc_id is None:
+                    raise InputError(
+                        f"canonical key {untyped_key(canonical_keys[j])!r} is neither stored nor a key of the batch"  # type: ignore[arg-type]
+                    )
+                out[j] = doc_id
+        return out
+
+    def keys_of(self, txn: lmdb.Transaction, ids: list[int], state: State | None = None) -> list[str | bytes | int]:
+        """Keys of many ids: incremental records by lookup, bulk ones a key block at a time."""
+        if not ids:
+            return []
+        typed: dict[int, bytes] = {}
+        segments = self.segments(txn, state)
+        in_segment: dict[int, list[int]] = {}
+        any_dead = bool(segments) and txn.stat(self.dead)["entries"] > 0
+        for doc_id in set(ids):
+            if not 0 < doc_id < 1 << 63:
+                raise CorruptionError(f"an index names document id {doc_id}, outside any id this store assigns")
+            # A bulk load numbers its documents in one range of ids, which no record shares.
+            seg_no = next((j for j, seg in enumerate(segments) if seg.holds(doc_id)), -1)
+            if seg_no >= 0:
+                if not (any_dead and self.is_dead(txn, doc_id)):
+                    in_segment.setdefault(seg_no, []).append(doc_id)
+                continue
+            raw = txn.get(U64.pack(doc_id), db=self.docs)
+            if raw is not None:
+                typed[doc_id] = unpack_record(raw)[0]
+        for seg_no, mine in in_segment.items():
+            seg = segments[seg_no]
+            mine.sort()
+            typed.update(zip(mine, seg.keys_at([i - seg.base for i in mine])))
+        try:
+            return [untyped_key(typed[i]) for i in ids]
+        except KeyError as exc:
+            raise CorruptionError(f"an index entry names document {exc.args[0]}, which has no record") from None
+
+    def document(self, txn: lmdb.Transaction, doc_id: int, rec: tuple[Any, ...]) -> Document:
+        typed, fp, content_hash, _canonical, flags = rec
+        live = self.canonical_of(txn, doc_id) if rec[3] else doc_id
+        canonical_key = self.key_of(txn, live) if live != doc_id else None
+        return Document(untyped_key(typed), doc_id, fp, content_hash, canonical_key, bool(flags & FLAG_SHORT))
+
