@@ -10,6 +10,7 @@ in ``meta`` names the live runs and key segments (:class:`fpstore.index.tiers.St
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import lmdb
@@ -25,7 +26,10 @@ from fpstore.store.keys import FLAG_SHORT, MAX_RAW_KEY, lookup_key, unpack_recor
 from fpstore.store.lsm import Lsm
 from fpstore.store.results import AddResult, Document, Match, sort_matches
 
-__all__ = ["Catalog", "read_u64"]
+__all__ = ["ITER_BATCH", "Catalog", "read_u64"]
+
+#: Documents per snapshot when iterating over a store (no transaction spans a yield).
+ITER_BATCH = 1000
 
 
 def read_u64(raw: bytes, what: str) -> int:
@@ -353,3 +357,81 @@ class Catalog:
         canonical_key = self.key_of(txn, live) if live != doc_id else None
         return Document(untyped_key(typed), doc_id, fp, content_hash, canonical_key, bool(flags & FLAG_SHORT))
 
+    def batch(self, txn: lmdb.Transaction, after: int, documents: bool) -> tuple[list[Any], int]:
+        """The next live documents after id ``after``, in id order, at most :data:`ITER_BATCH`:
+        ``(id, record)`` pairs (the record's first field is the typed key), or, when
+        ``documents``, :class:`Document` objects; and the id up to which every live document is in
+        the batch (``2**64`` when it reaches the end)."""
+        batch: list[tuple[int, tuple[Any, ...]]] = []
+        covered = 1 << 64  # every live id in (after, covered] is in this batch
+        cur = txn.cursor(db=self.docs)
+        if cur.set_range(U64.pack(after + 1)):
+            for raw_id, raw in cur:
+                batch.append((read_u64(raw_id, "document id"), unpack_record(raw)))
+                if len(batch) >= ITER_BATCH:
+                    covered = batch[-1][0]
+                    break
+        dead = set(self.lsm.dead_ids(txn).tolist())
+        for seg in self.segments(txn):
+            lo = max(after + 1, seg.base)
+            seg_end = seg.base + seg.count
+            hi = min(seg_end, lo + ITER_BATCH)
+            if hi < seg_end:
+                covered = min(covered, hi - 1)
+            alive = [i for i in range(lo, hi) if i not in dead]
+            ordinals = [i - seg.base for i in alive]
+            keys = seg.keys_at(ordinals)
+            if documents and alive:
+                fps = seg.fps_at(np.array(ordinals, np.int64)).tolist()
+                batch.extend((i, (t, f, None, 0, 0)) for i, t, f in zip(alive, keys, fps))
+            else:
+                batch.extend((i, (t,)) for i, t in zip(alive, keys))
+        batch = [b for b in sorted(batch, key=lambda b: b[0]) if b[0] <= covered][:ITER_BATCH]
+        if len(batch) == ITER_BATCH:
+            covered = batch[-1][0]
+        return ([self.document(txn, doc_id, rec) for doc_id, rec in batch] if documents else batch), covered
+
+    def probe_many(self, txn: lmdb.Transaction, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every live (query index int64, id int64, distance uint8) within ``k`` of ``fps``,
+        sorted by query index, then distance, then id (see :meth:`Store.query_many`)."""
+        rq, rid, rd, _ = search.batch_probe_runs(self.runs(txn), self.design, fps, k)
+        dead = self.lsm.dead_ids(txn)
+        if len(dead) and len(rid):
+            keep = ~np.isin(rid.astype(np.uint64), dead)
+            rq, rid, rd = rq[keep], rid[keep], rd[keep]
+        iq, iid, idist = self.incremental.probe_batch(txn, fps, k)
+        if len(iq):
+            # The incremental tables report a document once per table that reaches it.
+            first = search.unique_rows(iq, iid)
+            iq, iid, idist = iq[first], iid[first], idist[first]
+        # Runs report each (query, document) once, and no document is in two tiers.
+        q = np.concatenate([rq, iq])
+        ids = np.concatenate([rid, iid])
+        dist = np.concatenate([rd, idist])
+        # Order by (query, distance, id): two stable radix passes instead of a lexsort.
+        by_id = search.argsort_u64(ids.astype(np.uint64))
+        key = (q[by_id].astype(np.uint64) << np.uint64(8)) | dist[by_id].astype(np.uint64)
+        order = by_id[search.argsort_u64(key)]
+        return q[order], ids[order], dist[order]
+
+    def get(self, txn: lmdb.Transaction, typed: bytes, key: object) -> Document | None:
+        """The live :class:`Document` of typed key ``typed`` (the user's ``key``), or None."""
+        doc_id = self.id_of(txn, typed)
+        if doc_id is None:
+            return None
+        rec = self.record(txn, doc_id)
+        if rec is None:
+            raise CorruptionError(f"key {key!r} names document {doc_id}, which has no record")
+        typed_stored, fp, content_hash, canonical, flags = rec
+        live = self.canonical_of(txn, doc_id)
+        canonical_key = self.key_of(txn, live) if live != doc_id else None
+        return Document(untyped_key(typed_stored), doc_id, fp, content_hash, canonical_key, bool(flags & FLAG_SHORT))
+
+    def warm(self, txn: lmdb.Transaction) -> int:
+        """Read every byte of the index (runs, key segments, incremental tables); returns how many."""
+        total = 0
+        for db in [self.blobs, *self.tables]:
+            for key, value in txn.cursor(db=db):
+                total += len(key) + len(value)
+                zlib.adler32(value)  # reads every byte, so every page is faulted in
+        return total

@@ -19,8 +19,8 @@ from fpstore.limits import MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_NAME_BYTES, READ
 
 __all__ = [
     "BASE_DBS", "CHECKPOINT_PREFIX", "FORMAT_VERSION", "H_COUNT", "H_HEADER", "H_IDF", "H_NEXT_ID", "KNOWN_FEATURES",
-    "MAGIC", "U64", "checkpoint_key", "decode_checkpoint", "decode_header", "encode_checkpoint", "new_header",
-    "stored_design_and_pipeline", "table_name",
+    "MAGIC", "U64", "checkpoint_key", "decode_checkpoint", "decode_header", "encode_checkpoint", "fill_meta",
+    "new_header", "read_checkpoints", "stored_design_and_pipeline", "table_name",
 ]
 
 MAGIC = "fpstore"
@@ -60,6 +60,16 @@ def new_header(design: Design, pipeline: Pipeline) -> dict[str, Any]:
             "time": int(time.time()),
         },
     }
+
+
+def fill_meta(txn: lmdb.Transaction, meta: Any, header: dict[str, Any], idf: IdfTable | None) -> None:
+    """A new store's ``meta`` table: its header, idf table (when the pipeline has one), and
+    counters (the next id is 1, no documents)."""
+    txn.put(H_HEADER, msgpack.packb(header, use_bin_type=True), db=meta)
+    if idf is not None:
+        txn.put(H_IDF, idf.to_bytes(), db=meta)
+    txn.put(H_NEXT_ID, U64.pack(1), db=meta)
+    txn.put(H_COUNT, U64.pack(0), db=meta)
 
 
 def decode_header(raw: bytes, path: str) -> dict[str, Any]:
@@ -156,3 +166,20 @@ def decode_checkpoint(raw: bytes, name: str) -> Any:
         return msgpack.unpackb(raw, raw=False, max_bin_len=READ_MAX_CHECKPOINT_BYTES, max_str_len=READ_MAX_CHECKPOINT_BYTES)
     except Exception as exc:
         raise CorruptionError(f"checkpoint {name!r} does not decode: {exc}") from None
+
+
+def read_checkpoints(txn: lmdb.Transaction, meta: Any) -> dict[str, Any]:
+    """Every checkpoint in ``meta``: name → position."""
+    out: dict[str, Any] = {}
+    cur = txn.cursor(db=meta)
+    if cur.set_range(CHECKPOINT_PREFIX):
+        for key, raw in cur:
+            key = bytes(key)
+            if not key.startswith(CHECKPOINT_PREFIX):
+                break
+            try:
+                name = key[len(CHECKPOINT_PREFIX):].decode("utf-8")
+            except UnicodeDecodeError:
+                raise CorruptionError(f"a checkpoint name is not UTF-8: {key!r}") from None
+            out[name] = decode_checkpoint(bytes(raw), name)
+    return out

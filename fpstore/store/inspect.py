@@ -4,7 +4,7 @@ own figures. :class:`~fpstore.store.store.Store` exposes them as ``verify()``, `
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Callable, Iterable
 
 import lmdb
 import numpy as np
@@ -12,13 +12,13 @@ import numpy as np
 from fpstore.errors import FpstoreError
 from fpstore.index.design import Design
 from fpstore.index.tiers import Run
+from fpstore.store.catalog import Catalog
+from fpstore.store.header import H_COUNT, H_NEXT_ID
 from fpstore.store.incremental import scan_table
+from fpstore.store.results import Document
 from fpstore.store.storage import Storage
 
-if TYPE_CHECKING:
-    from fpstore.store.results import Document
-
-__all__ = ["MAX_PROBLEMS", "Problems", "check_documents", "check_shallow", "check_tables", "lmdb_figures", "table_stats"]
+__all__ = ["MAX_PROBLEMS", "Problems", "check_documents", "check_shallow", "check_tables", "lmdb_figures", "table_stats", "verify"]
 
 #: A check stops recording problems after this many (a badly damaged store would list millions).
 MAX_PROBLEMS = 100
@@ -93,7 +93,7 @@ def check_tables(
 
 
 def check_documents(
-    docs: Iterable[tuple[object, "Document | None"]], count: int, next_id: int, index: dict[int, int], problems: Problems
+    docs: Iterable[tuple[object, Document | None]], count: int, next_id: int, index: dict[int, int], problems: Problems
 ) -> None:
     """Check every live document (``(key, document read back by key)`` pairs, from the public
     API) against table 0's entries ``index`` and the store's counters."""
@@ -138,6 +138,22 @@ def check_shallow(
                 run.table(t).check_backed()
         except FpstoreError as exc:
             problems.add(f"run {r} does not decode: {exc}")
+
+
+def verify(storage: Storage, cat: Catalog, documents: Callable[[], Iterable[tuple[object, Document | None]]], *, deep: bool) -> list[str]:
+    """:meth:`Store.verify`: ``documents()`` gives every live ``(key, document read back by key)``."""
+    problems = Problems()
+    with storage.read() as txn:
+        count = cat.meta_int(txn, H_COUNT)
+        next_id = cat.meta_int(txn, H_NEXT_ID)
+        if not deep:
+            check_shallow(txn, cat.tables, cat.runs(txn), count, next_id, problems)
+            return list(problems)
+        dead = set(int(i) for i in cat.lsm.dead_ids(txn).tolist())
+        index = check_tables(txn, cat.design, cat.tables, cat.runs(txn), dead, problems)
+    if index is not None:
+        check_documents(documents(), count, next_id, index, problems)
+    return list(problems)
 
 
 # -- statistics ----------------------------------------------------------------------------------

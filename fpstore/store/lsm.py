@@ -10,7 +10,7 @@ The caller stores the state a job returns, once per transaction (see :meth:`Lsm.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator
 
 import lmdb
 import numpy as np
@@ -23,7 +23,7 @@ from fpstore.parallel import executor, threads as thread_count
 from fpstore.store.incremental import IncrementalTables
 from fpstore.store.keys import typed_key
 
-__all__ = ["FLUSH_ENTRIES", "MERGE_FANOUT", "MERGE_MAX_ENTRIES", "Load", "Lsm", "encode_tables", "merge_group", "prepare_load", "take"]
+__all__ = ["FLUSH_ENTRIES", "MERGE_FANOUT", "MERGE_MAX_ENTRIES", "Load", "Lsm", "encode_tables", "merge_group", "prepare_load", "runs_of", "take"]
 
 #: Documents in the incremental (B-tree) tables at which a write moves them into a run.
 FLUSH_ENTRIES = 4096
@@ -77,6 +77,32 @@ def take(keys: list[object], fps: list[np.ndarray], n: int) -> tuple[object, np.
     else:
         merged = [k for part in out_k for k in part]  # type: ignore[union-attr]
     return merged, np.concatenate(out_f), keys, fps
+
+
+def runs_of(
+    chunks: Iterable[object], max_run: int, values: Callable[[Any, Any], np.ndarray]
+) -> Iterator[tuple[object, np.ndarray]]:
+    """A bulk load's ``(keys, fingerprints)`` chunks regrouped into runs of ``max_run`` documents
+    (the last one shorter), through bounded memory. ``values(keys, fingerprints)`` checks a chunk
+    and returns its fingerprints (uint64)."""
+    pending_keys: list[object] = []
+    pending_fps: list[np.ndarray] = []
+    pending = 0
+    for chunk in chunks:
+        if not isinstance(chunk, tuple) or len(chunk) != 2:
+            raise InputError("each bulk_load chunk must be a (keys, fingerprints) pair")
+        ck, cf = chunk
+        fps = values(ck, cf)
+        pending_keys.append(ck)
+        pending_fps.append(fps)
+        pending += len(fps)
+        while pending >= max_run:
+            keys_run, fps_run, pending_keys, pending_fps = take(pending_keys, pending_fps, max_run)
+            pending -= len(fps_run)
+            yield keys_run, fps_run
+    if pending:
+        keys_run, fps_run, _, _ = take(pending_keys, pending_fps, pending)
+        yield keys_run, fps_run
 
 
 @dataclass

@@ -22,7 +22,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import re
 import stat
 import threading
 import time
@@ -32,6 +31,24 @@ from typing import Any, Callable, TypeVar
 
 import lmdb
 
+from fpstore.store.files import (
+    COMPACT_MARKER,
+    COMPACT_PREFIX,
+    DATA_FILE,
+    MAX_DBS,
+    NETWORK_FS,
+    OPEN_LOCK,
+    STORE_FILES,
+    WRITER_LOCK,
+    filesystem_type,
+    is_stale_compaction,
+    looks_full,
+    read_only_mount,
+    refuse_foreign_files,
+    store_file_exists,
+    structure_problems,
+    verify_file,
+)
 from fpstore.errors import (
     ClosedError,
     CorruptionError,
@@ -47,24 +64,9 @@ __all__ = ["Storage", "structure_problems"]
 
 T = TypeVar("T")
 
-MAX_DBS = 256  # not persisted by LMDB: every process must pass the same value, so it is a constant
 INITIAL_MAP_SIZE = 64 << 20
 MAX_GROWTH_STEP = 8 << 30
 READER_CHECK_INTERVAL = 30.0  # seconds between periodic reader_check() calls
-DATA_FILE = "data.mdb"
-WRITER_LOCK = "writer.lock"
-#: Every process with the store open holds a shared flock on this file; replacing data.mdb (file
-#: compaction) needs it exclusively, because a process still mapping the old file would go on
-#: reading a frozen snapshot without knowing.
-OPEN_LOCK = "open.lock"
-COMPACT_PREFIX = "compact-"
-#: A file compaction makes its copy in ``compact-<pid>-<16 hex digits>`` and puts this marker in
-#: it first: the only proof the store accepts that such a directory is its own to remove.
-COMPACT_MARKER = ".fpstore-compaction"
-_COMPACT_NAME = re.compile(r"compact-[0-9]+-[0-9a-f]{16}")
-#: What a store directory holds: anything else means the directory is someone else's.
-_STORE_FILES = frozenset({DATA_FILE, "lock.mdb", WRITER_LOCK, OPEN_LOCK})
-_NETWORK_FS = {"nfs", "nfs4", "cifs", "smb", "smb2", "smbfs", "ncpfs", "afs", "9p", "fuse.sshfs", "ceph", "glusterfs", "lustre"}
 
 _open_paths: set[str] = set()
 _open_paths_lock = threading.Lock()
@@ -89,24 +91,6 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _filesystem_type(path: str) -> str | None:
-    """The type of the filesystem holding ``path`` from /proc/mounts (None where unknown)."""
-    try:
-        with open("/proc/mounts", encoding="utf-8", errors="replace") as f:
-            mounts = [line.split() for line in f]
-    except OSError:
-        return None
-    real = os.path.realpath(path)
-    best, best_type = "", None
-    for fields in mounts:
-        if len(fields) < 3:
-            continue
-        mount_point = fields[1].replace("\\040", " ")
-        if (real == mount_point or real.startswith(mount_point.rstrip("/") + "/")) and len(mount_point) > len(best):
-            best, best_type = mount_point, fields[2]
-    return best_type
-
-
 def _fsync_path(path: str) -> None:
     """fsync a file or a directory (a rename is durable only once its directory is synced)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -114,13 +98,6 @@ def _fsync_path(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _read_only_mount(path: str) -> bool:
-    try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
 
 
 def _open_error(exc: OSError, path: str) -> FpstoreError:
@@ -131,162 +108,6 @@ def _open_error(exc: OSError, path: str) -> FpstoreError:
             "by this user; open it with readonly=True to read it"
         )
     return StorageError(f"cannot open {path}: {exc.strerror or exc}")
-
-
-def _store_file_exists(directory: str, name: str) -> bool:
-    """Whether store file ``name`` exists in ``directory``; anything there that is not a regular
-    file (a FIFO would hang LMDB's open, a device or directory makes no sense) is refused."""
-    full = os.path.join(directory, name)
-    try:
-        mode = os.stat(full).st_mode
-    except FileNotFoundError:
-        return False
-    except NotADirectoryError:
-        return False  # ``directory`` is a file: the caller says so
-    except OSError as exc:
-        raise StorageError(f"cannot read {full}: {exc.strerror}") from None
-    if not stat.S_ISREG(mode):
-        raise NotAStoreError(f"{full} is not a regular file, so {directory} is not an fpstore store")
-    return True
-
-
-def _refuse_foreign_files(directory: str) -> None:
-    """A store is only ever created in a new or empty directory (or over what a killed create of
-    ours left): a directory holding anything else belongs to someone else."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return
-    foreign = sorted(set(names) - _STORE_FILES)
-    if foreign:
-        shown = ", ".join(repr(n) for n in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise NotAStoreError(
-            f"{directory} is not empty ({shown}) and holds no fpstore store; "
-            "a store is created only in a new or empty directory: choose another path"
-        )
-
-
-def _is_stale_compaction(full: str) -> bool:
-    """True when ``full`` is a compaction copy this store made (its name and marker say so) and
-    holds nothing the store did not put there. An empty directory of that exact name is one whose
-    compaction died between making it and writing the marker; removing it loses nothing."""
-    if not _COMPACT_NAME.fullmatch(os.path.basename(full)) or os.path.islink(full) or not os.path.isdir(full):
-        return False
-    try:
-        names = set(os.listdir(full))
-    except OSError:
-        return False
-    if not names <= {COMPACT_MARKER, DATA_FILE, "lock.mdb"}:
-        return False
-    if names and COMPACT_MARKER not in names:
-        return False
-    return all(os.path.isfile(os.path.join(full, n)) and not os.path.islink(os.path.join(full, n)) for n in names)
-
-
-def _verify_file(path: str) -> None:
-    """Verify-then-trust: walk data.mdb with py-lmdb's pure-Python structural verifier before
-    LMDB maps it. LMDB trusts its pages (a zeroed or forged page can abort the process inside the
-    engine), so a file from elsewhere is checked first; ~115 MB/s, hence opt-in."""
-    from lmdb import verify as lmdb_verify
-
-    try:
-        problems = lmdb_verify.verify(path)
-    except lmdb_verify.VerifyError as exc:
-        raise CorruptionError(f"{path}: the store file cannot be verified: {exc}") from None
-    except OSError as exc:
-        raise StorageError(f"{path}: cannot read the store file to verify it: {exc}") from None
-    if problems:
-        shown = "; ".join(problems[:3])
-        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-        raise CorruptionError(f"{path}: the store file failed LMDB's structural check: {shown}{more}")
-
-
-def _verify_file_once(data_path: str) -> list[str]:
-    from lmdb import verify as lmdb_verify
-
-    try:
-        return list(lmdb_verify.verify(data_path, subdir=False))
-    except lmdb_verify.VerifyError as exc:
-        return [f"the file cannot be verified: {exc}"]
-    except OSError as exc:
-        raise StorageError(f"{data_path}: cannot read the store file to check it: {exc.strerror or exc}") from None
-
-
-def _verify_file_pinned(path: str, data_path: str) -> list[str] | None:
-    """:func:`_verify_file_once` while holding a read transaction; None when LMDB does not even
-    open the environment (its meta pages are bad: the unpinned findings stand).
-
-    A read transaction keeps every page reachable from the newest commit in place (LMDB reuses
-    only pages freed before the oldest reader's snapshot), so a writer committing meanwhile cannot
-    make the walk see pages it is rewriting. Opening the environment and beginning a read touch
-    only the meta pages, never a B-tree.
-    """
-    lock_fd = None
-    try:
-        try:
-            lock_fd = os.open(os.path.join(path, OPEN_LOCK), os.O_RDONLY | os.O_CLOEXEC)
-            # Shared, as every opener holds it: a file compaction cannot swap data.mdb meanwhile.
-            fcntl.flock(lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except FileNotFoundError:
-            pass
-        except BlockingIOError:
-            raise StorageError(f"{path} is being rewritten by a file compaction; run the command again in a moment") from None
-        try:
-            env = lmdb.open(path, subdir=True, lib_version=0, readonly=True, max_dbs=MAX_DBS, map_size=0,
-                            lock=True, readahead=False)
-        except lmdb.Error:
-            return None
-        try:
-            txn = env.begin()
-            try:
-                return _verify_file_once(data_path)
-            finally:
-                txn.abort()
-        except lmdb.Error:
-            return None
-        finally:
-            env.close()
-    finally:
-        if lock_fd is not None:
-            os.close(lock_fd)
-
-
-def structure_problems(path: str) -> list[str] | None:
-    """LMDB's structural problems of the store file in directory ``path`` ([] when it is sound),
-    or None when ``path`` holds no store file (opening it says what it is instead).
-
-    py-lmdb's pure-Python verifier (``lmdb.verify``) reads the file as bytes and never hands it to
-    LMDB, which trusts its pages: a zeroed or forged B-tree page aborts the process inside the
-    engine (SIGABRT in ``mdb_cursor_next``). Tools that run on damaged stores therefore check
-    first and walk the B-trees only when the check passes (RELIABILITY.md rule 9). The check costs a
-    full read of the file (~115 MB/s). A writer committing during the check can make pages look
-    wrong, so findings are confirmed by a second check that holds a read transaction.
-    """
-    data_path = os.path.join(path, DATA_FILE)
-    if not os.path.isfile(data_path):
-        return None
-    problems = _verify_file_once(data_path)
-    if problems and not problems[0].startswith("the file cannot be verified"):
-        pinned = _verify_file_pinned(path, data_path)
-        if pinned is not None:
-            problems = pinned
-    return problems
-
-
-def _looks_full(path: str) -> bool:
-    """True when the store's disk is (nearly) full or its data file reached RLIMIT_FSIZE."""
-    import resource
-
-    try:
-        st = os.statvfs(path)
-        if st.f_bavail * st.f_frsize < (4 << 20):
-            return True
-        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-        if soft != resource.RLIM_INFINITY and os.path.getsize(os.path.join(path, DATA_FILE)) + (64 << 20) >= soft:
-            return True
-    except OSError:
-        return False
-    return False
 
 
 def translate(exc: BaseException, action: str, path: str | None = None) -> FpstoreError:
@@ -307,7 +128,7 @@ def translate(exc: BaseException, action: str, path: str | None = None) -> Fpsto
     text = str(exc)
     if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or "No space left" in text or "File too large" in text:
         return StoreFullError(f"{action}: the disk is full ({exc}); the batch was not applied")
-    if path is not None and (code == errno.EIO or "Input/output error" in text) and _looks_full(path):
+    if path is not None and (code == errno.EIO or "Input/output error" in text) and looks_full(path):
         # LMDB reports a short write as EIO; at a full disk or the process's file size limit
         # that short write is the limit, not a broken device.
         return StoreFullError(f"{action}: the disk or the file size limit is full ({exc}); the batch was not applied")
@@ -346,28 +167,28 @@ class Storage:
         #: Directories and files this open created, removed by :meth:`discard` when creating fails.
         self._made_dirs: list[str] = []
         self._found: set[str] | None = None
-        exists = _store_file_exists(self.path, DATA_FILE)
+        exists = store_file_exists(self.path, DATA_FILE)
         if not exists:
             if os.path.exists(self.path) and not os.path.isdir(self.path):
                 raise NotAStoreError(f"{self.path} is not a directory, so it is not an fpstore store")
             if readonly or not create:
                 raise NotAStoreError(f"{self.path} holds no fpstore store (no {DATA_FILE}); pass create=True to make one")
-            _refuse_foreign_files(self.path)
-        for name in _STORE_FILES - {DATA_FILE}:
-            _store_file_exists(self.path, name)  # refuses a FIFO or device before anything opens it
-        ours = _store_file_exists(self.path, WRITER_LOCK)  # a writer of ours has been here
+            refuse_foreign_files(self.path)
+        for name in STORE_FILES - {DATA_FILE}:
+            store_file_exists(self.path, name)  # refuses a FIFO or device before anything opens it
+        ours = store_file_exists(self.path, WRITER_LOCK)  # a writer of ours has been here
         if exists and os.path.getsize(os.path.join(self.path, DATA_FILE)) == 0 and (readonly or not ours):
             # LMDB would write a new environment into it: not a file of ours to rewrite.
             raise NotAStoreError(f"{self.path}: {DATA_FILE} is empty, and not left by a store of ours being created")
         if os.path.isdir(self.path) and not allow_network_fs:
-            fs = _filesystem_type(self.path)
-            if fs in _NETWORK_FS:
+            fs = filesystem_type(self.path)
+            if fs in NETWORK_FS:
                 raise StorageError(
                     f"{self.path} is on a network filesystem ({fs}), where LMDB's locking is unsafe; "
                     "move the store to a local disk, or pass allow_network_fs=True if you know better"
                 )
         if verify and exists:
-            _verify_file(self.path)
+            verify_file(self.path)
         real = os.path.realpath(self.path)
         with _open_paths_lock:
             if real in _open_paths:
@@ -397,7 +218,7 @@ class Storage:
                     # An environment without a single sub-database, in a directory where a writer
                     # of ours has been: a create killed before its one commit. Nothing is in it to
                     # lose, so this open creates the store over it.
-                    _refuse_foreign_files(self.path)
+                    refuse_foreign_files(self.path)
                     self.is_new = True
                 else:
                     self.open_dbs(names)
@@ -461,8 +282,8 @@ class Storage:
         """True when this read-only open cannot register in LMDB's lock file (read-only media)."""
         lock = os.path.join(self.path, "lock.mdb")
         if os.path.exists(lock):
-            return not os.access(lock, os.W_OK) or _read_only_mount(self.path)
-        return not os.access(self.path, os.W_OK) or _read_only_mount(self.path)
+            return not os.access(lock, os.W_OK) or read_only_mount(self.path)
+        return not os.access(self.path, os.W_OK) or read_only_mount(self.path)
 
     def _go_lockless(self) -> None:
         """Read without LMDB's lock file, safely: LMDB then keeps no record of this reader, so a
@@ -516,7 +337,7 @@ class Storage:
         such a copy are touched, file by file: nothing else is ever deleted."""
         for name in os.listdir(self.path):
             full = os.path.join(self.path, name)
-            if not name.startswith(COMPACT_PREFIX) or not _is_stale_compaction(full):
+            if not name.startswith(COMPACT_PREFIX) or not is_stale_compaction(full):
                 continue
             with contextlib.suppress(OSError):
                 for inner in (DATA_FILE, "lock.mdb", COMPACT_MARKER):  # the marker last
@@ -690,7 +511,7 @@ class Storage:
         self._env = None
         if found is not None and os.getpid() == self._pid:
             # Unlinked while the writer lock is still held: no other opener can be inside.
-            for name in sorted(_STORE_FILES - found):
+            for name in sorted(STORE_FILES - found):
                 with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                     os.remove(os.path.join(self.path, name))
         self.close()

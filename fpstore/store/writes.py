@@ -1,0 +1,226 @@
+"""The store's write paths: :meth:`Store.add` and :meth:`Store.add_many` inside the caller's write
+transaction, the flush that follows a write, a bulk load's run and compaction (the jobs of
+:mod:`fpstore.store.lsm`, each in its own write transaction)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import lmdb
+import numpy as np
+
+from fpstore.fingerprint.pipeline import Fingerprints
+from fpstore.store.catalog import Catalog
+from fpstore.store.header import H_COUNT, H_NEXT_ID, U64
+from fpstore.index import tiers
+from fpstore.store.keys import FLAG_SHORT, FLAG_TEXT, lookup_key, pack_record
+from fpstore.store.lsm import prepare_load
+from fpstore.store.results import AddResult
+from fpstore.store.storage import Storage
+
+__all__ = ["Batch", "add_batch", "add_one", "compact", "delete_one", "flush", "load_run"]
+
+
+def flush(cat: Catalog, txn: lmdb.Transaction, flush_entries: int) -> None:
+    """After a write: flush the incremental tables into a run once they hold ``flush_entries``
+    documents (0: never; see :meth:`fpstore.store.lsm.Lsm.flush`)."""
+    if flush_entries and cat.incremental.entries(txn) >= flush_entries:
+        cat.lsm.flush(txn, cat.state(txn), flush_entries)
+
+
+def add_one(
+    cat: Catalog,
+    txn: lmdb.Transaction,
+    typed: bytes,
+    fp: int,
+    content_hash: bytes | None,
+    short: bool,
+    flags: int,
+    k: int,
+    on_duplicate: str,
+    flush_entries: int,
+) -> AddResult:
+    """Add one document (typed key, fingerprint, content hash, flags) and its verdict within ``k``."""
+    old_id = cat.id_of(txn, typed)
+    if old_id is not None:
+        old = cat.record(txn, old_id)
+        if old is not None and old[1] == fp and old[2] == content_hash and old[4] == flags:
+            return cat.verdict(txn, old_id, typed, fp, content_hash, short, k)
+    exact_ids = [i for i in cat.content_ids(txn, content_hash) if i != old_id] if content_hash else []
+    near = {} if short else cat.probe(txn, fp, k, exclude=old_id or 0)
+    result = cat.verdict_from(txn, None, typed, fp, short, exact_ids, near)
+    if on_duplicate == "skip" and result.duplicate_of is not None:
+        return result
+    # A replaced document gets a new id: its old fingerprint may sit in an immutable run,
+    # where only a tombstone on the old id can remove it.
+    doc_id = cat.meta_int(txn, H_NEXT_ID)
+    txn.put(H_NEXT_ID, U64.pack(doc_id + 1), db=cat.meta)
+    if old_id is not None:
+        cat.remove(txn, old_id)
+    else:
+        txn.put(H_COUNT, U64.pack(cat.meta_int(txn, H_COUNT) + 1), db=cat.meta)
+    canonical_id = cat.canonical_id(txn, exact_ids, near)
+    if canonical_id == doc_id:
+        canonical_id = 0
+    txn.put(U64.pack(doc_id), pack_record(typed, fp, content_hash, canonical_id, flags), db=cat.docs)
+    txn.put(lookup_key(typed), U64.pack(doc_id), db=cat.keys)
+    if content_hash is not None:
+        txn.put(content_hash + U64.pack(doc_id), b"", db=cat.content)
+    if not short:
+        cat.incremental.put(txn, fp, doc_id)
+    canonical = cat.key_of(txn, canonical_id) if canonical_id else None
+    if not short:
+        flush(cat, txn, flush_entries)
+    return AddResult(doc_id, result.key, fp, short, result.exact_duplicate_of, result.near_duplicates, canonical)
+
+def delete_one(cat: Catalog, txn: lmdb.Transaction, typed: bytes) -> bool:
+    """Delete the live document of a typed key; returns whether there was one."""
+    doc_id = cat.id_of(txn, typed)
+    if doc_id is None:
+        return False
+    cat.remove(txn, doc_id)
+    txn.put(H_COUNT, U64.pack(cat.meta_int(txn, H_COUNT) - 1), db=cat.meta)
+    return True
+
+
+@dataclass
+class Batch:
+    """An :meth:`Store.add_many` batch, checked before its transaction: typed keys, their
+    fingerprints, typed canonical keys (None: its own) and the checkpoint's key and value.
+    The last occurrence of a key wins; earlier ones are dropped before any write."""
+
+    typed_keys: list[bytes]
+    sigs: Fingerprints
+    canon_typed: list[bytes | None]
+    canonicals_given: bool
+    ckpt: tuple[bytes, bytes] | None
+    last: dict[bytes, int] = field(init=False)
+    keep: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.last = {}
+        for i, t in enumerate(self.typed_keys):
+            self.last[t] = i
+        self.keep = np.fromiter(sorted(self.last.values()), dtype=np.int64, count=len(self.last))
+
+
+def add_batch(cat: Catalog, txn: lmdb.Transaction, batch: Batch, flush_entries: int) -> np.ndarray:
+    """Write ``batch``; returns the documents' ids (int64), one per key given."""
+    typed_keys, sigs, canon_typed, last, keep, ckpt = batch.typed_keys, batch.sigs, batch.canon_typed, batch.last, batch.keep, batch.ckpt
+    n = len(typed_keys)
+    fps = sigs.values
+    short = sigs.short if sigs.short is not None else np.zeros(n, dtype=bool)
+    # Content hashes come with texts, and with Fingerprints that carry them (an import).
+    has_hash = sigs.content_hashes is not None
+    ids = np.zeros(n, dtype=np.int64)
+    next_id = cat.meta_int(txn, H_NEXT_ID)
+    count = cat.meta_int(txn, H_COUNT)
+    kept = keep.tolist()
+    old_ids = cat.ids_of_many(txn, [typed_keys[i] for i in kept])
+    fresh: list[int] = []  # batch positions that get a new id (new keys, changed documents)
+    rewrite: list[int] = []  # unchanged documents whose record is rewritten for its canonical
+    for i, old_id in zip(kept, old_ids):
+        flags = (FLAG_TEXT if has_hash else 0) | (FLAG_SHORT if short[i] else 0)
+        if old_id is not None:
+            same = cat.unchanged(txn, old_id, int(fps[i]), sigs.content_hash(i), flags, canon_typed[i], typed_keys[i], batch.canonicals_given)
+            if same is not None:
+                ids[i] = old_id
+                if same == "rewrite":
+                    rewrite.append(i)
+                continue
+            # A changed document gets a new id: its old fingerprint may sit in an
+            # immutable run, where only a tombstone on the old id can remove it.
+            cat.remove(txn, old_id)
+        else:
+            count += 1
+        ids[i] = next_id
+        next_id += 1
+        fresh.append(i)
+    canonical_ids = cat.resolve_canonicals(txn, [canon_typed[i] for i in fresh + rewrite], last, ids)
+    docs: list[tuple[bytes, bytes]] = []
+    key_items: list[tuple[bytes, bytes]] = []
+    content_items: list[tuple[bytes, bytes]] = []
+    for i, canonical_id in zip(fresh + rewrite, canonical_ids):
+        doc_id = int(ids[i])
+        flags = (FLAG_TEXT if has_hash else 0) | (FLAG_SHORT if short[i] else 0)
+        content_hash = sigs.content_hash(i) if has_hash else None
+        packed_id = U64.pack(doc_id)
+        record = pack_record(typed_keys[i], int(fps[i]), content_hash, 0 if canonical_id == doc_id else canonical_id, flags)
+        docs.append((packed_id, record))
+        if i in rewrite:
+            continue
+        key_items.append((lookup_key(typed_keys[i]), packed_id))
+        if content_hash is not None:
+            content_items.append((content_hash + packed_id, b""))
+    for i in range(n):  # duplicates within the batch share the surviving document's id
+        ids[i] = ids[last[typed_keys[i]]]
+    txn.cursor(db=cat.docs).putmulti(sorted(docs))
+    txn.cursor(db=cat.keys).putmulti(sorted(key_items))
+    if content_items:
+        txn.cursor(db=cat.content).putmulti(sorted(content_items))
+    fresh_arr = np.array(fresh, dtype=np.int64)
+    indexed = fresh_arr[~short[fresh_arr]] if len(fresh_arr) else fresh_arr
+    if len(indexed):
+        cat.incremental.put_many(txn, fps[indexed], ids[indexed].astype(np.uint64))
+    txn.put(H_NEXT_ID, U64.pack(next_id), db=cat.meta)
+    txn.put(H_COUNT, U64.pack(count), db=cat.meta)
+    if ckpt is not None:
+        txn.put(ckpt[0], ckpt[1], db=cat.meta)
+    if len(indexed):
+        flush(cat, txn, flush_entries)
+    return ids
+
+
+def load_run(storage: Storage, cat: Catalog, keys: object, fps: np.ndarray, has_documents: Callable[[], bool]) -> int:
+    """Write one bulk-load run and its key segment in one transaction; returns its documents.
+    ``has_documents()`` says whether the store holds any (else no key can be replaced)."""
+    load = prepare_load(keys, fps)
+    if load is None:
+        return 0
+    m = len(load.fps)
+    with storage.read() as txn:
+        state = cat.state(txn)
+        base = cat.meta_int(txn, H_NEXT_ID)
+    blobs, run_rec, seg_rec = cat.lsm.load_blobs(load, state, base)
+    storage.reserve(tiers.blobs_size(blobs))
+    check_existing = bool(state.segs) or has_documents()
+
+    def work(txn: lmdb.Transaction) -> int:
+        replaced = 0
+        if check_existing:
+            for old in cat.ids_of_many(txn, load.typed_keys(), load.hashes):
+                if old is not None:
+                    cat.remove(txn, old)
+                    replaced += 1
+        cat.lsm.add_load(txn, cat.state(txn), blobs, run_rec, seg_rec)
+        txn.put(H_NEXT_ID, U64.pack(base + m), db=cat.meta)
+        txn.put(H_COUNT, U64.pack(cat.meta_int(txn, H_COUNT) + m - replaced), db=cat.meta)
+        return m
+
+    return storage.write(work, action=f"bulk loading {m} documents")
+
+
+def compact(storage: Storage, cat: Catalog, full: bool) -> dict[str, int]:
+    """:meth:`Store.compact`: the incremental tables (and, when ``full``, every run) into one run."""
+    storage.check_writable()
+    with storage.read() as txn:
+        state = cat.state(txn)
+        incremental = cat.incremental.entries(txn)
+        tombstones = txn.stat(cat.dead)["entries"]
+    merged = state.runs if full else []
+    if incremental or len(merged) > 1 or (merged and tombstones):
+        # Room for the new run up front (about 8 bytes per entry and table, ids included), so
+        # the transaction is not aborted and rerun on a full map after all its work.
+        entries = incremental + sum(r["count"] for r in merged)
+        storage.reserve(entries * 8 * (len(cat.design.tables) + 1))
+
+    def work(txn: lmdb.Transaction) -> dict[str, int]:
+        # Merge what this transaction sees (another writer may have changed it since the read).
+        state = cat.state(txn)
+        new_state, result = cat.lsm.merge(txn, state, state.runs if full else [], incremental=True)
+        if new_state is not state:
+            cat.lsm.save_state(txn, new_state)
+        return result
+
+    return storage.write(work, action="compacting")
