@@ -50,6 +50,7 @@ def extensions():
     ]
     return cythonize(
         exts,
+        include_path=["cext"],  # cext/_common.pxd, cimported by the kernels
         language_level=3,
         compiler_directives={
             "boundscheck": False,

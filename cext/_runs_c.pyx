@@ -8,9 +8,11 @@ because the bytes come from disk and may be anything. The GIL is released in eve
 """
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+
+from _common cimport Triples, fps_popcount64, triples_copy, triples_free, triples_init, triples_push
 
 import numpy as np
 
@@ -50,22 +52,11 @@ cdef extern from *:
         return __builtin_clzll(x);
     #endif
     }
-    static inline int fps_popcount64(uint64_t x) {
-    #if defined(__GNUC__)
-        return __builtin_popcountll(x);
-    #else
-        x = x - ((x >> 1) & 0x5555555555555555ULL);
-        x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
-        x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0FULL;
-        return (int)((x * 0x0101010101010101ULL) >> 56);
-    #endif
-    }
     """
     uint64_t fps_load64(const uint8_t *p) noexcept nogil
     void fps_store64(uint8_t *p, uint64_t v) noexcept nogil
     int fps_ctz64(uint64_t x) noexcept nogil
     int fps_clz64(uint64_t x) noexcept nogil
-    int fps_popcount64(uint64_t x) noexcept nogil
 
 # Error codes: the same numbers as fpstore._runs_py.
 OK = 0
@@ -362,45 +353,10 @@ def decode_blocks(const uint8_t[::1] buf, const int64_t[::1] starts, const int64
 # ------------------------------------------------------------------------------------- batch probe
 
 
-cdef struct Hits:
-    int64_t* qpos
-    uint64_t* key
-    uint8_t* dist
-    Py_ssize_t n
-    Py_ssize_t cap
-
-
-cdef int _hits_push(Hits* h, int64_t qpos, uint64_t key, int dist) noexcept nogil:
-    cdef Py_ssize_t cap
-    cdef void* a
-    cdef void* b
-    cdef void* c
-    if h.n == h.cap:
-        cap = h.cap * 2 if h.cap else 1024
-        a = realloc(h.qpos, cap * sizeof(int64_t))
-        if a == NULL:
-            return C_ERR_NOMEM
-        h.qpos = <int64_t*>a
-        b = realloc(h.key, cap * sizeof(uint64_t))
-        if b == NULL:
-            return C_ERR_NOMEM
-        h.key = <uint64_t*>b
-        c = realloc(h.dist, cap * sizeof(uint8_t))
-        if c == NULL:
-            return C_ERR_NOMEM
-        h.dist = <uint8_t*>c
-        h.cap = cap
-    h.qpos[h.n] = qpos
-    h.key[h.n] = key
-    h.dist[h.n] = <uint8_t>dist
-    h.n += 1
-    return C_OK
-
-
 cdef int _probe(const uint8_t* buf, int64_t buflen, const int64_t* starts, const int64_t* ends,
                 const int64_t* counts, const uint64_t* bounds, const int64_t* estart, Py_ssize_t nb,
                 const uint64_t* queries, Py_ssize_t nq, uint64_t mask_hi, int k, bint positions,
-                uint64_t* block, Hits* hits, Py_ssize_t* failed) noexcept nogil:
+                uint64_t* block, Triples* hits, Py_ssize_t* failed) noexcept nogil:
     # Merge of two sorted streams (Manku section 3.3): groups of queries sharing a prefix, each
     # a key range [lo, hi], against the chunk's keys. b and j (block, key position in the chunk)
     # only move forward, so one block is decoded at a time into ``block`` (its keys are
@@ -436,7 +392,7 @@ cdef int _probe(const uint8_t* buf, int64_t buflen, const int64_t* starts, const
                 for t in range(qi, qe):
                     d = fps_popcount64(s ^ queries[t])
                     if d <= k:
-                        if _hits_push(hits, t, <uint64_t>j if positions else s, d):
+                        if triples_push(hits, t, <uint64_t>j if positions else s, <uint8_t>d):
                             return C_ERR_NOMEM
                 j += 1
             if j < jend:
@@ -466,12 +422,8 @@ def probe_chunk(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t
         if counts[j] > maxn:
             maxn = counts[j]
     cdef uint64_t[::1] block = np.empty(maxn, np.uint64)
-    cdef Hits hits
-    hits.qpos = NULL
-    hits.key = NULL
-    hits.dist = NULL
-    hits.n = 0
-    hits.cap = 0
+    cdef Triples hits
+    triples_init(&hits)
     cdef Py_ssize_t failed = -1
     cdef int err
     cdef const uint8_t* bp = &buf[0] if buf.shape[0] > 0 else NULL
@@ -491,15 +443,11 @@ def probe_chunk(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t
             _copy_hits(&hits, qpos, key, dist)
         return OK, -1, qpos, key, dist
     finally:
-        free(hits.qpos)
-        free(hits.key)
-        free(hits.dist)
+        triples_free(&hits)
 
 
-cdef void _copy_hits(Hits* h, int64_t[::1] qpos, uint64_t[::1] key, uint8_t[::1] dist):
-    memcpy(&qpos[0], h.qpos, h.n * sizeof(int64_t))
-    memcpy(&key[0], h.key, h.n * sizeof(uint64_t))
-    memcpy(&dist[0], h.dist, h.n * sizeof(uint8_t))
+cdef void _copy_hits(Triples* h, int64_t[::1] qpos, uint64_t[::1] key, uint8_t[::1] dist):
+    triples_copy(h, &qpos[0], &key[0], &dist[0])
 
 
 ERR_MISSING = 8

@@ -6,58 +6,13 @@ against its length, because packed columns come from disk.
 """
 
 from libc.stdint cimport int64_t, uint8_t, uint64_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport free, malloc
+
+from _common cimport Triples, fps_popcount64, triples_copy, triples_free, triples_init, triples_push
 
 import numpy as np
 
-cdef extern from *:
-    """
-    #if defined(__GNUC__) || defined(__clang__)
-    #define FP_POPCOUNT(x) __builtin_popcountll(x)
-    #else
-    static inline int FP_POPCOUNT(unsigned long long x) {
-        int c = 0; while (x) { x &= x - 1; c++; } return c;
-    }
-    #endif
-    """
-    int FP_POPCOUNT(unsigned long long x) nogil
-
 MAX_WIDTH = 64
-
-
-cdef struct PairBuf:
-    int64_t* i
-    int64_t* j
-    uint8_t* d
-    Py_ssize_t n
-    Py_ssize_t cap
-
-
-cdef int pairbuf_push(PairBuf* pb, int64_t a, int64_t b, uint8_t d) noexcept nogil:
-    cdef Py_ssize_t cap
-    cdef int64_t* ni
-    cdef int64_t* nj
-    cdef uint8_t* nd
-    if pb.n == pb.cap:
-        cap = pb.cap * 2 if pb.cap else 1024
-        ni = <int64_t*>realloc(pb.i, cap * sizeof(int64_t))
-        if ni == NULL:
-            return -1
-        pb.i = ni
-        nj = <int64_t*>realloc(pb.j, cap * sizeof(int64_t))
-        if nj == NULL:
-            return -1
-        pb.j = nj
-        nd = <uint8_t*>realloc(pb.d, cap * sizeof(uint8_t))
-        if nd == NULL:
-            return -1
-        pb.d = nd
-        pb.cap = cap
-    pb.i[pb.n] = a
-    pb.j[pb.n] = b
-    pb.d[pb.n] = d
-    pb.n += 1
-    return 0
 
 
 def self_join(const uint64_t[::1] keys, int prefix_bits, int k):
@@ -72,12 +27,8 @@ def self_join(const uint64_t[::1] keys, int prefix_bits, int k):
     cdef uint64_t group, va
     cdef int d
     cdef int failed = 0
-    cdef PairBuf pb
-    pb.i = NULL
-    pb.j = NULL
-    pb.d = NULL
-    pb.n = 0
-    pb.cap = 0
+    cdef Triples pb
+    triples_init(&pb)
     with nogil:
         while start < n and not failed:
             group = (keys[start] >> shift) if shift < 64 else 0
@@ -87,9 +38,9 @@ def self_join(const uint64_t[::1] keys, int prefix_bits, int k):
             for a in range(start, end):
                 va = keys[a]
                 for b in range(a + 1, end):
-                    d = FP_POPCOUNT(va ^ keys[b])
+                    d = fps_popcount64(va ^ keys[b])
                     if d <= k:
-                        if pairbuf_push(&pb, a, b, <uint8_t>d) != 0:
+                        if triples_push(&pb, a, <uint64_t>b, <uint8_t>d) != 0:
                             failed = 1
                             break
                 if failed:
@@ -102,20 +53,15 @@ def self_join(const uint64_t[::1] keys, int prefix_bits, int k):
         out_j = np.empty(pb.n, np.int64)
         out_d = np.empty(pb.n, np.uint8)
         if pb.n:
-            _copy_pairs(pb, out_i, out_j, out_d)
+            _copy_pairs(&pb, out_i, out_j, out_d)
         return out_i, out_j, out_d
     finally:
-        free(pb.i)
-        free(pb.j)
-        free(pb.d)
+        triples_free(&pb)
 
 
-cdef void _copy_pairs(PairBuf pb, int64_t[::1] oi, int64_t[::1] oj, uint8_t[::1] od) noexcept:
-    cdef Py_ssize_t x
-    for x in range(pb.n):
-        oi[x] = pb.i[x]
-        oj[x] = pb.j[x]
-        od[x] = pb.d[x]
+cdef void _copy_pairs(Triples* pb, int64_t[::1] oi, int64_t[::1] oj, uint8_t[::1] od) noexcept:
+    # j is stored as the uint64 bits of a non-negative index: the same bytes as the int64.
+    triples_copy(pb, &oi[0], &oj[0], &od[0])
 
 
 def packed_size(Py_ssize_t count, int width):

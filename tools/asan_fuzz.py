@@ -11,8 +11,8 @@ compiled with ``-fsanitize=address -fno-omit-frame-pointer -O1 -g`` (``--opt`` c
 into a build cache outside the tree, ``$TMPDIR/fpstore-asan-build/<hash>/``, keyed by the C sources,
 the flags and the compiler: the in-tree ``fpstore/*.so`` are never touched. The C sources are the
 ones setup.py's cythonize wrote to ``cext/`` (what the in-tree kernels were compiled from) when they
-are at least as new as their ``.pyx``; otherwise Cython (``python -m cython`` or ``cython`` on the
-PATH) is run here with setup.py's compiler directives, read from setup.py itself.
+are at least as new as their ``.pyx`` and ``cext/*.pxd``; otherwise Cython (``python -m cython`` or
+``cython`` on the PATH) is run here with setup.py's compiler directives, read from setup.py itself.
 
 A child interpreter then runs with the ASan runtime preloaded (``LD_PRELOAD`` of
 ``gcc -print-file-name=libasan.so``), ``ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:
@@ -170,10 +170,13 @@ def c_sources(cext: str, work: str, say) -> dict[str, str]:
     except OSError:
         lock = None
     try:
+        # The kernels cimport cext/*.pxd (_common.pxd): a .c is current only if no source is newer.
+        pxds = [os.path.join(cext, n) for n in os.listdir(cext) if n.endswith(".pxd")]
         for name in kernels:
             pyx, c = os.path.join(cext, f"{name}.pyx"), os.path.join(cext, f"{name}.c")
             dst = os.path.join(work, f"{name}.c")
-            if os.path.exists(c) and (not os.path.exists(pyx) or os.path.getmtime(c) >= os.path.getmtime(pyx)):
+            newest = max([os.path.getmtime(p) for p in [pyx] + pxds if os.path.exists(p)], default=0.0)
+            if os.path.exists(c) and os.path.getmtime(c) >= newest:
                 shutil.copyfile(c, dst)
             else:
                 cmd = cython_command()
@@ -182,7 +185,7 @@ def c_sources(cext: str, work: str, say) -> dict[str, str]:
                                        "(pip install Cython, or build the package once: pip install -e .)")
                 say(f"cythonizing {pyx} (no up-to-date {c})")
                 opts = ",".join(f"{k}={v}" for k, v in directives.items())
-                proc = subprocess.run(cmd + [f"-{level}", "--module-name", f"fpstore.{name}", "-X", opts, "-o", dst, pyx],
+                proc = subprocess.run(cmd + [f"-{level}", "-I", cext, "--module-name", f"fpstore.{name}", "-X", opts, "-o", dst, pyx],
                                       capture_output=True, text=True)
                 if proc.returncode:
                     raise RuntimeError(f"Cython failed on {pyx}:\n{proc.stdout}{proc.stderr}")
