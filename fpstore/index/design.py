@@ -1,26 +1,11 @@
-"""Table designs: how the 64 fingerprint bits are permuted into table keys, and why that is exact.
+"""Table designs: the catalogue of exact designs for each radius, and the choice among them.
 
-A design is a list of tables (Manku, Jain, Das Sarma, WWW 2007, section 3). Each table stores every
-fingerprint under a *permuted key*: the fingerprint's bits rearranged by segments, so that a chosen
-set of bit positions leads. A query probes each table for the stored keys whose leading
-``prefix_bits`` equal the query's (or, with ``flips > 0``, lie within ``flips`` bits of them), and
-the store then verifies every candidate with a popcount. The design is *exact* for radius ``k``
-when every pair of fingerprints within Hamming distance ``k`` meets in at least one probe; that is
-what :meth:`Design.covers` proves, by exhaustive arithmetic rather than sampling.
+A design is a list of permuted tables (Manku, Jain, Das Sarma, WWW 2007, section 3) that answers
+every query of radius ``k`` exactly. :class:`Table` and :class:`Design`, with the conventions on
+bits, segments and keys and the coverage proof, live in :mod:`fpstore.index.tables`; the cost
+models live in :mod:`fpstore.index.costs`. This module re-exports both.
 
-Conventions used throughout:
-
-* Fingerprints and permuted keys are unsigned 64-bit integers (``numpy.uint64`` arrays or plain
-  ``int`` in ``[0, 2**64)``). Byte order plays no part here: keys are numbers; the storage layer
-  writes them big-endian so that numeric order is byte order and a prefix is a key range.
-* Bit ``0`` is the least significant bit (``value & 1``). A segment ``(start, width)`` is the
-  fingerprint bits ``start .. start + width - 1``; a table lists its segments most significant
-  first, in the order they appear in the permuted key.
-* Table 0 of every design is the identity permutation; the store relies on it (it can answer an
-  exact lookup, or recover a fingerprint, from table 0 without unpermuting).
-
-:class:`Table` and :class:`Design` (and the coverage proof) live in :mod:`fpstore.index.tables`,
-the cost models in :mod:`fpstore.index.costs`; this module re-exports both. The catalogue (:func:`designs_for_k`) holds, for each ``k`` in ``0 .. 10``: one-level Manku designs
+The catalogue (:func:`designs_for_k`) holds, for each ``k`` in ``0 .. 10``: one-level Manku designs
 (``"r5"``), two-level designs (``"4x4"``) and multi-probe designs (``"r2f1"``). :func:`design_for`
 picks one by the cost model documented there and in ``docs/designs.md``.
 """
