@@ -484,7 +484,7 @@ def test_structure_check_beside_a_committing_writer_finds_no_damage(base, tmp_pa
     """LMDB's structural check of a store whose writer commits while the check walks it reports nothing: findings are confirmed under a read transaction, which keeps the writer from reusing the pages being walked."""
     from lmdb import verify
 
-    from fpstore.store import storage
+    from fpstore.store import files, storage
 
     path = _copy(base, tmp_path / "live.fps")
     writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -500,7 +500,7 @@ def test_structure_check_beside_a_committing_writer_finds_no_damage(base, tmp_pa
             assert writer.stdout.readline().strip() == "done"
 
         monkeypatch.setattr(verify._Verifier, "load_metas", load_metas_then_commit)
-        unpinned = storage._verify_file_once(str(path / "data.mdb"))
+        unpinned = files._verify_file_once(str(path / "data.mdb"))
         assert unpinned, "the commits did not disturb an unpinned walk: this test would show nothing"
         assert storage.structure_problems(str(path)) == []
     finally:

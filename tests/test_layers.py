@@ -125,12 +125,7 @@ def _own_names(tree: ast.AST) -> set[str]:
 
 #: Private names fpstore/admin still uses because the store has no public one yet: (file, name) ->
 #: why, and who removes it. Keep this empty once they are gone.
-KNOWN_PRIVATE_USES: dict[tuple[str, str], str] = {
-    ("fpstore/admin/inspection.py", "_storage"): (
-        "verify's consistent, compacted copy calls LMDB's env.copy(path, compact=True), which the store "
-        "does not expose; removed once Store gains a public copy (store owner, engineer P)"
-    ),
-}
+KNOWN_PRIVATE_USES: dict[tuple[str, str], str] = {}
 
 
 def test_admin_uses_public_names_only():

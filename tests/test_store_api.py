@@ -106,3 +106,24 @@ def test_open_with_another_pipeline_names_the_field(tmp_path):
     fpstore.open(tmp_path / "s").close()
     with pytest.raises(fpstore.errors.PipelineMismatchError, match="shingle: store has"):
         fpstore.open(tmp_path / "s", pipeline=fpstore.Pipeline(shingle=5))
+
+
+def test_copy_is_a_consistent_store_of_its_own_and_refuses_a_non_empty_directory(tmp_path):
+    """Store.copy writes a snapshot that opens as a store with the same answers; a directory holding anything else is refused."""
+    import numpy as np
+    import pytest
+
+    import fpstore
+    from fpstore.errors import FpstoreError
+
+    with fpstore.open(tmp_path / "s") as s:
+        s.add_many([f"k{i}" for i in range(50)], fingerprints=np.arange(50, dtype=np.uint64), pipeline_id=s.pipeline.id)
+        size = s.copy(tmp_path / "copy")
+        assert size > 0
+        (tmp_path / "busy").mkdir()
+        (tmp_path / "busy" / "notes.txt").write_text("mine")
+        with pytest.raises(FpstoreError):
+            s.copy(tmp_path / "busy")
+        assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
+    with fpstore.open(tmp_path / "copy", readonly=True) as c:
+        assert len(c) == 50 and c.get("k7").fingerprint == 7

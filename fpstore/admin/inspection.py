@@ -140,9 +140,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def _copy_check(store: fpstore.Store, tmp_parent: str | None) -> tuple[list[str], dict[str, Any]]:
     """Copy the environment (a consistent snapshot, compacted) and open the copy as a store.
-
     Runs after LMDB's structural check of the file passed (the copy walks every B-tree)."""
-    import lmdb
 
     problems: list[str] = []
     parent = tmp_parent or os.path.dirname(os.path.abspath(store.path))
@@ -153,9 +151,9 @@ def _copy_check(store: fpstore.Store, tmp_parent: str | None) -> tuple[list[str]
     facts: dict[str, Any] = {}
     try:
         try:
-            store._storage.env.copy(tmp, compact=True)
-        except lmdb.Error as exc:
-            problems.append(f"LMDB cannot copy the environment: {type(exc).__name__}: {exc}")
+            store.copy(tmp, compact=True)
+        except FpstoreError as exc:
+            problems.append(f"LMDB cannot copy the environment: {exc}")
             return problems, facts
         facts["copy_bytes"] = os.path.getsize(os.path.join(tmp, "data.mdb"))
         try:

@@ -57,7 +57,7 @@ def probe_runs(runs: Iterable[Run], design: object, fp: int, k: int) -> list[tup
     return out
 
 
-def _flip_variants(design: Design, t: int, perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def flip_variants(design: Design, t: int, perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Probe keys for table ``t``: each query's key XOR every flip mask of the table's prefix.
 
     Returns (variant keys, index of the query each variant came from).
@@ -97,7 +97,7 @@ def batch_probe_runs(
     def table_work(t: int) -> list[tuple[np.ndarray, np.ndarray]]:
         table = design.tables[t]
         perm = design.permute(queries, t)
-        variants, origin = _flip_variants(design, t, perm)
+        variants, origin = flip_variants(design, t, perm)
         # Grouped by prefix is all the merge needs: a radix sort of the prefix bits only.
         sorted_variants, order = _search.radix_sort(np.ascontiguousarray(variants), True, table.prefix_bits)
         origin = origin[order]

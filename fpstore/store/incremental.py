@@ -141,7 +141,7 @@ class IncrementalTables:
             if len(keys) > 1 and bool(np.any(keys[1:] < keys[:-1])):
                 raise CorruptionError(f"table {t} holds keys out of order: the store is damaged")
             perm = design.permute(fps, t)
-            variants, origin = search._flip_variants(design, t, perm)
+            variants, origin = search.flip_variants(design, t, perm)
             low = np.uint64(((1 << 64) - 1) >> table.prefix_bits) if table.prefix_bits < 64 else np.uint64(0)
             lo = np.searchsorted(keys, variants & ~low, side="left")
             hi = np.searchsorted(keys, variants | low, side="right")

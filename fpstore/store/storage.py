@@ -364,6 +364,29 @@ class Storage:
             os.close(fd)
         return tmp
 
+    def copy(self, dest: str, *, compact: bool = True) -> int:
+        """A consistent copy of the environment in directory ``dest`` (made 0700 if missing; it
+        must be empty), synced to disk (LMDB's copy does not sync it); returns its size in bytes.
+
+        It reads one snapshot, so a writer may go on meanwhile. ``compact`` leaves free pages out.
+        """
+        env = self.env
+        try:
+            os.makedirs(dest, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot make {dest} for a copy of the store: {exc.strerror}") from None
+        refuse_foreign_files(dest)
+        if os.path.exists(os.path.join(dest, DATA_FILE)):
+            raise StorageError(f"{dest} already holds a store file; copy into a new or empty directory")
+        try:
+            env.copy(dest, compact=compact)
+        except lmdb.Error as exc:
+            raise translate(exc, f"copying the store to {dest}", self.path) from exc
+        copy = os.path.join(dest, DATA_FILE)
+        _fsync_path(copy)
+        _fsync_path(dest)
+        return os.path.getsize(copy)
+
     def compact_file(self, reopen: Callable[[], None]) -> tuple[int, int]:
         """Rewrite data.mdb without free pages and switch to it atomically; returns sizes (before, after).
 

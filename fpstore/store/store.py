@@ -495,6 +495,12 @@ class Store:
                 return
             after = covered
 
+    def copy(self, path: str | os.PathLike[str], *, compact: bool = True) -> int:
+        """A consistent copy of this store in directory ``path`` (new or empty): one snapshot, so
+        writes may go on meanwhile; synced to disk before it returns. ``compact`` leaves free pages
+        out. The copy opens as a store of its own. Returns its size in bytes."""
+        return self._storage.copy(os.fspath(path), compact=compact)
+
     def warm(self) -> int:
         """Read every page of the index (runs, key segments, incremental tables) once, so that
         later queries find them mapped; returns the bytes read.
