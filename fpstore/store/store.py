@@ -1,14 +1,7 @@
 """The store: documents, their fingerprints in permuted tables, and exact near-duplicate answers.
 
-Layout (one LMDB environment; see docs/format.md for every byte):
-
-* ``meta``     header (msgpack), idf table, id counter, document count, checkpoints.
-* ``docs``     id (8 bytes, big-endian) → record (msgpack: typed key, fingerprint, content hash,
-               canonical id, flags).
-* ``keys``     typed key (or its hash when long) → id.
-* ``content``  content hash (16 bytes) ‖ id → empty: the exact-duplicate tier.
-* ``tNN``      one per table of the design: permuted fingerprint (8 bytes, big-endian) ‖ id →
-               empty. Big-endian makes byte order numeric order, so a prefix is a key range.
+One LMDB environment holds the documents, their keys and content hashes, one table per
+permutation of the design and the immutable runs (docs/format.md gives every byte).
 
 A query permutes its fingerprint for every table, scans the key range of each probe prefix,
 verifies every candidate with a popcount (permutations preserve Hamming distance) and reports
@@ -496,9 +489,7 @@ class Store:
             after = covered
 
     def copy(self, path: str | os.PathLike[str], *, compact: bool = True) -> int:
-        """A consistent copy of this store in directory ``path`` (new or empty): one snapshot, so
-        writes may go on meanwhile; synced to disk before it returns. ``compact`` leaves free pages
-        out. The copy opens as a store of its own. Returns its size in bytes."""
+        """Copy one snapshot into new or empty directory ``path``, synced; returns its size."""
         return self._storage.copy(os.fspath(path), compact=compact)
 
     def warm(self) -> int:
