@@ -19,6 +19,18 @@ __all__ = ["sample_corpus"]
 _MAX_BYTES = 1 << 20  # skip anything larger: licence files are small, and a sample should be quick
 
 
+def _read_once(path: pathlib.Path, seen: set[str]) -> str | None:
+    """The text of ``path`` unless a file with the same real path was read already (licences are
+    often links to one file)."""
+    real = os.path.realpath(path)
+    if real in seen:
+        return None
+    text = _read(path)
+    if text:
+        seen.add(real)
+    return text
+
+
 def _read(path: pathlib.Path) -> str | None:
     try:
         if not path.is_file() or path.stat().st_size > _MAX_BYTES:
@@ -47,10 +59,8 @@ def sample_corpus(*, licences: bool = True, packages: bool = True, pydoc: bool =
         root = pathlib.Path("/usr/share/common-licenses")
         if root.is_dir():
             for path in sorted(root.iterdir()):
-                real = os.path.realpath(path)
-                text = _read(path)
-                if text and real not in seen:
-                    seen.add(real)
+                text = _read_once(path, seen)
+                if text:
                     yield f"common-licenses/{path.name}", text
     if packages:
         for site_dir in _site_dirs():
@@ -58,10 +68,8 @@ def sample_corpus(*, licences: bool = True, packages: bool = True, pydoc: bool =
                 for path in sorted(dist.rglob("*")):
                     if not path.name.upper().startswith(("LICENSE", "LICENCE", "COPYING", "NOTICE", "AUTHORS")):
                         continue
-                    real = os.path.realpath(path)
-                    text = _read(path)
-                    if text and real not in seen:
-                        seen.add(real)
+                    text = _read_once(path, seen)
+                    if text:
                         yield f"{dist.name}/{path.relative_to(dist)}", text
     if pydoc:
         try:

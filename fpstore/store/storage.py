@@ -137,6 +137,16 @@ def translate(exc: BaseException, action: str, path: str | None = None) -> Fpsto
     return StorageError(f"{action}: {exc!r}")
 
 
+def _lock_or_close(fd: int, operation: int, refusal: FpstoreError) -> None:
+    """flock ``fd`` without waiting; when another process holds the lock, close ``fd`` and raise
+    ``refusal``."""
+    try:
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise refusal from None
+
+
 class Storage:
     """One LMDB environment in a store directory, with its named sub-databases.
 
@@ -268,14 +278,10 @@ class Storage:
     def _take_writer_lock(self) -> None:
         fd = self._lock_file(WRITER_LOCK, os.O_RDWR | os.O_CREAT)
         assert fd is not None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise WriterLockedError(
-                f"another process has {self.path} open for writing, or reads it without a lock file "
-                f"(it holds {WRITER_LOCK}); a store has one writer at a time: open with readonly=True to read"
-            ) from None
+        _lock_or_close(fd, fcntl.LOCK_EX, WriterLockedError(
+            f"another process has {self.path} open for writing, or reads it without a lock file "
+            f"(it holds {WRITER_LOCK}); a store has one writer at a time: open with readonly=True to read"
+        ))
         self._lock_fd = fd
 
     def _lock_file_unwritable(self) -> bool:
@@ -292,14 +298,10 @@ class Storage:
         already at work makes this open refuse."""
         fd = self._lock_file(WRITER_LOCK, os.O_RDONLY)
         if fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise StorageError(
-                    f"{self.path}: this read-only open cannot use LMDB's lock file (read-only media or "
-                    "permissions), and a writer has the store open; open it again once the writer is done"
-                ) from None
+            _lock_or_close(fd, fcntl.LOCK_SH, StorageError(
+                f"{self.path}: this read-only open cannot use LMDB's lock file (read-only media or "
+                "permissions), and a writer has the store open; open it again once the writer is done"
+            ))
             self._lock_fd = fd
         self._lockless = True
 
@@ -324,11 +326,7 @@ class Storage:
         fd = self._lock_file(OPEN_LOCK, flags)
         if fd is None:
             return  # a read-only open of a store whose writer never made the file: nothing to share
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise StorageError(f"{self.path} is being rewritten by a file compaction; open it again in a moment") from None
+        _lock_or_close(fd, fcntl.LOCK_SH, StorageError(f"{self.path} is being rewritten by a file compaction; open it again in a moment"))
         self._open_fd = fd
 
     def _remove_stale_compactions(self) -> None:
