@@ -18,6 +18,7 @@ interpreter's start-up for each of several hundred runs); a few run the installe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pathlib
@@ -276,11 +277,11 @@ def _forge_run(path: pathlib.Path, count: int, *, spread: bool, index: bool = Tr
             ntables = len(msgpack.unpackb(raw)["runs"][0]["tables"])
             state = tiers.State.from_bytes(raw, ntables)
             rec = state.runs[0]
-            rec["count"] = count
-            if "prefix" in rec["ids"]:
-                rec["ids"]["count"] = count
+            ids = dataclasses.replace(rec.ids, count=count) if rec.ids is not None else None
+            rec = dataclasses.replace(rec, count=count, ids=ids)
+            state = dataclasses.replace(state, runs=(rec,) + state.runs[1:])
             if index:
-                txn.put(rec["tables"][0] + b"I", _forged_index_bytes(count, spread=spread), db=blobs)
+                txn.put(rec.tables[0] + b"I", _forged_index_bytes(count, spread=spread), db=blobs)
             txn.put(tiers.STATE_KEY, state.to_bytes(), db=meta)
     finally:
         env.close()

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 from fpstore.errors import InputError
+from fpstore.index.meta import RunMeta
 from fpstore.store.lsm import MERGE_FANOUT, MERGE_MAX_ENTRIES, merge_group, prepare_load, take
 
 
-def runs(*counts: int) -> list[dict]:
-    return [{"id": i, "count": c} for i, c in enumerate(counts)]
+def runs(*counts: int) -> list[RunMeta]:
+    return [RunMeta(i, c, (), ids_base=1) for i, c in enumerate(counts)]
 
 
 def test_merge_group_takes_the_smallest_full_tier():

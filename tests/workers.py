@@ -675,14 +675,15 @@ def _fz_key_block(data: bytes, zlib) -> None:
     """A segment's key block (zstd-compressed when the first byte is even) read as a lookup would."""
     import zstandard
 
-    from fpstore.index.tiers import KEY_BLOCK, KeySegment, TierCache
+    from fpstore.index.tiers import KEY_BLOCK, KeySegment, PackedColumn, SegmentMeta, TierCache
 
     if not data:
         return
     body = data[1:]
     if data[0] % 2 == 1:
         body = zstandard.ZstdCompressor(level=1).compress(body)
-    seg = KeySegment(_FakeTxn({b"kK" + bytes(4): body}), None, TierCache(), {"id": 1, "base": 1, "count": KEY_BLOCK, "keys": b"k", "key_blocks": 1})
+    seg = KeySegment(_FakeTxn({b"kK" + bytes(4): body}), None, TierCache(),
+                     SegmentMeta(1, 1, KEY_BLOCK, b"f", b"h", PackedColumn(b"o", KEY_BLOCK, 0, 0, 1), b"k", 1))
     seg.keys_at([0, 1, 2, KEY_BLOCK - 1][: 1 + data[0] % 4])
 
 
@@ -694,12 +695,12 @@ def _fz_idf(data: bytes, zlib) -> None:
 
 def _fz_packed(data: bytes, zlib) -> None:
     """A packed column chunk (width and count from the first bytes) read at a few positions."""
-    from fpstore.index.tiers import read_packed
+    from fpstore.index.tiers import PackedColumn, read_packed
 
     if len(data) < 4:
         return
     width, count = data[0] % 65, 1 + data[1] * 3
-    rec = {"count": count, "min": data[2], "width": width, "per_chunk": 1 << 16}
+    rec = PackedColumn(b"p", count, data[2], width, 1 << 16)
     pos = np.array(sorted({0, count - 1, data[3] % count}), np.int64)
     read_packed(_FakeTxn({b"pP" + bytes(4): data[4:]}), None, b"p", rec, pos)
 

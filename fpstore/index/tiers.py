@@ -13,7 +13,8 @@ fingerprint order; shared with table 0 of the bulk load's run), and a key-hash i
 
 Everything lives in the ``blobs`` sub-database under prefixes; the list of live runs and
 segments is one msgpack value in ``meta`` (``state``), replaced in the same transaction as the
-blobs it names. Every value read back is untrusted: shapes, lengths and ranges are checked, and
+blobs it names; its typed records (:class:`State`, :class:`RunMeta`, :class:`SegmentMeta`,
+:class:`PackedColumn`) and their one encoder and decoder live in :mod:`fpstore.index.meta`. Every value read back is untrusted: shapes, lengths and ranges are checked, and
 zstd output is bounded, before anything is used.
 """
 
@@ -23,7 +24,6 @@ import hashlib
 import struct
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import lmdb
@@ -34,20 +34,19 @@ import zstandard
 from fpstore import _backend
 
 from fpstore.index import runs
+from fpstore.index.meta import KEY_BLOCK, PackedColumn, RunMeta, SegmentMeta, State
 from fpstore.mixing import fmix64, fmix64_array
 from fpstore.errors import CorruptionError
 
 _search = _backend.load("search")
 
-__all__ = ["Blobs", "KeySegment", "Run", "State", "TierCache", "key_hash", "key_hashes_int"]
+__all__ = ["Blobs", "KeySegment", "PackedColumn", "Run", "RunMeta", "SegmentMeta", "State", "TierCache", "key_hash", "key_hashes_int"]
 
 STATE_KEY = b"state"
 PACK_CHUNK = 1 << 16  # values per packed-column chunk: one probe unpacks at most this many bytes * width / 8
-KEY_BLOCK = 256  # keys per key block: a lookup decompresses one block (~10 µs at this size)
 MAX_KEY_BLOCK_BYTES = 64 << 20  # bound on a decompressed key block (untrusted zstd frame)
 _U32 = struct.Struct(">I")
 _INT_KEY_SEED = 0x6A09E667F3BCC908
-_M64 = 0xFFFFFFFFFFFFFFFF
 
 
 _local = threading.local()
@@ -137,7 +136,7 @@ def codec_run_blobs(prefix: bytes, sorted_keys: np.ndarray) -> Blobs:
     return out
 
 
-def packed_blobs(prefix: bytes, values: np.ndarray) -> tuple[Blobs, dict[str, Any]]:
+def packed_blobs(prefix: bytes, values: np.ndarray) -> tuple[Blobs, PackedColumn]:
     """Bit-pack uint64 ``values`` (relative to their minimum) in chunks; returns blobs and the column record."""
     n = len(values)
     low = int(values.min()) if n else 0
@@ -147,7 +146,7 @@ def packed_blobs(prefix: bytes, values: np.ndarray) -> tuple[Blobs, dict[str, An
         (_chunk_key(prefix, b"P", c), _search.pack_bits(np.ascontiguousarray(rel[start : start + PACK_CHUNK]), width))
         for c, start in enumerate(range(0, n, PACK_CHUNK))
     ]
-    return blobs, {"prefix": prefix, "count": n, "min": low, "width": width, "per_chunk": PACK_CHUNK}
+    return blobs, PackedColumn(prefix, n, low, width, PACK_CHUNK)
 
 
 def key_block_blobs(prefix: bytes, typed_keys: list[bytes] | None, int_keys: np.ndarray | None) -> Blobs:
@@ -187,82 +186,6 @@ def delete_prefix(txn: lmdb.Transaction, db: Any, prefix: bytes) -> None:
     except SystemError as exc:
         # py-lmdb raises SystemError (not lmdb.Error) from Cursor.delete on a corrupted page.
         raise CorruptionError(f"deleting blobs {prefix!r} hit a damaged page: {exc}") from None
-
-
-# -- state ---------------------------------------------------------------------------------------------
-
-
-def _check(cond: bool, what: str) -> None:
-    if not cond:
-        raise CorruptionError(f"store state: {what}")
-
-
-def _is_int(v: object, lo: int = 0, hi: int = _M64) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
-
-
-def _check_packed(rec: object, count: int, what: str) -> dict[str, int]:
-    _check(isinstance(rec, dict), f"{what} is not a map")
-    assert isinstance(rec, dict)
-    _check(rec.get("count") == count, f"{what} count differs from its owner's")
-    _check(_is_int(rec.get("min")) and _is_int(rec.get("width"), 0, 64), f"{what} has a bad min or width")
-    _check(_is_int(rec.get("per_chunk"), 1, 1 << 30), f"{what} has a bad chunk size")
-    return rec
-
-
-@dataclass
-class State:
-    """The live runs and key segments, as stored in ``meta/state``."""
-
-    runs: list[dict[str, Any]]
-    segs: list[dict[str, Any]]
-    next_run: int = 1
-    next_seg: int = 1
-
-    @classmethod
-    def empty(cls) -> "State":
-        return cls([], [])
-
-    def to_bytes(self) -> bytes:
-        return msgpack.packb(
-            {"v": 1, "runs": self.runs, "segs": self.segs, "next_run": self.next_run, "next_seg": self.next_seg},
-            use_bin_type=True,
-        )
-
-    @classmethod
-    def from_bytes(cls, raw: bytes | None, ntables: int) -> "State":
-        if raw is None:
-            return cls.empty()
-        try:
-            obj = msgpack.unpackb(bytes(raw), raw=False, strict_map_key=True, max_bin_len=1 << 16, max_array_len=1 << 20)
-        except Exception as exc:
-            raise CorruptionError(f"store state does not decode: {exc}") from None
-        _check(isinstance(obj, dict) and obj.get("v") == 1, "unknown version")
-        rs, ss = obj.get("runs"), obj.get("segs")
-        _check(isinstance(rs, list) and isinstance(ss, list), "runs and segs must be lists")
-        _check(_is_int(obj.get("next_run"), 1, 1 << 32) and _is_int(obj.get("next_seg"), 1, 1 << 32), "bad counters")
-        for rec in rs:
-            _check(isinstance(rec, dict), "a run record is not a map")
-            _check(_is_int(rec.get("id"), 0, (1 << 32) - 1) and _is_int(rec.get("count"), 0, 1 << 40), "a run has a bad id or count")
-            tables = rec.get("tables")
-            _check(isinstance(tables, list) and len(tables) == ntables and all(isinstance(p, bytes) for p in tables), "a run's tables do not match the design")
-            ids = rec.get("ids")
-            _check(isinstance(ids, dict), "a run's ids record is not a map")
-            if "base" in ids:
-                _check(_is_int(ids["base"]), "a run's id base is bad")
-            else:
-                _check(isinstance(ids.get("prefix"), bytes), "a run's id column has no prefix")
-                _check(_is_int(ids.get("min")), "a run's id column has a bad minimum")
-                _check_packed(ids, rec["count"], "a run's id column")
-        for rec in ss:
-            _check(isinstance(rec, dict), "a segment record is not a map")
-            _check(_is_int(rec.get("id"), 0, (1 << 32) - 1) and _is_int(rec.get("base")) and _is_int(rec.get("count"), 0, 1 << 40), "a segment has a bad id, base or count")
-            _check(all(isinstance(rec.get(p), bytes) for p in ("fps", "hashes", "keys")), "a segment lacks a blob prefix")
-            _check(_is_int(rec.get("key_blocks"), 0, 1 << 32), "a segment has a bad key block count")
-            _check(rec["count"] <= rec["key_blocks"] * KEY_BLOCK, "a segment claims more documents than its key blocks hold")
-            _check(isinstance(rec.get("ordinals"), dict) and isinstance(rec["ordinals"].get("prefix"), bytes), "a segment's ordinals are bad")
-            _check_packed(rec["ordinals"], rec["count"], "a segment's ordinals")
-        return cls(rs, ss, obj["next_run"], obj["next_seg"])
 
 
 # -- reading -------------------------------------------------------------------------------------------
@@ -310,7 +233,7 @@ class TierCache:
         single query asks for them all)."""
 
         def build() -> list[Any]:
-            tables = (run.table(t) for t in range(len(run.rec["tables"])))  # each checked against the run
+            tables = (run.table(t) for t in range(len(run.meta.tables)))  # each checked against the run
             return [self.probe_table(tab.prefix, tab.index, tab._names) for tab in tables]
 
         return self._cached(("run", run.id), build)
@@ -391,9 +314,9 @@ class CodecRun:
         return out
 
 
-def read_packed(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: dict[str, int], positions: np.ndarray) -> np.ndarray:
+def read_packed(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedColumn, positions: np.ndarray) -> np.ndarray:
     """Values at ``positions`` of a packed column (see :func:`packed_blobs`)."""
-    count, per = rec["count"], rec["per_chunk"]
+    count, per = rec.count, rec.per_chunk
     out = np.zeros(len(positions), np.uint64)
     if not len(positions):
         return out
@@ -406,17 +329,17 @@ def read_packed(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: dict[str, in
         if raw is None:
             raise CorruptionError(f"packed column {prefix!r} lacks chunk {c}")
         n_in = min(per, count - c * per)
-        err, vals = _search.unpack_bits(np.frombuffer(raw, np.uint8), rec["width"], n_in, positions[sel] - c * per)
+        err, vals = _search.unpack_bits(np.frombuffer(raw, np.uint8), rec.width, n_in, positions[sel] - c * per)
         if err:
             raise CorruptionError(f"packed column {prefix!r} chunk {c} is too short")
-        out[sel] = vals + np.uint64(rec["min"])
+        out[sel] = vals + np.uint64(rec.min)
     return out
 
 
-def read_packed_list(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: dict[str, int], positions: list[int]) -> list[int]:
+def read_packed_list(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedColumn, positions: list[int]) -> list[int]:
     """:func:`read_packed` for a few positions, in plain ints (a single query's hits): the same
     little-endian bit fields, read with ``int.from_bytes`` instead of numpy's fixed costs."""
-    count, per, width, low = rec["count"], rec["per_chunk"], rec["width"], rec["min"]
+    count, per, width, low = rec.count, rec.per_chunk, rec.width, rec.min
     mask = (1 << width) - 1
     chunks: dict[int, Any] = {}
     out = []
@@ -435,36 +358,36 @@ def read_packed_list(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: dict[st
     return out
 
 
-def read_packed_all(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: dict[str, int]) -> np.ndarray:
-    return read_packed(txn, db, prefix, rec, np.arange(rec["count"], dtype=np.int64))
+def read_packed_all(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedColumn) -> np.ndarray:
+    return read_packed(txn, db, prefix, rec, np.arange(rec.count, dtype=np.int64))
 
 
 class Run:
     """A run of the store (see the module docstring), bound to a transaction."""
 
-    def __init__(self, txn: lmdb.Transaction, db: Any, cache: TierCache, rec: dict[str, Any]) -> None:
-        self.rec = rec
-        self.id: int = rec["id"]
-        self.count: int = rec["count"]
+    def __init__(self, txn: lmdb.Transaction, db: Any, cache: TierCache, meta: RunMeta) -> None:
+        self.meta = meta
+        self.id: int = meta.id
+        self.count: int = meta.count
         self._txn, self._db, self._cache = txn, db, cache
         self._tables: dict[int, CodecRun] = {}
 
     def table(self, t: int) -> CodecRun:
         tab = self._tables.get(t)
         if tab is None:
-            tab = self._tables[t] = CodecRun(self._txn, self._db, self._cache, self.rec["tables"][t])
+            tab = self._tables[t] = CodecRun(self._txn, self._db, self._cache, self.meta.tables[t])
             if tab.count != self.count:
                 raise CorruptionError(f"run {self.id} table {t} holds {tab.count} entries, expected {self.count}")
         return tab
 
     def ids_at(self, positions: np.ndarray) -> np.ndarray:
-        ids = self.rec["ids"]
-        if "base" in ids:
+        ids = self.meta.ids
+        if ids is None:
             if len(positions) and (positions.min() < 0 or positions.max() >= self.count):
                 raise CorruptionError(f"position outside run {self.id}")
-            out = positions.astype(np.uint64) + np.uint64(ids["base"])
+            out = positions.astype(np.uint64) + np.uint64(self.meta.ids_base)
         else:
-            out = read_packed(self._txn, self._db, ids["prefix"], ids, positions)
+            out = read_packed(self._txn, self._db, ids.prefix, ids, positions)
         # Ids are assigned from 1 upward; one past 2**63 can only come from damaged bytes.
         if len(out) and (int(out.max()) >= 1 << 63 or int(out.min()) == 0):
             raise CorruptionError(f"run {self.id} names a document id outside any this store assigns")
@@ -472,13 +395,14 @@ class Run:
 
     def id_list(self, positions: list[int]) -> list[int]:
         """:meth:`ids_at` for a single query's few positions, in plain ints (numpy costs more here)."""
-        ids = self.rec["ids"]
+        ids = self.meta.ids
         if any(not 0 <= p < self.count for p in positions):
             raise CorruptionError(f"position outside run {self.id}")
-        if "base" in ids:
-            out = [ids["base"] + p for p in positions]
+        if ids is None:
+            base: int = self.meta.ids_base  # type: ignore[assignment]
+            out = [base + p for p in positions]
         else:
-            out = read_packed_list(self._txn, self._db, ids["prefix"], ids, positions)
+            out = read_packed_list(self._txn, self._db, ids.prefix, ids, positions)
         if any(not 0 < i < 1 << 63 for i in out):
             raise CorruptionError(f"run {self.id} names a document id outside any this store assigns")
         return out
@@ -508,17 +432,17 @@ class Run:
 class KeySegment:
     """A bulk load's documents: keys, fingerprints and the key-hash index, bound to a transaction."""
 
-    def __init__(self, txn: lmdb.Transaction, db: Any, cache: TierCache, rec: dict[str, Any]) -> None:
-        self.rec = rec
-        self.base: int = rec["base"]
-        self.count: int = rec["count"]
+    def __init__(self, txn: lmdb.Transaction, db: Any, cache: TierCache, meta: SegmentMeta) -> None:
+        self.meta = meta
+        self.base: int = meta.base
+        self.count: int = meta.count
         self._txn, self._db, self._cache = txn, db, cache
 
     def holds(self, doc_id: int) -> bool:
         return self.base <= doc_id < self.base + self.count
 
     def fps_at(self, ordinals: np.ndarray) -> np.ndarray:
-        return CodecRun(self._txn, self._db, self._cache, self.rec["fps"]).at(ordinals)
+        return CodecRun(self._txn, self._db, self._cache, self.meta.fps).at(ordinals)
 
     def key_at(self, ordinal: int) -> bytes:
         return self.keys_at([ordinal])[0]
@@ -535,49 +459,49 @@ class KeySegment:
             tag, body = decoded
             if tag == b"I":
                 if offset >= len(body) // 8:
-                    raise CorruptionError(f"segment {self.rec['id']} key block {block} is too short")
+                    raise CorruptionError(f"segment {self.meta.id} key block {block} is too short")
                 out.append(b"i" + body[offset * 8 : offset * 8 + 8][::-1])
             else:
                 if offset >= len(body) or not isinstance(body[offset], bytes):
-                    raise CorruptionError(f"segment {self.rec['id']} key block {block} is malformed")
+                    raise CorruptionError(f"segment {self.meta.id} key block {block} is malformed")
                 out.append(body[offset])
         return out
 
     def _key_block(self, block: int) -> tuple[bytes, Any]:
-        if not 0 <= block < self.rec["key_blocks"]:
-            raise CorruptionError(f"segment {self.rec['id']} has no key block {block}")
-        raw = self._txn.get(_chunk_key(self.rec["keys"], b"K", block), db=self._db)
+        if not 0 <= block < self.meta.key_blocks:
+            raise CorruptionError(f"segment {self.meta.id} has no key block {block}")
+        raw = self._txn.get(_chunk_key(self.meta.keys, b"K", block), db=self._db)
         if raw is None:
-            raise CorruptionError(f"segment {self.rec['id']} lacks key block {block}")
-        data = bounded_decompress(bytes(raw), MAX_KEY_BLOCK_BYTES, f"segment {self.rec['id']} key block {block}")
+            raise CorruptionError(f"segment {self.meta.id} lacks key block {block}")
+        data = bounded_decompress(bytes(raw), MAX_KEY_BLOCK_BYTES, f"segment {self.meta.id} key block {block}")
         tag, body = data[:1], data[1:]
         if tag == b"I":
             if len(body) % 8:
-                raise CorruptionError(f"segment {self.rec['id']} key block {block} has a partial key")
+                raise CorruptionError(f"segment {self.meta.id} key block {block} has a partial key")
             return tag, body
         if tag == b"M":
             try:
                 keys = msgpack.unpackb(body, raw=False, max_bin_len=1 << 24, max_array_len=KEY_BLOCK)
             except Exception as exc:
-                raise CorruptionError(f"segment {self.rec['id']} key block {block} does not decode: {exc}") from None
+                raise CorruptionError(f"segment {self.meta.id} key block {block} does not decode: {exc}") from None
             if not isinstance(keys, list):
-                raise CorruptionError(f"segment {self.rec['id']} key block {block} is malformed")
+                raise CorruptionError(f"segment {self.meta.id} key block {block} is malformed")
             return tag, keys
-        raise CorruptionError(f"segment {self.rec['id']} key block {block} has unknown tag {tag!r}")
+        raise CorruptionError(f"segment {self.meta.id} key block {block} has unknown tag {tag!r}")
 
     def find_many(self, typed: list[bytes], hashes: np.ndarray) -> dict[int, int]:
         """For keys (with their :func:`key_hash` values): key index -> id, for those stored here
         (dead or alive). Hash positions are found in one merge, keys checked a block at a time."""
         if not len(typed):
             return {}
-        table = CodecRun(self._txn, self._db, self._cache, self.rec["hashes"])
+        table = CodecRun(self._txn, self._db, self._cache, self.meta.hashes)
         uniq, inverse = np.unique(hashes, return_inverse=True)
         hi, pos = table.positions(uniq)
         if not len(pos):
             return {}
-        ordinals = read_packed(self._txn, self._db, self.rec["ordinals"]["prefix"], self.rec["ordinals"], pos)
+        ordinals = read_packed(self._txn, self._db, self.meta.ordinals.prefix, self.meta.ordinals, pos)
         if len(ordinals) and int(ordinals.max()) >= self.count:
-            raise CorruptionError(f"segment {self.rec['id']} key index points past its keys")
+            raise CorruptionError(f"segment {self.meta.id} key index points past its keys")
         stored = self.keys_at(ordinals.tolist())
         by_hash: dict[int, list[tuple[bytes, int]]] = {}
         for h_index, key, ordinal in zip(hi.tolist(), stored, ordinals.tolist()):
@@ -593,14 +517,14 @@ class KeySegment:
     def find(self, typed: bytes) -> int | None:
         """Id of ``typed`` in this segment (dead or alive), or None."""
         h = key_hash(typed)
-        hashes = CodecRun(self._txn, self._db, self._cache, self.rec["hashes"])
+        hashes = CodecRun(self._txn, self._db, self._cache, self.meta.hashes)
         _, pos = hashes.positions(np.array([h], np.uint64))
         if not len(pos):
             return None
-        ordinals = read_packed(self._txn, self._db, self.rec["ordinals"]["prefix"], self.rec["ordinals"], pos)
+        ordinals = read_packed(self._txn, self._db, self.meta.ordinals.prefix, self.meta.ordinals, pos)
         for ordinal in ordinals.tolist():
             if ordinal >= self.count:
-                raise CorruptionError(f"segment {self.rec['id']} key index points past its keys")
+                raise CorruptionError(f"segment {self.meta.id} key index points past its keys")
             if self.key_at(ordinal) == typed:
                 return self.base + ordinal
         return None

@@ -134,7 +134,7 @@ def check_shallow(
             problems.add(f"table {t} holds {n:,} entries, table 0 holds {sizes[0]:,}")
     for r, run in enumerate(runs):
         try:
-            for t in range(len(run.rec["tables"])):
+            for t in range(len(run.meta.tables)):
                 run.table(t).check_backed()
         except FpstoreError as exc:
             problems.add(f"run {r} does not decode: {exc}")

@@ -18,7 +18,7 @@ import numpy as np
 from fpstore.errors import CorruptionError, InputError
 from fpstore.index import search, tiers
 from fpstore.index.design import Design
-from fpstore.index.tiers import Run, State, TierCache
+from fpstore.index.tiers import Run, RunMeta, SegmentMeta, State, TierCache
 from fpstore.parallel import executor, threads as thread_count
 from fpstore.store.incremental import IncrementalTables
 from fpstore.store.keys import typed_key
@@ -37,14 +37,14 @@ MERGE_MAX_ENTRIES = 1 << 21
 # -- policy --------------------------------------------------------------------------------------
 
 
-def merge_group(runs: list[dict[str, Any]], unit: int) -> list[dict[str, Any]]:
+def merge_group(runs: Iterable[RunMeta], unit: int) -> list[RunMeta]:
     """The runs of the smallest size tier holding ``MERGE_FANOUT`` runs or more, or []."""
-    by_tier: dict[int, list[dict[str, Any]]] = {}
+    by_tier: dict[int, list[RunMeta]] = {}
     for rec in runs:
-        if rec["count"] > MERGE_MAX_ENTRIES:
+        if rec.count > MERGE_MAX_ENTRIES:
             continue
         tier, size = 0, unit * MERGE_FANOUT
-        while rec["count"] >= size:
+        while rec.count >= size:
             tier, size = tier + 1, size * MERGE_FANOUT
         by_tier.setdefault(tier, []).append(rec)
     for tier in sorted(by_tier):
@@ -217,7 +217,7 @@ class Lsm:
         return fp_all, id_all
 
     def merge(
-        self, txn: lmdb.Transaction, state: State, merged: list[dict[str, Any]], *, incremental: bool
+        self, txn: lmdb.Transaction, state: State, merged: list[RunMeta], *, incremental: bool
     ) -> tuple[State, dict[str, int]]:
         """Replace runs ``merged`` (and the incremental tables, when ``incremental``) by one new
         run, dropping tombstoned entries, inside write transaction ``txn``; returns the new state
@@ -241,9 +241,9 @@ class Lsm:
         if len(dead) and len(ids):
             keep = ~np.isin(ids, dead)
             fps, ids = fps[keep], ids[keep]
-        if n_incremental == 0 and len(merged) <= 1 and len(fps) == sum(r["count"] for r in merged):
+        if n_incremental == 0 and len(merged) <= 1 and len(fps) == sum(r.count for r in merged):
             # Nothing to gain: rewriting would give the same run (or none). No write.
-            return state, {"runs_merged": 0, "incremental": 0, "entries": int(sum(r["count"] for r in state.runs))}
+            return state, {"runs_merged": 0, "incremental": 0, "entries": int(sum(r.count for r in state.runs))}
         run_id = state.next_run
         new_runs = [r for r in state.runs if r not in merged]
         blobs: tiers.Blobs = []
@@ -254,19 +254,19 @@ class Lsm:
             blobs += encode_tables(self.design, fps, tables)
             id_blobs, id_rec = tiers.packed_blobs(tiers.run_prefix(run_id, 0xFFFF), ids)
             blobs += id_blobs
-            new_runs.append({"id": run_id, "count": len(fps), "tables": tables, "ids": id_rec})
+            new_runs.append(RunMeta(run_id, len(fps), tuple(tables), ids=id_rec))
         for rec in merged:
             # Tables that belong to the run (a bulk load's table 0 belongs to its segment).
-            for prefix in rec["tables"]:
+            for prefix in rec.tables:
                 if prefix.startswith(b"r"):
                     tiers.delete_prefix(txn, self.blobs, prefix)
-            if "prefix" in rec["ids"]:
-                tiers.delete_prefix(txn, self.blobs, rec["ids"]["prefix"])
+            if rec.ids is not None:
+                tiers.delete_prefix(txn, self.blobs, rec.ids.prefix)
         for name, value in blobs:
             txn.put(name, value, db=self.blobs)
         if incremental:
             self.incremental.clear(txn)
-        new_state = State(new_runs, state.segs, state.next_run + 1, state.next_seg)
+        new_state = State(tuple(new_runs), state.segs, state.next_run + 1, state.next_seg)
         return new_state, {"runs_merged": len(merged), "incremental": n_incremental, "entries": int(len(fps))}
 
     def flush(self, txn: lmdb.Transaction, state: State, flush_entries: int) -> None:
@@ -280,7 +280,7 @@ class Lsm:
             state, _ = self.merge(txn, state, group, incremental=False)
         self.save_state(txn, state)
 
-    def load_blobs(self, load: Load, state: State, base: int) -> tuple[tiers.Blobs, dict[str, Any], dict[str, Any]]:
+    def load_blobs(self, load: Load, state: State, base: int) -> tuple[tiers.Blobs, RunMeta, SegmentMeta]:
         """A bulk load's run and key segment, numbered from id ``base`` in fingerprint order:
         (blobs, run record, segment record). Table 0 is the identity permutation: the
         segment's sorted fingerprints serve both."""
@@ -295,15 +295,14 @@ class Lsm:
         blobs += ord_blobs
         key_blobs = tiers.key_block_blobs(tiers.seg_prefix(seg_id, b"k"), load.typed, load.int_keys)
         blobs += key_blobs
-        run_rec = {"id": run_id, "count": m, "tables": tables, "ids": {"base": base}}
-        seg_rec = {
-            "id": seg_id, "base": base, "count": m, "fps": fps_prefix, "hashes": tiers.seg_prefix(seg_id, b"h"),
-            "ordinals": ord_rec, "keys": tiers.seg_prefix(seg_id, b"k"), "key_blocks": len(key_blobs),
-        }
+        run_rec = RunMeta(run_id, m, tuple(tables), ids_base=base)
+        seg_rec = SegmentMeta(
+            seg_id, base, m, fps_prefix, tiers.seg_prefix(seg_id, b"h"), ord_rec, tiers.seg_prefix(seg_id, b"k"), len(key_blobs)
+        )
         return blobs, run_rec, seg_rec
 
-    def add_load(self, txn: lmdb.Transaction, state: State, blobs: tiers.Blobs, run_rec: dict[str, Any], seg_rec: dict[str, Any]) -> None:
+    def add_load(self, txn: lmdb.Transaction, state: State, blobs: tiers.Blobs, run_rec: RunMeta, seg_rec: SegmentMeta) -> None:
         """Store a bulk load's blobs and add its run and segment to ``state`` (the transaction's)."""
         for name, value in blobs:
             txn.put(name, value, db=self.blobs)
-        self.save_state(txn, State(state.runs + [run_rec], state.segs + [seg_rec], state.next_run + 1, state.next_seg + 1))
+        self.save_state(txn, State(state.runs + (run_rec,), state.segs + (seg_rec,), state.next_run + 1, state.next_seg + 1))

@@ -521,7 +521,7 @@ class Store:
             "k": self.k,
             "documents": n,
             "incremental_entries": incremental,
-            "runs": [r["count"] for r in state.runs],
+            "runs": [r.count for r in state.runs],
             "tombstones": tombstones,
             "flush_entries": self.flush_entries,
             "file_size": storage["file_size"],

@@ -208,17 +208,17 @@ def compact(storage: Storage, cat: Catalog, full: bool) -> dict[str, int]:
         state = cat.state(txn)
         incremental = cat.incremental.entries(txn)
         tombstones = txn.stat(cat.dead)["entries"]
-    merged = state.runs if full else []
+    merged = list(state.runs) if full else []
     if incremental or len(merged) > 1 or (merged and tombstones):
         # Room for the new run up front (about 8 bytes per entry and table, ids included), so
         # the transaction is not aborted and rerun on a full map after all its work.
-        entries = incremental + sum(r["count"] for r in merged)
+        entries = incremental + sum(r.count for r in merged)
         storage.reserve(entries * 8 * (len(cat.design.tables) + 1))
 
     def work(txn: lmdb.Transaction) -> dict[str, int]:
         # Merge what this transaction sees (another writer may have changed it since the read).
         state = cat.state(txn)
-        new_state, result = cat.lsm.merge(txn, state, state.runs if full else [], incremental=True)
+        new_state, result = cat.lsm.merge(txn, state, list(state.runs) if full else [], incremental=True)
         if new_state is not state:
             cat.lsm.save_state(txn, new_state)
         return result
