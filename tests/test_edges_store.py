@@ -309,6 +309,18 @@ def _long_keys(n: int) -> list[object]:
     return ["é" * (n // 2), b"\x00" * n, "u" * n]
 
 
+def _write(s: fpstore.Store, writer: str, keys: list, fps: np.ndarray) -> None:
+    """Store ``keys`` with ``fps`` through one of the three writers."""
+    pid = _pid(s)
+    if writer == "add":
+        for key, fp in zip(keys, fps.tolist()):
+            s.add(key, fingerprint=fp, pipeline_id=pid)
+    elif writer == "add_many":
+        s.add_many(keys, fingerprints=fps, pipeline_id=pid)
+    else:
+        s.bulk_load(keys, fps, pipeline_id=pid)
+
+
 @pytest.mark.parametrize("writer", ["add", "add_many", "bulk_load"])
 def test_keys_over_the_limit_are_refused_by_every_writer(tmp_path, writer):
     """A key one byte over MAX_KEY_BYTES is an InputError in add, add_many and bulk_load, and nothing is written."""
@@ -335,13 +347,7 @@ def test_keys_at_the_limit_read_back_through_every_reader(tmp_path, writer):
     fps = np.array([10, 11, 12, 13], np.uint64)
     with fpstore.open(tmp_path / "s") as s:
         pid = _pid(s)
-        if writer == "add":
-            for key, fp in zip(keys, fps.tolist()):
-                s.add(key, fingerprint=fp, pipeline_id=pid)
-        elif writer == "add_many":
-            s.add_many(keys, fingerprints=fps, pipeline_id=pid)
-        else:
-            s.bulk_load(keys, fps, pipeline_id=pid)
+        _write(s, writer, keys, fps)
         assert sorted(map(repr, s)) == sorted(map(repr, keys))
         for key, fp in zip(keys, fps.tolist()):
             assert key in s
@@ -584,13 +590,7 @@ def test_whatever_a_writer_accepts_every_reader_reads(tmp_path_factory, keys, wr
     fps = np.arange(1, len(keys) + 1, dtype=np.uint64)
     with fpstore.open(d / "s") as s:
         pid = _pid(s)
-        if writer == "add":
-            for key, fp in zip(keys, fps.tolist()):
-                s.add(key, fingerprint=fp, pipeline_id=pid)
-        elif writer == "add_many":
-            s.add_many(keys, fingerprints=fps, pipeline_id=pid)
-        else:
-            s.bulk_load(keys, fps, pipeline_id=pid)
+        _write(s, writer, keys, fps)
         assert sorted(map(repr, s)) == sorted(map(repr, keys))
         for key, fp in zip(keys, fps.tolist()):
             assert key in s and s.get(key).fingerprint == fp
