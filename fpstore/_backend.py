@@ -24,6 +24,7 @@ TWINS: dict[str, str] = {
     "simhash": "fpstore.fingerprint._simhash_py",
     "runs": "fpstore.index._runs_py",
     "search": "fpstore.index._search_py",
+    "html": "fpstore.fingerprint._html_py",
 }
 
 

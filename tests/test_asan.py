@@ -54,7 +54,7 @@ def test_asan_kernels_survive_the_seed_corpus_and_its_mutations(toolchain, tmp_p
     run = json.loads((tmp_path / "run.json").read_text())
     kernels = run["kernels"]
     assert kernels["backend"] == "cython"
-    assert sorted(kernels["kernels"]) == ["fpstore._runs_c", "fpstore._search_c", "fpstore._simhash_c"]
+    assert sorted(kernels["kernels"]) == ["fpstore._html_c", "fpstore._runs_c", "fpstore._search_c", "fpstore._simhash_c"]
     for name, k in kernels["kernels"].items():
         assert k["asan"] and os.path.dirname(k["file"]) == run["build_dir"], (name, k)
         assert not k["file"].startswith(os.path.join(ROOT, "fpstore")), f"{name} is the in-tree kernel"

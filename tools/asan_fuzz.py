@@ -156,6 +156,16 @@ def cython_command() -> list[str] | None:
     return [exe] if exe else None
 
 
+def is_cplus(pyx: str) -> bool:
+    """True when a kernel's .pyx asks for C++ (``# distutils: language = c++`` among its first lines)."""
+    try:
+        with open(pyx, encoding="utf-8") as f:
+            head = [f.readline() for _ in range(5)]
+    except OSError:
+        return False
+    return any(re.match(r"#\s*distutils:\s*language\s*=\s*c\+\+", line) for line in head)
+
+
 def c_sources(cext: str, work: str, say) -> dict[str, str]:
     """Kernel name -> path of its C source copied into ``work`` (see the module docstring)."""
     kernels, directives, level = setup_py_facts()
@@ -173,8 +183,9 @@ def c_sources(cext: str, work: str, say) -> dict[str, str]:
         # The kernels cimport cext/*.pxd (_common.pxd): a .c is current only if no source is newer.
         pxds = [os.path.join(cext, n) for n in os.listdir(cext) if n.endswith(".pxd")]
         for name in kernels:
-            pyx, c = os.path.join(cext, f"{name}.pyx"), os.path.join(cext, f"{name}.c")
-            dst = os.path.join(work, f"{name}.c")
+            pyx = os.path.join(cext, f"{name}.pyx")
+            ext = ".cpp" if is_cplus(pyx) else ".c"  # cythonize writes a C++ kernel's source to .cpp
+            c, dst = os.path.join(cext, name + ext), os.path.join(work, name + ext)
             newest = max([os.path.getmtime(p) for p in [pyx] + pxds if os.path.exists(p)], default=0.0)
             if os.path.exists(c) and os.path.getmtime(c) >= newest:
                 shutil.copyfile(c, dst)
@@ -185,7 +196,7 @@ def c_sources(cext: str, work: str, say) -> dict[str, str]:
                                        "(pip install Cython, or build the package once: pip install -e .)")
                 say(f"cythonizing {pyx} (no up-to-date {c})")
                 opts = ",".join(f"{k}={v}" for k, v in directives.items())
-                proc = subprocess.run(cmd + [f"-{level}", "-I", cext, "--module-name", f"fpstore.{name}", "-X", opts, "-o", dst, pyx],
+                proc = subprocess.run(cmd + (["--cplus"] if ext == ".cpp" else []) + [f"-{level}", "-I", cext, "--module-name", f"fpstore.{name}", "-X", opts, "-o", dst, pyx],
                                       capture_output=True, text=True)
                 if proc.returncode:
                     raise RuntimeError(f"Cython failed on {pyx}:\n{proc.stdout}{proc.stderr}")
@@ -229,7 +240,8 @@ def build(opt: str = "-O1", cext: str | None = None, say=print) -> tuple[str, di
                 so = os.path.join(work, name + suffix)
                 # Debug info names the C source where the cache keeps it, so a report's file:line opens.
                 remap = [f"-fdebug-prefix-map={work}={final}"]
-                procs[name] = subprocess.Popen(cc + ["-shared"] + flags + remap + ["-o", so, sources[name]],
+                cplus = ["-lstdc++"] if sources[name].endswith(".cpp") else []  # the driver compiles .cpp as C++
+                procs[name] = subprocess.Popen(cc + ["-shared"] + flags + remap + ["-o", so, sources[name]] + cplus,
                                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for name, p in list(procs.items()):
                 if p.poll() is not None:
