@@ -16,27 +16,8 @@ import pytest
 import fpstore
 from fpstore.admin.ingest import DirectorySource, Item, JsonlSource, Note, Problem, WarcSource, ingest
 from tests.test_cli import run
+from tests.test_ingest import events, items, kinds, text
 from tools import make_test_warc as mtw
-
-WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
-
-
-def text(i: int, n: int = 40) -> str:
-    """A deterministic text of n words, different for each i."""
-    return " ".join(WORDS[(i * 7 + j * (i % 5 + 1)) % len(WORDS)] + str((i + j) % 11) for j in range(n))
-
-
-def events(src, pos=None):
-    return list(src.items(pos))
-
-
-def items(evs):
-    return [e for e in evs if isinstance(e, Item)]
-
-
-def kinds(evs, cls):
-    return [e.kind for e in evs if isinstance(e, cls)]
-
 
 def line(key: str, i: int) -> bytes:
     return json.dumps({"id": key, "text": text(i)}).encode() + b"\n"
