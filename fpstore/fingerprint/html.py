@@ -178,16 +178,9 @@ def _too_deep(html: str) -> bool:
 
 
 def nesting_depth(html: str, limit: int = MAX_DEPTH) -> int:
-    """How deep the tags of ``html`` nest: the most elements the HTML5 tree builder can have open
-    at once (``html`` and ``body`` included, void elements not), plus the formatting elements it
-    may open again ("reconstruct the active formatting elements").
-
-    Counted by one linear scan that reads tags, comments and raw text as the HTML tokenizer does and
-    models the tree builder's implied end tags, scope rules and foreign content, always closing no
-    more than it does: it never counts less than the tree lexbor builds, and on ordinary pages it
-    counts that tree's depth (within a level or two). Stops as soon as the count exceeds ``limit``
-    and returns it then (a number above ``limit``). The compiled kernel ``fpstore._html_c`` (its
-    specification: ``fpstore/fingerprint/_html_py.py``), as ``fpstore._backend`` selects.
+    """How deep the tags of ``html`` nest, as the HTML5 tree builder would open them (a number
+    above ``limit`` once it is exceeded). The contract is the specification's,
+    ``fpstore.fingerprint._html_py.nesting_depth``; this runs the kernel ``fpstore._backend`` selects.
     """
     return _kernel.nesting_depth(html, limit)
 
