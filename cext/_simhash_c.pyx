@@ -123,21 +123,24 @@ cdef inline uint32_t idf_lookup(Acc* acc, uint64_t h) noexcept nogil:
         slot = (slot + 1) & acc.idf_mask
 
 
-cdef inline void flush8(Acc* acc) noexcept nogil:
+cdef inline void spill(int64_t* ones, uint64_t* lanes, int n_lanes, int width) noexcept nogil:
+    """Add the counters packed `width` bits apiece in each lane to `ones`, then clear the lanes."""
+    cdef int per_lane = 64 // width
+    cdef uint64_t mask = ((<uint64_t>1) << width) - 1
     cdef int j, l
-    for j in range(8):
-        for l in range(8):
-            acc.ones[8 * j + l] += (acc.lanes8[j] >> (8 * l)) & 0xFF
-        acc.lanes8[j] = 0
+    for j in range(n_lanes):
+        for l in range(per_lane):
+            ones[per_lane * j + l] += (lanes[j] >> (width * l)) & mask
+        lanes[j] = 0
+
+
+cdef inline void flush8(Acc* acc) noexcept nogil:
+    spill(acc.ones, acc.lanes8, 8, 8)
     acc.pending8 = 0
 
 
 cdef inline void flush16(Acc* acc) noexcept nogil:
-    cdef int j, l
-    for j in range(16):
-        for l in range(4):
-            acc.ones[4 * j + l] += (acc.lanes16[j] >> (16 * l)) & 0xFFFF
-        acc.lanes16[j] = 0
+    spill(acc.ones, acc.lanes16, 16, 16)
     acc.pending16 = 0
 
 

@@ -477,3 +477,49 @@ def write_json(path: str | None, data: Any) -> None:
 
     with open(path, "w") as fh:
         json.dump(data, fh, indent=1, default=default)
+
+
+# -- the command line both scripts share ---------------------------------------------------------
+
+
+def add_run_arguments(ap: Any, *, largest: float, designs: Sequence[str]) -> None:
+    """The options of a sized run against the peers, common to both benchmark scripts."""
+    ap.add_argument("--max", type=float, default=largest, help="largest n")
+    ap.add_argument("--n", type=float, nargs="*", help="explicit sizes instead of 10^5..--max")
+    ap.add_argument("--quick", action="store_true", help="10^5 only, a smoke run")
+    ap.add_argument("--designs", nargs="*", default=list(designs))
+    ap.add_argument("--single", type=int, default=5000)
+    ap.add_argument("--verify", type=int, default=300)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--brute-budget", type=float, default=3.0)
+    ap.add_argument("--no-faiss", action="store_true")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tmp", default=DEFAULT_TMP)
+    ap.add_argument("--json", help="write every figure to this file")
+    ap.add_argument("--cpus", type=int, help="pin the process to this many CPUs (1: fpstore runs one thread)")
+    ap.add_argument("--report", metavar="JSON", help="only print the tables of a saved --json file")
+
+
+def sizes(args: Any) -> list[int]:
+    if args.quick:
+        return [10**5]
+    if args.n:
+        return [int(x) for x in args.n]
+    return [10**e for e in (5, 6, 7) if 10**e <= args.max]
+
+
+def load_saved(path: str) -> dict[str, Any]:
+    """Read a saved --json file and print the header its run printed."""
+    with open(path) as fh:
+        saved: dict[str, Any] = json.load(fh)
+    print(f"<!-- {' '.join(saved['argv'])} -->")
+    print(f"fpstore {saved.get('code', '?')}; {saved.get('cpus', '?')} CPU(s) available to the process.\n")
+    print(f"Load before: `{saved['load_before']}`; after: `{saved['load_after']}`.\n")
+    return saved
+
+
+def print_run_header(code: str, cpus: int, start: str, end: str, seconds: float) -> None:
+    print(f"<!-- {' '.join(sys.argv)} -->")
+    print(f"fpstore {code}; {cpus} CPU(s) available to the process (fpstore's thread pools use them all; "
+          f"faiss runs 1 OpenMP thread).\n")
+    print(f"Load before: `{start}`; after: `{end}`; {seconds:.0f} s in all.\n")

@@ -387,43 +387,20 @@ def report(results: list[dict[str, Any]], find_all_note: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--max", type=float, default=1e7, help="largest n")
-    ap.add_argument("--n", type=float, nargs="*", help="explicit sizes instead of 10^5..--max")
-    ap.add_argument("--quick", action="store_true", help="10^5 only, a smoke run")
-    ap.add_argument("--designs", nargs="*", default=["r5", "auto"])
-    ap.add_argument("--single", type=int, default=5000)
+    bc.add_run_arguments(ap, largest=1e7, designs=["r5", "auto"])
     ap.add_argument("--big-batch", type=int, default=1_000_000, help="second query_many batch at n >= 10^6 (0: none)")
-    ap.add_argument("--verify", type=int, default=300)
-    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--budget", type=float, default=30.0, help="stop repeating a measurement after this many seconds")
     ap.add_argument("--find-all-blocks", type=int, nargs="*")
     ap.add_argument("--simhash-path", default="/work/bench-tmp/peers")
-    ap.add_argument("--brute-budget", type=float, default=3.0)
     ap.add_argument("--brute-sample", type=int, default=20_000)
     ap.add_argument("--brute-pairs-max", type=int, default=100_000, help="check all pairs by brute force up to this n")
-    ap.add_argument("--no-faiss", action="store_true")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--tmp", default=bc.DEFAULT_TMP)
-    ap.add_argument("--json", help="write every figure to this file")
-    ap.add_argument("--cpus", type=int, help="pin the process to this many CPUs (1: fpstore runs one thread)")
-    ap.add_argument("--report", metavar="JSON", help="only print the tables of a saved --json file")
     args = ap.parse_args()
     if args.report:
-        import json
-
-        saved = json.load(open(args.report))
+        saved = bc.load_saved(args.report)
         note = saved["find_all"]
-        print(f"<!-- {' '.join(saved['argv'])} -->")
-        print(f"fpstore {saved.get('code', '?')}; {saved.get('cpus', '?')} CPU(s) available to the process.\n")
-        print(f"Load before: `{saved['load_before']}`; after: `{saved['load_after']}`.\n")
         print(report(saved["results"], f"find_all from {note}" if "find_all" in saved["results"][0] else f"find_all unavailable: {note}"))
         return
-    if args.quick:
-        sizes = [10**5]
-    elif args.n:
-        sizes = [int(x) for x in args.n]
-    else:
-        sizes = [10**e for e in (5, 6, 7) if 10**e <= args.max]
+    sizes = bc.sizes(args)
     simhash, fa_note = load_find_all(args.simhash_path)
     bc.note(f"find_all: {fa_note}")
     cpus = bc.pin_cpus(args.cpus)
@@ -433,10 +410,7 @@ def main() -> None:
     t0 = time.perf_counter()
     results = [run_n(n, args, rng, simhash) for n in sizes]
     end = bc.uptime()
-    print(f"<!-- {' '.join(sys.argv)} -->")
-    print(f"fpstore {code}; {cpus} CPU(s) available to the process (fpstore's thread pools use them all; "
-          f"faiss runs 1 OpenMP thread).\n")
-    print(f"Load before: `{start}`; after: `{end}`; {time.perf_counter() - t0:.0f} s in all.\n")
+    bc.print_run_header(code, cpus, start, end, time.perf_counter() - t0)
     print(report(results, f"find_all from {fa_note}" if simhash is not None else f"find_all unavailable: {fa_note}"))
     bc.write_json(args.json, {"argv": sys.argv, "machine": bc.machine(), "code": code, "cpus": cpus,
                              "load_before": start, "load_after": end,

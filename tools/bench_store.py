@@ -283,40 +283,17 @@ def report(results: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--max", type=float, default=1e6, help="largest n (1e7 adds 10^7)")
-    ap.add_argument("--n", type=float, nargs="*", help="explicit sizes instead of 10^5..--max")
-    ap.add_argument("--quick", action="store_true", help="10^5 only, a smoke run")
-    ap.add_argument("--designs", nargs="*", default=["auto", "r5"])
+    bc.add_run_arguments(ap, largest=1e6, designs=["auto", "r5"])
     ap.add_argument("--add-sample", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=1000)
-    ap.add_argument("--single", type=int, default=5000)
     ap.add_argument("--batch-queries", type=int, default=100_000)
-    ap.add_argument("--verify", type=int, default=300)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--brute-budget", type=float, default=3.0)
     ap.add_argument("--no-compact", action="store_true")
-    ap.add_argument("--no-faiss", action="store_true")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--tmp", default=bc.DEFAULT_TMP)
-    ap.add_argument("--json", help="write every figure to this file")
-    ap.add_argument("--cpus", type=int, help="pin the process to this many CPUs (1: fpstore runs one thread)")
-    ap.add_argument("--report", metavar="JSON", help="only print the tables of a saved --json file")
     args = ap.parse_args()
     if args.report:
-        import json
-
-        saved = json.load(open(args.report))
-        print(f"<!-- {' '.join(saved['argv'])} -->")
-        print(f"fpstore {saved.get('code', '?')}; {saved.get('cpus', '?')} CPU(s) available to the process.\n")
-        print(f"Load before: `{saved['load_before']}`; after: `{saved['load_after']}`.\n")
+        saved = bc.load_saved(args.report)
         print(report(saved["results"]))
         return
-    if args.quick:
-        sizes = [10**5]
-    elif args.n:
-        sizes = [int(x) for x in args.n]
-    else:
-        sizes = [10**e for e in (5, 6, 7) if 10**e <= args.max]
+    sizes = bc.sizes(args)
     cpus = bc.pin_cpus(args.cpus)
     code = bc.code_version()
     rng = np.random.default_rng(args.seed)
@@ -325,10 +302,7 @@ def main() -> None:
     results = [run_n(n, args, rng) for n in sizes]
     end = bc.uptime()
     text = report(results)
-    print(f"<!-- {' '.join(sys.argv)} -->")
-    print(f"fpstore {code}; {cpus} CPU(s) available to the process (fpstore's thread pools use them all; "
-          f"faiss runs 1 OpenMP thread).\n")
-    print(f"Load before: `{start}`; after: `{end}`; {time.perf_counter() - t0:.0f} s in all.\n")
+    bc.print_run_header(code, cpus, start, end, time.perf_counter() - t0)
     print(text)
     bc.write_json(args.json, {"argv": sys.argv, "machine": bc.machine(), "code": code, "cpus": cpus,
                              "load_before": start, "load_after": end,
