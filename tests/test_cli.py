@@ -466,15 +466,21 @@ def wait_for_checkpoint(store: pathlib.Path, name: str, line: int, proc: subproc
         time.sleep(0.01)
 
 
+def ingest_in_background(store, n, until_line):
+    """Start an ingest of `n` documents in batches of 20; return once `until_line` lines are
+    checkpointed, with the source, the store, the checkpoint's name and the running process."""
+    src = corpus_file(store.parent, n)
+    name = f"ingest:jsonl:{os.path.realpath(src)}"
+    proc = popen("ingest", store, src, "--batch-size", "20", "--no-progress")
+    wait_for_checkpoint(store, name, until_line, proc)
+    return src, store, name, proc
+
+
 def test_ingest_killed_midway_then_rerun_stores_each_document_once(tmp_path):
     """SIGKILL an ingest after some batches; the rerun resumes at the last checkpoint and ends with
     every document stored exactly once; the store verifies."""
     n = 3000
-    src = corpus_file(tmp_path, n)
-    store = tmp_path / "k.fps"
-    name = f"ingest:jsonl:{os.path.realpath(src)}"
-    proc = popen("ingest", store, src, "--batch-size", "20", "--no-progress")
-    wait_for_checkpoint(store, name, 200, proc)
+    src, store, name, proc = ingest_in_background(tmp_path / "k.fps", n, until_line=200)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL, "the ingest ended before it could be killed"
@@ -494,11 +500,7 @@ def test_ingest_killed_midway_then_rerun_stores_each_document_once(tmp_path):
 def test_ingest_ctrl_c_stops_after_the_current_batch(tmp_path):
     """SIGINT: the ingest commits its current batch and exits 130 with a resume hint; a rerun completes."""
     n = 3000
-    src = corpus_file(tmp_path, n)
-    store = tmp_path / "i.fps"
-    name = f"ingest:jsonl:{os.path.realpath(src)}"
-    proc = popen("ingest", store, src, "--batch-size", "20", "--no-progress")
-    wait_for_checkpoint(store, name, 100, proc)
+    src, store, name, proc = ingest_in_background(tmp_path / "i.fps", n, until_line=100)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     err = err.decode()

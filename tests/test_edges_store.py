@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import io
 import os
 import shutil
 import stat
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 import fpstore
+from fpstore.admin.exchange import export_store, import_stream
 from fpstore.errors import FpstoreError, InputError, NotAStoreError
 from fpstore.store import storage as _storage
 from fpstore.store.storage import DATA_FILE
@@ -340,9 +342,6 @@ def test_keys_over_the_limit_are_refused_by_every_writer(tmp_path, writer):
 @pytest.mark.parametrize("writer", ["add", "add_many", "bulk_load"])
 def test_keys_at_the_limit_read_back_through_every_reader(tmp_path, writer):
     """Keys of exactly MAX_KEY_BYTES, written by each writer, read back via get, in, iteration, queries, keys_of, delete, re-add and export/import."""
-    from fpstore.admin.exchange import export_store, import_stream
-    import io
-
     keys = _long_keys(MAX_KEY_BYTES) + ["short"]
     fps = np.array([10, 11, 12, 13], np.uint64)
     with fpstore.open(tmp_path / "s") as s:
@@ -489,19 +488,21 @@ def _populate(s: fpstore.Store) -> None:
     s.set_checkpoint("other", [1, 2, 3])
 
 
-def test_export_import_round_trip_preserves_everything(tmp_path):
-    """A store exported and imported into a new path dumps equal: documents, canonical keys, short flags, content hashes, checkpoints."""
-    import io
-
-    from fpstore.admin.exchange import export_store, import_stream
-
-    with fpstore.open(tmp_path / "a", k=5) as a:
+def _exported_store(path):
+    """Populate a store at `path` and export it: its dump, and the export stream rewound."""
+    with fpstore.open(path, k=5) as a:
         _populate(a)
         want = _dump(a)
         buf = io.BytesIO()
         export_store(a, buf)
-    assert sum(1 for v in want["docs"].values() if v[2] is not None) > 20
     buf.seek(0)
+    return want, buf
+
+
+def test_export_import_round_trip_preserves_everything(tmp_path):
+    """A store exported and imported into a new path dumps equal: documents, canonical keys, short flags, content hashes, checkpoints."""
+    want, buf = _exported_store(tmp_path / "a")
+    assert sum(1 for v in want["docs"].values() if v[2] is not None) > 20
     import_stream(buf, str(tmp_path / "b"), batch_size=7)
     with fpstore.open(tmp_path / "b", readonly=True) as b:
         assert _dump(b) == want
@@ -509,18 +510,9 @@ def test_export_import_round_trip_preserves_everything(tmp_path):
 
 def test_import_into_an_existing_store_preserves_canonicals_and_keeps_its_checkpoints(tmp_path):
     """Importing into an existing store carries canonical keys, adds checkpoints it lacks and leaves its own alone."""
-    import io
-
-    from fpstore.admin.exchange import export_store, import_stream
-
-    with fpstore.open(tmp_path / "a", k=5) as a:
-        _populate(a)
-        want = _dump(a)
-        buf = io.BytesIO()
-        export_store(a, buf)
+    want, buf = _exported_store(tmp_path / "a")
     with fpstore.open(tmp_path / "b", k=5) as b:
         b.set_checkpoint("other", "mine")
-    buf.seek(0)
     import_stream(buf, str(tmp_path / "b"), batch_size=5)
     with fpstore.open(tmp_path / "b", readonly=True) as b:
         got = _dump(b)
@@ -582,10 +574,6 @@ def _keys(draw) -> object:
 @given(keys=st.lists(_keys(), min_size=1, max_size=4, unique_by=repr), writer=st.sampled_from(["add", "add_many", "bulk_load"]))
 def test_whatever_a_writer_accepts_every_reader_reads(tmp_path_factory, keys, writer):
     """Property: keys a writer accepts (types, lengths up to MAX_KEY_BYTES) read back through get, in, iteration, keys_of and an export/import."""
-    import io
-
-    from fpstore.admin.exchange import export_store, import_stream
-
     d = tmp_path_factory.mktemp("prop")
     fps = np.arange(1, len(keys) + 1, dtype=np.uint64)
     with fpstore.open(d / "s") as s:

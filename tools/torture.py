@@ -240,25 +240,26 @@ def _pytest_long(args: argparse.Namespace, root: str, test: str, env: dict[str, 
         raise AssertionError(f"{test} failed")
 
 
-def powerloss(args: argparse.Namespace, root: str) -> None:
-    _pytest_long(args, root, "test_power_loss_keeps_every_acknowledged_batch",
-                 {"FPSTORE_POWERLOSS_CYCLES": str(args.cycles), "FPSTORE_POWERLOSS_SEED": str(args.seed)})
+# The long runs of tests/test_reliability.py: command -> (tests, {option: (environment knob, default, help)}).
+LONG_TESTS: dict[str, tuple[str, dict[str, tuple[str, object, str | None]]]] = {
+    "powerloss": ("test_power_loss_keeps_every_acknowledged_batch",
+                  {"--cycles": ("FPSTORE_POWERLOSS_CYCLES", 100, None), "--seed": ("FPSTORE_POWERLOSS_SEED", 7, None)}),
+    "points": ("test_kill_at_named_points_leaves_old_or_new_state",
+               {"--rounds": ("FPSTORE_POINT_ROUNDS", 5, None)}),
+    "syscalls": ("test_kill_at_random_syscalls_of_every_operation",
+                 {"--cases": ("FPSTORE_SYSCALL_RANDOM", 300, None), "--seed": ("FPSTORE_SYSCALL_SEED", 9, None)}),
+    "damage": ("test_damaged_store_files_raise_typed_errors_or_answer,test_garbage_in_every_sub_database_raises_typed_errors_or_answers",
+               {"--cases": ("FPSTORE_DAMAGE_CASES", 5000, "per test: byte damage, then garbled values"),
+                "--seed": ("FPSTORE_DAMAGE_SEED", 11, None),
+                "--kinds": ("FPSTORE_DAMAGE_KINDS", "flip,flip_page,truncate,truncate_page",
+                            "byte damage kinds (zero_page aborts LMDB unless the store is opened with verify=True)")}),
+}
 
 
-def points(args: argparse.Namespace, root: str) -> None:
-    _pytest_long(args, root, "test_kill_at_named_points_leaves_old_or_new_state",
-                 {"FPSTORE_POINT_ROUNDS": str(args.rounds)})
-
-
-def syscalls(args: argparse.Namespace, root: str) -> None:
-    _pytest_long(args, root, "test_kill_at_random_syscalls_of_every_operation",
-                 {"FPSTORE_SYSCALL_RANDOM": str(args.cases), "FPSTORE_SYSCALL_SEED": str(args.seed)})
-
-
-def damage(args: argparse.Namespace, root: str) -> None:
-    _pytest_long(args, root, "test_damaged_store_files_raise_typed_errors_or_answer,test_garbage_in_every_sub_database_raises_typed_errors_or_answers",
-                 {"FPSTORE_DAMAGE_CASES": str(args.cases), "FPSTORE_DAMAGE_SEED": str(args.seed),
-                  "FPSTORE_DAMAGE_KINDS": args.kinds})
+def long_test(args: argparse.Namespace, root: str) -> None:
+    tests, options = LONG_TESTS[args.command]
+    env = {knob: str(getattr(args, option[2:].replace("-", "_"))) for option, (knob, _, _) in options.items()}
+    _pytest_long(args, root, tests, env)
 
 
 def main() -> int:
@@ -287,23 +288,11 @@ def main() -> int:
     p.add_argument("--batches", type=int, default=150)
     p.add_argument("--readers", type=int, default=4)
     p.set_defaults(fn=snapshots)
-    p = sub.add_parser("powerloss")
-    p.add_argument("--cycles", type=int, default=100)
-    p.add_argument("--seed", type=int, default=7)
-    p.set_defaults(fn=powerloss)
-    p = sub.add_parser("points")
-    p.add_argument("--rounds", type=int, default=5)
-    p.set_defaults(fn=points)
-    p = sub.add_parser("syscalls")
-    p.add_argument("--cases", type=int, default=300)
-    p.add_argument("--seed", type=int, default=9)
-    p.set_defaults(fn=syscalls)
-    p = sub.add_parser("damage")
-    p.add_argument("--cases", type=int, default=5000, help="per test: byte damage, then garbled values")
-    p.add_argument("--seed", type=int, default=11)
-    p.add_argument("--kinds", default="flip,flip_page,truncate,truncate_page",
-                   help="byte damage kinds (zero_page aborts LMDB unless the store is opened with verify=True)")
-    p.set_defaults(fn=damage)
+    for command, (_, options) in LONG_TESTS.items():
+        p = sub.add_parser(command)
+        for option, (_, default, help_text) in options.items():
+            p.add_argument(option, type=type(default), default=default, help=help_text)
+        p.set_defaults(fn=long_test)
     for name, p in sub.choices.items():
         if name != "fuzz-target":
             p.add_argument("--dir", default=None, help="where to make the stores (default: a temporary directory)")
