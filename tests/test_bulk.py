@@ -180,8 +180,7 @@ def test_streamed_chunks_make_runs_of_bounded_size(store):
     )
     assert loaded == 10_000 and len(store) == 10_000
     assert seen == [2500, 5000, 7500, 10_000]
-    with store._storage.read() as txn:
-        assert [r["count"] for r in store._state(txn).runs] == [2500] * 4
+    assert store.counts()["runs"] == [2500] * 4
 
 
 def test_compaction_keeps_the_readers_snapshot(store):

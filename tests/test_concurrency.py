@@ -11,7 +11,8 @@ import pytest
 
 import fpstore
 from fpstore.errors import ClosedError, FpstoreError, ReadOnlyError
-from tests.workers import FEED, CheckFailed, Child, batch, check_snapshot, snapshot, total
+from tests.support.oracle import FEED, CheckFailed, batch, check_snapshot, snapshot, total
+from tests.support.processes import Child
 
 READERS = 4
 

@@ -17,18 +17,8 @@ import time
 import numpy as np
 
 import fpstore
-from tests.workers import (
-    FEED,
-    CheckFailed,
-    Child,
-    ForkServer,
-    batch,
-    batch_size,
-    check_keys,
-    check_snapshot,
-    snapshot,
-    total,
-)
+from tests.support.oracle import FEED, CheckFailed, batch, batch_size, check_keys, check_snapshot, snapshot, total
+from tests.support.processes import Child, ForkServer
 
 KILL_CYCLES = int(os.environ.get("FPSTORE_KILL_CYCLES", "240"))
 VERIFY_EVERY = 60  # cycles between runs of LMDB's structural verifier (0.1 to 1 s each)
@@ -63,8 +53,6 @@ def verify_oracle(path: str, rng: random.Random, sample: int = 48) -> int | None
 
 def verify_exact(path: str, last: int) -> None:
     """The store holds exactly batches 0..last: every key with its fingerprint, table 0 the same fingerprints."""
-    from fpstore.store.keys import unpack_record, untyped_key
-
     store = fpstore.open(path, readonly=True)
     try:
         snap = snapshot(store)
@@ -72,13 +60,9 @@ def verify_exact(path: str, last: int) -> None:
         assert snap["ckpt"] == last
         want_keys = [k for i in range(last + 1) for k in batch(i)[0]]
         want_fps = np.concatenate([batch(i)[1] for i in range(last + 1)])
-        with store._storage.read() as txn:
-            stored = {}
-            for _, raw in txn.cursor(db=store._docs):
-                typed, fp, *_ = unpack_record(raw)
-                stored[untyped_key(typed)] = fp
-            # Table 0: the incremental entries and the runs they were flushed into.
-            table0, _ids = store._cat.live_index(txn)
+        stored = {doc.key: doc.fingerprint for doc in store.documents()}
+        # Table 0: the incremental entries and the runs they were flushed into.
+        table0, _ids = store.fingerprints()
         assert stored == dict(zip(want_keys, want_fps.tolist())), "documents differ from batches 0..last"
         assert np.array_equal(np.sort(table0), np.sort(want_fps)), "table t00 differs from the stored fingerprints"
         assert sorted(store) == sorted(want_keys)
@@ -215,8 +199,8 @@ def _rewrite_round(store, keys: list[str], round_no: int) -> tuple[int, int]:
     for key in keys[:3]:
         assert store.delete(key)
     store.add_many(keys[:3], fingerprints=fps[:3], pipeline_id=store.pipeline.id)
-    info = store._storage.info()
-    return info["file_size"], info["last_pgno"]
+    info = store.info()
+    return info["file_size"], info["lmdb"]["pages_used"] - 1
 
 
 def test_stale_reader_slot_is_cleared_and_file_growth_stops(tmp_path):
@@ -248,6 +232,6 @@ def test_stale_reader_slot_is_cleared_and_file_growth_stops(tmp_path):
         assert after[-1][0] <= after[1][0] and after[-1][1] <= after[1][1], f"still growing: {pinned} then {after}"
         snap = snapshot(store)
         assert snap["count"] == total(2) + len(keys) and snap["ckpt"] == 2
-        assert set(snap["entries"][f"t{t:02d}"] for t in range(len(store._tables))) == {snap["count"]}
+        assert set(snap["entries"][f"t{t:02d}"] for t in range(len(store.design.tables))) == {snap["count"]}
     finally:
         store.close()

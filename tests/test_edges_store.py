@@ -48,13 +48,19 @@ def test_writable_open_keeps_a_users_compact_named_directory(tmp_path):
     assert (lookalike / "data.mdb").exists()
 
 
+def _marked_compaction_dir(path, marker_text):
+    """Create a store at `path` and, inside it, a compaction directory carrying the store's marker."""
+    fpstore.open(path).close()
+    directory = path / "compact-12345-0123456789abcdef"
+    directory.mkdir()
+    (directory / COMPACT_MARKER).write_text(marker_text)
+    return directory
+
+
 def test_stale_marked_compaction_copy_is_removed_by_the_next_writer(tmp_path):
     """A copy left by a file compaction that died before its switch (it carries the store's marker) is removed on open."""
     path = tmp_path / "s"
-    fpstore.open(path).close()
-    stale = path / "compact-12345-0123456789abcdef"
-    stale.mkdir()
-    (stale / COMPACT_MARKER).write_text("fpstore file compaction of pid 12345\n")
+    stale = _marked_compaction_dir(path, "fpstore file compaction of pid 12345\n")
     (stale / "data.mdb").write_bytes(b"partial")
     empty = path / "compact-777-fedcba9876543210"  # killed between mkdir and the marker: empty
     empty.mkdir()
@@ -67,10 +73,7 @@ def test_stale_marked_compaction_copy_is_removed_by_the_next_writer(tmp_path):
 def test_marked_compaction_directory_with_foreign_files_is_kept(tmp_path):
     """A compaction directory holding a file the store never writes there is left alone."""
     path = tmp_path / "s"
-    fpstore.open(path).close()
-    odd = path / "compact-12345-0123456789abcdef"
-    odd.mkdir()
-    (odd / COMPACT_MARKER).write_text("")
+    odd = _marked_compaction_dir(path, "")
     (odd / "notes.txt").write_text("someone's notes")
     fpstore.open(path).close()
     assert (odd / "notes.txt").read_text() == "someone's notes"

@@ -1,7 +1,7 @@
 """The package's layers, read from its source: the operator's tools use the store's public API only,
 and lower layers never import higher ones (docs/architecture.md).
 
-Layers, lowest first: the base (errors, limits, mixing, parallel, hamming, _backend, _version);
+Layers, lowest first: the base (closing, errors, limits, mixing, parallel, hamming, _backend, _version);
 fingerprint and index (which never import each other); store; admin, quality and spark.
 ``fpstore/__init__.py`` and ``fpstore/__main__.py`` may import anything; the package root
 (``import fpstore``, ``from fpstore import Store``) is the public API, which only the top layer uses.
@@ -14,7 +14,7 @@ import pathlib
 
 PKG = pathlib.Path(__file__).resolve().parent.parent / "fpstore"
 
-BASE = {"errors", "limits", "mixing", "parallel", "hamming", "_backend", "_version"}
+BASE = {"closing", "errors", "limits", "mixing", "parallel", "hamming", "_backend", "_version"}
 LAYER = {"base": 0, "fingerprint": 1, "index": 1, "store": 2, "admin": 3, "quality": 3, "spark": 3, "root": 3}
 #: Layers of equal rank that must not import each other all the same.
 APART = {frozenset({"fingerprint", "index"})}

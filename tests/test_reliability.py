@@ -29,18 +29,9 @@ import numpy as np
 import pytest
 
 import fpstore
-from tests.workers import (
-    FEED,
-    SCENARIO_OPS,
-    CheckFailed,
-    Child,
-    ForkServer,
-    check_model,
-    layout,
-    model_after,
-    model_steps,
-    run_op,
-)
+from tests.support.oracle import FEED, CheckFailed
+from tests.support.processes import Child, ForkServer
+from tests.support.scenario import SCENARIO_OPS, check_model, layout, model_after, model_steps, run_op
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POINT_ROUNDS = int(os.environ.get("FPSTORE_POINT_ROUNDS", "1"))
@@ -1029,7 +1020,7 @@ def _exercise(tmp_path, path: str, *options: str) -> dict:
 def test_incremental_table_keys_out_of_order_raise_corruption_error(scenario, tmp_path):
     """A damaged key in an incremental table (keys no longer in order on their page) makes query_many raise CorruptionError or answer, never a numpy ValueError."""
     from fpstore.index.design import Design
-    from tests.workers import scenario_data
+    from tests.support.scenario import scenario_data
 
     op = SCENARIO_OPS.index("add_many_c")  # base3: add_many_a's documents are in the incremental tables
     path = copy_store(os.path.join(scenario["root"], f"base{op}"), str(tmp_path / "s"))

@@ -170,6 +170,49 @@ def brute_force(stored: np.ndarray, queries: Iterable[int], k: int) -> list[np.n
     return out
 
 
+def distinct_designs(k: int, n: int, arguments: Sequence[str]) -> list[tuple[str, str]]:
+    """(label, argument) of each distinct design the ``--designs`` arguments resolve to at n: one
+    that resolves like an earlier one is named in its label (``auto (r4) = r4``), not run twice."""
+    from fpstore.index.design import design_for
+
+    designs: list[list[str]] = []  # [label, argument, resolved name]
+    for arg in arguments:
+        name = design_for(k, n, arg).name
+        dup = next((x for x in designs if x[2] == name), None)
+        if dup is not None:
+            dup[0] += f" = {arg}"
+        else:
+            designs.append([f"auto ({name})" if arg == "auto" else arg, arg, name])
+    return [(label, arg) for label, arg, _ in designs]
+
+
+def check_exact(store: Any, verify: np.ndarray, truth: list[np.ndarray]) -> dict[str, Any]:
+    """``query`` and ``query_many`` against brute force (keys are indices into the stored array)."""
+    pid = store.pipeline.id
+    want = sum(len(t) for t in truth)
+    single_missing = single_extra = 0
+    for q, t in zip(verify.tolist(), truth):
+        got = {m.key for m in store.query(fingerprint=q, pipeline_id=pid)}
+        ts = set(t.tolist())
+        single_missing += len(ts - got)
+        single_extra += len(got - ts)
+    qi, ids, _ = store.query_many(verify, pipeline_id=pid)
+    keys = store.keys_of(ids.tolist())
+    got_pairs = set(zip(qi.tolist(), keys))
+    want_pairs = {(i, int(x)) for i, t in enumerate(truth) for x in t.tolist()}
+    many_missing, many_extra = len(want_pairs - got_pairs), len(got_pairs - want_pairs)
+    exact = single_missing == single_extra == many_missing == many_extra == 0
+    return {
+        "queries": len(verify),
+        "matches": want,
+        "query_missing": single_missing,
+        "query_extra": single_extra,
+        "query_many_missing": many_missing,
+        "query_many_extra": many_extra,
+        "exact": exact,
+    }
+
+
 def brute_force_rate(stored: np.ndarray, queries: np.ndarray, k: int, budget_s: float = 3.0) -> dict[str, float]:
     """numpy popcount over all stored, one query at a time, for about ``budget_s`` seconds."""
     done, t0, c0 = 0, time.perf_counter(), time.process_time()
@@ -416,7 +459,7 @@ def blob_bytes(store: Any) -> dict[bytes, dict[str, int]]:
     counted separately; LMDB page overhead is not included (see :func:`store_sizes`)."""
     out: dict[bytes, dict[str, int]] = {}
     with store._storage.read() as txn:
-        cur = txn.cursor(db=store._blobs)
+        cur = txn.cursor(db=store._cat.blobs)  # the layout below the API is what this measures
         for key, value in cur:
             key = bytes(key)
             prefix = key[:7] if key[:1] == b"r" else key[:6]
@@ -447,6 +490,11 @@ def fmt_n(n: int) -> str:
 
 def fmt_us(x: float) -> str:
     return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def section(title: str, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A titled Markdown table, one of a report's sections."""
+    return f"\n{title}\n\n" + md_table(headers, rows)
 
 
 def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -482,8 +530,12 @@ def write_json(path: str | None, data: Any) -> None:
 # -- the command line both scripts share ---------------------------------------------------------
 
 
-def add_run_arguments(ap: Any, *, largest: float, designs: Sequence[str]) -> None:
-    """The options of a sized run against the peers, common to both benchmark scripts."""
+def run_parser(doc: str | None, *, largest: float, designs: Sequence[str]) -> Any:
+    """A parser with the options of a sized run against the peers, common to both benchmark
+    scripts (described by the first paragraph of ``doc``)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     ap.add_argument("--max", type=float, default=largest, help="largest n")
     ap.add_argument("--n", type=float, nargs="*", help="explicit sizes instead of 10^5..--max")
     ap.add_argument("--quick", action="store_true", help="10^5 only, a smoke run")
@@ -498,6 +550,7 @@ def add_run_arguments(ap: Any, *, largest: float, designs: Sequence[str]) -> Non
     ap.add_argument("--json", help="write every figure to this file")
     ap.add_argument("--cpus", type=int, help="pin the process to this many CPUs (1: fpstore runs one thread)")
     ap.add_argument("--report", metavar="JSON", help="only print the tables of a saved --json file")
+    return ap
 
 
 def sizes(args: Any) -> list[int]:
@@ -518,8 +571,22 @@ def load_saved(path: str) -> dict[str, Any]:
     return saved
 
 
-def print_run_header(code: str, cpus: int, start: str, end: str, seconds: float) -> None:
+def run_sizes(args: Any, run_one: Callable[[int, np.random.Generator], dict[str, Any]],
+              render: Callable[[list[dict[str, Any]]], str], extra: dict[str, Any] | None = None) -> None:
+    """Run ``run_one`` at each size of the command line, print the header and the tables, and save
+    every figure to ``--json`` (with ``extra``)."""
+    sizes_run = sizes(args)
+    cpus = pin_cpus(args.cpus)
+    code = code_version()
+    rng = np.random.default_rng(args.seed)
+    start = uptime()
+    t0 = time.perf_counter()
+    results = [run_one(n, rng) for n in sizes_run]
+    end = uptime()
     print(f"<!-- {' '.join(sys.argv)} -->")
     print(f"fpstore {code}; {cpus} CPU(s) available to the process (fpstore's thread pools use them all; "
           f"faiss runs 1 OpenMP thread).\n")
-    print(f"Load before: `{start}`; after: `{end}`; {seconds:.0f} s in all.\n")
+    print(f"Load before: `{start}`; after: `{end}`; {time.perf_counter() - t0:.0f} s in all.\n")
+    print(render(results))
+    write_json(args.json, {"argv": sys.argv, "machine": machine(), "code": code, "cpus": cpus,
+                           "load_before": start, "load_after": end, **(extra or {}), "results": results})

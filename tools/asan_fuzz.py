@@ -452,7 +452,7 @@ def extra_seeds() -> dict[str, list[bytes]]:
 
 
 def all_seeds() -> dict[str, list[bytes]]:
-    from tests.workers import fuzz_seeds
+    from tests.support.fuzz import fuzz_seeds
 
     seeds = fuzz_seeds()
     seeds.update(extra_seeds())
@@ -460,7 +460,7 @@ def all_seeds() -> dict[str, list[bytes]]:
 
 
 def all_targets() -> tuple[str, ...]:
-    from tests.workers import FUZZ_TARGETS
+    from tests.support.fuzz import FUZZ_TARGETS
 
     return tuple(FUZZ_TARGETS) + EXTRA_TARGETS
 
@@ -602,7 +602,7 @@ def child(args: argparse.Namespace) -> int:
                      "pythonmalloc": os.environ.get("PYTHONMALLOC")})
 
     from fpstore.errors import FpstoreError
-    from tests.workers import fuzz_one
+    from tests.support.fuzz import fuzz_one
 
     # Count kernel calls per target: each module-level function of a kernel becomes a counting
     # wrapper (callers look them up on the module at every call).

@@ -70,7 +70,6 @@ import _bench_common as bc  # noqa: E402
 
 import fpstore  # noqa: E402
 from fpstore.index import runs as runs_codec, tiers  # noqa: E402
-from fpstore.index.design import design_for  # noqa: E402
 
 K = 3
 
@@ -102,7 +101,7 @@ def table_bytes(store: Any, n: int) -> dict[str, Any]:
     """Per-table and other blob bytes per fingerprint, from the ``blobs`` sub-database."""
     groups = bc.blob_bytes(store)
     with store._storage.read() as txn:
-        state = store._state(txn)
+        state = store._cat.state(txn)  # the layout below the API is what this measures
     run = state.runs[-1]
     per_table = []
     for prefix in run["tables"]:
@@ -123,22 +122,6 @@ def table_bytes(store: Any, n: int) -> dict[str, Any]:
         "tables_total": sum(per_table),
         "other": other,
     }
-
-
-def check_exact(store: Any, verify: np.ndarray, truth: list[np.ndarray]) -> dict[str, Any]:
-    pid = store.pipeline.id
-    miss = extra = 0
-    for q, t in zip(verify.tolist(), truth):
-        got = {m.key for m in store.query(fingerprint=q, pipeline_id=pid)}
-        ts = set(t.tolist())
-        miss += len(ts - got)
-        extra += len(got - ts)
-    qi, ids, _ = store.query_many(verify, pipeline_id=pid)
-    got_pairs = set(zip(qi.tolist(), store.keys_of(ids.tolist())))
-    want_pairs = {(i, int(x)) for i, t in enumerate(truth) for x in t.tolist()}
-    mm, me = len(want_pairs - got_pairs), len(got_pairs - want_pairs)
-    return {"matches": len(want_pairs), "query_missing": miss, "query_extra": extra,
-            "query_many_missing": mm, "query_many_extra": me, "exact": miss == extra == mm == me == 0}
 
 
 def bench_fpstore(n: int, design: str, label: str, fps: np.ndarray, data: dict[str, Any],
@@ -176,7 +159,7 @@ def bench_fpstore(n: int, design: str, label: str, fps: np.ndarray, data: dict[s
         q["single_warm"], _ = bc.time_calls(lambda x: store.query(fingerprint=x, pipeline_id=pid), singles)
         out["query"] = q
         bc.note(f"  n={n} {label}: query_many {q['batch_100k']['rate']:,.0f}/s, single p99 {q['single']['p99']:.1f} us")
-        out["exact"] = check_exact(store, data["verify"], data["truth"])
+        out["exact"] = bc.check_exact(store, data["verify"], data["truth"])
 
         pairs_res: dict[str, Any] = {}
         reps = 1 if n >= 10**7 else args.repeat
@@ -249,15 +232,7 @@ def run_n(n: int, args: argparse.Namespace, rng: np.random.Generator, simhash: A
     if n >= 10**6 and args.big_batch:
         data["batches"]["1M"] = bc.make_queries(fps, args.big_batch, rng)
     data["truth"] = bc.brute_force(fps, data["verify"].tolist(), K)
-    designs: list[list[str]] = []
-    for d in args.designs:
-        name = design_for(K, n, d).name
-        dup = next((x for x in designs if x[2] == name), None)
-        if dup is not None:
-            dup[0] += f" = {d}"
-        else:
-            designs.append([f"auto ({name})" if d == "auto" else d, d, name])
-    res["fpstore"] = [bench_fpstore(n, d, lab, fps, data, args) for lab, d, _ in designs]
+    res["fpstore"] = [bench_fpstore(n, d, lab, fps, data, args) for lab, d in bc.distinct_designs(K, n, args.designs)]
 
     fa_set = None
     if simhash is not None:
@@ -316,8 +291,7 @@ def report(results: list[dict[str, Any]], find_all_note: str) -> str:
                 f"{b['tables_total']:.1f}", f"{o['h']:.2f} + {o['o']:.2f} + {o['k']:.2f}",
                 f"{s['size']['used_bytes'] / r['n']:.1f}", f"{s['codec_table0_bytes_per_fp']:.3f}",
             ])
-    out.append("\nBytes per fingerprint, from the `blobs` sub-database:\n")
-    out.append(bc.md_table(["n", "design", "entropy floor", "per table B/fp (t0, t1, …)", "all tables",
+    out.append(bc.section("Bytes per fingerprint, from the `blobs` sub-database:", ["n", "design", "entropy floor", "per table B/fp (t0, t1, …)", "all tables",
                             "key hashes + ordinals + keys", "used pages B/fp", "codec alone, t0"], rows))
 
     rows = []
@@ -333,8 +307,7 @@ def report(results: list[dict[str, Any]], find_all_note: str) -> str:
                 f"{pc['identical_pairs']:,} ({'ok' if pc['identical_ok'] else 'expected ' + str(pc['identical_expected'])})",
                 f"{pc['distinct_fp_pairs']:,}: {fa}", br,
             ])
-    out.append("\nAll pairs within k = 3 (`near_duplicate_pairs(3)`), checked:\n")
-    out.append(bc.md_table(["n", "design", "seconds", "pairs", "at d = 0 / 1 / 2 / 3", "identical-fp pairs",
+    out.append(bc.section("All pairs within k = 3 (`near_duplicate_pairs(3)`), checked:", ["n", "design", "seconds", "pairs", "at d = 0 / 1 / 2 / 3", "identical-fp pairs",
                             "distinct-fp pairs vs find_all", "vs brute force (all pairs)"], rows))
 
     rows = []
@@ -364,8 +337,7 @@ def report(results: list[dict[str, Any]], find_all_note: str) -> str:
             ])
         b = r["brute"]
         rows.append([bc.fmt_n(r["n"]), "numpy brute force", "–", "8", bc.fmt_rate(b["qps"]), "–", "–", "exact by definition"])
-    out.append("\nQuery peers, same process, same queries, one thread:\n")
-    out.append(bc.md_table(["n", "peer", "build s", "RAM B/fp", "batch q/s (100k)", "query µs p50 / p90 / p99 / max", "CPU µs p50 / p99",
+    out.append(bc.section("Query peers, same process, same queries, one thread:", ["n", "peer", "build s", "RAM B/fp", "batch q/s (100k)", "query µs p50 / p90 / p99 / max", "CPU µs p50 / p99",
                             "recall vs brute force"], rows))
 
     rows = []
@@ -379,15 +351,13 @@ def report(results: list[dict[str, Any]], find_all_note: str) -> str:
             rows.append([bc.fmt_n(r["n"]), s["design"].split(" ")[0], f"{us_batch:.2f} ({us_batch / b0:.2f}×)",
                          f"{q['single']['p50']:.1f} ({q['single']['p50'] / s0:.2f}×)",
                          f"{1e6 / q['single_qps_cpu']:.1f}", f"{q['first_query_us']:.0f}"])
-    out.append("\nPer-query cost against n (× the smallest n of the same design):\n")
-    out.append(bc.md_table(["n", "design", "query_many µs/query", "query p50 µs", "query CPU µs/call",
+    out.append(bc.section("Per-query cost against n (× the smallest n of the same design):", ["n", "design", "query_many µs/query", "query p50 µs", "query CPU µs/call",
                             "first query after open µs"], rows))
     return "\n".join(out)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    bc.add_run_arguments(ap, largest=1e7, designs=["r5", "auto"])
+    ap = bc.run_parser(__doc__, largest=1e7, designs=["r5", "auto"])
     ap.add_argument("--big-batch", type=int, default=1_000_000, help="second query_many batch at n >= 10^6 (0: none)")
     ap.add_argument("--budget", type=float, default=30.0, help="stop repeating a measurement after this many seconds")
     ap.add_argument("--find-all-blocks", type=int, nargs="*")
@@ -400,21 +370,11 @@ def main() -> None:
         note = saved["find_all"]
         print(report(saved["results"], f"find_all from {note}" if "find_all" in saved["results"][0] else f"find_all unavailable: {note}"))
         return
-    sizes = bc.sizes(args)
     simhash, fa_note = load_find_all(args.simhash_path)
     bc.note(f"find_all: {fa_note}")
-    cpus = bc.pin_cpus(args.cpus)
-    code = bc.code_version()
-    rng = np.random.default_rng(args.seed)
-    start = bc.uptime()
-    t0 = time.perf_counter()
-    results = [run_n(n, args, rng, simhash) for n in sizes]
-    end = bc.uptime()
-    bc.print_run_header(code, cpus, start, end, time.perf_counter() - t0)
-    print(report(results, f"find_all from {fa_note}" if simhash is not None else f"find_all unavailable: {fa_note}"))
-    bc.write_json(args.json, {"argv": sys.argv, "machine": bc.machine(), "code": code, "cpus": cpus,
-                             "load_before": start, "load_after": end,
-                             "find_all": fa_note, "results": results})
+    note = f"find_all from {fa_note}" if simhash is not None else f"find_all unavailable: {fa_note}"
+    bc.run_sizes(args, lambda n, rng: run_n(n, args, rng, simhash), lambda results: report(results, note),
+                 {"find_all": fa_note})
 
 
 if __name__ == "__main__":

@@ -56,36 +56,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _bench_common as bc  # noqa: E402
 
 import fpstore  # noqa: E402
-from fpstore.index.design import design_for  # noqa: E402
 
 K = 3
-
-
-def check_exact(store: Any, verify: np.ndarray, truth: list[np.ndarray]) -> dict[str, Any]:
-    """``query`` and ``query_many`` against brute force (keys are indices into the stored array)."""
-    pid = store.pipeline.id
-    want = sum(len(t) for t in truth)
-    single_missing = single_extra = 0
-    for q, t in zip(verify.tolist(), truth):
-        got = {m.key for m in store.query(fingerprint=q, pipeline_id=pid)}
-        ts = set(t.tolist())
-        single_missing += len(ts - got)
-        single_extra += len(got - ts)
-    qi, ids, _ = store.query_many(verify, pipeline_id=pid)
-    keys = store.keys_of(ids.tolist())
-    got_pairs = set(zip(qi.tolist(), keys))
-    want_pairs = {(i, int(x)) for i, t in enumerate(truth) for x in t.tolist()}
-    many_missing, many_extra = len(want_pairs - got_pairs), len(got_pairs - want_pairs)
-    exact = single_missing == single_extra == many_missing == many_extra == 0
-    return {
-        "queries": len(verify),
-        "matches": want,
-        "query_missing": single_missing,
-        "query_extra": single_extra,
-        "query_many_missing": many_missing,
-        "query_many_extra": many_extra,
-        "exact": exact,
-    }
 
 
 def measure_queries(store: Any, single: np.ndarray, batch: np.ndarray, repeat: int) -> dict[str, Any]:
@@ -144,13 +116,13 @@ def bench_fpstore(
         out["size"] = bc.store_sizes(store)
         out["query"] = measure_queries(store, single, batch, args.repeat)
         bc.note(f"  n={n} {label}: single p99 {out['query']['single']['p99']:.1f} us, batch {out['query']['batch']['rate']:,.0f}/s")
-        out["exact"] = check_exact(store, verify, truth)
+        out["exact"] = bc.check_exact(store, verify, truth)
         if not args.no_compact:
             r, w, _ = bc.timed(store.compact)
             out["compact"] = {"seconds": w, "result": r}
             out["size_compacted"] = bc.store_sizes(store)
             out["query_compacted"] = measure_queries(store, single, batch, args.repeat)
-            out["exact_compacted"] = check_exact(store, verify, truth)
+            out["exact_compacted"] = bc.check_exact(store, verify, truth)
         store.close()
     finally:
         bc.remove(path)
@@ -165,15 +137,8 @@ def run_n(n: int, args: argparse.Namespace, rng: np.random.Generator) -> dict[st
     batch = bc.make_queries(fps, args.batch_queries, rng)
     verify = bc.make_queries(fps, args.verify, rng)
     truth = bc.brute_force(fps, verify.tolist(), K)
-    designs: list[list[str]] = []  # [label, argument, resolved name]
-    for d in args.designs:
-        name = design_for(K, n, d).name
-        dup = next((x for x in designs if x[2] == name), None)
-        if dup is not None:
-            dup[0] += f" = {d}"
-        else:
-            designs.append([f"auto ({name})" if d == "auto" else d, d, name])
-    res["fpstore"] = [bench_fpstore(n, d, lab, fps, args, single, batch, verify, truth) for lab, d, _ in designs]
+    res["fpstore"] = [bench_fpstore(n, d, lab, fps, args, single, batch, verify, truth)
+                      for lab, d in bc.distinct_designs(K, n, args.designs)]
     if not args.no_faiss and bc.faiss_available() is None:
         bc.note(f"n={n:,}: faiss")
         res["faiss"] = bc.faiss_peer(fps, K, single, batch, verify, truth, repeat=args.repeat)
@@ -222,8 +187,7 @@ def report(results: list[dict[str, Any]]) -> str:
                 "yes" if s["exact_compacted"]["exact"] else f"NO ({s['exact_compacted']})",
             ])
     if rows:
-        out.append("\nAfter `Store.compact()` (one run per table, no incremental entries):\n")
-        out.append(bc.md_table(["n", "design", "compact s", "query µs p50 / p90 / p99 / max", "CPU µs p50 / p99",
+        out.append(bc.section("After `Store.compact()` (one run per table, no incremental entries):", ["n", "design", "compact s", "query µs p50 / p90 / p99 / max", "CPU µs p50 / p99",
                                 "after warm(): µs p50 / p99", "query/s", "query_many q/s", "B/fp file / used / live", "exact"], rows))
     rows = []
     for r in results:
@@ -239,8 +203,7 @@ def report(results: list[dict[str, Any]]) -> str:
                 f"{(tab_b + rec_b) / inc:.0f}",
                 f"{dbs['blobs']['bytes'] / s['bulk_base']:.1f}" if s["bulk_base"] else "–",
             ])
-    out.append("\nWhere the bytes go (used pages per sub-database, before compaction):\n")
-    out.append(bc.md_table(["n", "design", "tables", "incremental B/fp/table", "incremental tables B/fp",
+    out.append(bc.section("Where the bytes go (used pages per sub-database, before compaction):", ["n", "design", "tables", "incremental B/fp/table", "incremental tables B/fp",
                             "docs + keys B/fp", "incremental total B/fp", "runs (blobs) B per bulk fp"], rows))
     rows = []
     for r in results:
@@ -256,8 +219,7 @@ def report(results: list[dict[str, Any]]) -> str:
         b = r["brute"]
         rows.append([bc.fmt_n(r["n"]), "numpy brute force", "–", "8", "–", "–", bc.fmt_rate(b["qps"]), "–",
                      f"exact by definition ({b['queries']} queries timed)"])
-    out.append("\nPeers, same process and same queries, one thread:\n")
-    out.append(bc.md_table(["n", "peer", "build s", "RAM B/fp", "query µs p50 / p90 / p99 / max", "CPU µs p50 / p99", "query/s",
+    out.append(bc.section("Peers, same process and same queries, one thread:", ["n", "peer", "build s", "RAM B/fp", "query µs p50 / p90 / p99 / max", "CPU µs p50 / p99", "query/s",
                             "batch q/s", "recall vs brute force"], rows))
     rows = []
     for r in results:
@@ -275,15 +237,13 @@ def report(results: list[dict[str, Any]]) -> str:
             cells.append(f"{q['batch']['rate'] / r['brute']['qps']:.0f}×")
             cells.append(f"{q['batch']['matches']:,} / " + ", ".join(f"{f['batch'].get('matches', '?')}" for f in r.get("faiss", [])))
             rows.append(cells)
-    out.append("\nRatios (fpstore ÷ best faiss configuration; before / after compaction):\n")
-    out.append(bc.md_table(["n", "design", "query/s vs faiss", "batch q/s vs faiss", "batch vs brute force",
+    out.append(bc.section("Ratios (fpstore ÷ best faiss configuration; before / after compaction):", ["n", "design", "query/s vs faiss", "batch q/s vs faiss", "batch vs brute force",
                             "batch matches fpstore / faiss"], rows))
     return "\n".join(out)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    bc.add_run_arguments(ap, largest=1e6, designs=["auto", "r5"])
+    ap = bc.run_parser(__doc__, largest=1e6, designs=["auto", "r5"])
     ap.add_argument("--add-sample", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--batch-queries", type=int, default=100_000)
@@ -293,20 +253,7 @@ def main() -> None:
         saved = bc.load_saved(args.report)
         print(report(saved["results"]))
         return
-    sizes = bc.sizes(args)
-    cpus = bc.pin_cpus(args.cpus)
-    code = bc.code_version()
-    rng = np.random.default_rng(args.seed)
-    start = bc.uptime()
-    t0 = time.perf_counter()
-    results = [run_n(n, args, rng) for n in sizes]
-    end = bc.uptime()
-    text = report(results)
-    bc.print_run_header(code, cpus, start, end, time.perf_counter() - t0)
-    print(text)
-    bc.write_json(args.json, {"argv": sys.argv, "machine": bc.machine(), "code": code, "cpus": cpus,
-                             "load_before": start, "load_after": end,
-                             "results": results})
+    bc.run_sizes(args, lambda n, rng: run_n(n, args, rng), report)
 
 
 if __name__ == "__main__":

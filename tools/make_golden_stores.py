@@ -29,7 +29,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import fpstore  # noqa: E402
-from fpstore.store.store import FORMAT_VERSION  # noqa: E402
+from fpstore.store.header import FORMAT_VERSION  # noqa: E402
+from tests.support.scenario import near  # noqa: E402
 
 SEED = 20261129
 K = 3
@@ -59,22 +60,16 @@ def build(path: str) -> dict:
     docs: dict[object, int] = {}
     short: set[object] = set()
 
-    def near(fps: np.ndarray, bits: int) -> np.ndarray:
-        out = fps.copy()
-        for _ in range(bits):
-            out ^= np.uint64(1) << rng.integers(0, 64, size=len(out)).astype(np.uint64)
-        return out
-
     # Incremental documents with a checkpoint.
     a_keys = [f"doc-{j}" for j in range(120)]
     a_fps = rng.integers(0, u64, size=120, dtype=np.uint64, endpoint=True)
-    a_fps[100:] = near(a_fps[:20], 2)
+    a_fps[100:] = near(rng, a_fps[:20], 2)
     store.add_many(a_keys, fingerprints=a_fps, pipeline_id=pid, checkpoint=("crawl", {"file": "part-0001", "offset": 120}))
     docs.update(zip(a_keys, a_fps.tolist()))
     # A bulk load: two runs, two key segments, integer keys.
     b_keys = np.arange(1000, 1300, dtype=np.int64)
     b_fps = rng.integers(0, u64, size=300, dtype=np.uint64, endpoint=True)
-    b_fps[:30] = near(a_fps[20:50], 3)
+    b_fps[:30] = near(rng, a_fps[20:50], 3)
     b_fps[50:60] = b_fps[40:50]  # repeated fingerprints inside a run
     store.bulk_load(b_keys, b_fps, pipeline_id=pid, max_run=200)
     docs.update(zip(b_keys.tolist(), b_fps.tolist()))
@@ -102,7 +97,7 @@ def build(path: str) -> dict:
     # Incremental documents after it, replacing keys of both tiers.
     c_keys = [f"late-{j}" for j in range(40)] + ["doc-10", 1010]
     c_fps = rng.integers(0, u64, size=len(c_keys), dtype=np.uint64, endpoint=True)
-    c_fps[:10] = near(b_fps[100:110], 1)
+    c_fps[:10] = near(rng, b_fps[100:110], 1)
     store.add_many(c_keys, fingerprints=c_fps, pipeline_id=pid, checkpoint=("crawl", {"file": "part-0002", "offset": 42}))
     docs.update(zip(c_keys, c_fps.tolist()))
     assert store.delete("late-3")
@@ -150,10 +145,9 @@ def build(path: str) -> dict:
     for q in queries:
         got = sorted([_key_json(m.key), m.distance] for m in store.query(fingerprint=q["fingerprint"], pipeline_id=pid))
         assert got == q["matches"], (q, got)
-    with store._storage.read() as txn:
-        state = store._state(txn)
-        reference["layout"] = {"runs": len(state.runs), "segments": len(state.segs),
-                               "incremental": txn.stat(store._tables[0])["entries"], "tombstones": txn.stat(store._dead)["entries"]}
+    counts = store.counts()
+    reference["layout"] = {"runs": len(counts["runs"]), "segments": len(counts["segments"]),
+                           "incremental": counts["incremental_entries"], "tombstones": counts["tombstones"]}
     store.close()
     return reference
 

@@ -47,12 +47,13 @@ if __name__ == "__main__" and sys.argv[1:2] == ["fuzz-target"]:
         import fpstore.index.runs  # noqa: F401
         import fpstore.store.store  # noqa: F401
         import fpstore.index.tiers  # noqa: F401
-        import tests.workers  # noqa: F401, E402
+        import tests.support.fuzz  # noqa: F401, E402
 
 import fpstore  # noqa: E402
 from tests.test_concurrency import _feed, _run_writer_with_readers  # noqa: E402
 from tests.test_crash import MAX_DELAY, MIN_DELAY, finish_feed, run_kill_cycles, verify_exact  # noqa: E402
-from tests.workers import FUZZ_TARGETS, check_snapshot, snapshot  # noqa: E402
+from tests.support.fuzz import FUZZ_TARGETS  # noqa: E402
+from tests.support.oracle import check_snapshot, snapshot  # noqa: E402
 
 
 def summary(**figures: object) -> None:
@@ -103,7 +104,7 @@ def _atheris_target(args: argparse.Namespace) -> None:
     """One target under atheris (this process never returns: libFuzzer exits)."""
     import atheris
 
-    from tests.workers import fuzz_one
+    from tests.support.fuzz import fuzz_one
 
     findings_path = args.findings
     seen: set[str] = set()
@@ -146,7 +147,7 @@ def fuzz(args: argparse.Namespace, root: str) -> None:
             artifacts = os.path.join(root, "artifacts", target)
             os.makedirs(corpus, exist_ok=True)
             os.makedirs(artifacts, exist_ok=True)
-            from tests.workers import fuzz_seeds
+            from tests.support.fuzz import fuzz_seeds
 
             for i, seed in enumerate(fuzz_seeds()[target]):
                 with open(os.path.join(corpus, f"seed{i}"), "wb") as f:

@@ -24,7 +24,7 @@ import hashlib
 import struct
 import threading
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, Callable, Generic, TypeVar
 
 import lmdb
 import msgpack
@@ -362,14 +362,24 @@ def read_packed_all(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedCo
     return read_packed(txn, db, prefix, rec, np.arange(rec.count, dtype=np.int64))
 
 
-class Run:
+MetaT = TypeVar("MetaT", RunMeta, SegmentMeta)
+
+
+class _Bound(Generic[MetaT]):
+    """A run or a segment as the state record describes it, read through one transaction."""
+
+    def __init__(self, txn: lmdb.Transaction, db: Any, cache: TierCache, meta: MetaT) -> None:
+        self.meta = meta
+        self.count: int = meta.count
+        self._txn, self._db, self._cache = txn, db, cache
+
+
+class Run(_Bound[RunMeta]):
     """A run of the store (see the module docstring), bound to a transaction."""
 
     def __init__(self, txn: lmdb.Transaction, db: Any, cache: TierCache, meta: RunMeta) -> None:
-        self.meta = meta
+        super().__init__(txn, db, cache, meta)
         self.id: int = meta.id
-        self.count: int = meta.count
-        self._txn, self._db, self._cache = txn, db, cache
         self._tables: dict[int, CodecRun] = {}
 
     def table(self, t: int) -> CodecRun:
@@ -429,14 +439,12 @@ class Run:
         return ki, self.ids_at(pos)
 
 
-class KeySegment:
+class KeySegment(_Bound[SegmentMeta]):
     """A bulk load's documents: keys, fingerprints and the key-hash index, bound to a transaction."""
 
     def __init__(self, txn: lmdb.Transaction, db: Any, cache: TierCache, meta: SegmentMeta) -> None:
-        self.meta = meta
+        super().__init__(txn, db, cache, meta)
         self.base: int = meta.base
-        self.count: int = meta.count
-        self._txn, self._db, self._cache = txn, db, cache
 
     def holds(self, doc_id: int) -> bool:
         return self.base <= doc_id < self.base + self.count

@@ -10,6 +10,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from fpstore.closing import Closing
 from fpstore.errors import FormatError
 from fpstore.index.design import Design
 from fpstore.store.keys import typed_key
@@ -41,7 +42,7 @@ def shard_dir(s: int) -> str:
     return f"shard-{s:05d}"
 
 
-class ShardSet:
+class ShardSet(Closing):
     """The shard stores of :func:`build_shards`, opened read-only, answering like one store.
 
     Every query visits every shard (routing is by key). Document ids are per shard, so ids
@@ -143,12 +144,6 @@ class ShardSet:
     def close(self) -> None:
         for st in getattr(self, "stores", []):
             st.close()
-
-    def __enter__(self) -> "ShardSet":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"ShardSet({self.path!r}, shards={self.shards}, documents={len(self)})"

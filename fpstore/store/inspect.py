@@ -1,6 +1,7 @@
-"""Looking at a store without changing it: the deep check, statistics of its tables, and LMDB's
-own figures. :class:`~fpstore.store.store.Store` exposes them as ``verify()``, ``stats()`` and
-``info()``; these functions take what they read as arguments."""
+"""Looking at a store without changing it: its counts in one snapshot, the deep check, statistics
+of its tables, and LMDB's own figures. :class:`~fpstore.store.store.Store` exposes them as
+``counts()``, ``verify()``, ``stats()`` and ``info()``; these functions take what they read as
+arguments."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from fpstore.errors import FpstoreError
 from fpstore.index.design import Design
 from fpstore.index.tiers import Run
 from fpstore.store.catalog import Catalog
-from fpstore.store.header import H_COUNT, H_NEXT_ID
+from fpstore.store.header import H_COUNT, H_NEXT_ID, read_checkpoints
 from fpstore.store.incremental import scan_table
 from fpstore.store.results import Document
 from fpstore.store.storage import Storage
 
-__all__ = ["MAX_PROBLEMS", "Problems", "check_documents", "check_shallow", "check_tables", "lmdb_figures", "table_stats", "verify"]
+__all__ = ["MAX_PROBLEMS", "Problems", "counts", "check_documents", "check_shallow", "check_tables", "lmdb_figures", "table_stats", "verify"]
 
 #: A check stops recording problems after this many (a badly damaged store would list millions).
 MAX_PROBLEMS = 100
@@ -30,6 +31,28 @@ class Problems(list):  # type: ignore[type-arg]
     def add(self, msg: str) -> None:
         if len(self) < MAX_PROBLEMS:
             self.append(msg)
+
+
+# -- counts --------------------------------------------------------------------------------------
+
+
+def counts(txn: lmdb.Transaction, cat: Catalog) -> dict[str, Any]:
+    """:meth:`Store.counts`: every counter and size of the store, read in the one transaction ``txn``."""
+    state = cat.state(txn)
+    in_runs = sum(run.count for run in state.runs)
+    return {
+        "documents": cat.meta_int(txn, H_COUNT),
+        "next_id": cat.meta_int(txn, H_NEXT_ID),
+        "records": txn.stat(cat.docs)["entries"],
+        "keys": txn.stat(cat.keys)["entries"],
+        "content_hashes": txn.stat(cat.content)["entries"],
+        "tombstones": txn.stat(cat.dead)["entries"],
+        "incremental_entries": txn.stat(cat.tables[0])["entries"],
+        "table_entries": [txn.stat(db)["entries"] + in_runs for db in cat.tables],
+        "runs": [run.count for run in state.runs],
+        "segments": [seg.count for seg in state.segs],
+        "checkpoints": read_checkpoints(txn, cat.meta),
+    }
 
 
 # -- the deep check ------------------------------------------------------------------------------

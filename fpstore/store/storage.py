@@ -31,6 +31,7 @@ from typing import Any, Callable, TypeVar
 
 import lmdb
 
+from fpstore.store import faults
 from fpstore.store.files import (
     COMPACT_MARKER,
     COMPACT_PREFIX,
@@ -89,15 +90,6 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _fsync_path(path: str) -> None:
-    """fsync a file or a directory (a rename is durable only once its directory is synced)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _open_error(exc: OSError, path: str) -> FpstoreError:
@@ -381,8 +373,8 @@ class Storage:
         except lmdb.Error as exc:
             raise translate(exc, f"copying the store to {dest}", self.path) from exc
         copy = os.path.join(dest, DATA_FILE)
-        _fsync_path(copy)
-        _fsync_path(dest)
+        faults.active().fsync(copy)
+        faults.active().fsync(dest)
         return os.path.getsize(copy)
 
     def compact_file(self, reopen: Callable[[], None]) -> tuple[int, int]:
@@ -411,13 +403,14 @@ class Storage:
             except lmdb.Error as exc:
                 raise translate(exc, "copying the store for file compaction") from exc
             copy = os.path.join(tmp, DATA_FILE)
-            _fsync_path(copy)
-            _fsync_path(tmp)
+            fault_points = faults.active()
+            fault_points.fsync(copy)
+            fault_points.fsync(tmp)
             map_size = self.env.info()["map_size"]
             self.env.close()
             self._env = None
-            os.replace(copy, data)
-            _fsync_path(self.path)
+            fault_points.replace(copy, data)
+            fault_points.fsync(self.path)
             after = os.path.getsize(data)
             self._env = self._open_env(map_size)
             self.dbs = {}
@@ -612,6 +605,8 @@ class Storage:
         self.check_writable()
         env = self.env
         self._maybe_reader_check()
+        fault_points = faults.active()
+        fault_points.begin_write()
         while True:
             try:
                 # Views, as for reads; valid until the next write in the transaction, so callers
@@ -623,18 +618,21 @@ class Storage:
             except lmdb.Error as exc:
                 raise translate(exc, action, self.path) from exc
             try:
-                result = fn(txn)
+                result = fn(fault_points.write_txn(txn))
+                fault_points.before_commit()
                 txn.commit()
-                return result
             except lmdb.MapFullError:
                 txn.abort()
                 self._grow()
+                continue
             except lmdb.Error as exc:
                 txn.abort()
                 raise translate(exc, action, self.path) from exc
             except BaseException:
                 txn.abort()
                 raise
+            fault_points.after_commit()
+            return result
 
     def reserve(self, nbytes: int) -> None:
         """Grow the map now (no transaction open) so that ``nbytes`` more fit without a retry.
@@ -651,6 +649,7 @@ class Storage:
                 env.set_mapsize(need)
             except lmdb.Error as exc:
                 raise translate(exc, f"growing the map to {need} bytes") from exc
+        faults.active().after_reserve()
 
     def _grow(self) -> None:
         env = self.env

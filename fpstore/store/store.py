@@ -22,13 +22,13 @@ import lmdb
 import numpy as np
 
 from fpstore import _backend
+from fpstore.closing import Closing
 from fpstore.errors import CorruptionError, DesignError, InputError, NotAStoreError
 from fpstore.fingerprint.pipeline import Pipeline
 from fpstore.index import search
 from fpstore.index.design import Design, design_for
 from fpstore.store import inspect
 from fpstore.store.catalog import Catalog
-from fpstore.store.header import FORMAT_VERSION  # noqa: F401 (tools/make_golden_stores.py reads it here)
 from fpstore.store.header import (
     BASE_DBS, H_COUNT, H_HEADER, H_IDF, H_NEXT_ID, checkpoint_key, decode_checkpoint, decode_header,
     encode_checkpoint, fill_meta, new_header, read_checkpoints, stored_design_and_pipeline, table_name,
@@ -46,7 +46,7 @@ _search_kernels = _backend.load("search")
 _P = ParamSpec("_P")
 
 
-class Store:
+class Store(Closing):
     """A near-duplicate store in a directory. Create or open one with :func:`fpstore.open`."""
 
     def __init__(
@@ -117,11 +117,7 @@ class Store:
         self._bind_dbs()
 
     def _bind_dbs(self) -> None:
-        self._cat = cat = Catalog(self._storage.dbs, self.design)
-        # The tables by name, for tools and tests that look below the API.
-        self._meta, self._docs, self._keys, self._content = cat.meta, cat.docs, cat.keys, cat.content
-        self._blobs, self._dead, self._tables = cat.blobs, cat.dead, cat.tables
-        self._state = cat.state
+        self._cat = Catalog(self._storage.dbs, self.design)
 
     def _check_k(self, k: object) -> int:
         if not isinstance(k, int) or isinstance(k, bool) or k < 0:
@@ -146,12 +142,6 @@ class Store:
     def close(self) -> None:
         """Close the store (idempotent). Later use raises :class:`~fpstore.errors.ClosedError`."""
         self._storage.close()
-
-    def __enter__(self) -> "Store":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<fpstore.Store {self.path!r} design={self.design.name} k={self.k} pipeline={self.pipeline.id}>"
@@ -351,14 +341,14 @@ class Store:
         """The position last committed for checkpoint ``name``, or None."""
         key = checkpoint_key(name)
         with self._storage.read() as txn:
-            raw = txn.get(key, db=self._meta)
+            raw = txn.get(key, db=self._cat.meta)
             raw = bytes(raw) if raw is not None else None
         return None if raw is None else decode_checkpoint(raw, name)
 
     def checkpoints(self) -> dict[str, Any]:
         """Every checkpoint of the store: name → position, in one snapshot."""
         with self._storage.read() as txn:
-            return read_checkpoints(txn, self._meta)
+            return read_checkpoints(txn, self._cat.meta)
 
     def set_checkpoint(self, name: str, position: Any) -> None:
         """Record checkpoint ``name`` at ``position`` on its own, durably (``add_many`` records one
@@ -366,7 +356,7 @@ class Store:
         key, packed = encode_checkpoint((name, position))
 
         def work(txn: lmdb.Transaction) -> None:
-            txn.put(key, packed, db=self._meta)
+            txn.put(key, packed, db=self._cat.meta)
 
         self._storage.write(work, action=f"setting checkpoint {name!r}")
 
@@ -504,14 +494,20 @@ class Store:
         with self._storage.read() as txn:
             return self._cat.warm(txn)
 
+    def counts(self) -> dict[str, Any]:
+        """Every counter of the store, read in one snapshot: ``documents`` (live), ``next_id``,
+        ``records``, ``keys`` and ``content_hashes`` of the incremental tier, ``tombstones``,
+        ``incremental_entries`` (table 0's B-tree), ``table_entries`` (per table, B-tree plus
+        runs), the entries of each run (``runs``) and key segment (``segments``), and every
+        ``checkpoints`` position."""
+        with self._storage.read() as txn:
+            return inspect.counts(txn, self._cat)
+
     def info(self) -> dict[str, Any]:
         """Header, design, counts and storage figures, as plain data."""
         storage = self._storage.info()
-        n = len(self)
-        with self._storage.read() as txn:
-            state = self._cat.state(txn)
-            incremental = txn.stat(self._tables[0])["entries"]
-            tombstones = txn.stat(self._dead)["entries"]
+        n = len(self)  # checks the counter against the ids given out
+        counts = self.counts()
         return {
             "path": self.path,
             "format": self.header["format"],
@@ -520,9 +516,9 @@ class Store:
             "design": self.design.describe(max(n, 1)),
             "k": self.k,
             "documents": n,
-            "incremental_entries": incremental,
-            "runs": [r.count for r in state.runs],
-            "tombstones": tombstones,
+            "incremental_entries": counts["incremental_entries"],
+            "runs": counts["runs"],
+            "tombstones": counts["tombstones"],
             "flush_entries": self.flush_entries,
             "file_size": storage["file_size"],
             "map_size": storage["map_size"],
