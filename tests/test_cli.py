@@ -359,6 +359,17 @@ def test_ingest_bad_jsonl_skip_reports_line_numbers(tmp_path):
         assert sorted(s) == ["a", "b", "d", "f"]
 
 
+def test_ingest_html_off_into_a_store_created_with_html_off(tmp_path):
+    """--html off names the stored pipeline's setting even though its config omits html when off."""
+    src = write_jsonl(tmp_path / "a.jsonl", corpus()[:3])
+    store = tmp_path / "s.fps"
+    assert cli("ingest", store, src, "--html", "off").code == 0
+    r = cli("ingest", store, src, "--html", "off", "--restart")
+    assert r.code == 0, r.err
+    r = cli("ingest", store, src, "--html", "main-v1")
+    assert r.code == 2 and "html='off', not 'main-v1'" in r.err
+
+
 def test_ingest_bad_jsonl_stop_keeps_what_came_before(tmp_path):
     """Stop mode: exit 2 at the bad line, the lines before it stored; after the fix a rerun resumes."""
     docs = [{"id": f"k{i}", "text": synthetic(i)} for i in range(6)]

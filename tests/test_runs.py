@@ -330,21 +330,6 @@ def test_probe_arguments_are_checked():
         runs.probe(lambda i: None, index, 0, U64MAX)
 
 
-def test_merge_runs_is_a_multiset_difference():
-    """merge_runs sorts the union and removes one copy per tombstone, ignoring unmatched ones."""
-    rng = np.random.default_rng(3)
-    parts = [rng.integers(0, 50, n).astype(np.uint64) for n in (0, 30, 70, 5)]
-    dead = rng.integers(0, 60, 40).astype(np.uint64)
-    want = Counter(int(x) for p in parts for x in p)
-    for t in dead:
-        if want[int(t)]:
-            want[int(t)] -= 1
-    got = runs.merge_runs(parts, dead)
-    assert list(got) == sorted(want.elements())
-    assert same(runs.merge_runs(parts), np.sort(np.concatenate(parts)))
-    assert same(runs.merge_runs([]), np.zeros(0, np.uint64))
-
-
 def test_results_never_alias_the_callers_buffers():
     """Decoded keys and parsed indexes are copies: changing the source bytes changes nothing."""
     keys = np.arange(0, 5000, 3, dtype=np.uint64)

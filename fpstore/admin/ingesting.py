@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 import fpstore
-from fpstore.admin.options import pipeline_from
+from fpstore.admin.options import pipeline_conflicts, pipeline_from
 from fpstore.admin.output import (EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, PROG, Progress, note, print_json,
                                   want_progress)
 from fpstore.errors import InputError, PipelineMismatchError
@@ -63,13 +63,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     store = fpstore.open(args.store, k=args.k, pipeline=pipeline_from(args, False) if created else None,
                          design=args.design, expected_size=args.expected_size)
     if not created:
-        # Pipeline options name fields of the existing store's pipeline: each must match.
-        given = {f: getattr(args, f) for f in ("kind", "html", "shingle", "seed", "min_tokens") if getattr(args, f) is not None}
-        differ = {f: (store.pipeline.config.get(f), v) for f, v in given.items() if store.pipeline.config.get(f) != v}
-        if differ:
+        # Pipeline options name settings of the existing store's pipeline: each must match.
+        conflicts = pipeline_conflicts(store.pipeline, args)
+        if conflicts:
             store.close()
             raise PipelineMismatchError(
-                f"{args.store} was created with " + ", ".join(f"{f}={a!r}, not {b!r}" for f, (a, b) in differ.items())
+                f"{args.store} was created with {conflicts}"
                 + "; fingerprints of different pipelines are not comparable: ingest into a new store instead"
             )
     stop = threading.Event()

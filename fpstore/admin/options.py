@@ -5,7 +5,7 @@ stores check the file first)."""
 from __future__ import annotations
 
 import argparse
-from typing import Callable
+from typing import Any, Callable
 
 import fpstore
 from fpstore.errors import CorruptionError
@@ -66,12 +66,30 @@ POSITIVE = int_arg(1)  # sizes, counts and limits
 NON_NEGATIVE = int_arg(0)  # seeds, token counts
 
 
+#: The pipeline options, each named as the Pipeline parameter and attribute it sets.
+PIPELINE_OPTIONS = ("kind", "html", "shingle", "seed", "min_tokens")
+
+
+def pipeline_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The pipeline options given on the command line."""
+    return {name: getattr(args, name) for name in PIPELINE_OPTIONS if getattr(args, name) is not None}
+
+
 def pipeline_from(args: argparse.Namespace, defaults: bool) -> fpstore.Pipeline | None:
     """The pipeline the options ask for; None when no option was given and ``defaults`` is False."""
-    given = {name: getattr(args, name) for name in ("kind", "html", "shingle", "seed", "min_tokens") if getattr(args, name) is not None}
+    given = pipeline_options(args)
     if not given and not defaults:
         return None
     return fpstore.Pipeline(**given)
+
+
+def pipeline_conflicts(pipeline: fpstore.Pipeline, args: argparse.Namespace) -> str:
+    """The given pipeline options that differ from ``pipeline``'s (``"shingle=2, not 3"``), or ""."""
+    return ", ".join(
+        f"{name}={getattr(pipeline, name)!r}, not {value!r}"
+        for name, value in pipeline_options(args).items()
+        if getattr(pipeline, name) != value
+    )
 
 
 def add_pipeline_options(p: argparse.ArgumentParser, note: str = "") -> None:

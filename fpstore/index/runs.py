@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,21 +31,9 @@ from fpstore._backend import load
 from fpstore.errors import CorruptionError, FormatError, InputError
 
 __all__ = [
-    "DEFAULT_BLOCK_ENTRIES",
-    "DEFAULT_CHUNK_BYTES",
-    "RUN_FORMAT_VERSION",
-    "RunIndex",
-    "chunk_views",
-    "decode_block",
-    "decode_chunk",
-    "decode_run",
-    "encode_run",
-    "find_block",
-    "max_block_bytes",
-    "merge_runs",
-    "probe",
-    "probe_batch",
-    "probe_batch_run",
+    "DEFAULT_BLOCK_ENTRIES", "DEFAULT_CHUNK_BYTES", "RUN_FORMAT_VERSION", "RunIndex", "chunk_views", "decode_block",
+    "decode_chunk", "decode_run", "encode_run", "find_block", "max_block_bytes", "probe", "probe_batch",
+    "probe_batch_run", "probe_design", "probe_fingerprint", "probe_table", "probe_tables",
 ]
 
 _kernel = load("runs")
@@ -701,25 +689,3 @@ def probe_batch_run(
         return parts[0]
     qpos, keys, dist = zip(*parts)
     return np.concatenate(qpos), np.concatenate(keys), np.concatenate(dist)
-
-
-# ------------------------------------------------------------------------------------ compaction
-
-
-def merge_runs(runs: Sequence[np.ndarray], tombstones: np.ndarray | None = None) -> np.ndarray:
-    """Merge uint64 key arrays into one sorted array, less a multiset of tombstones.
-
-    Each tombstone removes one copy of its key (a key stored three times and deleted once stays
-    twice); tombstones without a matching copy are ignored. The inputs need not be sorted.
-    """
-    arrays = [_u64_array(r, f"runs[{i}]") for i, r in enumerate(runs)]
-    merged = np.sort(np.concatenate(arrays)) if arrays else np.zeros(0, np.uint64)
-    if tombstones is None or len(merged) == 0:
-        return merged
-    dead = np.sort(_u64_array(tombstones, "tombstones"))
-    if len(dead) == 0:
-        return merged
-    # Copy r (0-based) of a key survives when fewer than r + 1 tombstones name it.
-    rank = np.arange(len(merged)) - np.searchsorted(merged, merged, side="left")
-    kills = np.searchsorted(dead, merged, side="right") - np.searchsorted(dead, merged, side="left")
-    return merged[rank >= kills]
