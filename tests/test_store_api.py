@@ -1,4 +1,4 @@
-"""The store's inspection API: verify, stats, documents, fingerprints, info's LMDB figures, the
+"""The store's inspection API: counts, verify, stats, documents, fingerprints, info's LMDB figures, the
 file's structural check, and the pipeline mismatch description."""
 
 from __future__ import annotations
@@ -26,6 +26,24 @@ def filled(path, *, flush_entries: int = 64) -> fpstore.Store:
     for key in ("k3", 1005, "k150"):
         assert s.delete(key)
     return s
+
+
+def test_counts_agree_with_the_documents_and_the_index(tmp_path):
+    """counts(): the live count is what documents() yields, every table holds what fingerprints()
+    holds plus the deleted run entries (tombstones), runs and segments sum to the entries in runs."""
+    with filled(tmp_path / "s") as s:
+        s.set_checkpoint("feed", {"line": 7})
+        c = s.counts()
+        live = list(s.documents())
+        fps, _ = s.fingerprints()
+        assert c["documents"] == len(live) == len(s)
+        assert c["next_id"] > max(d.id for d in live)
+        assert len(c["table_entries"]) == len(s.design.tables)
+        assert set(c["table_entries"]) == {len(fps) + c["tombstones"]}
+        assert c["table_entries"][0] == c["incremental_entries"] + sum(c["runs"])
+        assert sum(c["segments"]) == 300 and len(c["runs"]) >= 2
+        assert c["checkpoints"] == {"feed": {"line": 7}}
+        assert c["content_hashes"] >= 1 and c["keys"] == c["records"]
 
 
 def test_verify_of_a_sound_store_is_empty(tmp_path):
