@@ -8,13 +8,12 @@ from __future__ import annotations
 import functools
 
 from fpstore._backend import BACKEND as backend
-from fpstore._version import __version__
+from fpstore._version import __version__ as __version__
 from fpstore.errors import FpstoreError
-from fpstore.hamming import hamming, hamming_many
 from fpstore.fingerprint.pipeline import Fingerprints, IdfTable, Pipeline, Signature
+from fpstore.hamming import hamming, hamming_many
 from fpstore.store.results import AddResult, Document, Match
 from fpstore.store.store import Store, open
-
 
 
 @functools.lru_cache(maxsize=16)

@@ -29,7 +29,7 @@ recall against k (needs matplotlib) and, with --json, every number.
 """
 
 
-def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``calibrate`` subcommand to ``fpstore-admin``'s subparsers; returns its parser."""
     p = subparsers.add_parser(
         "calibrate",
@@ -72,7 +72,7 @@ def _read_pairs(path: str) -> list[tuple[str, str, bool]]:
 
     out = []
     try:
-        fh = open(path, encoding="utf-8")
+        fh = open(path, encoding="utf-8")  # noqa: SIM115 - the with below closes it; only open() raises InputError
     except OSError as exc:
         raise InputError(f"{path}: {exc.strerror}") from exc
     with fh:
@@ -92,8 +92,8 @@ def _read_pairs(path: str) -> list[tuple[str, str, bool]]:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     """Measure precision/recall per k and recommend k."""
-    from fpstore.quality import evaluate as ev
     from fpstore.errors import InputError
+    from fpstore.quality import evaluate as ev
 
     if not 0 < args.threshold <= 1:
         raise InputError(f"--threshold must be in (0, 1], got {args.threshold}")
@@ -120,8 +120,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         rep = ev.evaluate_corpus(corpus, methods, threshold=args.threshold, max_k=args.max_k, reference=not args.no_reference)
         t = rep.truth
         nhtml = sum(f == "html" for f in corpus.formats)
-        print(f"{len(corpus)} documents ({nhtml} HTML, given raw); {t.positives} pairs with 3-shingle Jaccard >= "
-              f"{args.threshold}, {t.positives_identical} of them byte-identical; {t.empty_docs} documents without tokens")
+        print(
+            f"{len(corpus)} documents ({nhtml} HTML, given raw); {t.positives} pairs with 3-shingle Jaccard >= "
+            f"{args.threshold}, {t.positives_identical} of them byte-identical; {t.empty_docs} documents without tokens"
+        )
         for note in rep.notes:
             print(f"note: {note}")
         curves = rep.curves
@@ -139,18 +141,26 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             print(f"\nno k reaches precision {args.target_precision}; best F1 {bf:.3f} at k = {bk}")
         else:
             i = c.ks.index(k)
-            print(f"\nrecommended k = {k} (largest k with precision >= {args.target_precision}): precision "
-                  f"{c.precision[i]:.3f}, recall {c.recall[i]:.3f}, F1 {c.f1[i]:.3f}; best F1 {bf:.3f} at k = {bk}")
+            print(
+                f"\nrecommended k = {k} (largest k with precision >= {args.target_precision}): precision "
+                f"{c.precision[i]:.3f}, recall {c.recall[i]:.3f}, F1 {c.f1[i]:.3f}; best F1 {bf:.3f} at k = {bk}"
+            )
         result.setdefault("recommended_k", {})[c.name] = k
     for c in reference:
         bk, bf = c.best()
         i = c.ks.index(bk)
-        print(f"\nreference: {c.name}, {c.bytes_per_doc} bytes/document: best F1 {bf:.3f} at estimated J >= {bk} "
-              f"(precision {c.precision[i]:.3f}, recall {c.recall[i]:.3f})")
+        print(
+            f"\nreference: {c.name}, {c.bytes_per_doc} bytes/document: best F1 {bf:.3f} at estimated J >= {bk} "
+            f"(precision {c.precision[i]:.3f}, recall {c.recall[i]:.3f})"
+        )
     if args.png:
         try:
-            ev.plot(curves, args.png, title=f"precision (solid) and recall (dashed) by k, J >= {args.threshold}",
-                    target_precision=args.target_precision)
+            ev.plot(
+                curves,
+                args.png,
+                title=f"precision (solid) and recall (dashed) by k, J >= {args.threshold}",
+                target_precision=args.target_precision,
+            )
             print(f"\nwrote {args.png}")
         except ImportError as exc:
             print(f"fpstore-admin: note: no PNG written: {exc}", file=sys.stderr)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import fpstore
 from fpstore.admin.data import cmd_compact, cmd_dedup, cmd_export, cmd_import, cmd_query
@@ -43,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fpstore {fpstore.__version__} ({fpstore.backend})")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, fn: Callable[[argparse.Namespace], int], *, store: bool = True, json_out: bool = True) -> argparse.ArgumentParser:
+    def command(
+        name: str, fn: Callable[[argparse.Namespace], int], *, store: bool = True, json_out: bool = True
+    ) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=_first_line(fn), description=fn.__doc__)
         if store:
             p.add_argument("store", metavar="STORE", help="the store's directory")
@@ -63,14 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=NON_NEGATIVE, default=0, help="sampling seed (default 0)")
 
     p = command("verify", cmd_verify)
-    p.add_argument("--no-copy", action="store_true",
-                   help="skip the consistent, compacted copy (LMDB's structural check of the file always runs first)")
-    p.add_argument("--tmp", metavar="DIR", default=None,
-                   help="where to put the temporary copy (default: beside the store; needs its size free)")
+    p.add_argument(
+        "--no-copy", action="store_true", help="skip the consistent, compacted copy (LMDB's structural check of the file always runs first)"
+    )
+    p.add_argument(
+        "--tmp", metavar="DIR", default=None, help="where to put the temporary copy (default: beside the store; needs its size free)"
+    )
 
     p = command("compact", cmd_compact)
     p.add_argument(
-        "--file", action="store_true",
+        "--file",
+        action="store_true",
         help="also rewrite the file without free pages (needs the store to itself: no other process may have it open)",
     )
 
@@ -92,19 +98,32 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("ingest", cmd_ingest)
     p.add_argument("sources", nargs="*", metavar="SOURCE", help="a .jsonl file, a directory, or a .warc / .warc.gz file")
     p.add_argument("--sample", action="store_true", help="also ingest the sample corpus of real text found on this machine")
-    p.add_argument("--format", choices=["auto", "jsonl", "dir", "warc"], default="auto",
-                   help="source type (default: from the path: directory, *.jsonl/*.ndjson, *.warc[.gz])")
+    p.add_argument(
+        "--format",
+        choices=["auto", "jsonl", "dir", "warc"],
+        default="auto",
+        help="source type (default: from the path: directory, *.jsonl/*.ndjson, *.warc[.gz])",
+    )
     p.add_argument("--key-field", default="id", metavar="NAME", help="JSONL: the member holding the key (default id)")
     p.add_argument("--text-field", default="text", metavar="NAME", help="JSONL: the member holding the text (default text)")
     p.add_argument("--key-prefix", default="", metavar="P", help="directory: prefix for keys (default none: the relative path)")
-    p.add_argument("--follow-symlinks", action="store_true",
-                   help="directory: read links to files outside the tree too (default: skip them with a note)")
+    p.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="directory: read links to files outside the tree too (default: skip them with a note)",
+    )
     p.add_argument("--batch-size", type=POSITIVE, default=1000, metavar="N", help="documents per transaction and checkpoint (default 1000)")
     p.add_argument("--max-bytes", type=POSITIVE, default=16 << 20, metavar="N", help="skip documents larger than N bytes (default 16 MiB)")
-    p.add_argument("--on-error", choices=["skip", "stop"], default="skip",
-                   help="bad input: report and skip it (exit 1 at the end), or stop there (exit 2)")
+    p.add_argument(
+        "--on-error",
+        choices=["skip", "stop"],
+        default="skip",
+        help="bad input: report and skip it (exit 1 at the end), or stop there (exit 2)",
+    )
     p.add_argument("--restart", action="store_true", help="ignore stored checkpoints and read every source from the start")
-    p.add_argument("--progress", dest="progress", action="store_true", default=None, help="show a progress bar (default: when stderr is a terminal)")
+    p.add_argument(
+        "--progress", dest="progress", action="store_true", default=None, help="show a progress bar (default: when stderr is a terminal)"
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="never show a progress bar")
     add_pipeline_options(p, " (only for a new store; must match an existing one)")
     add_design_options(p, " (only for a new store)")
@@ -147,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # The reader of our output went away (``| head``): not an error of ours.
         try:
-            sys.stdout = open(os.devnull, "w")
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stdout for the rest of the process
         except OSError:
             pass
         return EXIT_OK

@@ -9,7 +9,8 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -84,8 +85,13 @@ def cmd_query(args: argparse.Namespace) -> int:
     if args.limit is not None:
         matches = matches[: args.limit]
     if args.json:
-        print_json({**info, "k": k, "matches": [
-            {"key": key_out(m.key), "distance": m.distance, "fingerprint": f"{m.fingerprint:016x}"} for m in matches]})
+        print_json(
+            {
+                **info,
+                "k": k,
+                "matches": [{"key": key_out(m.key), "distance": m.distance, "fingerprint": f"{m.fingerprint:016x}"} for m in matches],
+            }
+        )
     else:
         short = " (short text: exact matches only)" if info.get("short") else ""
         print(f"fingerprint {info['fingerprint']}{short}: {len(matches)} match{'es' * (len(matches) != 1)} within k={k}")
@@ -105,7 +111,7 @@ def _chunks(n: int, size: int = 10000) -> Iterator[slice]:
 def cmd_dedup(args: argparse.Namespace) -> int:
     """Every near-duplicate pair within k bits, or the clusters they form, as JSONL or CSV."""
     out_path = args.output
-    out = open(out_path, "w", encoding="utf-8", newline="") if out_path and out_path != "-" else sys.stdout
+    out = open(out_path, "w", encoding="utf-8", newline="") if out_path and out_path != "-" else sys.stdout  # noqa: SIM115 - or stdout; closed below
     try:
         with open_store(args.store) as store:
             k = store.k if args.k is None else args.k
@@ -120,8 +126,17 @@ def cmd_dedup(args: argparse.Namespace) -> int:
                         for key in c.keys:
                             writer.writerow([c_no, key_text(c.canonical), key_text(key)])
                     else:
-                        out.write(dumps({"cluster": c_no, "size": len(c.keys), "canonical": key_out(c.canonical),
-                                          "keys": [key_out(x) for x in c.keys]}) + "\n")
+                        out.write(
+                            dumps(
+                                {
+                                    "cluster": c_no,
+                                    "size": len(c.keys),
+                                    "canonical": key_out(c.canonical),
+                                    "keys": [key_out(x) for x in c.keys],
+                                }
+                            )
+                            + "\n"
+                        )
                 summary = f"{len(clusters):,} clusters of {sum(len(c.keys) for c in clusters):,} documents within k={k}"
             else:
                 a, b, d = store.near_duplicate_pairs(k)
@@ -205,14 +220,25 @@ def cmd_import(args: argparse.Namespace) -> int:
             with open(args.input, "rb") as fh:
                 result = import_stream(fh, args.store, batch_size=args.batch_size)
     except KeyboardInterrupt:
-        note("interrupted; " + ("the batches committed are kept: rerun the same command to resume" if existing
-                                 else "nothing was imported (the half-built store was removed)"))
+        note(
+            "interrupted; "
+            + (
+                "the batches committed are kept: rerun the same command to resume"
+                if existing
+                else "nothing was imported (the half-built store was removed)"
+            )
+        )
         return EXIT_INTERRUPTED
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    data = {"store": result.path, "created": result.created, "records": result.records,
-            "pipeline_id": result.pipeline_id, "design": result.design}
+    data = {
+        "store": result.path,
+        "created": result.created,
+        "records": result.records,
+        "pipeline_id": result.pipeline_id,
+        "design": result.design,
+    }
     if args.json:
         print_json(data)
     else:

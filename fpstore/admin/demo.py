@@ -39,8 +39,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             words = text.split()
             edited = " ".join(words[: len(words) // 2] + ["(edited)"] + words[len(words) // 2 + 1 :])
             verdict = store.add("demo/edited-copy", text=edited)
-            print(f"add('demo/edited-copy'): near-duplicate of {verdict.duplicate_of!r} "
-                  f"(distance {verdict.near_duplicates[0].distance if verdict.near_duplicates else '-'}), canonical {verdict.canonical!r}")
+            print(
+                f"add('demo/edited-copy'): near-duplicate of {verdict.duplicate_of!r} "
+                f"(distance {verdict.near_duplicates[0].distance if verdict.near_duplicates else '-'}), canonical {verdict.canonical!r}"
+            )
         with fpstore.open(path, readonly=True) as store:
             clusters = store.clusters()
         print(f"{len(clusters)} near-duplicate clusters within k={args.k} (canonical first):")

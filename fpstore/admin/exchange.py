@@ -31,18 +31,19 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any
 
 import msgpack
 import numpy as np
 import zstandard
 
 from fpstore._version import __version__
-from fpstore.index.design import Design
 from fpstore.errors import DesignError, FormatError, InputError, PipelineMismatchError
-from fpstore.limits import MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_NAME_BYTES
 from fpstore.fingerprint.pipeline import Fingerprints, IdfTable, Pipeline
+from fpstore.index.design import Design
+from fpstore.limits import MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_NAME_BYTES
 
 __all__ = ["EXPORT_MAGIC", "EXPORT_VERSION", "ImportResult", "StreamHeader", "export_store", "import_stream", "read_stream"]
 
@@ -233,7 +234,9 @@ class StreamRecords:
             rec = _check_record(obj, n)
             digest.update(packer.pack(obj))
             yield rec
-        raise FormatError(f"the stream ends after {n:,} records (its header announced about {count:,}) without its trailer: it is truncated")
+        raise FormatError(
+            f"the stream ends after {n:,} records (its header announced about {count:,}) without its trailer: it is truncated"
+        )
 
 
 def read_stream(fh: IO[bytes]) -> tuple[StreamHeader, StreamRecords]:
@@ -509,7 +512,7 @@ def _import_existing(fh: IO[bytes], path: str, *, batch_size: int, progress: Cal
     spool = None
     try:
         if not _seekable(fh):
-            spool = tempfile.TemporaryFile(prefix="fpstore-import-")
+            spool = tempfile.TemporaryFile(prefix="fpstore-import-")  # noqa: SIM115 - closed in finally
             shutil.copyfileobj(fh, spool, 1 << 20)
             fh = spool
         start = fh.tell()

@@ -30,8 +30,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from fpstore.admin.sources import (
     DEFAULT_MAX_BYTES,
@@ -100,10 +101,13 @@ def make_source(path: str, kind: str = "auto", **options: Any) -> Source:
     if kind == "dir" and not os.path.isdir(path):
         raise InputError(f"{path} is not a directory")
     if kind == "jsonl":
-        return JsonlSource(path, key_field=options.get("key_field", "id"), text_field=options.get("text_field", "text"), max_bytes=max_bytes)
+        return JsonlSource(
+            path, key_field=options.get("key_field", "id"), text_field=options.get("text_field", "text"), max_bytes=max_bytes
+        )
     if kind == "dir":
-        return DirectorySource(path, key_prefix=options.get("key_prefix", ""), max_bytes=max_bytes,
-                               follow_symlinks=bool(options.get("follow_symlinks", False)))
+        return DirectorySource(
+            path, key_prefix=options.get("key_prefix", ""), max_bytes=max_bytes, follow_symlinks=bool(options.get("follow_symlinks", False))
+        )
     if kind == "warc":
         load_fastwarc()
         return WarcSource(path, max_bytes=max_bytes)
@@ -159,6 +163,35 @@ class IngestResult:
         return sum(sum(s.problems.values()) for s in self.sources)
 
 
+class _Batch:
+    """The documents of one source read since its last commit, and the source's position after
+    the last thing read (a document, a note or a skipped problem)."""
+
+    def __init__(self, pos: dict[str, Any] | None) -> None:
+        self.keys: list[str] = []
+        self.texts: list[str] = []
+        self.nbytes = 0
+        self.pos = pos
+        self.committed_pos = pos
+        self.committed_docs = 0
+
+    def append(self, item: Item) -> None:
+        self.keys.append(item.key)
+        self.texts.append(item.text)
+        self.nbytes += item.nbytes
+        self.pos = item.pos
+
+    def commit(self, store: Any, checkpoint: str) -> bool:
+        """Add the documents with the checkpoint at ``pos`` in one transaction; False when there
+        is nothing new to record."""
+        if not self.keys and self.pos == self.committed_pos:
+            return False
+        store.add_many(self.keys, texts=self.texts, checkpoint=(checkpoint, self.pos))
+        self.committed_pos, self.committed_docs = self.pos, len(self.keys)
+        self.keys, self.texts, self.nbytes = [], [], 0
+        return True
+
+
 def ingest(
     store: Any,
     sources: Sequence[Source],
@@ -195,28 +228,19 @@ def ingest(
             raise InputError(f"the checkpoint of {src.path} is malformed; pass --restart to ingest it from the start")
         res = SourceResult(src.path, src.kind, src.describe(pos), position=pos)
         result.sources.append(res)
-        keys: list[str] = []
-        texts: list[str] = []
-        pending_bytes = 0
-        last_pos = pos
-        committed_pos = pos
+        batch = _Batch(pos)
 
-        def flush() -> None:
-            nonlocal keys, texts, pending_bytes, committed_pos, total_added
-            if not keys and last_pos == committed_pos:
-                return
-            store.add_many(keys, texts=texts, checkpoint=(src.name, last_pos))
-            res.added += len(keys)
-            total_added += len(keys)
-            res.batches += 1
-            committed_pos = last_pos
-            res.position = last_pos
-            keys, texts, pending_bytes = [], [], 0
-            if progress is not None:
-                progress(total_added, done_bytes + src.consumed)
+        def flush(src: Source = src, res: SourceResult = res, batch: _Batch = batch, done_bytes: int = done_bytes) -> None:
+            nonlocal total_added
+            if batch.commit(store, src.name):
+                res.added += batch.committed_docs
+                total_added += batch.committed_docs
+                res.batches += 1
+                res.position = batch.pos
+                if progress is not None:
+                    progress(total_added, done_bytes + src.consumed)
 
-        n_seen = 0
-        for ev in src.items(pos):
+        for n_seen, ev in enumerate(src.items(pos), 1):
             if isinstance(ev, Item):
                 ev = check_key(src, ev)
             if isinstance(ev, Note):
@@ -224,7 +248,7 @@ def ingest(
                 if report is not None:
                     report(ev)
                 if ev.pos is not None:
-                    last_pos = ev.pos
+                    batch.pos = ev.pos
             elif isinstance(ev, Problem):
                 res.problems[ev.kind] = res.problems.get(ev.kind, 0) + 1
                 if report is not None:
@@ -236,22 +260,18 @@ def ingest(
                     return result
                 if ev.pos is None:
                     break  # the source cannot go on (truncated): commit up to before it
-                last_pos = ev.pos
+                batch.pos = ev.pos
             else:
-                keys.append(ev.key)
-                texts.append(ev.text)
-                pending_bytes += ev.nbytes
-                last_pos = ev.pos
-                if len(keys) >= batch_size or pending_bytes >= batch_bytes:
+                batch.append(ev)
+                if len(batch.keys) >= batch_size or batch.nbytes >= batch_bytes:
                     flush()
-            n_seen += 1
             if stop.is_set():
                 flush()
                 result.interrupted = True
                 result.seconds = time.monotonic() - t0
                 return result
             if progress is not None and n_seen % 256 == 0:
-                progress(total_added + len(keys), done_bytes + src.consumed)
+                progress(total_added + len(batch.keys), done_bytes + src.consumed)
         else:
             res.done = True
         flush()

@@ -12,8 +12,7 @@ from typing import Any
 
 import fpstore
 from fpstore.admin.options import pipeline_conflicts, pipeline_from
-from fpstore.admin.output import (EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, PROG, Progress, note, print_json,
-                                  want_progress)
+from fpstore.admin.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, PROG, Progress, note, print_json, want_progress
 from fpstore.errors import InputError, PipelineMismatchError
 
 
@@ -39,7 +38,9 @@ class _Reporter:
             return
         if self.progress is not None and self.progress.drawn:
             sys.stderr.write("\r\x1b[K")
-        suffix = f" (further {ev.kind} {'problems' if isinstance(ev, Problem) else 'notes'} are counted, not shown)" if n == self.limit else ""
+        suffix = (
+            f" (further {ev.kind} {'problems' if isinstance(ev, Problem) else 'notes'} are counted, not shown)" if n == self.limit else ""
+        )
         note(f"{'' if isinstance(ev, Problem) else 'note: '}{ev}{suffix}")
 
 
@@ -50,8 +51,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if not args.sources and not args.sample:
         raise InputError("give at least one SOURCE (a .jsonl file, a directory or a .warc[.gz] file), or --sample")
     sources: list[ing.Source] = [
-        ing.make_source(p, args.format, key_field=args.key_field, text_field=args.text_field,
-                        key_prefix=args.key_prefix, max_bytes=args.max_bytes, follow_symlinks=args.follow_symlinks)
+        ing.make_source(
+            p,
+            args.format,
+            key_field=args.key_field,
+            text_field=args.text_field,
+            key_prefix=args.key_prefix,
+            max_bytes=args.max_bytes,
+            follow_symlinks=args.follow_symlinks,
+        )
         for p in args.sources
     ]
     if args.sample:
@@ -60,8 +68,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise InputError("the same source is given twice")
     created = not os.path.exists(os.path.join(args.store, "data.mdb"))
-    store = fpstore.open(args.store, k=args.k, pipeline=pipeline_from(args, False) if created else None,
-                         design=args.design, expected_size=args.expected_size)
+    store = fpstore.open(
+        args.store, k=args.k, pipeline=pipeline_from(args, False) if created else None, design=args.design, expected_size=args.expected_size
+    )
     if not created:
         # Pipeline options name settings of the existing store's pipeline: each must match.
         conflicts = pipeline_conflicts(store.pipeline, args)
@@ -91,8 +100,14 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             reporter.progress = progress
             try:
                 result = ing.ingest(
-                    store, sources, batch_size=args.batch_size, on_error=args.on_error, restart=args.restart,
-                    stop=stop, report=reporter, progress=progress.update,
+                    store,
+                    sources,
+                    batch_size=args.batch_size,
+                    on_error=args.on_error,
+                    restart=args.restart,
+                    stop=stop,
+                    report=reporter,
+                    progress=progress.update,
                 )
             finally:
                 progress.close()
@@ -127,7 +142,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         note("interrupted; everything before the last batch is stored: rerun the same command to resume")
         return EXIT_INTERRUPTED
     if result.stopped_at is not None:
-        note(f"stopped at {result.stopped_at.where} (--on-error stop); the documents before it are stored: "
-              "fix the input or pass --on-error skip, and rerun to resume there")
+        note(
+            f"stopped at {result.stopped_at.where} (--on-error stop); the documents before it are stored: "
+            "fix the input or pass --on-error skip, and rerun to resume there"
+        )
         return EXIT_ERROR
     return EXIT_FINDINGS if result.problems else EXIT_OK

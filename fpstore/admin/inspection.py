@@ -7,7 +7,8 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import fpstore
 from fpstore.admin.options import Damaged, open_checked, open_store, pipeline_from
@@ -55,34 +56,54 @@ def _print_info(d: dict[str, Any]) -> None:
     readers = lm["readers"]
     lags = [r["lag"] for r in readers if r["lag"] is not None]
     print(f"store        {d['path']}")
-    print(f"format       {d['format']}, created {when} by fpstore {created.get('fpstore', '?')} "
-          f"(LMDB {created.get('lmdb', '?')}, Python {created.get('python', '?')})")
+    print(
+        f"format       {d['format']}, created {when} by fpstore {created.get('fpstore', '?')} "
+        f"(LMDB {created.get('lmdb', '?')}, Python {created.get('python', '?')})"
+    )
     print(f"pipeline     {d['pipeline_id']}: " + ", ".join(f"{k}={v}" for k, v in pipe.items()))
     print(f"design       {d['design']}")
     print(f"k            {d['k']} (default query radius)")
     print(f"documents    {d['documents']:,}")
     if "runs" in d:
         runs = d["runs"]
-        print(f"tiers        {d['incremental_entries']:,} incremental (flushed at {d['flush_entries']:,}), "
-              f"{len(runs)} run{'' if len(runs) == 1 else 's'} ({', '.join(f'{r:,}' for r in runs) or 'none'}), "
-              f"{d['tombstones']:,} tombstones")
+        print(
+            f"tiers        {d['incremental_entries']:,} incremental (flushed at {d['flush_entries']:,}), "
+            f"{len(runs)} run{'' if len(runs) == 1 else 's'} ({', '.join(f'{r:,}' for r in runs) or 'none'}), "
+            f"{d['tombstones']:,} tombstones"
+        )
     extra = {k: v for k, v in d.items() if k not in _INFO_SHOWN}
     for k, v in extra.items():  # figures newer store versions add (runs, tombstones, ...)
         print(f"{k:<12} {v if not isinstance(v, (dict, list)) else dumps(v)}")
     bpf = d["bytes_per_fingerprint"]
-    print(f"size         file {mib(d['file_size'])}, map {mib(d['map_size'])} ({lm['map_used'] * 100:.1f}% used)"
-          + (f", {bpf:,.1f} bytes per fingerprint" if bpf is not None else ""))
+    print(
+        f"size         file {mib(d['file_size'])}, map {mib(d['map_size'])} ({lm['map_used'] * 100:.1f}% used)"
+        + (f", {bpf:,.1f} bytes per fingerprint" if bpf is not None else "")
+    )
     print(f"pages        {lm['pages_used']:,} of {lm['page_size']} bytes used, ~{lm['free_pages']:,} free")
-    print(f"readers      {len(readers)} of {lm['max_readers']}"
-          + (f", oldest {max(lags)} transactions behind" if lags else ""))
+    print(f"readers      {len(readers)} of {lm['max_readers']}" + (f", oldest {max(lags)} transactions behind" if lags else ""))
     tables = {k: v for k, v in lm["databases"].items()}
     print("databases    " + ", ".join(f"{k} {v['entries']:,}" for k, v in tables.items()))
 
 
 _INFO_SHOWN = {
-    "path", "format", "pipeline_id", "pipeline", "design", "k", "documents", "file_size", "map_size", "created",
-    "lmdb", "incremental_entries_per_table", "bytes_per_fingerprint", "tables",
-    "incremental_entries", "runs", "tombstones", "flush_entries",
+    "path",
+    "format",
+    "pipeline_id",
+    "pipeline",
+    "design",
+    "k",
+    "documents",
+    "file_size",
+    "map_size",
+    "created",
+    "lmdb",
+    "incremental_entries_per_table",
+    "bytes_per_fingerprint",
+    "tables",
+    "incremental_entries",
+    "runs",
+    "tombstones",
+    "flush_entries",
 }
 
 
@@ -124,8 +145,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print("table  prefix  probes  candidates/probe p50     p99     max   (uniform expectation)")
     for t in data["tables"]:
         c = t["candidates_per_probe"]
-        print(f"{t['table']:5d}  {t['prefix_bits']:6d}  {t['probes_per_query']:6d}  {c['p50']:20,} {c['p99']:7,} {c['max']:7,}   "
-              f"({t['expected_per_probe_uniform']:.3g})")
+        print(
+            f"{t['table']:5d}  {t['prefix_bits']:6d}  {t['probes_per_query']:6d}  {c['p50']:20,} {c['p99']:7,} {c['max']:7,}   "
+            f"({t['expected_per_probe_uniform']:.3g})"
+        )
     print("Hamming distance of random pairs:")
     for line in _hist_lines(data["distance_random_pairs"]):
         print(line)
@@ -179,8 +202,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if structure:
         problems = [f"LMDB's structural check: {p}" for p in structure[:MAX_PROBLEMS]]
         facts.update({"documents": None, "check": "LMDB's structural check only", "lmdb_verifier": f"{len(structure)} problems"})
-        verdict = (f"damaged: the file failed LMDB's structural check ({len(structure)} problem{'s' * (len(structure) != 1)}); "
-                   "nothing else was read (LMDB can crash on a damaged page): restore the store from a good copy")
+        verdict = (
+            f"damaged: the file failed LMDB's structural check ({len(structure)} problem{'s' * (len(structure) != 1)}); "
+            "nothing else was read (LMDB can crash on a damaged page): restore the store from a good copy"
+        )
     else:
         if structure is not None:
             facts["lmdb_verifier"] = "ok"

@@ -5,7 +5,8 @@ stores check the file first)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import fpstore
 from fpstore.errors import CorruptionError
@@ -26,8 +27,10 @@ class Damaged(CorruptionError):
 def _damage_line(path: str, problems: list[str]) -> str:
     shown = "; ".join(problems[:2])
     more = f" (and {len(problems) - 2} more)" if len(problems) > 2 else ""
-    return (f"{path}: the store file failed LMDB's structural check: {shown}{more}; nothing was read from it "
-            "(LMDB can crash on a damaged page): restore the store from a good copy")
+    return (
+        f"{path}: the store file failed LMDB's structural check: {shown}{more}; nothing was read from it "
+        "(LMDB can crash on a damaged page): restore the store from a good copy"
+    )
 
 
 def open_checked(path: str) -> fpstore.Store:
@@ -97,17 +100,23 @@ def add_pipeline_options(p: argparse.ArgumentParser, note: str = "") -> None:
 
     g = p.add_argument_group("pipeline" + note)
     g.add_argument("--kind", choices=sorted(KINDS), default=None, help="fingerprint kind (default: the default pipeline's)")
-    g.add_argument("--html", choices=list(HTML_MODES), default=None,
-                   help="HTML handling: reduce HTML input to its main content, or 'off' (default: the default pipeline's)")
+    g.add_argument(
+        "--html",
+        choices=list(HTML_MODES),
+        default=None,
+        help="HTML handling: reduce HTML input to its main content, or 'off' (default: the default pipeline's)",
+    )
     g.add_argument("--shingle", type=int_arg(1, MAX_SHINGLE), default=None, metavar="W", help="words per shingle (default 3)")
     g.add_argument("--seed", type=int_arg(0, (1 << 64) - 1), default=None, help="64-bit hash seed (default 0)")
-    g.add_argument("--min-tokens", type=NON_NEGATIVE, default=None, metavar="N",
-                   help="texts with fewer tokens are matched only exactly (default 20)")
+    g.add_argument(
+        "--min-tokens", type=NON_NEGATIVE, default=None, metavar="N", help="texts with fewer tokens are matched only exactly (default 20)"
+    )
 
 
 def add_design_options(p: argparse.ArgumentParser, note: str = "") -> None:
     g = p.add_argument_group("table design" + note)
-    g.add_argument("-k", type=int_arg(0, MAX_K), default=None, help="Hamming radius the design is exact for, and the default query radius (default 3)")
+    g.add_argument(
+        "-k", type=int_arg(0, MAX_K), default=None, help="Hamming radius the design is exact for, and the default query radius (default 3)"
+    )
     g.add_argument("--design", default="auto", help="design name (see docs/designs.md) or 'auto' (default)")
     g.add_argument("--expected-size", type=POSITIVE, default=None, metavar="N", help="documents expected, to choose the design")
-

@@ -92,10 +92,7 @@ class Progress:
         bar = "#" * int(frac * width) + "." * (width - int(frac * width))
         byte_rate = nbytes / elapsed
         eta = (self.total - nbytes) / byte_rate if byte_rate > 0 and self.total else float("nan")
-        line = (
-            f"\r[{bar}] {frac * 100:5.1f}%  {docs:,} docs  {docs / elapsed:,.0f} docs/s  "
-            f"{byte_rate / 1e6:,.1f} MB/s  ETA {hms(eta)}"
-        )
+        line = f"\r[{bar}] {frac * 100:5.1f}%  {docs:,} docs  {docs / elapsed:,.0f} docs/s  {byte_rate / 1e6:,.1f} MB/s  ETA {hms(eta)}"
         self.stream.write(line)
         self.stream.flush()
         self.drawn = True

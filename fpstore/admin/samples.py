@@ -12,7 +12,7 @@ import os
 import pathlib
 import site
 import sysconfig
-from typing import Iterator
+from collections.abc import Iterator
 
 __all__ = ["sample_corpus"]
 

@@ -13,8 +13,9 @@ import io
 import json
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 from fpstore.errors import InputError
 from fpstore.limits import MAX_CHECKPOINT_NAME_BYTES, MAX_KEY_BYTES
@@ -233,7 +234,9 @@ class JsonlSource(Source):
                 if isinstance(key, int) and not isinstance(key, bool):
                     key = str(key)
                 if not isinstance(key, str):
-                    yield Problem(where, "bad-field", f"field {self.key_field!r} is {_json_type(key)}, expected a string or an integer", here)
+                    yield Problem(
+                        where, "bad-field", f"field {self.key_field!r} is {_json_type(key)}, expected a string or an integer", here
+                    )
                     continue
                 if not isinstance(body, str):
                     yield Problem(where, "bad-field", f"field {self.text_field!r} is {_json_type(body)}, expected a string", here)
@@ -287,8 +290,7 @@ class DirectorySource(Source):
 
     kind = "dir"
 
-    def __init__(self, path: str, *, key_prefix: str = "", max_bytes: int = DEFAULT_MAX_BYTES,
-                 follow_symlinks: bool = False) -> None:
+    def __init__(self, path: str, *, key_prefix: str = "", max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks: bool = False) -> None:
         super().__init__(path, max_bytes=max_bytes)
         self.key_prefix = key_prefix
         self.follow_symlinks = follow_symlinks
@@ -364,8 +366,12 @@ class DirectorySource(Source):
             full = os.path.join(self.path, *parts)
             self.consumed += size
             if target is None:
-                yield Note(full, "symlink", "a symbolic link to a file outside the directory; skipped "
-                           "(follow_symlinks, --follow-symlinks, reads it)", here)
+                yield Note(
+                    full,
+                    "symlink",
+                    "a symbolic link to a file outside the directory; skipped (follow_symlinks, --follow-symlinks, reads it)",
+                    here,
+                )
                 continue
             if size > self.max_bytes:
                 yield Note(full, "too-large", f"larger than {self.max_bytes:,} bytes; skipped", here)
@@ -482,8 +488,12 @@ def check_key(src: Source, item: Item) -> Item | Problem:
     n = len(key) if isinstance(key, (bytes, bytearray)) else len(key) if key.isascii() else len(key.encode("utf-8", "surrogatepass"))
     if n <= MAX_KEY_BYTES:
         return item
-    return Problem(f"{src.path}: {src.describe(item.pos)}", "too-large",
-                   f"key of {n:,} bytes is longer than a store accepts ({MAX_KEY_BYTES:,} bytes); skipped", item.pos)
+    return Problem(
+        f"{src.path}: {src.describe(item.pos)}",
+        "too-large",
+        f"key of {n:,} bytes is longer than a store accepts ({MAX_KEY_BYTES:,} bytes); skipped",
+        item.pos,
+    )
 
 
 def pos_int(pos: dict[str, Any], field_name: str, src: Source) -> int:

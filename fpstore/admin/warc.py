@@ -8,7 +8,8 @@ from __future__ import annotations
 import io
 import os
 import zlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from fpstore.admin.sources import SNIFF_BYTES, Item, Note, Problem, Source, charset_codec, decode, pos_int
 from fpstore.errors import InputError
@@ -20,9 +21,7 @@ def load_fastwarc() -> Any:
     try:
         from fastwarc import warc
     except ImportError:
-        raise InputError(
-            "reading WARC files needs the FastWARC library: pip install 'fpstore[ingest]'"
-        ) from None
+        raise InputError("reading WARC files needs the FastWARC library: pip install 'fpstore[ingest]'") from None
     return warc
 
 
@@ -82,8 +81,9 @@ class WarcSource(Source):
                     break
                 except (OSError, ValueError) as exc:
                     if "header length" not in str(exc):
-                        yield Problem(f"{self.path}: record {index + 1}", "truncated",
-                                      f"unreadable WARC data after record {index} ({exc})", None)
+                        yield Problem(
+                            f"{self.path}: record {index + 1}", "truncated", f"unreadable WARC data after record {index} ({exc})", None
+                        )
                         return
                     # FastWARC cannot go past a header over its limit: find the record's end by
                     # hand and start a new iterator there.
@@ -91,19 +91,31 @@ class WarcSource(Source):
                         start = next_start if next_start is not None else self._record_end(fh, last_offset)[0]
                         end, rid = self._record_end(fh, start)
                     except EOFError:
-                        yield Problem(f"{self.path}: record {index + 1}", "truncated",
-                                      f"truncated WARC record after record {index} (the file ends in it)", None)
+                        yield Problem(
+                            f"{self.path}: record {index + 1}",
+                            "truncated",
+                            f"truncated WARC record after record {index} (the file ends in it)",
+                            None,
+                        )
                         return
                     index += 1
                     where = f"{self.path}: record {index}" + ("" if start is None else f" at byte {start}")
                     if start is None or end is None:
-                        yield Problem(where, "too-large",
-                                      f"a WARC record header longer than {self.header_limit:,} bytes, which this file's "
-                                      "compression does not let the reader skip alone; pass a --max-bytes larger "
-                                      "than the header to read it", None)
+                        yield Problem(
+                            where,
+                            "too-large",
+                            f"a WARC record header longer than {self.header_limit:,} bytes, which this file's "
+                            "compression does not let the reader skip alone; pass a --max-bytes larger "
+                            "than the header to read it",
+                            None,
+                        )
                         return
-                    yield Note(where, "too-large", f"WARC record header longer than {self.header_limit:,} bytes; skipped",
-                               {"record": index, "offset": start, "id": rid, "next": end})
+                    yield Note(
+                        where,
+                        "too-large",
+                        f"WARC record header longer than {self.header_limit:,} bytes; skipped",
+                        {"record": index, "offset": start, "id": rid, "next": end},
+                    )
                     last_offset, next_start = start, end
                     fh.seek(end)
                     records = self._records(warc, fh, self.header_limit)
@@ -137,8 +149,12 @@ class WarcSource(Source):
                 yield from self._payload(rec, raw, where, here)
             if last_offset is None:
                 if os.fstat(fh.fileno()).st_size > 0:
-                    yield Problem(f"{self.path}: record {index + 1}", "truncated",
-                                  "no whole WARC record could be read (a truncated record, or not a WARC file)", None)
+                    yield Problem(
+                        f"{self.path}: record {index + 1}",
+                        "truncated",
+                        "no whole WARC record could be read (a truncated record, or not a WARC file)",
+                        None,
+                    )
                 return
             problem = self._check_tail(fh, last_offset, index)
             if problem is not None:
@@ -211,8 +227,7 @@ class WarcSource(Source):
 
     @staticmethod
     def _records(warc: Any, fh: io.BufferedReader, header_limit: int = 32 << 10) -> Iterator[Any]:
-        return iter(warc.ArchiveIterator(fh, parse_http=True, auto_decode="none", strict_mode=False,
-                                         max_header_len=header_limit))
+        return iter(warc.ArchiveIterator(fh, parse_http=True, auto_decode="none", strict_mode=False, max_header_len=header_limit))
 
     def _record_end(self, fh: io.BufferedReader, start: int | None) -> tuple[int | None, str | None]:
         """``(offset where the next record starts, WARC-Record-ID)`` of the record that starts at
@@ -316,8 +331,12 @@ class WarcSource(Source):
             d.decompress(chunk, 1 << 16)
         rest = len(d.unused_data) + len(fh.read())
         if rest:
-            return Problem(f"{self.path}: record {index + 1}", "truncated",
-                           f"truncated WARC record after record {index} ({rest:,} bytes at the end hold no whole record)", None)
+            return Problem(
+                f"{self.path}: record {index + 1}",
+                "truncated",
+                f"truncated WARC record after record {index} ({rest:,} bytes at the end hold no whole record)",
+                None,
+            )
         return None
 
     def describe(self, pos: dict[str, Any] | None) -> str:

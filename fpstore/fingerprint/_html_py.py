@@ -35,9 +35,7 @@ TOKEN = re.compile(
 _RAW_END: dict[str, re.Pattern[str]] = {}
 ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
-_VOID = frozenset(
-    "area base basefont bgsound br col embed frame hr image img input keygen link meta param source track wbr".split()
-)
+_VOID = frozenset("area base basefont bgsound br col embed frame hr image img input keygen link meta param source track wbr".split())
 RAW = frozenset("iframe noembed noframes script style textarea title xmp".split())
 _HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 _FORMATTING = frozenset("a b big code em font i nobr s small strike strong tt u".split())
@@ -124,9 +122,38 @@ def _maybe_classes(name: str) -> tuple[int, ...]:
 _SIMPLE_START = _CLOSES_P - set(_HEADINGS) - {"plaintext", "xmp"}
 _SIMPLE_END = _SCOPED_END - _MARKERS | {"p", "li", "table"} | set(_HEADINGS)
 #: Names with a rule of their own; every other name is pushed and popped in the common way.
-_NOT_PLAIN = frozenset(_CLASS_OF) | _VOID | RAW | _FORMATTING | _NO_RAW | _MARKERS | _TABLE_PARTS | frozenset(
-    ("a", "option", "optgroup", "li", "dd", "dt", "button", "table", "plaintext", "html", "head", "body", "p",
-     "template", "svg", "math", "rb", "rtc", "rp", "rt")
+_NOT_PLAIN = (
+    frozenset(_CLASS_OF)
+    | _VOID
+    | RAW
+    | _FORMATTING
+    | _NO_RAW
+    | _MARKERS
+    | _TABLE_PARTS
+    | frozenset(
+        (
+            "a",
+            "option",
+            "optgroup",
+            "li",
+            "dd",
+            "dt",
+            "button",
+            "table",
+            "plaintext",
+            "html",
+            "head",
+            "body",
+            "p",
+            "template",
+            "svg",
+            "math",
+            "rb",
+            "rtc",
+            "rp",
+            "rt",
+        )
+    )
 )
 
 

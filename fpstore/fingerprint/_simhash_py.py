@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from fpstore.mixing import M64, fmix64
+
 FNV_OFFSET = 0xCBF29CE484222325
 FNV_PRIME = 0x100000001B3
 GOLDEN = 0x9E3779B97F4A7C15

@@ -47,15 +47,10 @@ __all__ = ["EXTRACTOR", "MAX_DEPTH", "looks_like_html", "main_text", "nesting_de
 EXTRACTOR = "main-v1"
 
 _NEVER_CONTENT = "script,style,noscript,template,svg,canvas,iframe,object,embed,head"
-_FURNITURE = (
-    "nav,header,footer,aside,[role=navigation],[role=banner],[role=contentinfo],[role=search],"
-    "[role=complementary],[hidden]"
-)
+_FURNITURE = "nav,header,footer,aside,[role=navigation],[role=banner],[role=contentinfo],[role=search],[role=complementary],[hidden]"
 
 # A document: optional BOM, whitespace, XML declaration and comments, then one of these tags.
-_DOC_START = re.compile(
-    r"\A\ufeff?\s*(?:<\?xml[^>]*>\s*)?(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html|head|body)\b", re.I | re.S
-)
+_DOC_START = re.compile(r"\A\ufeff?\s*(?:<\?xml[^>]*>\s*)?(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html|head|body)\b", re.I | re.S)
 # A fragment: starts with a tag and has a few common element tags within its first 4 KB.
 _FRAGMENT_TAG = re.compile(
     r"</?(?:p|div|span|a|li|ul|ol|table|tr|td|th|h[1-6]|br|section|article|main|pre|code|em|strong|b|i|img|meta|link)\b[^<>]*>",

@@ -25,16 +25,18 @@ import hashlib
 import math
 import re
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import msgpack
 import numpy as np
 
 from fpstore import _backend
-
-from fpstore.fingerprint import _simhash_py as _spec, html as _html, text as _text
 from fpstore.errors import FormatError, InputError
+from fpstore.fingerprint import _simhash_py as _spec
+from fpstore.fingerprint import html as _html
+from fpstore.fingerprint import text as _text
 from fpstore.mixing import fmix64
 from fpstore.parallel import available_cores, executor
 
@@ -101,7 +103,7 @@ class IdfTable:
                 raise InputError(f"idf token {token!r} is not a single folded token")
 
     @classmethod
-    def build(cls, texts: Iterable[object], *, scale: float = 16.0, min_df: int = 2) -> "IdfTable":
+    def build(cls, texts: Iterable[object], *, scale: float = 16.0, min_df: int = 2) -> IdfTable:
         """Build weights ``round(scale * ln((N + 1) / (df + 1)))`` from a corpus of N texts.
 
         Tokens seen in fewer than ``min_df`` texts are left out and weigh ``default``, the weight of
@@ -129,7 +131,7 @@ class IdfTable:
         )
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "IdfTable":
+    def from_bytes(cls, data: bytes) -> IdfTable:
         """Decode :meth:`to_bytes` output; untrusted input raises :class:`FormatError`."""
         try:
             obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
@@ -209,14 +211,14 @@ class Fingerprints:
         if not isinstance(values, np.ndarray) or values.dtype != np.uint64 or values.ndim != 1:
             raise InputError(f"Fingerprints.values must be a 1-D uint64 array, got {_describe(values)}")
         n = len(values)
-        for field, kinds, shape in (("tokens", "iu", (n,)), ("short", "b", (n,)), ("content_hashes", "u", (n, 2))):
-            col = getattr(self, field)
+        for column, kinds, shape in (("tokens", "iu", (n,)), ("short", "b", (n,)), ("content_hashes", "u", (n, 2))):
+            col = getattr(self, column)
             if col is None:
                 continue
             if not isinstance(col, np.ndarray) or col.dtype.kind not in kinds or col.shape != shape:
                 want = {"iu": "integer", "b": "bool", "u": "uint64"}[kinds]
-                raise InputError(f"Fingerprints.{field} must be a {want} array of shape {shape}, got {_describe(col)}")
-            if field == "content_hashes" and col.dtype != np.uint64:
+                raise InputError(f"Fingerprints.{column} must be a {want} array of shape {shape}, got {_describe(col)}")
+            if column == "content_hashes" and col.dtype != np.uint64:
                 raise InputError(f"Fingerprints.content_hashes must have dtype uint64, got {col.dtype}")
 
     def __len__(self) -> int:
@@ -311,7 +313,7 @@ class Pipeline:
         canonical = msgpack.packb(sorted(self.config.items()), use_bin_type=True)
         return hashlib.blake2b(canonical, digest_size=8).hexdigest()
 
-    def mismatch(self, other: "Pipeline") -> str:
+    def mismatch(self, other: Pipeline) -> str:
         """How ``other``'s config differs from this one's: ``"field: store has X, given Y"`` for
         every differing field, joined by ``", "`` (empty when the configs are equal). ``self`` is
         the stored pipeline, ``other`` the one given."""
@@ -323,7 +325,7 @@ class Pipeline:
         )
 
     @classmethod
-    def from_config(cls, config: dict[str, Any], idf: IdfTable | None = None) -> "Pipeline":
+    def from_config(cls, config: dict[str, Any], idf: IdfTable | None = None) -> Pipeline:
         """Rebuild a pipeline from :attr:`config` (read from a store header: untrusted).
 
         Raises :class:`FormatError` when the config names a scheme, tokenizer or field this build
@@ -421,8 +423,9 @@ class Pipeline:
                 t if t.__class__ is str and t.isascii() and t.lstrip(_html.LEADING_SPACE)[:1] != "<" else self.prepare(t, index=i)
                 for i, t in zip(range(lo, hi), texts[lo:hi])
             ]
-            _kernel.fingerprint_batch(prepared, 0, hi - lo, self.seed, self.shingle, self._idf_kernel, fps[lo:hi],
-                                      ntok[lo:hi], digests[lo:hi], self._kind)
+            _kernel.fingerprint_batch(
+                prepared, 0, hi - lo, self.seed, self.shingle, self._idf_kernel, fps[lo:hi], ntok[lo:hi], digests[lo:hi], self._kind
+            )
 
         if threads == 1 or len(bounds) < 2:
             for b in bounds:

@@ -24,7 +24,6 @@ import unicodedata
 import numpy as np
 
 from fpstore import _backend
-
 from fpstore.fingerprint import _unicode_v1
 
 __all__ = ["FOLD", "TOKENIZER_VERSION", "UNICODE_VERSION", "normalize", "tokens"]

@@ -112,9 +112,7 @@ def _encode_block(block: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
-def encode_chunk(
-    keys: np.ndarray, block_entries: int, first_block: int, out: np.ndarray, offsets: np.ndarray
-) -> tuple[int, int, int]:
+def encode_chunk(keys: np.ndarray, block_entries: int, first_block: int, out: np.ndarray, offsets: np.ndarray) -> tuple[int, int, int]:
     """Encode whole blocks ``first_block, first_block + 1, ..`` of ``keys`` into ``out``.
 
     Block ``b`` holds ``keys[b * block_entries : (b + 1) * block_entries]``. Blocks are written back
@@ -234,6 +232,7 @@ def decode_blocks(
 
 # ------------------------------------------------------------------------------------ batch probe
 
+
 def _no_hits() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.zeros(0, np.int64), np.zeros(0, _U64), np.zeros(0, np.uint8)
 
@@ -298,9 +297,7 @@ def probe_chunk(
     where = []
     estart = np.concatenate([[0], np.cumsum(counts.astype(np.int64))])
     for j in np.flatnonzero(needed):
-        err, keys = _decode_block(
-            b8, int(starts[j]), int(ends[j]), int(counts[j]), int(bounds[j]), int(bounds[j + 1])
-        )
+        err, keys = _decode_block(b8, int(starts[j]), int(ends[j]), int(counts[j]), int(bounds[j]), int(bounds[j + 1]))
         if err:
             return err, int(j), *_no_hits()
         parts.append(keys)
@@ -345,8 +342,15 @@ class ProbeTable:
 
     def __init__(self, bounds, starts, ends, counts, chunk, chunk_start, chunk_len, entry_start, names: list) -> None:
         nb, nc = len(starts), len(chunk_len)
-        if (len(bounds) != nb + 1 or len(ends) != nb or len(counts) != nb or len(chunk) != nb
-                or len(entry_start) != nb + 1 or len(chunk_start) != nc + 1 or len(names) != nc):
+        if (
+            len(bounds) != nb + 1
+            or len(ends) != nb
+            or len(counts) != nb
+            or len(chunk) != nb
+            or len(entry_start) != nb + 1
+            or len(chunk_start) != nc + 1
+            or len(names) != nc
+        ):
             raise ValueError("probe table arrays disagree in length")
         if nb and (int(np.max(chunk)) >= nc or int(np.min(counts)) < 1 or int(np.max(counts)) > MAX_BLOCK_ENTRIES):
             raise ValueError("probe table block descriptors out of range")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from fpstore.errors import DesignError
 from fpstore.index.costs import C_CANDIDATE, C_PROBE, C_TABLE, C_TABLE_CROWD, design_cost
@@ -81,9 +81,7 @@ def _one_level_tables(r: int, chosen: int, flips: int = 0) -> tuple[Table, ...]:
     return tuple(tables)
 
 
-def _split_run(
-    segments: Sequence[tuple[int, int]], widths: Iterable[int]
-) -> list[list[tuple[int, int]]]:
+def _split_run(segments: Sequence[tuple[int, int]], widths: Iterable[int]) -> list[list[tuple[int, int]]]:
     """Cut a key-ordered run of fingerprint segments into consecutive pieces of ``widths`` bits."""
     pieces: list[list[tuple[int, int]]] = []
     queue = list(segments)
@@ -128,7 +126,7 @@ def _cost_signature(d: Design) -> tuple[int, int, float]:
     return len(d.tables), d.probes_per_query(), d.expected_candidates(1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _catalogue(k: int) -> tuple[Design, ...]:
     """Build (once per k) the catalogue described in :func:`designs_for_k`."""
     designs: list[Design] = []
@@ -166,20 +164,14 @@ def _catalogue(k: int) -> tuple[Design, ...]:
                     d = Design(k, f"r{r}f{f}", tables)
                     # Prefixes wider than 40 bits leave < n / 2**40 candidates per probe, nothing
                     # below 10**12 fingerprints: extra width then only multiplies the probes.
-                    if (
-                        d.probes_per_query() <= _CATALOGUE_MAX_PROBES
-                        and d.prefix_range()[0] <= _MULTI_MAX_PREFIX
-                    ):
+                    if d.probes_per_query() <= _CATALOGUE_MAX_PROBES and d.prefix_range()[0] <= _MULTI_MAX_PREFIX:
                         multi.append(d)
                     break  # narrower prefixes for this (r, f) only cost more
     # Keep the multi-probe designs that no other design beats on tables, probes and candidates.
     for d in multi:
         sig = _cost_signature(d)
         if not any(
-            o is not d
-            and all(a <= b for a, b in zip(_cost_signature(o), sig))
-            and _cost_signature(o) != sig
-            for o in designs + multi
+            o is not d and all(a <= b for a, b in zip(_cost_signature(o), sig)) and _cost_signature(o) != sig for o in designs + multi
         ):
             designs.append(d)
     return tuple(designs)
@@ -201,11 +193,8 @@ def _check_k(k: object) -> int:
     if k < 0:
         raise DesignError(f"k must be >= 0, got {k}")
     if k > MAX_K:
-        raise DesignError(
-            f"k={k}: k above {MAX_K} needs an exhaustive scan; no table design answers it exactly"
-        )
+        raise DesignError(f"k={k}: k above {MAX_K} needs an exhaustive scan; no table design answers it exactly")
     return k
-
 
 
 def flip_free_designs(k: int) -> list[Design]:
@@ -214,9 +203,7 @@ def flip_free_designs(k: int) -> list[Design]:
     return [d for d in designs_for_k(k) if all(t.flips == 0 for t in d.tables)]
 
 
-def design_for(
-    k: int, expected_size: int | None = None, design: str | Design = "auto"
-) -> Design:
+def design_for(k: int, expected_size: int | None = None, design: str | Design = "auto") -> Design:
     """The design a store of radius ``k`` should use.
 
     ``design="auto"`` picks the catalogue design of least :func:`design_cost` at ``expected_size``
@@ -231,9 +218,7 @@ def design_for(
         raise DesignError(f"expected_size must be a non-negative int, got {expected_size!r}")
     if isinstance(design, Design):
         if design.k != k:
-            raise DesignError(
-                f"design {design.name!r} is built for k={design.k}, but the store asks for k={k}"
-            )
+            raise DesignError(f"design {design.name!r} is built for k={design.k}, but the store asks for k={k}")
         # Rebuilding re-runs every check, in case the object was altered behind the frozen API.
         return Design.from_config(design.config())
     if not isinstance(design, str):
@@ -241,9 +226,7 @@ def design_for(
     catalogue = _catalogue(k)
     if design == "auto":
         n = max(expected_size, 1)
-        return min(
-            enumerate(catalogue), key=lambda ic: (design_cost(ic[1], n), len(ic[1].tables), ic[0])
-        )[1]
+        return min(enumerate(catalogue), key=lambda ic: (design_cost(ic[1], n), len(ic[1].tables), ic[0]))[1]
     for d in catalogue:
         if d.name == design:
             return d

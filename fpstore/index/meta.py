@@ -11,8 +11,9 @@ tests that read state records as maps; production code uses attributes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import msgpack
 
@@ -61,7 +62,7 @@ class PackedColumn(_Record):
         return {"prefix": self.prefix, "count": self.count, "min": self.min, "width": self.width, "per_chunk": self.per_chunk}
 
     @classmethod
-    def decode(cls, rec: object, count: int, what: str) -> "PackedColumn":
+    def decode(cls, rec: object, count: int, what: str) -> PackedColumn:
         """A packed column record owned by a record of ``count`` entries, checked."""
         _check(isinstance(rec, dict), f"{what} is not a map")
         assert isinstance(rec, dict)
@@ -71,7 +72,7 @@ class PackedColumn(_Record):
         return cls(rec["prefix"], rec["count"], rec["min"], rec["width"], rec["per_chunk"])
 
     @classmethod
-    def coerce(cls, rec: "PackedColumn | Mapping[str, Any]") -> "PackedColumn":
+    def coerce(cls, rec: PackedColumn | Mapping[str, Any]) -> PackedColumn:
         if isinstance(rec, PackedColumn):
             return rec
         return cls(rec["prefix"], rec["count"], rec["min"], rec["width"], rec["per_chunk"])
@@ -102,12 +103,15 @@ class RunMeta(_Record):
         return {"id": self.id, "count": self.count, "tables": list(self.tables), "ids": self.ids_record()}
 
     @classmethod
-    def decode(cls, rec: object, ntables: int) -> "RunMeta":
+    def decode(cls, rec: object, ntables: int) -> RunMeta:
         _check(isinstance(rec, dict), "a run record is not a map")
         assert isinstance(rec, dict)
         _check(_is_int(rec.get("id"), 0, (1 << 32) - 1) and _is_int(rec.get("count"), 0, 1 << 40), "a run has a bad id or count")
         tables = rec.get("tables")
-        _check(isinstance(tables, list) and len(tables) == ntables and all(isinstance(p, bytes) for p in tables), "a run's tables do not match the design")
+        _check(
+            isinstance(tables, list) and len(tables) == ntables and all(isinstance(p, bytes) for p in tables),
+            "a run's tables do not match the design",
+        )
         ids = rec.get("ids")
         _check(isinstance(ids, dict), "a run's ids record is not a map")
         assert isinstance(ids, dict)
@@ -120,7 +124,7 @@ class RunMeta(_Record):
         return cls(rec["id"], rec["count"], tuple(tables), ids=column)  # type: ignore[arg-type]
 
     @classmethod
-    def coerce(cls, rec: "RunMeta | Mapping[str, Any]") -> "RunMeta":
+    def coerce(cls, rec: RunMeta | Mapping[str, Any]) -> RunMeta:
         """Transitional: a run from its old dict form, unchecked (tests that forge records)."""
         if isinstance(rec, RunMeta):
             return rec
@@ -147,15 +151,24 @@ class SegmentMeta(_Record):
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "base": self.base, "count": self.count, "fps": self.fps, "hashes": self.hashes,
-            "ordinals": self.ordinals.to_dict(), "keys": self.keys, "key_blocks": self.key_blocks,
+            "id": self.id,
+            "base": self.base,
+            "count": self.count,
+            "fps": self.fps,
+            "hashes": self.hashes,
+            "ordinals": self.ordinals.to_dict(),
+            "keys": self.keys,
+            "key_blocks": self.key_blocks,
         }
 
     @classmethod
-    def decode(cls, rec: object) -> "SegmentMeta":
+    def decode(cls, rec: object) -> SegmentMeta:
         _check(isinstance(rec, dict), "a segment record is not a map")
         assert isinstance(rec, dict)
-        _check(_is_int(rec.get("id"), 0, (1 << 32) - 1) and _is_int(rec.get("base")) and _is_int(rec.get("count"), 0, 1 << 40), "a segment has a bad id, base or count")
+        _check(
+            _is_int(rec.get("id"), 0, (1 << 32) - 1) and _is_int(rec.get("base")) and _is_int(rec.get("count"), 0, 1 << 40),
+            "a segment has a bad id, base or count",
+        )
         _check(all(isinstance(rec.get(p), bytes) for p in ("fps", "hashes", "keys")), "a segment lacks a blob prefix")
         _check(_is_int(rec.get("key_blocks"), 0, 1 << 32), "a segment has a bad key block count")
         _check(rec["count"] <= rec["key_blocks"] * KEY_BLOCK, "a segment claims more documents than its key blocks hold")
@@ -164,11 +177,20 @@ class SegmentMeta(_Record):
         return cls(rec["id"], rec["base"], rec["count"], rec["fps"], rec["hashes"], ordinals, rec["keys"], rec["key_blocks"])
 
     @classmethod
-    def coerce(cls, rec: "SegmentMeta | Mapping[str, Any]") -> "SegmentMeta":
+    def coerce(cls, rec: SegmentMeta | Mapping[str, Any]) -> SegmentMeta:
         """Transitional: a segment from its old dict form, unchecked (tests that forge records)."""
         if isinstance(rec, SegmentMeta):
             return rec
-        return cls(rec["id"], rec["base"], rec["count"], rec["fps"], rec["hashes"], PackedColumn.coerce(rec["ordinals"]), rec["keys"], rec["key_blocks"])
+        return cls(
+            rec["id"],
+            rec["base"],
+            rec["count"],
+            rec["fps"],
+            rec["hashes"],
+            PackedColumn.coerce(rec["ordinals"]),
+            rec["keys"],
+            rec["key_blocks"],
+        )
 
 
 @dataclass(frozen=True)
@@ -189,20 +211,23 @@ class State:
         object.__setattr__(self, "segs", tuple(SegmentMeta.coerce(s) for s in self.segs))
 
     @classmethod
-    def empty(cls) -> "State":
+    def empty(cls) -> State:
         return cls((), ())
 
     def to_bytes(self) -> bytes:
         return msgpack.packb(
             {
-                "v": 1, "runs": [r.to_dict() for r in self.runs], "segs": [s.to_dict() for s in self.segs],
-                "next_run": self.next_run, "next_seg": self.next_seg,
+                "v": 1,
+                "runs": [r.to_dict() for r in self.runs],
+                "segs": [s.to_dict() for s in self.segs],
+                "next_run": self.next_run,
+                "next_seg": self.next_seg,
             },
             use_bin_type=True,
         )
 
     @classmethod
-    def from_bytes(cls, raw: bytes | None, ntables: int) -> "State":
+    def from_bytes(cls, raw: bytes | None, ntables: int) -> State:
         if raw is None:
             return cls.empty()
         try:

@@ -31,9 +31,24 @@ from fpstore._backend import load
 from fpstore.errors import CorruptionError, FormatError, InputError
 
 __all__ = [
-    "DEFAULT_BLOCK_ENTRIES", "DEFAULT_CHUNK_BYTES", "RUN_FORMAT_VERSION", "RunIndex", "chunk_views", "decode_block",
-    "decode_chunk", "decode_run", "encode_run", "find_block", "max_block_bytes", "probe", "probe_batch",
-    "probe_batch_run", "probe_design", "probe_fingerprint", "probe_table", "probe_tables",
+    "DEFAULT_BLOCK_ENTRIES",
+    "DEFAULT_CHUNK_BYTES",
+    "RUN_FORMAT_VERSION",
+    "RunIndex",
+    "chunk_views",
+    "decode_block",
+    "decode_chunk",
+    "decode_run",
+    "encode_run",
+    "find_block",
+    "max_block_bytes",
+    "probe",
+    "probe_batch",
+    "probe_batch_run",
+    "probe_design",
+    "probe_fingerprint",
+    "probe_table",
+    "probe_tables",
 ]
 
 _kernel = load("runs")
@@ -239,9 +254,7 @@ class RunIndex:
 
     def to_bytes(self) -> bytes:
         """The index's bytes: header, little-endian arrays, CRC-32 (layout in docs/format.md)."""
-        header = _HEADER.pack(
-            _MAGIC, RUN_FORMAT_VERSION, 0, self.block_entries, self.nchunks, self.nblocks, self.count, self.last_key
-        )
+        header = _HEADER.pack(_MAGIC, RUN_FORMAT_VERSION, 0, self.block_entries, self.nchunks, self.nblocks, self.count, self.last_key)
         body = b"".join(
             (
                 header,
@@ -256,7 +269,7 @@ class RunIndex:
         return body + _CRC.pack(zlib.crc32(body))
 
     @classmethod
-    def from_bytes(cls, buf: bytes | bytearray | memoryview) -> "RunIndex":
+    def from_bytes(cls, buf: bytes | bytearray | memoryview) -> RunIndex:
         """Parse :meth:`to_bytes` output. The bytes are untrusted: every length, the checksum,
         the version and every invariant are checked. Raises :class:`CorruptionError` for damaged
         bytes and :class:`FormatError` for an index of a version or feature this build does not
@@ -271,17 +284,13 @@ class RunIndex:
             raise CorruptionError(f"run index truncated: {len(data)} bytes")
         (version,) = struct.unpack_from("<H", data, 4)
         if version != RUN_FORMAT_VERSION:
-            raise FormatError(
-                f"run index format version {version}; this build reads version {RUN_FORMAT_VERSION} (upgrade fpstore)"
-            )
+            raise FormatError(f"run index format version {version}; this build reads version {RUN_FORMAT_VERSION} (upgrade fpstore)")
         if len(data) < _HEADER.size + _CRC.size:
             raise CorruptionError(f"run index truncated: {len(data)} bytes")
         _, _, flags, block_entries, nchunks, nblocks, count, last_key = _HEADER.unpack_from(data)
         want = _HEADER.size + _BLOCK_RECORD * nblocks + _CHUNK_RECORD * nchunks + _CRC.size
         if len(data) != want:
-            raise CorruptionError(
-                f"run index is {len(data)} bytes; its header ({nblocks} blocks, {nchunks} chunks) says {want}"
-            )
+            raise CorruptionError(f"run index is {len(data)} bytes; its header ({nblocks} blocks, {nchunks} chunks) says {want}")
         (crc,) = _CRC.unpack_from(data, len(data) - _CRC.size)
         if zlib.crc32(memoryview(data)[: -_CRC.size]) != crc:
             raise CorruptionError("run index checksum mismatch: the index is damaged (rebuild the run)")
@@ -301,9 +310,7 @@ class RunIndex:
         chunk_first = take("<u4", nchunks).astype(np.int64)
         chunk_len = take("<u4", nchunks)
         chunk_crc = take("<u4", nchunks)
-        if nchunks and (
-            chunk_first[0] != 0 or np.any(np.diff(chunk_first) <= 0) or chunk_first[-1] >= nblocks
-        ):
+        if nchunks and (chunk_first[0] != 0 or np.any(np.diff(chunk_first) <= 0) or chunk_first[-1] >= nblocks):
             raise CorruptionError("run index: chunk first blocks are not increasing from 0 within the blocks")
         sizes = np.diff(np.append(chunk_first, nblocks))
         chunk = np.repeat(np.arange(nchunks, dtype=np.uint32), sizes)
@@ -384,16 +391,12 @@ def _corrupt(index: RunIndex, err: int, block: int) -> CorruptionError:
 
 def _check_last(index: RunIndex, last_block: int, out: np.ndarray) -> None:
     if last_block == index.nblocks - 1 and int(out[-1]) != index.last_key:
-        raise CorruptionError(
-            f"run block {last_block} ends at key {int(out[-1])}, the index says the run ends at {index.last_key}"
-        )
+        raise CorruptionError(f"run block {last_block} ends at key {int(out[-1])}, the index says the run ends at {index.last_key}")
 
 
 def _decode_range(buf: np.ndarray, index: RunIndex, b0: int, b1: int, out: np.ndarray) -> None:
     """Decode blocks b0..b1-1 (all in one chunk, whose bytes are ``buf``) into ``out``."""
-    err, j = _kernel.decode_blocks(
-        buf, index._starts[b0:b1], index._ends[b0:b1], index._counts[b0:b1], index._bounds[b0 : b1 + 1], out
-    )
+    err, j = _kernel.decode_blocks(buf, index._starts[b0:b1], index._ends[b0:b1], index._counts[b0:b1], index._bounds[b0 : b1 + 1], out)
     if err:
         raise _corrupt(index, err, b0 + j)
     _check_last(index, b1 - 1, out)
@@ -559,11 +562,22 @@ def probe(chunks_getter: ChunkGetter, index: RunIndex, lo: int, hi: int) -> np.n
 def probe_table(index: RunIndex, names: list[bytes]) -> Any:
     """The kernel's view of one run table (``ProbeTable``) for :func:`probe_tables`; build it once
     per table and keep it (the index is immutable)."""
-    return _kernel.ProbeTable(index._bounds, index._starts, index._ends, index._counts, index.chunk,
-                              index._chunk_start, index.chunk_len, index._entry_start, names)
+    return _kernel.ProbeTable(
+        index._bounds,
+        index._starts,
+        index._ends,
+        index._counts,
+        index.chunk,
+        index._chunk_start,
+        index.chunk_len,
+        index._entry_start,
+        names,
+    )
 
 
-def probe_tables(tables: list[Any], fetch: Callable[[bytes], Any], ranges: list[tuple[int, int, int, int]], k: int) -> list[tuple[int, int, int]]:
+def probe_tables(
+    tables: list[Any], fetch: Callable[[bytes], Any], ranges: list[tuple[int, int, int, int]], k: int
+) -> list[tuple[int, int, int]]:
     """The single-query probe: for each ``(i, lo, hi, query)`` of ``ranges``, the keys of
     ``tables[i]`` in ``[lo, hi]`` within ``k`` bits of ``query``, as ``(i, key, position)``.
 
@@ -604,7 +618,14 @@ def _prefix_mask(prefix_bits: int) -> int:
 
 
 def _probe_one_chunk(
-    buf: np.ndarray, index: RunIndex, c: int, queries: np.ndarray, qa: int, qb: int, mask: int, k: int,
+    buf: np.ndarray,
+    index: RunIndex,
+    c: int,
+    queries: np.ndarray,
+    qa: int,
+    qb: int,
+    mask: int,
+    k: int,
     positions: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     b0, b1 = int(index._chunk_start[c]), int(index._chunk_start[c + 1])
@@ -663,8 +684,13 @@ def probe_batch(
 
 
 def probe_batch_run(
-    chunks_getter: ChunkGetter, index: RunIndex, queries_sorted: np.ndarray, prefix_bits: int, k: int,
-    *, positions: bool = False,
+    chunks_getter: ChunkGetter,
+    index: RunIndex,
+    queries_sorted: np.ndarray,
+    prefix_bits: int,
+    k: int,
+    *,
+    positions: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`probe_batch` over the whole run: reads only the chunks some query's prefix reaches.
 

@@ -7,21 +7,21 @@ permutations preserve Hamming distance, so a distance computed on permuted keys 
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
 from fpstore import _backend
-from fpstore.parallel import executor, threads as thread_count
-
 from fpstore.index import runs as runs_codec
 from fpstore.index.costs import join_cost
 from fpstore.index.design import Design, flip_free_designs
 from fpstore.index.tiers import Run
+from fpstore.parallel import executor
+from fpstore.parallel import threads as thread_count
 
 _search = _backend.load("search")
 
-__all__ = ["argsort_u64", "batch_probe_runs", "join_design", "pairs_within", "probe_runs", "sort_u64", "unique_rows"]
+__all__ = ["argsort_u64", "batch_probe_runs", "components", "join_design", "pairs_within", "probe_runs", "sort_u64", "unique_rows"]
 
 _M64 = 0xFFFFFFFFFFFFFFFF
 
@@ -303,3 +303,17 @@ def pairs_within(fps: np.ndarray, k: int, progress: Callable[[int, int], None] |
     j = np.concatenate(parts_j)
     lo, hi = np.minimum(i, j), np.maximum(i, j)
     return lo.astype(np.int64), hi.astype(np.int64), np.concatenate(parts_d)
+
+
+def components(a: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
+    """The connected components of the graph with edges ``(a[i], b[i])`` (int64 node ids): each
+    component's nodes ascending, components largest first, ties by smallest node."""
+    if not len(a):
+        return []
+    nodes, inverse = np.unique(np.concatenate([a, b]), return_inverse=True)
+    labels = _search.components(len(nodes), inverse[: len(a)].astype(np.int64), inverse[len(a) :].astype(np.int64))
+    order = np.lexsort((nodes, labels))
+    labels, members = labels[order], nodes[order]
+    groups = np.split(members, np.flatnonzero(np.diff(labels)) + 1)
+    groups.sort(key=lambda g: (-len(g), int(g[0])))
+    return groups

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -83,9 +84,7 @@ class Table:
         if not is_int(self.prefix_bits) or not 0 <= self.prefix_bits <= _BITS:
             raise DesignError(f"prefix_bits must be an int in 0..64, got {self.prefix_bits!r}")
         if not is_int(self.flips) or not 0 <= self.flips <= self.prefix_bits:
-            raise DesignError(
-                f"flips must be an int in 0..prefix_bits ({self.prefix_bits}), got {self.flips!r}"
-            )
+            raise DesignError(f"flips must be an int in 0..prefix_bits ({self.prefix_bits}), got {self.flips!r}")
         if count_probes(self.prefix_bits, self.flips) > _MAX_PROBES_PER_QUERY:
             raise DesignError(
                 f"prefix_bits={self.prefix_bits} with flips={self.flips} needs "
@@ -137,9 +136,7 @@ class Table:
         return _apply_moves(values, self.moves(), inverse=False)
 
 
-def _apply_moves(
-    values: np.ndarray, moves: tuple[tuple[int, int, int], ...], inverse: bool
-) -> np.ndarray:
+def _apply_moves(values: np.ndarray, moves: tuple[tuple[int, int, int], ...], inverse: bool) -> np.ndarray:
     """``values`` through ``moves`` (:meth:`Table.moves`), or back when ``inverse``."""
     if not isinstance(values, np.ndarray) or values.dtype != np.uint64:
         got = values.dtype if isinstance(values, np.ndarray) else type(values).__name__
@@ -169,10 +166,7 @@ def _validate_segments(segments: object, where: str) -> tuple[tuple[int, int], .
         if not is_int(start) or not is_int(width):
             raise DesignError(f"{where}[{i}] must hold two ints, got {seg!r}")
         if not (0 <= start < _BITS and 1 <= width <= _BITS and start + width <= _BITS):
-            raise DesignError(
-                f"{where}[{i}] = ({start}, {width}) is outside bits 0..63 "
-                "(need 0 <= start, 1 <= width, start + width <= 64)"
-            )
+            raise DesignError(f"{where}[{i}] = ({start}, {width}) is outside bits 0..63 (need 0 <= start, 1 <= width, start + width <= 64)")
         mask = ((1 << width) - 1) << start
         if covered & mask:
             raise DesignError(f"{where}[{i}] = ({start}, {width}) overlaps an earlier segment")
@@ -240,10 +234,7 @@ def evading_placement(tables: Sequence[Table], k: int) -> list[int] | None:
             return False
         seen.add(state)
         if len(seen) > _COVER_BUDGET:
-            raise DesignError(
-                f"design too irregular to prove exact within {_COVER_BUDGET:,} steps; "
-                "use a catalogue design"
-            )
+            raise DesignError(f"design too irregular to prove exact within {_COVER_BUDGET:,} steps; use a catalogue design")
         best: list[int] | None = None
         worst_deficit = 0
         for ti, atoms in enumerate(table_atoms):
@@ -307,33 +298,19 @@ class Design:
     k: int
     name: str
     tables: tuple[Table, ...]
-    _moves: tuple[tuple[tuple[int, int, int], ...], ...] = field(
-        init=False, repr=False, compare=False
-    )
+    _moves: tuple[tuple[tuple[int, int, int], ...], ...] = field(init=False, repr=False, compare=False)
     _cover_cache: dict[int, bool] = field(init=False, repr=False, compare=False)
     _flip_cache: dict[int, tuple[int, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not is_int(self.k) or not 0 <= self.k <= MAX_K:
-            raise DesignError(
-                f"k must be an int in 0..{MAX_K}, got {self.k!r} "
-                f"(k above {MAX_K} needs an exhaustive scan)"
-            )
-        if (
-            not isinstance(self.name, str)
-            or not 1 <= len(self.name) <= _MAX_NAME_LEN
-            or not self.name.isprintable()
-        ):
-            raise DesignError(
-                f"design name must be a printable str of 1..{_MAX_NAME_LEN} chars, "
-                f"got {self.name!r}"
-            )
+            raise DesignError(f"k must be an int in 0..{MAX_K}, got {self.k!r} (k above {MAX_K} needs an exhaustive scan)")
+        if not isinstance(self.name, str) or not 1 <= len(self.name) <= _MAX_NAME_LEN or not self.name.isprintable():
+            raise DesignError(f"design name must be a printable str of 1..{_MAX_NAME_LEN} chars, got {self.name!r}")
         if not isinstance(self.tables, (list, tuple)) or not self.tables:
             raise DesignError(f"design {self.name!r}: tables must be a non-empty list of Table")
         if len(self.tables) > _MAX_TABLES:
-            raise DesignError(
-                f"design {self.name!r}: {len(self.tables)} tables exceed the limit of {_MAX_TABLES}"
-            )
+            raise DesignError(f"design {self.name!r}: {len(self.tables)} tables exceed the limit of {_MAX_TABLES}")
         for i, t in enumerate(self.tables):
             if not isinstance(t, Table):
                 raise DesignError(f"design {self.name!r}: tables[{i}] is not a Table: {t!r}")
@@ -346,10 +323,7 @@ class Design:
             )
         probes = sum(t.n_probes for t in self.tables)
         if probes > _MAX_PROBES_PER_QUERY:
-            raise DesignError(
-                f"design {self.name!r}: {probes:,} probes per query exceed the limit "
-                f"of {_MAX_PROBES_PER_QUERY:,}"
-            )
+            raise DesignError(f"design {self.name!r}: {probes:,} probes per query exceed the limit of {_MAX_PROBES_PER_QUERY:,}")
         object.__setattr__(self, "_moves", moves)
         object.__setattr__(self, "_cover_cache", {})
         object.__setattr__(self, "_flip_cache", {})
@@ -357,8 +331,7 @@ class Design:
         if evading is not None:
             bits = _placement_bits(self.tables, evading)
             raise DesignError(
-                f"design {self.name!r} is not exact at k={self.k}: fingerprints differing in "
-                f"bits {bits} meet in no table's probe"
+                f"design {self.name!r} is not exact at k={self.k}: fingerprints differing in bits {bits} meet in no table's probe"
             )
         self._cover_cache[self.k] = True
 
@@ -367,9 +340,7 @@ class Design:
     def _check_table(self, table: int) -> int:
         """Return ``table`` if it indexes a table, else raise InputError."""
         if not is_int(table) or not 0 <= table < len(self.tables):
-            raise InputError(
-                f"table index must be an int in 0..{len(self.tables) - 1}, got {table!r}"
-            )
+            raise InputError(f"table index must be an int in 0..{len(self.tables) - 1}, got {table!r}")
         return table
 
     def permute(self, fps: np.ndarray, table: int) -> np.ndarray:
@@ -494,7 +465,7 @@ class Design:
         }
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> "Design":
+    def from_config(cls, cfg: dict[str, Any]) -> Design:
         """Rebuild a design from :meth:`config` output read from disk (untrusted).
 
         Validates every field (types, ranges, segments tiling bits 0..63, table 0 the identity,
@@ -516,10 +487,7 @@ class Design:
         table_keys = {"segments", "prefix_bits", "flips"}
         for i, tc in enumerate(tables_cfg):
             if not isinstance(tc, dict) or set(tc) != table_keys:
-                raise DesignError(
-                    f"design config field 'tables[{i}]' must be a dict with keys "
-                    f"{sorted(table_keys)}, got {tc!r}"
-                )
+                raise DesignError(f"design config field 'tables[{i}]' must be a dict with keys {sorted(table_keys)}, got {tc!r}")
             try:
                 tables.append(Table(tc["segments"], tc["prefix_bits"], tc["flips"]))
             except DesignError as exc:
@@ -538,13 +506,8 @@ class Design:
         flips = sorted({t.flips for t in self.tables})
         flip_txt = "no flips" if flips == [0] else "flips " + "/".join(map(str, flips))
         probes = self.probes_per_query()
-        text = (
-            f"{self.name} (k={self.k}): {len(self.tables)} tables, prefix {prefix} bits, "
-            f"{flip_txt}, {probes} probes/query"
-        )
+        text = f"{self.name} (k={self.k}): {len(self.tables)} tables, prefix {prefix} bits, {flip_txt}, {probes} probes/query"
         if n is not None:
             cand = self.expected_candidates(n)
-            text += (
-                f", ~{cand / probes:.3g} candidates/probe ({cand:.3g}/query) at n={n:,}"
-            )
+            text += f", ~{cand / probes:.3g} candidates/probe ({cand:.3g}/query) at n={n:,}"
         return text

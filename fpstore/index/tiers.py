@@ -24,7 +24,8 @@ import hashlib
 import struct
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 import lmdb
 import msgpack
@@ -32,11 +33,10 @@ import numpy as np
 import zstandard
 
 from fpstore import _backend
-
+from fpstore.errors import CorruptionError
 from fpstore.index import runs
 from fpstore.index.meta import KEY_BLOCK, PackedColumn, RunMeta, SegmentMeta, State
 from fpstore.mixing import fmix64, fmix64_array
-from fpstore.errors import CorruptionError
 
 _search = _backend.load("search")
 
@@ -228,7 +228,7 @@ class TierCache:
         """The kernel's probe table of one stored codec run, cached by its blob prefix."""
         return self._cached(("table", prefix), lambda: runs.probe_table(index, names))
 
-    def probe_tables(self, run: "Run") -> list[Any]:
+    def probe_tables(self, run: Run) -> list[Any]:
         """The kernel's probe tables of every table of ``run``, cached by run id as one list (a
         single query asks for them all)."""
 

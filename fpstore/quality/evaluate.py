@@ -37,15 +37,14 @@ import math
 import os
 import pathlib
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-from fpstore.fingerprint import _simhash_py as _spec
-
-from fpstore.fingerprint import text as _text
 from fpstore.errors import InputError
+from fpstore.fingerprint import text as _text
 from fpstore.mixing import fmix64_array
 
 __all__ = [
@@ -84,7 +83,7 @@ class Corpus:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def subset(self, keep: Sequence[int]) -> "Corpus":
+    def subset(self, keep: Sequence[int]) -> Corpus:
         return Corpus(*([getattr(self, f.name)[i] for i in keep] for f in dataclasses.fields(self)))
 
 
@@ -227,8 +226,9 @@ def _intersections(sets: list[np.ndarray], pairs: np.ndarray) -> np.ndarray:
     return out
 
 
-def truth_pairs(sets: list[np.ndarray], threshold: float, extra_pairs: np.ndarray | None = None,
-                raw_digests: Sequence[bytes] | None = None) -> Truth:
+def truth_pairs(
+    sets: list[np.ndarray], threshold: float, extra_pairs: np.ndarray | None = None, raw_digests: Sequence[bytes] | None = None
+) -> Truth:
     """All pairs with Jaccard >= ``threshold`` (prefix filter, exact) plus ``extra_pairs``, with exact J.
 
     Empty sets take part in no pair.
@@ -236,7 +236,6 @@ def truth_pairs(sets: list[np.ndarray], threshold: float, extra_pairs: np.ndarra
     if not 0 < threshold <= 1:
         raise InputError(f"threshold must be in (0, 1], got {threshold}")
     t0 = time.perf_counter()
-    n = len(sets)
     sizes = np.array([len(s) for s in sets], np.int64)
     allcodes = np.concatenate([s for s in sets if len(s)]) if sizes.any() else np.zeros(0, np.uint64)
     uniq, df = np.unique(allcodes, return_counts=True)
@@ -278,8 +277,9 @@ def truth_pairs(sets: list[np.ndarray], threshold: float, extra_pairs: np.ndarra
     else:
         same = np.zeros(len(pairs), bool)
     pos = jac >= threshold - 1e-12
-    return Truth(pairs, jac, threshold, int(pos.sum()), same, int((pos & same).sum()),
-                 int((sizes == 0).sum()), True, time.perf_counter() - t0)
+    return Truth(
+        pairs, jac, threshold, int(pos.sum()), same, int((pos & same).sum()), int((sizes == 0).sum()), True, time.perf_counter() - t0
+    )
 
 
 # -- fingerprints and curves ---------------------------------------------------------------------------
@@ -345,15 +345,19 @@ class Curve:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name, "positives": self.positives, "bytes_per_doc": self.bytes_per_doc,
-            "seconds": self.seconds, "note": self.note,
-            "rows": [{"k": k, "tp": t, "fp": f, "precision": p, "recall": r, "f1": f1}
-                     for k, t, f, p, r, f1 in zip(self.ks, self.tp, self.fp, self.precision, self.recall, self.f1)],
+            "name": self.name,
+            "positives": self.positives,
+            "bytes_per_doc": self.bytes_per_doc,
+            "seconds": self.seconds,
+            "note": self.note,
+            "rows": [
+                {"k": k, "tp": t, "fp": f, "precision": p, "recall": r, "f1": f1}
+                for k, t, f, p, r, f1 in zip(self.ks, self.tp, self.fp, self.precision, self.recall, self.f1)
+            ],
         }
 
 
-def curve_from_distances(name: str, d: np.ndarray, label: np.ndarray, positives: int, max_k: int = MAX_K,
-                         bytes_per_doc: int = 8) -> Curve:
+def curve_from_distances(name: str, d: np.ndarray, label: np.ndarray, positives: int, max_k: int = MAX_K, bytes_per_doc: int = 8) -> Curve:
     """Counts per k from the distances of candidate pairs (all pairs with d <= max_k must be among them)."""
     ks = list(range(max_k + 1))
     tp = [int(((d <= k) & label).sum()) for k in ks]
@@ -395,10 +399,16 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         t = self.truth
         return {
-            "documents": self.documents, "threshold": self.threshold, "shingle": self.shingle,
-            "truth": {"candidate_pairs": len(t.pairs), "positives": t.positives,
-                      "positives_byte_identical": t.positives_identical, "empty_documents": t.empty_docs,
-                      "seconds": t.seconds},
+            "documents": self.documents,
+            "threshold": self.threshold,
+            "shingle": self.shingle,
+            "truth": {
+                "candidate_pairs": len(t.pairs),
+                "positives": t.positives,
+                "positives_byte_identical": t.positives_identical,
+                "empty_documents": t.empty_docs,
+                "seconds": t.seconds,
+            },
             "without_identical": [c.to_dict() for c in self.curves],
             "all_pairs": [c.to_dict() for c in self.curves_all],
             "reference": [c.to_dict() for c in self.reference],
@@ -462,18 +472,17 @@ def evaluate_corpus(
     return rep
 
 
-def evaluate_pairs(pairs: Iterable[tuple[object, object, bool]], methods: dict[str, Fingerprinter],
-                   max_k: int = MAX_K) -> list[Curve]:
+def evaluate_pairs(pairs: Iterable[tuple[object, object, bool]], methods: dict[str, Fingerprinter], max_k: int = MAX_K) -> list[Curve]:
     """Curves of each method on labelled pairs ``(text_a, text_b, is_near_duplicate)``."""
     a, b, lab = [], [], []
     for i, item in enumerate(pairs):
         try:
-            x, y, l = item
+            x, y, is_near = item
         except (TypeError, ValueError) as exc:
             raise InputError(f"pair {i} is not (text_a, text_b, label)") from exc
         a.append(x)
         b.append(y)
-        lab.append(bool(l))
+        lab.append(bool(is_near))
     if not lab:
         raise InputError("no labelled pairs")
     label = np.array(lab)
@@ -488,8 +497,14 @@ def evaluate_pairs(pairs: Iterable[tuple[object, object, bool]], methods: dict[s
     return curves
 
 
-def minhash_reference(sets: list[np.ndarray], truth: Truth, threshold: float, num_perm: int = 128,
-                      thresholds: Sequence[float] | None = None, skip_identical: bool = True) -> Curve:
+def minhash_reference(
+    sets: list[np.ndarray],
+    truth: Truth,
+    threshold: float,
+    num_perm: int = 128,
+    thresholds: Sequence[float] | None = None,
+    skip_identical: bool = True,
+) -> Curve:
     """datasketch MinHash over the same shingles, a pair called near-duplicate when its estimated
     Jaccard is >= a threshold; every pair of documents is compared (exact counts, no sampling).
 
@@ -536,8 +551,16 @@ def minhash_reference(sets: list[np.ndarray], truth: Truth, threshold: float, nu
         label, est = label[~ident], est[~ident]
     tp = [int(((est >= t) & label).sum()) for t in thresholds]
     fp = [int(((est >= t) & ~label).sum()) for t in thresholds]
-    return Curve(f"MinHash {num_perm} (datasketch)", thresholds, tp, fp, positives, 4 * num_perm,
-                 time.perf_counter() - t0, "threshold on estimated Jaccard")
+    return Curve(
+        f"MinHash {num_perm} (datasketch)",
+        thresholds,
+        tp,
+        fp,
+        positives,
+        4 * num_perm,
+        time.perf_counter() - t0,
+        "threshold on estimated Jaccard",
+    )
 
 
 # -- output ---------------------------------------------------------------------------------------------------
@@ -554,8 +577,7 @@ def format_table(curves: Sequence[Curve], metric: str = "f1", ks: Sequence[int] 
         for c in curves:
             if k in c.ks:
                 i = c.ks.index(k)
-                cells.append(f"{c.precision[i]:.3f} / {c.recall[i]:.3f} / **{c.f1[i]:.3f}**" if metric == "all"
-                             else f"{c.f1[i]:.3f}")
+                cells.append(f"{c.precision[i]:.3f} / {c.recall[i]:.3f} / **{c.f1[i]:.3f}**" if metric == "all" else f"{c.f1[i]:.3f}")
             else:
                 cells.append("")
         rows.append(f"| {k} | " + " | ".join(cells) + " |")
@@ -570,8 +592,9 @@ def format_curve(c: Curve) -> str:
     return "\n".join(rows)
 
 
-def plot(curves: Sequence[Curve], path: str | os.PathLike, title: str = "", target_precision: float | None = None,
-         metric: str = "pr") -> None:
+def plot(
+    curves: Sequence[Curve], path: str | os.PathLike, title: str = "", target_precision: float | None = None, metric: str = "pr"
+) -> None:
     """Write a PNG of precision and recall (``metric="pr"``) or of F1 (``"f1"``) against k for each
     Hamming curve.
 

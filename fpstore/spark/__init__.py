@@ -29,9 +29,9 @@ from __future__ import annotations
 from fpstore.spark.batch import query_batch
 from fpstore.spark.frames import fingerprints_frame, to_signed, to_unsigned
 from fpstore.spark.join import near_duplicates
-from fpstore.spark.plans import C_CAND, C_CMP, C_KEY, C_PROBE, spark_batch_design, spark_join_design
+from fpstore.spark.plans import spark_batch_design, spark_join_design
 from fpstore.spark.shards import build_shards
-from fpstore.spark.shardset import MANIFEST, MANIFEST_FORMAT, ROUTING, ShardSet, shard_of
+from fpstore.spark.shardset import MANIFEST, ShardSet, shard_of
 from fpstore.spark.texts import fingerprint
 
 __all__ = [

@@ -4,7 +4,8 @@ streams the stored rows past them."""
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,9 +42,7 @@ def _query_tables(payload: dict[str, Any]) -> tuple[Any, ...]:
             keys, order = _search.radix_sort(table.permute(qfps), True)
             bits = min(b, table.prefix_bits)
             top = keys >> np.uint64(64 - bits) if bits else np.zeros(len(keys), np.uint64)
-            offsets = np.searchsorted(top, np.arange(2**bits + 1, dtype=np.uint64)).astype(
-                np.int32 if len(keys) < 2**31 else np.int64
-            )
+            offsets = np.searchsorted(top, np.arange(2**bits + 1, dtype=np.uint64)).astype(np.int32 if len(keys) < 2**31 else np.int64)
             tables.append((table, bits, offsets, order))
         built = (masks, tables, qfps, payload["ids"])
         _BROADCAST_CACHE.clear()
@@ -54,7 +53,7 @@ def _query_tables(payload: dict[str, Any]) -> tuple[Any, ...]:
 def _probe_fn(bc: Any, k: int, fp_col: str, id_col: str, out_names: tuple[str, str, str]):
     """mapInArrow body: stream stored rows past the broadcast query tables."""
 
-    def probe(batches: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
+    def probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         built = _query_tables(bc.value)
@@ -106,8 +105,8 @@ def _probe_fn(bc: Any, k: int, fp_col: str, id_col: str, out_names: tuple[str, s
 
 
 def query_batch(
-    stored_df: "DataFrame",
-    queries_df: "DataFrame",
+    stored_df: DataFrame,
+    queries_df: DataFrame,
     k: int,
     *,
     id_col: str = "id",
@@ -115,7 +114,7 @@ def query_batch(
     query_id_col: str | None = None,
     query_fp_col: str | None = None,
     design: Design | str | None = None,
-) -> "DataFrame":
+) -> DataFrame:
     """Every (query, stored row) pair within ``k`` bits, exactly once: ``(query_id, id, distance)``.
 
     Manku's batch mode: the queries (the small side: collected to the driver) are built into one

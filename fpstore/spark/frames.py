@@ -6,7 +6,8 @@ PySpark and pyarrow are imported only inside the functions that need them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,10 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-_EXTRA_HINT = (
-    "fpstore.spark needs PySpark 4.x with pyarrow and pandas: pip install 'fpstore[spark]' "
-    "(and Java 17 for Spark itself)"
-)
+_EXTRA_HINT = "fpstore.spark needs PySpark 4.x with pyarrow and pandas: pip install 'fpstore[spark]' (and Java 17 for Spark itself)"
 
 
 def require() -> None:
@@ -53,15 +51,15 @@ def to_unsigned(col: np.ndarray) -> np.ndarray:
     return col.view(np.uint64)
 
 
-def arrow_u64(column: "pa.Array | pa.ChunkedArray") -> np.ndarray:
+def arrow_u64(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """uint64 fingerprints of an Arrow int64 column without nulls."""
     arr = column.to_numpy(zero_copy_only=False) if hasattr(column, "to_numpy") else np.asarray(column)
     return to_unsigned(arr.astype(np.int64, copy=False))
 
 
 def fingerprints_frame(
-    spark: "SparkSession", ids: Sequence[Any] | np.ndarray, fps: np.ndarray, *, id_col: str = "id", fp_col: str = "fp"
-) -> "DataFrame":
+    spark: SparkSession, ids: Sequence[Any] | np.ndarray, fps: np.ndarray, *, id_col: str = "id", fp_col: str = "fp"
+) -> DataFrame:
     """A DataFrame ``(id_col, fp_col)`` from ids and uint64 fingerprints (``fp_col`` a LongType
     holding the two's-complement bit pattern, see the module docstring)."""
     require()
@@ -72,7 +70,7 @@ def fingerprints_frame(
     return spark.createDataFrame(table)
 
 
-def check_columns(df: "DataFrame", *cols: str) -> None:
+def check_columns(df: DataFrame, *cols: str) -> None:
     from pyspark.sql.types import LongType
 
     names = df.columns
@@ -88,6 +86,5 @@ def check_columns(df: "DataFrame", *cols: str) -> None:
         )
 
 
-
-def schema_ddl(df: "DataFrame") -> str:
+def schema_ddl(df: DataFrame) -> str:
     return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in df.schema.fields)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,7 +25,7 @@ def _explode_fn(plan: JoinPlan, fp_col: str, heavy: dict[int, np.ndarray]):
     """mapInArrow body: each distinct fingerprint -> one row per table (v, bucket, fp); rows of
     oversized buckets go to the sub-tables of their table instead."""
 
-    def explode(batches: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
+    def explode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         for batch in batches:
@@ -62,7 +63,7 @@ def _explode_fn(plan: JoinPlan, fp_col: str, heavy: dict[int, np.ndarray]):
 def _prefix_fn(design: Design, fp_col: str):
     """mapInArrow body: (t, prefix) of every table for each fingerprint (heavy-bucket sampling)."""
 
-    def prefixes(batches: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
+    def prefixes(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         for batch in batches:
@@ -89,7 +90,7 @@ def _verify_fn(plan: JoinPlan):
     which walks every prefix group of the sorted keys; pairs another table reports are dropped.
     """
 
-    def verify(batches: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
+    def verify(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         parts = [b for b in batches if b.num_rows]
@@ -126,7 +127,7 @@ def _verify_fn(plan: JoinPlan):
     return verify
 
 
-def _heavy_buckets(fps: "DataFrame", plan: JoinPlan, fp_col: str, max_bucket: int, seed: int) -> dict[int, np.ndarray]:
+def _heavy_buckets(fps: DataFrame, plan: JoinPlan, fp_col: str, max_bucket: int, seed: int) -> dict[int, np.ndarray]:
     """Buckets (per design table, prefix) estimated to hold more than about ``max_bucket``
     distinct fingerprints, from a sample of ``64 / max_bucket`` of the rows (all when that is
     >= 1), deduplicated. The sample only steers the split; a missed or extra split changes the
@@ -152,7 +153,7 @@ def _heavy_buckets(fps: "DataFrame", plan: JoinPlan, fp_col: str, max_bucket: in
 
 
 def near_duplicates(
-    df: "DataFrame",
+    df: DataFrame,
     k: int,
     *,
     id_col: str = "id",
@@ -162,7 +163,7 @@ def near_duplicates(
     max_bucket: int | None = 20_000,
     partitions: int | None = None,
     seed: int = 0,
-) -> "DataFrame":
+) -> DataFrame:
     """Every pair of rows within ``k`` bits, exactly once: a DataFrame ``(id_a, id_b, distance)``.
 
     ``id_a < id_b`` (ids must be unique and comparable); ``distance`` is an int 0..k. Rows with a
@@ -219,9 +220,7 @@ def near_duplicates(
     distinct = groups.select("fp", F.size("ids").alias("m"))
     nparts = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
     keyed = distinct.mapInArrow(_explode_fn(plan, "fp", heavy), "v int, bucket long, fp long")
-    fp_pairs = keyed.repartition(nparts, "v", "bucket").mapInArrow(
-        _verify_fn(plan), "fa long, fb long, distance int"
-    )
+    fp_pairs = keyed.repartition(nparts, "v", "bucket").mapInArrow(_verify_fn(plan), "fa long, fb long, distance int")
 
     # 5. back to ids: each fingerprint pair times the ids of both groups.
     ga = groups.select(F.col("fp").alias("fa"), F.col("ids").alias("ids_a"))

@@ -4,15 +4,14 @@ virtual tables, and the choice of a flip-free design by Spark's cost models
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
 from fpstore.errors import DesignError
 from fpstore.index.costs import SPARK_CAND, SPARK_CMP, SPARK_KEY, SPARK_PROBE, spark_batch_cost, spark_join_cost
 from fpstore.index.design import Design, Table, design_for, equal_blocks, flip_free_designs
-
 
 
 def bit_order(table: Table) -> list[int]:
@@ -75,7 +74,7 @@ class JoinPlan:
     subs: tuple[tuple[Table, ...], ...]
 
     @classmethod
-    def build(cls, design: Design, k: int) -> "JoinPlan":
+    def build(cls, design: Design, k: int) -> JoinPlan:
         return cls(k, design, tuple(tuple(sub_tables(t, k)) for t in design.tables))
 
     @property

@@ -11,7 +11,8 @@ import shutil
 import socket
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,22 +27,21 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
+
 def _route_fn(id_col: str, shards: int):
-    def route(batches: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
+    def route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         for batch in batches:
             ids = batch.column(batch.schema.get_field_index(id_col)).to_pylist()
             sh = np.fromiter((shard_of(i, shards) for i in ids), np.int32, count=len(ids))
-            yield pa.RecordBatch.from_arrays(
-                list(batch.columns) + [pa.array(sh, pa.int32())], names=list(batch.schema.names) + ["_shard"]
-            )
+            yield pa.RecordBatch.from_arrays(list(batch.columns) + [pa.array(sh, pa.int32())], names=list(batch.schema.names) + ["_shard"])
 
     return route
 
 
 def _write_fn(root: str, payload: dict[str, Any], design_cfg: dict[str, Any], k: int, id_col: str, fp_col: str):
-    def write(batches: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         import fpstore
@@ -90,7 +90,7 @@ def _write_fn(root: str, payload: dict[str, Any], design_cfg: dict[str, Any], k:
 
 
 def build_shards(
-    df: "DataFrame",
+    df: DataFrame,
     path: str | os.PathLike[str],
     *,
     shards: int,
@@ -158,8 +158,7 @@ def build_shards(
     manifest = {
         "format": MANIFEST_FORMAT,
         "shards": [
-            {"shard": s, "path": shard_dir(s), "count": counts[s][0], "bytes": counts[s][1], "host": counts[s][2]}
-            for s in range(shards)
+            {"shard": s, "path": shard_dir(s), "count": counts[s][0], "bytes": counts[s][1], "host": counts[s][2]} for s in range(shards)
         ],
         "routing": {
             "rule": ROUTING,

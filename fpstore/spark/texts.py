@@ -3,7 +3,8 @@ them (its config and idf bytes, rebuilt and checked on arrival)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,6 +15,7 @@ from fpstore.spark.frames import require, to_signed
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
     from pyspark.sql import DataFrame
+
 
 def pipeline_payload(pipeline: Pipeline) -> dict[str, Any]:
     if not isinstance(pipeline, Pipeline):
@@ -39,7 +41,7 @@ def rebuild_pipeline(payload: dict[str, Any]) -> Pipeline:
 
 
 def _fingerprint_fn(payload: dict[str, Any], text_col: str):
-    def run(batches: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         pipe = rebuild_pipeline(payload)
@@ -65,7 +67,7 @@ def _fingerprint_fn(payload: dict[str, Any], text_col: str):
     return run
 
 
-def fingerprint(df: "DataFrame", text_col: str, pipeline: Pipeline) -> "DataFrame":
+def fingerprint(df: DataFrame, text_col: str, pipeline: Pipeline) -> DataFrame:
     """``df`` with columns ``fp`` (LongType, the uint64 bit pattern), ``tokens`` and ``short``
     computed on the executors by ``pipeline`` (string or binary texts; null text gives nulls).
 
@@ -86,7 +88,6 @@ def fingerprint(df: "DataFrame", text_col: str, pipeline: Pipeline) -> "DataFram
     payload = pipeline_payload(pipeline)
     rebuild_pipeline(payload)  # fail on the driver first when the config does not round-trip
     schema = StructType(
-        list(df.schema.fields)
-        + [StructField("fp", LongType()), StructField("tokens", LongType()), StructField("short", BooleanType())]
+        list(df.schema.fields) + [StructField("fp", LongType()), StructField("tokens", LongType()), StructField("short", BooleanType())]
     )
     return df.mapInArrow(_fingerprint_fn(payload, text_col), schema)

@@ -13,9 +13,23 @@ import lmdb
 from fpstore.errors import CorruptionError, NotAStoreError, StorageError
 
 __all__ = [
-    "COMPACT_MARKER", "COMPACT_NAME", "COMPACT_PREFIX", "DATA_FILE", "MAX_DBS", "NETWORK_FS", "OPEN_LOCK", "STORE_FILES",
-    "WRITER_LOCK", "filesystem_type", "is_stale_compaction", "looks_full", "read_only_mount", "refuse_foreign_files",
-    "store_file_exists", "structure_problems", "verify_file",
+    "COMPACT_MARKER",
+    "COMPACT_NAME",
+    "COMPACT_PREFIX",
+    "DATA_FILE",
+    "MAX_DBS",
+    "NETWORK_FS",
+    "OPEN_LOCK",
+    "STORE_FILES",
+    "WRITER_LOCK",
+    "filesystem_type",
+    "is_stale_compaction",
+    "looks_full",
+    "read_only_mount",
+    "refuse_foreign_files",
+    "store_file_exists",
+    "structure_problems",
+    "verify_file",
 ]
 
 MAX_DBS = 256  # not persisted by LMDB: every process must pass the same value, so it is a constant
@@ -159,8 +173,7 @@ def _verify_file_pinned(path: str, data_path: str) -> list[str] | None:
         except BlockingIOError:
             raise StorageError(f"{path} is being rewritten by a file compaction; run the command again in a moment") from None
         try:
-            env = lmdb.open(path, subdir=True, lib_version=0, readonly=True, max_dbs=MAX_DBS, map_size=0,
-                            lock=True, readahead=False)
+            env = lmdb.open(path, subdir=True, lib_version=0, readonly=True, max_dbs=MAX_DBS, map_size=0, lock=True, readahead=False)
         except lmdb.Error:
             return None
         try:

@@ -18,9 +18,25 @@ from fpstore.index.design import Design
 from fpstore.limits import MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_NAME_BYTES, READ_MAX_CHECKPOINT_BYTES
 
 __all__ = [
-    "BASE_DBS", "CHECKPOINT_PREFIX", "FORMAT_VERSION", "H_COUNT", "H_HEADER", "H_IDF", "H_NEXT_ID", "KNOWN_FEATURES",
-    "MAGIC", "U64", "checkpoint_key", "decode_checkpoint", "decode_header", "encode_checkpoint", "fill_meta",
-    "new_header", "read_checkpoints", "stored_design_and_pipeline", "table_name",
+    "BASE_DBS",
+    "CHECKPOINT_PREFIX",
+    "FORMAT_VERSION",
+    "H_COUNT",
+    "H_HEADER",
+    "H_IDF",
+    "H_NEXT_ID",
+    "KNOWN_FEATURES",
+    "MAGIC",
+    "U64",
+    "checkpoint_key",
+    "decode_checkpoint",
+    "decode_header",
+    "encode_checkpoint",
+    "fill_meta",
+    "new_header",
+    "read_checkpoints",
+    "stored_design_and_pipeline",
+    "table_name",
 ]
 
 MAGIC = "fpstore"
@@ -136,8 +152,7 @@ def checkpoint_key(name: object) -> bytes:
         raise InputError(f"checkpoint name {name!r} is not valid Unicode (it holds a lone surrogate)") from None
     if len(key) - len(CHECKPOINT_PREFIX) > MAX_CHECKPOINT_NAME_BYTES:
         raise InputError(
-            f"checkpoint name is too long ({len(key) - len(CHECKPOINT_PREFIX):,} bytes of UTF-8; "
-            f"at most {MAX_CHECKPOINT_NAME_BYTES})"
+            f"checkpoint name is too long ({len(key) - len(CHECKPOINT_PREFIX):,} bytes of UTF-8; at most {MAX_CHECKPOINT_NAME_BYTES})"
         )
     return key
 
@@ -178,7 +193,7 @@ def read_checkpoints(txn: lmdb.Transaction, meta: Any) -> dict[str, Any]:
             if not key.startswith(CHECKPOINT_PREFIX):
                 break
             try:
-                name = key[len(CHECKPOINT_PREFIX):].decode("utf-8")
+                name = key[len(CHECKPOINT_PREFIX) :].decode("utf-8")
             except UnicodeDecodeError:
                 raise CorruptionError(f"a checkpoint name is not UTF-8: {key!r}") from None
             out[name] = decode_checkpoint(bytes(raw), name)

@@ -3,7 +3,7 @@ batches of texts or fingerprints."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -29,9 +29,7 @@ def check_pipeline_id(pipeline: Pipeline, pipeline_id: object) -> None:
             f"(this store's is {pipeline.id}) or a Fingerprints object"
         )
     if pipeline_id != pipeline.id:
-        raise PipelineMismatchError(
-            f"fingerprints from pipeline {pipeline_id!r} cannot enter this store, whose pipeline is {pipeline.id}"
-        )
+        raise PipelineMismatchError(f"fingerprints from pipeline {pipeline_id!r} cannot enter this store, whose pipeline is {pipeline.id}")
 
 
 def signatures(

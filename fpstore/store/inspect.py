@@ -5,7 +5,8 @@ arguments."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import lmdb
 import numpy as np
@@ -19,7 +20,17 @@ from fpstore.store.incremental import scan_table
 from fpstore.store.results import Document
 from fpstore.store.storage import Storage
 
-__all__ = ["MAX_PROBLEMS", "Problems", "counts", "check_documents", "check_shallow", "check_tables", "lmdb_figures", "table_stats", "verify"]
+__all__ = [
+    "MAX_PROBLEMS",
+    "Problems",
+    "counts",
+    "check_documents",
+    "check_shallow",
+    "check_tables",
+    "lmdb_figures",
+    "table_stats",
+    "verify",
+]
 
 #: A check stops recording problems after this many (a badly damaged store would list millions).
 MAX_PROBLEMS = 100
@@ -145,9 +156,7 @@ def check_documents(
         problems.add(f"{len(stray):,} table entries name no live document (for example id {min(stray)})")
 
 
-def check_shallow(
-    txn: lmdb.Transaction, tables: list[Any], runs: Iterable[Run], count: int, next_id: int, problems: Problems
-) -> None:
+def check_shallow(txn: lmdb.Transaction, tables: list[Any], runs: Iterable[Run], count: int, next_id: int, problems: Problems) -> None:
     """The cheap part of a check (no entry is read): counters, table sizes, run indexes."""
     if count > next_id - 1:
         problems.add(f"the store counts {count:,} documents but assigned only {next_id - 1:,} ids")
@@ -299,4 +308,3 @@ def lmdb_figures(storage: Storage) -> dict[str, Any]:
         "readers": _readers(lmdb_info["readers"], lmdb_info["last_txnid"]),
         "databases": sub,
     }
-

@@ -9,8 +9,9 @@ The caller stores the state a job returns, once per transaction (see :meth:`Lsm.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import lmdb
 import numpy as np
@@ -19,11 +20,23 @@ from fpstore.errors import CorruptionError, InputError
 from fpstore.index import search, tiers
 from fpstore.index.design import Design
 from fpstore.index.tiers import Run, RunMeta, SegmentMeta, State, TierCache
-from fpstore.parallel import executor, threads as thread_count
+from fpstore.parallel import executor
+from fpstore.parallel import threads as thread_count
 from fpstore.store.incremental import IncrementalTables
 from fpstore.store.keys import typed_key
 
-__all__ = ["FLUSH_ENTRIES", "MERGE_FANOUT", "MERGE_MAX_ENTRIES", "Load", "Lsm", "encode_tables", "merge_group", "prepare_load", "runs_of", "take"]
+__all__ = [
+    "FLUSH_ENTRIES",
+    "MERGE_FANOUT",
+    "MERGE_MAX_ENTRIES",
+    "Load",
+    "Lsm",
+    "encode_tables",
+    "merge_group",
+    "prepare_load",
+    "runs_of",
+    "take",
+]
 
 #: Documents in the incremental (B-tree) tables at which a write moves them into a run.
 FLUSH_ENTRIES = 4096
@@ -79,9 +92,7 @@ def take(keys: list[object], fps: list[np.ndarray], n: int) -> tuple[object, np.
     return merged, np.concatenate(out_f), keys, fps
 
 
-def runs_of(
-    chunks: Iterable[object], max_run: int, values: Callable[[Any, Any], np.ndarray]
-) -> Iterator[tuple[object, np.ndarray]]:
+def runs_of(chunks: Iterable[object], max_run: int, values: Callable[[Any, Any], np.ndarray]) -> Iterator[tuple[object, np.ndarray]]:
     """A bulk load's ``(keys, fingerprints)`` chunks regrouped into runs of ``max_run`` documents
     (the last one shorter), through bounded memory. ``values(keys, fingerprints)`` checks a chunk
     and returns its fingerprints (uint64)."""
@@ -216,9 +227,7 @@ class Lsm:
             fp_all, id_all = fp_all[keep], id_all[keep]
         return fp_all, id_all
 
-    def merge(
-        self, txn: lmdb.Transaction, state: State, merged: list[RunMeta], *, incremental: bool
-    ) -> tuple[State, dict[str, int]]:
+    def merge(self, txn: lmdb.Transaction, state: State, merged: list[RunMeta], *, incremental: bool) -> tuple[State, dict[str, int]]:
         """Replace runs ``merged`` (and the incremental tables, when ``incremental``) by one new
         run, dropping tombstoned entries, inside write transaction ``txn``; returns the new state
         (``state`` itself when there was nothing to gain) and counts. The caller stores the state,

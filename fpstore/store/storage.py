@@ -27,10 +27,21 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import lmdb
 
+from fpstore.errors import (
+    ClosedError,
+    CorruptionError,
+    FpstoreError,
+    NotAStoreError,
+    ReadOnlyError,
+    StorageError,
+    StoreFullError,
+    WriterLockedError,
+)
 from fpstore.store import faults
 from fpstore.store.files import (
     COMPACT_MARKER,
@@ -50,16 +61,6 @@ from fpstore.store.files import (
     structure_problems,
     verify_file,
 )
-from fpstore.errors import (
-    ClosedError,
-    CorruptionError,
-    FpstoreError,
-    NotAStoreError,
-    ReadOnlyError,
-    StorageError,
-    StoreFullError,
-    WriterLockedError,
-)
 
 __all__ = ["Storage", "structure_problems"]
 
@@ -71,7 +72,7 @@ READER_CHECK_INTERVAL = 30.0  # seconds between periodic reader_check() calls
 
 _open_paths: set[str] = set()
 _open_paths_lock = threading.Lock()
-_live: "weakref.WeakSet[Storage]" = weakref.WeakSet()
+_live: weakref.WeakSet[Storage] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
@@ -194,9 +195,7 @@ class Storage:
         real = os.path.realpath(self.path)
         with _open_paths_lock:
             if real in _open_paths:
-                raise StorageError(
-                    f"{self.path} is already open in this process; share that Store object instead of opening it twice"
-                )
+                raise StorageError(f"{self.path} is already open in this process; share that Store object instead of opening it twice")
             _open_paths.add(real)
         self._real = real
         _live.add(self)
@@ -270,10 +269,14 @@ class Storage:
     def _take_writer_lock(self) -> None:
         fd = self._lock_file(WRITER_LOCK, os.O_RDWR | os.O_CREAT)
         assert fd is not None
-        _lock_or_close(fd, fcntl.LOCK_EX, WriterLockedError(
-            f"another process has {self.path} open for writing, or reads it without a lock file "
-            f"(it holds {WRITER_LOCK}); a store has one writer at a time: open with readonly=True to read"
-        ))
+        _lock_or_close(
+            fd,
+            fcntl.LOCK_EX,
+            WriterLockedError(
+                f"another process has {self.path} open for writing, or reads it without a lock file "
+                f"(it holds {WRITER_LOCK}); a store has one writer at a time: open with readonly=True to read"
+            ),
+        )
         self._lock_fd = fd
 
     def _lock_file_unwritable(self) -> bool:
@@ -290,10 +293,14 @@ class Storage:
         already at work makes this open refuse."""
         fd = self._lock_file(WRITER_LOCK, os.O_RDONLY)
         if fd is not None:
-            _lock_or_close(fd, fcntl.LOCK_SH, StorageError(
-                f"{self.path}: this read-only open cannot use LMDB's lock file (read-only media or "
-                "permissions), and a writer has the store open; open it again once the writer is done"
-            ))
+            _lock_or_close(
+                fd,
+                fcntl.LOCK_SH,
+                StorageError(
+                    f"{self.path}: this read-only open cannot use LMDB's lock file (read-only media or "
+                    "permissions), and a writer has the store open; open it again once the writer is done"
+                ),
+            )
             self._lock_fd = fd
         self._lockless = True
 
@@ -458,9 +465,7 @@ class Storage:
                 try:
                     self.dbs[name] = env.open_db(name.encode(), create=False)
                 except lmdb.NotFoundError:
-                    raise NotAStoreError(
-                        f"{self.path} holds an LMDB environment but not an fpstore store (no {name!r} table)"
-                    ) from None
+                    raise NotAStoreError(f"{self.path} holds an LMDB environment but not an fpstore store (no {name!r} table)") from None
         except lmdb.IncompatibleError as exc:
             raise NotAStoreError(f"{self.path} holds an LMDB environment that is not an fpstore store ({exc})") from exc
         except lmdb.Error as exc:
@@ -489,15 +494,14 @@ class Storage:
     def env(self) -> lmdb.Environment:
         if os.getpid() != self._pid:
             raise ClosedError(
-                f"the store at {self.path} was opened in process {self._pid} and cannot be used after fork(); "
-                "open it again in the child"
+                f"the store at {self.path} was opened in process {self._pid} and cannot be used after fork(); open it again in the child"
             )
         if self._env is None:
             raise ClosedError(f"the store at {self.path} is closed")
         return self._env
 
     def check_writable(self) -> None:
-        self.env  # closed or forked first: those are the more useful messages
+        _ = self.env  # raises when closed or forked first: those are the more useful messages
         if self.readonly:
             raise ReadOnlyError(f"the store at {self.path} is open read-only")
 
@@ -572,7 +576,7 @@ class Storage:
 
     # -- transactions -------------------------------------------------------------------------
 
-    def read(self, *, buffers: bool = True) -> "_Reading":
+    def read(self, *, buffers: bool = True) -> _Reading:
         """A read-only snapshot, as a context manager yielding the transaction. Values are views
         into the map, valid inside it only (copying a multi-MiB run chunk per probe would cost
         milliseconds): copy what must outlive it."""
@@ -589,9 +593,7 @@ class Storage:
                 env.set_mapsize(0)
             except lmdb.ReadersFullError:
                 if attempt == 2 or env.reader_check() == 0:
-                    raise StorageError(
-                        f"all reader slots of {self.path} are in use; close idle readers"
-                    ) from None
+                    raise StorageError(f"all reader slots of {self.path} are in use; close idle readers") from None
             except lmdb.Error as exc:
                 raise translate(exc, "starting a read") from exc
         raise StorageError(f"could not start a read on {self.path} after map resizes")

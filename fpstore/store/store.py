@@ -15,13 +15,12 @@ each document once: exactly what comparing with every stored fingerprint would r
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from inspect import signature
-from typing import Any, Callable, Iterable, Iterator, ParamSpec, Sequence
+from typing import Any, ParamSpec
 
-import lmdb
 import numpy as np
 
-from fpstore import _backend
 from fpstore.closing import Closing
 from fpstore.errors import CorruptionError, DesignError, InputError, NotAStoreError
 from fpstore.fingerprint.pipeline import Pipeline
@@ -30,8 +29,20 @@ from fpstore.index.design import Design, design_for
 from fpstore.store import inspect
 from fpstore.store.catalog import Catalog
 from fpstore.store.header import (
-    BASE_DBS, H_COUNT, H_HEADER, H_IDF, H_NEXT_ID, checkpoint_key, decode_checkpoint, decode_header,
-    encode_checkpoint, fill_meta, new_header, read_checkpoints, stored_design_and_pipeline, table_name,
+    BASE_DBS,
+    H_COUNT,
+    H_HEADER,
+    H_IDF,
+    H_NEXT_ID,
+    checkpoint_key,
+    decode_checkpoint,
+    decode_header,
+    encode_checkpoint,
+    fill_meta,
+    new_header,
+    read_checkpoints,
+    stored_design_and_pipeline,
+    table_name,
 )
 from fpstore.store.inputs import check_pipeline_id, fingerprint_int, signatures
 from fpstore.store.keys import FLAG_SHORT, FLAG_TEXT, LOOKUP_KEY_BYTES, typed_key, untyped_key
@@ -42,7 +53,6 @@ from fpstore.store.writes import Batch, add_batch, add_one, compact, delete_one,
 
 __all__ = ["AddResult", "Cluster", "Document", "Match", "Store", "open"]
 
-_search_kernels = _backend.load("search")
 _P = ParamSpec("_P")
 
 
@@ -74,8 +84,13 @@ class Store(Closing):
         creating = create and not readonly and not os.path.exists(os.path.join(os.fspath(path), DATA_FILE))
         planned = design_for(3 if k is None else k, expected_size, design) if creating else None
         self._storage = Storage(
-            path, BASE_DBS, readonly=readonly, create=create, map_size=map_size,
-            allow_network_fs=allow_network_fs, verify=verify,
+            path,
+            BASE_DBS,
+            readonly=readonly,
+            create=create,
+            map_size=map_size,
+            allow_network_fs=allow_network_fs,
+            verify=verify,
         )
         try:
             if self._storage.is_new:
@@ -305,22 +320,14 @@ class Store(Closing):
         order = np.lexsort((hi, lo))
         return lo[order], hi[order], d[order]
 
-    def clusters(self, k: int | None = None) -> list["Cluster"]:
+    def clusters(self, k: int | None = None) -> list[Cluster]:
         """Connected components of the near-duplicate graph (size >= 2), largest first.
 
         Each cluster's canonical member is the document with the smallest id (the oldest);
         ``keys`` lists the canonical first, then the others by id.
         """
         a, b, _ = self.near_duplicate_pairs(k)
-        if not len(a):
-            return []
-        nodes, inverse = np.unique(np.concatenate([a, b]), return_inverse=True)
-        labels = _search_kernels.components(len(nodes), inverse[: len(a)].astype(np.int64), inverse[len(a) :].astype(np.int64))
-        order = np.lexsort((nodes, labels))
-        labels, members = labels[order], nodes[order]
-        bounds = np.flatnonzero(np.diff(labels)) + 1
-        groups = np.split(members, bounds)
-        groups.sort(key=lambda g: (-len(g), int(g[0])))
+        groups = search.components(a, b)
         with self._storage.read() as txn:
             keys = iter(self._cat.keys_of(txn, [int(i) for g in groups for i in g]))
             out = []
@@ -354,11 +361,7 @@ class Store(Closing):
         """Record checkpoint ``name`` at ``position`` on its own, durably (``add_many`` records one
         together with its batch, which is what resuming a feed needs)."""
         key, packed = encode_checkpoint((name, position))
-
-        def work(txn: lmdb.Transaction) -> None:
-            txn.put(key, packed, db=self._cat.meta)
-
-        self._storage.write(work, action=f"setting checkpoint {name!r}")
+        self._storage.write(lambda txn: txn.put(key, packed, db=self._cat.meta), action=f"setting checkpoint {name!r}")
 
     # -- public API: reading --------------------------------------------------------------------
 

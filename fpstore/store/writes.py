@@ -4,16 +4,16 @@ transaction, the flush that follows a write, a bulk load's run and compaction (t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import lmdb
 import numpy as np
 
 from fpstore.fingerprint.pipeline import Fingerprints
+from fpstore.index import tiers
 from fpstore.store.catalog import Catalog
 from fpstore.store.header import H_COUNT, H_NEXT_ID, U64
-from fpstore.index import tiers
 from fpstore.store.keys import FLAG_SHORT, FLAG_TEXT, lookup_key, pack_record
 from fpstore.store.lsm import prepare_load
 from fpstore.store.results import AddResult
@@ -74,6 +74,7 @@ def add_one(
         flush(cat, txn, flush_entries)
     return AddResult(doc_id, result.key, fp, short, result.exact_duplicate_of, result.near_duplicates, canonical)
 
+
 def delete_one(cat: Catalog, txn: lmdb.Transaction, typed: bytes) -> bool:
     """Delete the live document of a typed key; returns whether there was one."""
     doc_id = cat.id_of(txn, typed)
@@ -123,7 +124,9 @@ def add_batch(cat: Catalog, txn: lmdb.Transaction, batch: Batch, flush_entries: 
     for i, old_id in zip(kept, old_ids):
         flags = (FLAG_TEXT if has_hash else 0) | (FLAG_SHORT if short[i] else 0)
         if old_id is not None:
-            same = cat.unchanged(txn, old_id, int(fps[i]), sigs.content_hash(i), flags, canon_typed[i], typed_keys[i], batch.canonicals_given)
+            same = cat.unchanged(
+                txn, old_id, int(fps[i]), sigs.content_hash(i), flags, canon_typed[i], typed_keys[i], batch.canonicals_given
+            )
             if same is not None:
                 ids[i] = old_id
                 if same == "rewrite":
