@@ -581,7 +581,6 @@ def child(args: argparse.Namespace) -> int:
     import fpstore
     from fpstore.fingerprint import pipeline, text
     from fpstore.index import runs, search
-    from fpstore.store import store
 
     if fpstore.backend != "cython":
         raise SystemExit(f"fpstore.backend is {fpstore.backend!r}, not 'cython' (FPSTORE_PUREPYTHON set?)")
@@ -594,7 +593,7 @@ def child(args: argparse.Namespace) -> int:
             raise SystemExit(f"{name} was loaded from {mod.__file__}, not the ASan build {path}")
         kernels[name] = {"file": mod.__file__, "asan": instrumented}
     users = {"runs._kernel": runs._kernel, "pipeline._kernel": pipeline._kernel, "search._search": search._search,
-             "store._search_kernels": store._search_kernels, "text._kernel": getattr(text, "_kernel", None)}
+             "text._kernel": getattr(text, "_kernel", None)}
     for where, mod in users.items():
         if mod is not None and mod.__name__ in paths and mod is not sys.modules[mod.__name__]:
             raise SystemExit(f"fpstore.{where} is not the ASan kernel")

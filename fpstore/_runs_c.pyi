@@ -1,0 +1,63 @@
+# Type stub of the compiled kernel cext/_runs_c.pyx; its specification twin is
+# fpstore/index/_runs_py.py (same names, same results). tests/test_stubs.py checks the names.
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+OK: int
+ERR_COUNT: int
+ERR_BOUNDS: int
+ERR_RANGE: int
+ERR_PARAM: int
+ERR_SHORT: int
+ERR_TRAILING: int
+ERR_UNSORTED: int
+ERR_MISSING: int
+ERR_LENGTH: int
+MAX_BLOCK_ENTRIES: int
+
+def encode_chunk(
+    keys: np.ndarray, block_entries: int, first_block: int, out: np.ndarray, offsets: np.ndarray
+) -> tuple[int, int, int]: ...
+def decode_blocks(
+    buf: Any, starts: np.ndarray, ends: np.ndarray, counts: np.ndarray, bounds: np.ndarray, out: np.ndarray
+) -> tuple[int, int]: ...
+def probe_chunk(
+    buf: Any,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    counts: np.ndarray,
+    bounds: np.ndarray,
+    queries: np.ndarray,
+    mask_hi: int,
+    k: int,
+    positions: bool = False,
+) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]: ...
+
+class ProbeTable:
+    names: list[bytes]
+    def __init__(
+        self,
+        bounds: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        counts: np.ndarray,
+        chunk: np.ndarray,
+        chunk_start: np.ndarray,
+        chunk_len: np.ndarray,
+        entry_start: np.ndarray,
+        names: list[Any],
+    ) -> None: ...
+
+def probe_tables(
+    tables: list[ProbeTable], fetch: Callable[[Any], Any], ranges: list[tuple[int, int, int, int]], k: int
+) -> tuple[int, int, int, list[tuple[int, int, int]]]: ...
+
+class ProbeDesign:
+    ntab: int
+    def __init__(self, moves: list[Any], prefix_bits: list[int], flip_masks: list[Any]) -> None: ...
+
+def probe_fingerprint(
+    d: ProbeDesign, tables: list[ProbeTable], fetch: Callable[[Any], Any], fp: int, k: int
+) -> tuple[int, int, int, list[tuple[int, int, int]]]: ...
