@@ -17,8 +17,8 @@ same, possibly busy, machine:
   the copies do not sit in cache the way one small list would. MB means 10**6 bytes of UTF-8.
 * Contenders, each run once per repeat, the order rotated each repeat. fpstore with two pipelines:
   the default ``Pipeline()`` (kind ``minhash1``, HTML extraction ``main-v1``, which costs one
-  character test on plain text) and ``Pipeline(kind="simhash64", html="off")`` (the SimHash scheme
-  of issue 2, like for like with the SimHash peers); each as ``fingerprint_many(texts, threads=1)``,
+  character test on plain text) and ``Pipeline(kind="simhash64", html="off")`` (the SimHash scheme,
+  like for like with the SimHash peers); each as ``fingerprint_many(texts, threads=1)``,
   ``threads=<cores>`` (``os.sched_getaffinity``) and ``Pipeline.fingerprint`` called in a Python
   loop. The pure-Python twin of each kind
   (``fpstore.fingerprint._simhash_py.fingerprint(pipe.prepare(t), seed, shingle, None, kind)``), and PyPI
@@ -319,7 +319,7 @@ def simhash_contenders() -> tuple[Callable[[str], int], Callable[[str], int]] | 
 
 
 def pipelines() -> dict[str, "fpstore.Pipeline"]:
-    """The default pipeline and the SimHash scheme of issue 2 (plain text, no HTML step)."""
+    """The default pipeline and the SimHash scheme (plain text, no HTML step)."""
     pipes = {"default": fpstore.Pipeline()}
     try:
         simhash64 = fpstore.Pipeline(kind="simhash64", html="off")

@@ -1,4 +1,5 @@
-"""Query cost at large k: the radius the calibration asks for (issue 6).
+"""Query cost at large k: the radius the calibration asks for (docs/benchmarks.md, section
+"Large k: the radius the data asks for").
 
     python tools/bench_large_k.py [--n 1000000] [--ks 3,5,8,10] [--queries 2000] [--batch 100000]
 

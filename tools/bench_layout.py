@@ -1,4 +1,5 @@
-"""Composite 16-byte keys against a dupsort table for the incremental tables (issue 3).
+"""Composite 16-byte keys against a dupsort table for the store's incremental tables (figures in
+docs/format.md, section "Sub-databases").
 
     python tools/bench_layout.py [--n 200000] [--repeat 5]
 

@@ -1,7 +1,7 @@
-"""Runs benchmark (issue 4, item 8): bulk loads into delta-compressed sorted runs, bytes per table
-against the entropy floor, batch and single queries on runs, and all-pairs near-duplicates, with
-faiss ``IndexBinaryMultiHash`` (exact), the seomoz ``find_all`` all-pairs routine and numpy brute
-force side by side in the same process.
+"""Runs benchmark (docs/benchmarks.md, section "Runs, bulk loads and all pairs"): bulk loads into
+delta-compressed sorted runs, bytes per table against the entropy floor, batch and single queries
+on runs, and all-pairs near-duplicates, with faiss ``IndexBinaryMultiHash`` (exact), the seomoz
+``find_all`` all-pairs routine and numpy brute force side by side in the same process.
 
     cd /work/main && PYTHONPATH=/work/main python3 tools/bench_runs.py --max 1e7 --json /work/bench-tmp/bench_runs.json
     cd /work/main && PYTHONPATH=/work/main python3 tools/bench_runs.py --quick      # 10^5 only, a smoke run

@@ -1,5 +1,6 @@
-"""Store benchmark (issue 3, item 9): incremental adds, single and batch queries, bytes on disk,
-with faiss ``IndexBinaryMultiHash`` (exact configurations) and numpy brute force side by side.
+"""Store benchmark (docs/benchmarks.md, section "The store: add and query against peers"):
+incremental adds, single and batch queries, bytes on disk, with faiss ``IndexBinaryMultiHash``
+(exact configurations) and numpy brute force side by side.
 
     cd /work/main && PYTHONPATH=/work/main python3 tools/bench_store.py --max 1e7 --json /work/bench-tmp/bench_store.json
     cd /work/main && PYTHONPATH=/work/main python3 tools/bench_store.py --quick      # 10^5 only, a smoke run
