@@ -11,7 +11,9 @@ from fpstore._backend import BACKEND as backend
 from fpstore._version import __version__ as __version__
 from fpstore.errors import FpstoreError
 from fpstore.fingerprint.pipeline import Fingerprints, IdfTable, Pipeline, Signature
+from fpstore.fingerprint.text import Text
 from fpstore.hamming import hamming, hamming_many
+from fpstore.store.keys import Key
 from fpstore.store.results import AddResult, Document, Match
 from fpstore.store.store import Store, open
 
@@ -21,7 +23,7 @@ def _simhash_pipeline(shingle: int) -> Pipeline:
     return Pipeline(kind="simhash64", html="off", shingle=shingle)
 
 
-def simhash(text: object, shingle: int = 3) -> int:
+def simhash(text: Text, shingle: int = 3) -> int:
     """Charikar's 64-bit SimHash of ``text``: tokenizer v1, ``shingle`` words per shingle, tf
     weights, no HTML extraction (``Pipeline(kind="simhash64", html="off")``). Stores default to
     the better-calibrated ``Pipeline()`` (1-bit MinHash, docs/tuning.md)."""
@@ -34,6 +36,7 @@ __all__ = [
     "Fingerprints",
     "FpstoreError",
     "IdfTable",
+    "Key",
     "Match",
     "Pipeline",
     "Signature",

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from fpstore.errors import InputError
 
-__all__ = ["hamming", "hamming_many"]
+__all__ = ["RawFingerprints", "hamming", "hamming_many"]
 
 _M64 = 0xFFFFFFFFFFFFFFFF
 
+#: Fingerprints as callers give them: a uint64 array, or a sequence of ints (or numpy integers) in
+#: 0..2**64-1 (see :func:`as_fingerprint_array`, which checks them).
+RawFingerprints = np.ndarray | Sequence[int | np.integer]
 
-def hamming(a: int, b: int) -> int:
+
+def hamming(a: int | np.integer, b: int | np.integer) -> int:
     """Number of bits in which the 64-bit fingerprints ``a`` and ``b`` differ (0..64)."""
     for name, v in (("a", a), ("b", b)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not 0 <= int(v) <= _M64:
@@ -34,7 +41,7 @@ def as_fingerprint_array(values: object, name: str = "fingerprints") -> np.ndarr
     else:
         if isinstance(values, (str, bytes, bytearray, memoryview)) or not hasattr(values, "__len__"):
             raise InputError(f"{name} must be a sequence of ints or a uint64 array, not {type(values).__name__}")
-        items = list(values)  # type: ignore[call-overload]
+        items = list(values)  # type: ignore[call-overload]  # any object with __len__ (hasattr does not narrow)
         for v in items:
             if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)):
                 raise InputError(f"{name} must be ints in 0..2**64-1, got {type(v).__name__} {v!r}"[:200])
@@ -46,7 +53,7 @@ def as_fingerprint_array(values: object, name: str = "fingerprints") -> np.ndarr
     return arr
 
 
-def hamming_many(a: object, b: object) -> np.ndarray:
+def hamming_many(a: ArrayLike, b: ArrayLike) -> np.ndarray:
     """Element-wise Hamming distances (uint8) of uint64 arrays ``a`` and ``b``; either may be a scalar."""
     a_arr = np.asarray(a, dtype=np.uint64) if not isinstance(a, np.ndarray) else a
     b_arr = np.asarray(b, dtype=np.uint64) if not isinstance(b, np.ndarray) else b

@@ -78,6 +78,7 @@ def cmd_query(args: argparse.Namespace) -> int:
             matches = store.query(fingerprint=fp, pipeline_id=store.pipeline.id, k=args.k, exhaustive=args.exhaustive)
             info["fingerprint"] = f"{fp:016x}"
         else:
+            assert text is not None  # no --fingerprint: _read_text read the text
             sig = store.pipeline.signature(text)
             info.update({"fingerprint": f"{sig.fingerprint:016x}", "tokens": sig.tokens, "short": sig.short})
             matches = store.query(text=text, k=args.k, exhaustive=args.exhaustive)

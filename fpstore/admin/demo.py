@@ -47,9 +47,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
             clusters = store.clusters()
         print(f"{len(clusters)} near-duplicate clusters within k={args.k} (canonical first):")
         for c in clusters[: args.limit]:
-            print(f"  {len(c.keys):3d}  {c.canonical}")
+            print(f"  {len(c.keys):3d}  {c.canonical!s}")
             for key in c.keys[1 : 1 + args.members]:
-                print(f"         ~ {key}")
+                print(f"         ~ {key!s}")
             if len(c.keys) > 1 + args.members:
                 print(f"         ... and {len(c.keys) - 1 - args.members} more")
         if len(clusters) > args.limit:

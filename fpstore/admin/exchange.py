@@ -44,6 +44,7 @@ from fpstore.errors import DesignError, FormatError, InputError, PipelineMismatc
 from fpstore.fingerprint.pipeline import Fingerprints, IdfTable, Pipeline
 from fpstore.index.design import Design
 from fpstore.limits import MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_NAME_BYTES
+from fpstore.store.keys import Key
 
 __all__ = ["EXPORT_MAGIC", "EXPORT_VERSION", "ImportResult", "StreamHeader", "export_store", "import_stream", "read_stream"]
 
@@ -61,7 +62,7 @@ _READ_CHUNK = 1 << 16
 _HEADER_FIELDS = {"magic", "version", "fpstore", "created", "pipeline", "pipeline_id", "idf", "design", "k", "count"}
 
 
-def _encode_key(key: str | bytes | int) -> Any:
+def _encode_key(key: Key) -> Any:
     if isinstance(key, (bytes, int)):
         return key
     try:
@@ -71,7 +72,7 @@ def _encode_key(key: str | bytes | int) -> Any:
         return msgpack.ExtType(EXT_SURROGATE_STR, key.encode("utf-8", "surrogatepass"))
 
 
-def _decode_key(value: Any, what: str) -> str | bytes | int:
+def _decode_key(value: Any, what: str) -> Key:
     if isinstance(value, (str, bytes)):
         if len(value) > _MAX_KEY:
             raise FormatError(f"{what} is longer than {_MAX_KEY:,}")
@@ -155,11 +156,11 @@ class StreamHeader:
 
 @dataclass(frozen=True)
 class StreamRecord:
-    key: str | bytes
+    key: Key
     fingerprint: int
     content_hash: bytes | None
     flags: int
-    canonical: str | bytes | None
+    canonical: Key | None
 
 
 def _objects(fh: IO[bytes]) -> Iterator[Any]:
@@ -347,13 +348,16 @@ def _is_store(path: str) -> bool:
     return os.path.exists(os.path.join(path, DATA_FILE))
 
 
-def _write(store: Any, records: list[StreamRecord], pipeline_id: str, canonicals: list[Any], checkpoint: tuple[str, Any] | None) -> None:
+def _write(
+    store: Any, records: list[StreamRecord], pipeline_id: str, canonicals: list[Key | None], checkpoint: tuple[str, Any] | None
+) -> None:
     """One ``add_many`` of records that all carry a content hash, or all lack one (a
     :class:`Fingerprints` batch holds content hashes for all of its documents or for none)."""
     values = np.fromiter((r.fingerprint for r in records), dtype=np.uint64, count=len(records))
     short = np.fromiter((bool(r.flags & FLAG_SHORT) for r in records), dtype=bool, count=len(records))
     hashes = None
     if records and records[0].content_hash is not None:
+        # The ignore: every record here has a content hash when the first has (see above); the field's type cannot say so.
         hashes = np.frombuffer(b"".join(r.content_hash for r in records), dtype=">u8").reshape(-1, 2).astype(np.uint64)  # type: ignore[misc]
     fps = Fingerprints(values, pipeline_id, None, short, hashes)
     store.add_many([r.key for r in records], fingerprints=fps, checkpoint=checkpoint, canonicals=canonicals)
@@ -375,7 +379,7 @@ def _add_batch(store: Any, records: list[StreamRecord], pipeline_id: str, checkp
     for i, group in enumerate(groups):
         here = {r.key for r in group}
         other = {r.key for g in groups if g is not group for r in g} - written
-        canonicals = []
+        canonicals: list[Key | None] = []
         for r in group:
             if r.canonical is not None and r.canonical not in here and r.canonical in other:
                 later.append(r)
@@ -526,6 +530,7 @@ def _import_existing(fh: IO[bytes], path: str, *, batch_size: int, progress: Cal
                 )
             fh.seek(start)
             _, again = read_stream(fh)
+            assert records.digest is not None  # pass 1 read the stream to its checked trailer
             name = f"import:{records.digest.hex()}"
             done = store.checkpoint(name)
             skip = done if isinstance(done, int) and 0 <= done <= n else 0

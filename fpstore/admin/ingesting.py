@@ -129,13 +129,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if args.json:
         print_json(data)
     else:
-        for s in result.sources:
+        for src in result.sources:
             extra = []
-            if s.problems:
-                extra.append("problems: " + ", ".join(f"{k} {v}" for k, v in sorted(s.problems.items())))
-            if s.notes:
-                extra.append("notes: " + ", ".join(f"{k} {v}" for k, v in sorted(s.notes.items())))
-            print(f"{s.path}: {s.added:,} documents added (from {s.resumed_from})" + ("; " + "; ".join(extra) if extra else ""))
+            if src.problems:
+                extra.append("problems: " + ", ".join(f"{k} {v}" for k, v in sorted(src.problems.items())))
+            if src.notes:
+                extra.append("notes: " + ", ".join(f"{k} {v}" for k, v in sorted(src.notes.items())))
+            print(f"{src.path}: {src.added:,} documents added (from {src.resumed_from})" + ("; " + "; ".join(extra) if extra else ""))
         rate = result.added / result.seconds if result.seconds > 0 else 0.0
         print(f"added {result.added:,} documents in {result.seconds:.2f} s ({rate:,.0f}/s); the store holds {total:,}")
     if result.interrupted:

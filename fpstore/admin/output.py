@@ -12,18 +12,20 @@ from typing import IO
 
 import numpy as np
 
+from fpstore.store.keys import Key
+
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 PROG = "fpstore-admin"
 
 
-def key_out(key: object) -> object:
+def key_out(key: Key) -> str | int | dict[str, str]:
     """A key as JSON: str and int as themselves, bytes as ``{"hex": ...}``."""
     if isinstance(key, (bytes, bytearray)):
         return {"hex": bytes(key).hex()}
     return key
 
 
-def key_text(key: object) -> str:
+def key_text(key: Key) -> str:
     if isinstance(key, (bytes, bytearray)):
         return "hex:" + bytes(key).hex()
     return str(key)

@@ -72,9 +72,12 @@ def sample_corpus(*, licences: bool = True, packages: bool = True, pydoc: bool =
                     if text:
                         yield f"{dist.name}/{path.relative_to(dist)}", text
     if pydoc:
+        topics: dict[str, str]
         try:
-            from pydoc_data.topics import topics
+            from pydoc_data.topics import topics as pydoc_topics  # typeshed's is Final: not rebound below
         except ImportError:  # pragma: no cover - stripped Python builds
             topics = {}
+        else:
+            topics = pydoc_topics
         for name in sorted(topics):
             yield f"pydoc/{name}", topics[name]

@@ -210,6 +210,7 @@ class WarcSource(Source):
         if "chunked" in te:
             data = stream_io.ChunkedReader(io.BytesIO(data)).read(self.max_bytes + 1)
         for coding in reversed([c.strip() for c in (headers.get("Content-Encoding") or "").lower().split(",") if c.strip()]):
+            reader: stream_io.WarcReader
             if coding in ("gzip", "x-gzip"):
                 reader = stream_io.GzipReader(io.BytesIO(data))
             elif coding == "deflate":

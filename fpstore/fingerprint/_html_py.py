@@ -379,8 +379,8 @@ def nesting_depth(html: str, limit: int) -> int:
             elif name == "select":  # closes it when only options are open above it
                 above = len(names) - 1 - i
                 for o in ("option", "optgroup"):
-                    w = where.get(o, ())
-                    above -= len(w) - bisect.bisect_right(w, i)
+                    o_at = where.get(o, ())
+                    above -= len(o_at) - bisect.bisect_right(o_at, i)
                 if above == 0:
                     pop_to(i)
             elif name in _SPECIAL:  # head, form, ...: only when it is the current node

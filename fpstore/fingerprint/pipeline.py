@@ -37,6 +37,7 @@ from fpstore.errors import FormatError, InputError
 from fpstore.fingerprint import _simhash_py as _spec
 from fpstore.fingerprint import html as _html
 from fpstore.fingerprint import text as _text
+from fpstore.fingerprint.text import Text
 from fpstore.mixing import fmix64
 from fpstore.parallel import available_cores, executor
 
@@ -103,7 +104,7 @@ class IdfTable:
                 raise InputError(f"idf token {token!r} is not a single folded token")
 
     @classmethod
-    def build(cls, texts: Iterable[object], *, scale: float = 16.0, min_df: int = 2) -> IdfTable:
+    def build(cls, texts: Iterable[Text], *, scale: float = 16.0, min_df: int = 2) -> IdfTable:
         """Build weights ``round(scale * ln((N + 1) / (df + 1)))`` from a corpus of N texts.
 
         Tokens seen in fewer than ``min_df`` texts are left out and weigh ``default``, the weight of
@@ -365,7 +366,7 @@ class Pipeline:
 
     # -- fingerprints -------------------------------------------------------------------------
 
-    def prepare(self, text: object, *, index: int | None = None) -> str:
+    def prepare(self, text: Text, *, index: int | None = None) -> str:
         """The text the kernel sees: HTML reduced to its main content (when ``html`` is on), then
         :func:`fpstore.fingerprint.text.normalize`. Bytes are decoded as UTF-8 first (invalid bytes: U+FFFD).
 
@@ -378,7 +379,7 @@ class Pipeline:
                 text = _html.main_text(text)
         return _text.normalize(text, index=index)
 
-    def signature(self, text: object) -> Signature:
+    def signature(self, text: Text) -> Signature:
         """Fingerprint, token count, short flag and content hash of one text.
 
         ``text`` is str or UTF-8 bytes (invalid sequences become U+FFFD); anything else raises
@@ -388,11 +389,11 @@ class Pipeline:
         fp, ntok, da, db = _kernel.fingerprint(self.prepare(text), self.seed, self.shingle, self._idf_kernel, self._kind)
         return Signature(fp, ntok, ntok < self.min_tokens, da.to_bytes(8, "big") + db.to_bytes(8, "big"))
 
-    def fingerprint(self, text: object) -> int:
+    def fingerprint(self, text: Text) -> int:
         """The 64-bit fingerprint of ``text`` as an int (see :meth:`signature` for the input rules)."""
         return _kernel.fingerprint(self.prepare(text), self.seed, self.shingle, self._idf_kernel, self._kind)[0]
 
-    def signatures(self, texts: Sequence[object], threads: int | None = None) -> Fingerprints:
+    def signatures(self, texts: Sequence[Text], threads: int | None = None) -> Fingerprints:
         """Signatures of many texts, columnar, computed on ``threads`` threads (None: all cores).
 
         A non-text element raises ``TypeError`` naming its index, before any work is done.
@@ -438,7 +439,7 @@ class Pipeline:
     def _kind(self) -> int:
         return KINDS[self.kind][1]
 
-    def fingerprint_many(self, texts: Sequence[object], threads: int | None = None) -> np.ndarray:
+    def fingerprint_many(self, texts: Sequence[Text], threads: int | None = None) -> np.ndarray:
         """uint64 array of the fingerprints of ``texts`` (see :meth:`signatures`)."""
         return self.signatures(texts, threads).values
 

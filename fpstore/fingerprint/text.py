@@ -26,10 +26,13 @@ import numpy as np
 from fpstore import _backend
 from fpstore.fingerprint import _unicode_v1
 
-__all__ = ["FOLD", "TOKENIZER_VERSION", "UNICODE_VERSION", "normalize", "tokens"]
+__all__ = ["FOLD", "TOKENIZER_VERSION", "UNICODE_VERSION", "Text", "normalize", "tokens"]
 
 TOKENIZER_VERSION = 1
 UNICODE_VERSION: str = _unicode_v1.UNICODE_VERSION
+
+#: A text as the rule takes it (step 1): ``str``, or UTF-8 in ``bytes``, ``bytearray`` or ``memoryview``.
+Text = str | bytes | bytearray | memoryview
 
 
 def _build_fold_table() -> np.ndarray:

@@ -199,7 +199,7 @@ def _decode_block(buf: np.ndarray, start: int, end: int, n: int, first: int, lim
 
 
 def decode_blocks(
-    buf: object,
+    buf: bytes | memoryview | np.ndarray,
     starts: np.ndarray,
     ends: np.ndarray,
     counts: np.ndarray,
@@ -247,7 +247,7 @@ def _popcount(x: np.ndarray) -> np.ndarray:
 
 
 def probe_chunk(
-    buf: object,
+    buf: bytes | memoryview | np.ndarray,
     starts: np.ndarray,
     ends: np.ndarray,
     counts: np.ndarray,
@@ -296,10 +296,10 @@ def probe_chunk(
     parts = []
     where = []
     estart = np.concatenate([[0], np.cumsum(counts.astype(np.int64))])
-    for j in np.flatnonzero(needed):
+    for j in np.flatnonzero(needed).tolist():
         err, keys = _decode_block(b8, int(starts[j]), int(ends[j]), int(counts[j]), int(bounds[j]), int(bounds[j + 1]))
         if err:
-            return err, int(j), *_no_hits()
+            return err, j, *_no_hits()
         parts.append(keys)
         where.append(np.arange(estart[j], estart[j + 1], dtype=np.int64))
     if not parts:

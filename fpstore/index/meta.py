@@ -112,16 +112,17 @@ class RunMeta(_Record):
             isinstance(tables, list) and len(tables) == ntables and all(isinstance(p, bytes) for p in tables),
             "a run's tables do not match the design",
         )
+        assert isinstance(tables, list)
         ids = rec.get("ids")
         _check(isinstance(ids, dict), "a run's ids record is not a map")
         assert isinstance(ids, dict)
         if "base" in ids:
             _check(_is_int(ids["base"]), "a run's id base is bad")
-            return cls(rec["id"], rec["count"], tuple(tables), ids_base=ids["base"])  # type: ignore[arg-type]
+            return cls(rec["id"], rec["count"], tuple(tables), ids_base=ids["base"])
         _check(isinstance(ids.get("prefix"), bytes), "a run's id column has no prefix")
         _check(_is_int(ids.get("min")), "a run's id column has a bad minimum")
         column = PackedColumn.decode(ids, rec["count"], "a run's id column")
-        return cls(rec["id"], rec["count"], tuple(tables), ids=column)  # type: ignore[arg-type]
+        return cls(rec["id"], rec["count"], tuple(tables), ids=column)
 
     @classmethod
     def coerce(cls, rec: RunMeta | Mapping[str, Any]) -> RunMeta:

@@ -372,7 +372,7 @@ def _bytes_view(chunk: object, index: RunIndex, chunk_no: int) -> np.ndarray:
     if chunk is None:  # what a getter over an LMDB lookup returns for an absent value
         raise CorruptionError(f"run chunk {chunk_no} is missing")
     try:
-        buf = np.frombuffer(chunk, dtype=np.uint8)  # type: ignore[call-overload]
+        buf = np.frombuffer(chunk, dtype=np.uint8)  # type: ignore[call-overload]  # any object: a TypeError is reported below
     except (TypeError, ValueError) as exc:
         raise InputError(f"chunk {chunk_no} must be a bytes-like object, got {type(chunk).__name__}") from exc
     want = int(index.chunk_len[chunk_no])
@@ -480,7 +480,7 @@ def decode_chunk(chunk: object, index: RunIndex, chunk_no: int, *, checksum: boo
     is checked first (a full read of the chunk: ``fpstore-admin verify``, not every probe)."""
     c = _int_in(chunk_no, "chunk_no", 0, index.nchunks - 1)
     buf = _bytes_view(chunk, index, c)
-    if checksum and zlib.crc32(buf) != int(index.chunk_crc[c]):
+    if checksum and zlib.crc32(buf.data) != int(index.chunk_crc[c]):
         raise CorruptionError(f"run chunk {c} checksum mismatch: the chunk is damaged")
     b0, b1 = int(index._chunk_start[c]), int(index._chunk_start[c + 1])
     out = np.empty(int(index._entry_start[b1] - index._entry_start[b0]), np.uint64)
@@ -506,7 +506,7 @@ def decode_run(chunks_getter: ChunkGetter, index: RunIndex, *, checksum: bool = 
     views = chunk_views(chunks_getter, index)
     out = np.empty(index.count, np.uint64)
     for c, buf in enumerate(views):
-        if checksum and zlib.crc32(buf) != int(index.chunk_crc[c]):
+        if checksum and zlib.crc32(buf.data) != int(index.chunk_crc[c]):
             raise CorruptionError(f"run chunk {c} checksum mismatch: the chunk is damaged")
         b0, b1 = int(index._chunk_start[c]), int(index._chunk_start[c + 1])
         _decode_range(buf, index, b0, b1, out[index._entry_start[b0] : index._entry_start[b1]])

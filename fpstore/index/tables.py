@@ -29,7 +29,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -53,7 +53,7 @@ _MAX_NAME_LEN = 64
 _COVER_BUDGET = 200_000
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """True for a plain int (bool is an int subclass but never a valid field here)."""
     return isinstance(value, int) and not isinstance(value, bool)
 

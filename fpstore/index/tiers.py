@@ -156,13 +156,14 @@ def key_block_blobs(prefix: bytes, typed_keys: list[bytes] | None, int_keys: np.
     keys (tag ``M``).
     """
     cctx = zstandard.ZstdCompressor(level=3)
-    n = len(int_keys) if int_keys is not None else len(typed_keys or [])
+    typed = typed_keys or []
+    n = len(int_keys) if int_keys is not None else len(typed)
     out: Blobs = []
     for b, start in enumerate(range(0, n, KEY_BLOCK)):
         if int_keys is not None:
             raw = b"I" + np.ascontiguousarray(int_keys[start : start + KEY_BLOCK], dtype="<u8").tobytes()
         else:
-            raw = b"M" + msgpack.packb(typed_keys[start : start + KEY_BLOCK], use_bin_type=True)  # type: ignore[index]
+            raw = b"M" + msgpack.packb(typed[start : start + KEY_BLOCK], use_bin_type=True)
         out.append((_chunk_key(prefix, b"K", b), cctx.compress(raw)))
     return out
 
@@ -369,7 +370,7 @@ class _Bound(Generic[MetaT]):
     """A run or a segment as the state record describes it, read through one transaction."""
 
     def __init__(self, txn: lmdb.Transaction, db: Any, cache: TierCache, meta: MetaT) -> None:
-        self.meta = meta
+        self.meta: MetaT = meta
         self.count: int = meta.count
         self._txn, self._db, self._cache = txn, db, cache
 
@@ -395,7 +396,8 @@ class Run(_Bound[RunMeta]):
         if ids is None:
             if len(positions) and (positions.min() < 0 or positions.max() >= self.count):
                 raise CorruptionError(f"position outside run {self.id}")
-            out = positions.astype(np.uint64) + np.uint64(self.meta.ids_base)
+            base: int = self.meta.ids_base  # type: ignore[assignment]  # RunMeta sets ids_base when ids is None
+            out = positions.astype(np.uint64) + np.uint64(base)
         else:
             out = read_packed(self._txn, self._db, ids.prefix, ids, positions)
         # Ids are assigned from 1 upward; one past 2**63 can only come from damaged bytes.
@@ -409,7 +411,7 @@ class Run(_Bound[RunMeta]):
         if any(not 0 <= p < self.count for p in positions):
             raise CorruptionError(f"position outside run {self.id}")
         if ids is None:
-            base: int = self.meta.ids_base  # type: ignore[assignment]
+            base: int = self.meta.ids_base  # type: ignore[assignment]  # RunMeta sets ids_base when ids is None
             out = [base + p for p in positions]
         else:
             out = read_packed_list(self._txn, self._db, ids.prefix, ids, positions)

@@ -359,7 +359,7 @@ class Curve:
 
 def curve_from_distances(name: str, d: np.ndarray, label: np.ndarray, positives: int, max_k: int = MAX_K, bytes_per_doc: int = 8) -> Curve:
     """Counts per k from the distances of candidate pairs (all pairs with d <= max_k must be among them)."""
-    ks = list(range(max_k + 1))
+    ks: list[float] = list(range(max_k + 1))  # Hamming thresholds: the ints 0..max_k
     tp = [int(((d <= k) & label).sum()) for k in ks]
     fp = [int(((d <= k) & ~label).sum()) for k in ks]
     return Curve(name, ks, tp, fp, positives, bytes_per_doc)
@@ -472,9 +472,11 @@ def evaluate_corpus(
     return rep
 
 
-def evaluate_pairs(pairs: Iterable[tuple[object, object, bool]], methods: dict[str, Fingerprinter], max_k: int = MAX_K) -> list[Curve]:
+def evaluate_pairs(pairs: Iterable[tuple[str, str, bool]], methods: dict[str, Fingerprinter], max_k: int = MAX_K) -> list[Curve]:
     """Curves of each method on labelled pairs ``(text_a, text_b, is_near_duplicate)``."""
-    a, b, lab = [], [], []
+    a: list[str] = []
+    b: list[str] = []
+    lab: list[bool] = []
     for i, item in enumerate(pairs):
         try:
             x, y, is_near = item
@@ -566,7 +568,7 @@ def minhash_reference(
 # -- output ---------------------------------------------------------------------------------------------------
 
 
-def format_table(curves: Sequence[Curve], metric: str = "f1", ks: Sequence[int] | None = None) -> str:
+def format_table(curves: Sequence[Curve], metric: str = "f1", ks: Sequence[float] | None = None) -> str:
     """A Markdown table: one row per k, one column per curve, cells ``precision / recall / F1``."""
     ks = list(ks) if ks is not None else list(curves[0].ks) if curves else []
     head = "| k | " + " | ".join(c.name for c in curves) + " |"

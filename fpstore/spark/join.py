@@ -218,7 +218,8 @@ def near_duplicates(
     # The group sizes are not needed here, but selecting one keeps the aggregate identical to the
     # other uses of ``groups``, so Spark shuffles the rows for it once and reuses the exchange.
     distinct = groups.select("fp", F.size("ids").alias("m"))
-    nparts = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
+    # get() without a default returns the setting's value or built-in default (it never gives None); pyspark types it Optional.
+    nparts = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))  # type: ignore[arg-type]
     keyed = distinct.mapInArrow(_explode_fn(plan, "fp", heavy), "v int, bucket long, fp long")
     fp_pairs = keyed.repartition(nparts, "v", "bucket").mapInArrow(_verify_fn(plan), "fa long, fb long, distance int")
 

@@ -13,8 +13,10 @@ import numpy as np
 
 from fpstore.closing import Closing
 from fpstore.errors import FormatError
+from fpstore.fingerprint.pipeline import Fingerprints
+from fpstore.hamming import RawFingerprints
 from fpstore.index.design import Design
-from fpstore.store.keys import typed_key
+from fpstore.store.keys import Key, typed_key
 from fpstore.store.results import Match, sort_matches
 
 #: File name of the manifest :func:`build_shards` writes next to the shard stores.
@@ -31,7 +33,7 @@ def _typed_key(key: object) -> bytes:
     return typed_key(key)
 
 
-def shard_of(key: object, shards: int) -> int:
+def shard_of(key: Key | np.integer, shards: int) -> int:
     """The shard :func:`build_shards` routes document ``key`` to: the first 8 bytes of
     BLAKE2b(typed key) as a big-endian integer, modulo ``shards`` (the typed key is the store's:
     ``b"i"`` + 8 big-endian bytes for an int, ``b"s"`` + UTF-8 for a str, ``b"b"`` + the bytes)."""
@@ -90,7 +92,7 @@ class ShardSet(Closing):
     def shards(self) -> int:
         return len(self.stores)
 
-    def shard_of(self, key: object) -> int:
+    def shard_of(self, key: Key | np.integer) -> int:
         """The shard that holds (or would hold) document ``key``."""
         return shard_of(key, self.shards)
 
@@ -99,7 +101,7 @@ class ShardSet(Closing):
         local, shard = divmod(int(gid), self.shards)
         return shard, local
 
-    def query(self, **kwargs: Any) -> list[Any]:
+    def query(self, **kwargs: Any) -> list[Match]:
         """:meth:`Store.query` over every shard (same arguments), merged: sorted by distance then
         key; each ``Match.id`` is a global id."""
         out = []
@@ -109,7 +111,7 @@ class ShardSet(Closing):
         return sort_matches(out)
 
     def query_many(
-        self, fingerprints: object, *, pipeline_id: str | None = None, k: int | None = None
+        self, fingerprints: RawFingerprints | Fingerprints, *, pipeline_id: str | None = None, k: int | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`Store.query_many` over every shard: ``(query_index, global id, distance)``
         sorted by query index, distance, id."""
@@ -125,7 +127,7 @@ class ShardSet(Closing):
         order = np.lexsort((i, d, q))
         return q[order], i[order], d[order]
 
-    def keys_of(self, ids: Iterable[int]) -> list[Any]:
+    def keys_of(self, ids: Iterable[int]) -> list[Key]:
         """Keys of global ids (as :meth:`query_many` returns them)."""
         ids = [int(i) for i in ids]
         out: list[Any] = [None] * len(ids)

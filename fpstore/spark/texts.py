@@ -55,6 +55,7 @@ def _fingerprint_fn(payload: dict[str, Any], text_col: str):
             short = np.zeros(n, bool)
             if valid.any():
                 sigs = pipe.signatures([t for t in texts if t is not None], threads=1)
+                assert sigs.tokens is not None and sigs.short is not None  # Pipeline.signatures fills every column
                 fps[valid], ntok[valid], short[valid] = sigs.values, sigs.tokens, sigs.short
             mask = None if valid.all() else ~valid
             arrays = list(batch.columns) + [

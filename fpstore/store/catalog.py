@@ -22,7 +22,7 @@ from fpstore.index.design import Design
 from fpstore.index.tiers import KeySegment, Run, State, TierCache
 from fpstore.store.header import U64, table_name
 from fpstore.store.incremental import IncrementalTables
-from fpstore.store.keys import FLAG_SHORT, MAX_RAW_KEY, lookup_key, unpack_record, untyped_key
+from fpstore.store.keys import FLAG_SHORT, MAX_RAW_KEY, Key, lookup_key, unpack_record, untyped_key
 from fpstore.store.lsm import Lsm
 from fpstore.store.results import AddResult, Document, Match, sort_matches
 
@@ -32,7 +32,7 @@ __all__ = ["ITER_BATCH", "Catalog", "read_u64"]
 ITER_BATCH = 1000
 
 
-def read_u64(raw: bytes, what: str) -> int:
+def read_u64(raw: bytes | memoryview, what: str) -> int:
     """An 8-byte big-endian integer read from the store; another length is damage."""
     if len(raw) != 8:
         raise CorruptionError(f"{what} is {len(raw)} bytes, expected 8")
@@ -117,10 +117,10 @@ class Catalog:
         for seg in reversed(segments):
             if not pending:
                 break
-            found = seg.find_many([typed[i] for i in pending], hashes[pending])
+            in_seg = seg.find_many([typed[i] for i in pending], hashes[pending])
             still: list[int] = []
             for j, i in enumerate(pending):
-                doc_id = found.get(j)
+                doc_id = in_seg.get(j)
                 if doc_id is None:
                     still.append(i)
                 elif not self.is_dead(txn, doc_id):  # the newest copy decides (see _id_of)
@@ -153,7 +153,7 @@ class Catalog:
                 return seg.key_at(ordinal), fp, None, 0, 0
         return None
 
-    def key_of(self, txn: lmdb.Transaction, doc_id: int) -> str | bytes | int:
+    def key_of(self, txn: lmdb.Transaction, doc_id: int) -> Key:
         rec = self.record(txn, doc_id)
         if rec is None:
             raise CorruptionError(f"an index entry names document {doc_id}, which has no record")
@@ -305,6 +305,7 @@ class Catalog:
         other a stored document; a key that is neither makes the batch an InputError."""
         out = [0] * len(canonical_keys)
         stored: list[int] = []
+        stored_keys: list[bytes] = []
         for j, c in enumerate(canonical_keys):
             if c is None:
                 continue
@@ -312,17 +313,16 @@ class Catalog:
                 out[j] = int(ids[batch[c]])
             else:
                 stored.append(j)
+                stored_keys.append(c)
         if stored:
-            found = self.ids_of_many(txn, [canonical_keys[j] for j in stored])  # type: ignore[misc]
-            for j, doc_id in zip(stored, found):
+            found = self.ids_of_many(txn, stored_keys)
+            for j, c, doc_id in zip(stored, stored_keys, found):
                 if doc_id is None:
-                    raise InputError(
-                        f"canonical key {untyped_key(canonical_keys[j])!r} is neither stored nor a key of the batch"  # type: ignore[arg-type]
-                    )
+                    raise InputError(f"canonical key {untyped_key(c)!r} is neither stored nor a key of the batch")
                 out[j] = doc_id
         return out
 
-    def keys_of(self, txn: lmdb.Transaction, ids: list[int], state: State | None = None) -> list[str | bytes | int]:
+    def keys_of(self, txn: lmdb.Transaction, ids: list[int], state: State | None = None) -> list[Key]:
         """Keys of many ids: incremental records by lookup, bulk ones a key block at a time."""
         if not ids:
             return []
@@ -414,7 +414,7 @@ class Catalog:
         order = by_id[search.argsort_u64(key)]
         return q[order], ids[order], dist[order]
 
-    def get(self, txn: lmdb.Transaction, typed: bytes, key: object) -> Document | None:
+    def get(self, txn: lmdb.Transaction, typed: bytes, key: Key) -> Document | None:
         """The live :class:`Document` of typed key ``typed`` (the user's ``key``), or None."""
         doc_id = self.id_of(txn, typed)
         if doc_id is None:

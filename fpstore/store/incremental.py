@@ -129,10 +129,10 @@ class IncrementalTables:
             return empty
         design = self.design
         if len(fps) * design.probes_per_query() * 4 < entries:
-            rows = [(qi, doc_id, d) for qi, fp in enumerate(fps.tolist()) for doc_id, (d, _) in self.probe(txn, fp, k).items()]
-            if not rows:
+            hits = [(qi, doc_id, d) for qi, fp in enumerate(fps.tolist()) for doc_id, (d, _) in self.probe(txn, fp, k).items()]
+            if not hits:
                 return empty
-            q, i, d = zip(*rows)
+            q, i, d = zip(*hits)
             return np.array(q, np.int64), np.array(i, np.int64), np.array(d, np.uint8)
         out_q, out_i, out_d = [], [], []
         for t, (db, table) in enumerate(zip(self.dbs, design.tables)):

@@ -9,7 +9,8 @@ import numpy as np
 
 from fpstore.errors import InputError, PipelineMismatchError
 from fpstore.fingerprint.pipeline import Fingerprints, Pipeline
-from fpstore.hamming import as_fingerprint_array
+from fpstore.fingerprint.text import Text
+from fpstore.hamming import RawFingerprints, as_fingerprint_array
 
 __all__ = ["check_pipeline_id", "fingerprint_int", "signatures"]
 
@@ -33,7 +34,11 @@ def check_pipeline_id(pipeline: Pipeline, pipeline_id: object) -> None:
 
 
 def signatures(
-    pipeline: Pipeline, n: int | None, texts: Sequence[object] | None, fingerprints: object, pipeline_id: object
+    pipeline: Pipeline,
+    n: int | None,
+    texts: Sequence[Text] | None,
+    fingerprints: RawFingerprints | Fingerprints | None,
+    pipeline_id: object,
 ) -> Fingerprints:
     """One :class:`Fingerprints` batch from exactly one of ``texts`` and ``fingerprints``."""
     if (texts is None) == (fingerprints is None):

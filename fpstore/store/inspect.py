@@ -36,7 +36,7 @@ __all__ = [
 MAX_PROBLEMS = 100
 
 
-class Problems(list):  # type: ignore[type-arg]
+class Problems(list[str]):
     """A list of problem descriptions that keeps the first :data:`MAX_PROBLEMS`."""
 
     def add(self, msg: str) -> None:

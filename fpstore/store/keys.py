@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Sequence
 
 import msgpack
 import numpy as np
@@ -20,6 +21,8 @@ from fpstore.limits import MAX_KEY_BYTES, READ_MAX_RECORD_BIN
 
 __all__ = [
     "FLAG_SHORT",
+    "Key",
+    "KeyBatch",
     "FLAG_TEXT",
     "LOOKUP_KEY_BYTES",
     "MAX_RAW_KEY",
@@ -29,6 +32,11 @@ __all__ = [
     "unpack_record",
     "untyped_key",
 ]
+
+#: A document key: text, bytes, or an integer in [-2**63, 2**64) (each read back as given).
+Key = str | bytes | int
+#: Many keys: a sequence of keys, or an integer array of them (which a bulk load takes on a fast path).
+KeyBatch = np.ndarray | Sequence[Key]
 
 #: Record flag: the text was below the pipeline's ``min_tokens`` (matched only exactly).
 FLAG_SHORT = 1
@@ -66,7 +74,7 @@ def typed_key(key: object, limit: int = MAX_KEY_BYTES) -> bytes:
     raise InputError(f"keys must be str, bytes or int, not {type(key).__name__}")
 
 
-def untyped_key(typed: bytes) -> str | bytes | int:
+def untyped_key(typed: bytes) -> Key:
     """The user key of a typed key; an unknown tag or bad UTF-8 raises :class:`CorruptionError`."""
     tag, body = typed[:1], typed[1:]
     if tag == b"s":
@@ -100,7 +108,7 @@ def pack_record(typed_key: bytes, fp: int, content_hash: bytes | None, canonical
     return packer.pack([typed_key, fp, content_hash, canonical, flags])
 
 
-def unpack_record(raw: bytes) -> tuple[bytes, int, bytes | None, int, int]:
+def unpack_record(raw: bytes | memoryview) -> tuple[bytes, int, bytes | None, int, int]:
     """Decode a stored record; any deviation from the format raises :class:`CorruptionError`."""
     try:
         rec = msgpack.unpackb(raw, raw=False, use_list=True, max_bin_len=READ_MAX_RECORD_BIN, max_array_len=16, max_map_len=0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import lmdb
 import numpy as np
@@ -23,7 +23,7 @@ from fpstore.index.tiers import Run, RunMeta, SegmentMeta, State, TierCache
 from fpstore.parallel import executor
 from fpstore.parallel import threads as thread_count
 from fpstore.store.incremental import IncrementalTables
-from fpstore.store.keys import typed_key
+from fpstore.store.keys import KeyBatch, typed_key
 
 __all__ = [
     "FLUSH_ENTRIES",
@@ -66,9 +66,9 @@ def merge_group(runs: Iterable[RunMeta], unit: int) -> list[RunMeta]:
     return []
 
 
-def take(keys: list[object], fps: list[np.ndarray], n: int) -> tuple[object, np.ndarray, list[object], list[np.ndarray]]:
+def take(keys: list[KeyBatch], fps: list[np.ndarray], n: int) -> tuple[KeyBatch, np.ndarray, list[KeyBatch], list[np.ndarray]]:
     """The first ``n`` documents of pending chunks, and the chunks left over."""
-    out_k: list[object] = []
+    out_k: list[KeyBatch] = []
     out_f: list[np.ndarray] = []
     got = 0
     while got < n:
@@ -80,23 +80,28 @@ def take(keys: list[object], fps: list[np.ndarray], n: int) -> tuple[object, np.
             got += len(cf)
             keys, fps = keys[1:], fps[1:]
         else:
-            out_k.append(ck[:need])  # type: ignore[index]
+            out_k.append(ck[:need])
             out_f.append(cf[:need])
-            keys = [ck[need:]] + keys[1:]  # type: ignore[index]
+            keys = [ck[need:]] + keys[1:]
             fps = [cf[need:]] + fps[1:]
             got = n
     if all(isinstance(k, np.ndarray) and k.dtype.kind in "iu" for k in out_k):
-        merged: object = np.concatenate(out_k) if len(out_k) > 1 else out_k[0]
+        merged: KeyBatch = np.concatenate(out_k) if len(out_k) > 1 else out_k[0]
     else:
-        merged = [k for part in out_k for k in part]  # type: ignore[union-attr]
+        merged = [k for part in out_k for k in part]
     return merged, np.concatenate(out_f), keys, fps
 
 
-def runs_of(chunks: Iterable[object], max_run: int, values: Callable[[Any, Any], np.ndarray]) -> Iterator[tuple[object, np.ndarray]]:
+_Fps = TypeVar("_Fps")
+
+
+def runs_of(
+    chunks: Iterable[tuple[KeyBatch, _Fps]], max_run: int, values: Callable[[KeyBatch, _Fps], np.ndarray]
+) -> Iterator[tuple[KeyBatch, np.ndarray]]:
     """A bulk load's ``(keys, fingerprints)`` chunks regrouped into runs of ``max_run`` documents
     (the last one shorter), through bounded memory. ``values(keys, fingerprints)`` checks a chunk
     and returns its fingerprints (uint64)."""
-    pending_keys: list[object] = []
+    pending_keys: list[KeyBatch] = []
     pending_fps: list[np.ndarray] = []
     pending = 0
     for chunk in chunks:
@@ -129,10 +134,10 @@ class Load:
     def typed_keys(self) -> list[bytes]:
         if self.int_keys is not None:
             return [b"i" + k.to_bytes(8, "big") for k in self.int_keys.tolist()]
-        return self.typed  # type: ignore[return-value]
+        return self.typed  # type: ignore[return-value]  # prepare_load sets typed when int_keys is None
 
 
-def prepare_load(keys: object, fps: np.ndarray) -> Load | None:
+def prepare_load(keys: KeyBatch, fps: np.ndarray) -> Load | None:
     """A bulk load's keys and fingerprints as a :class:`Load`, or None when there are none."""
     n = len(fps)
     int_keys: np.ndarray | None = None
@@ -148,7 +153,7 @@ def prepare_load(keys: object, fps: np.ndarray) -> Load | None:
             _, rev_first = np.unique(int_keys[::-1], return_index=True)
             keep = np.sort(n - 1 - rev_first)
     else:
-        typed_all = [typed_key(k) for k in keys]  # type: ignore[union-attr]
+        typed_all = [typed_key(k) for k in keys]
         last = {t: i for i, t in enumerate(typed_all)}
         keep = np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
         typed = [typed_all[i] for i in keep.tolist()]

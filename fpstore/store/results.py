@@ -7,13 +7,15 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fpstore.store.keys import Key
+
 __all__ = ["AddResult", "Cluster", "Document", "Match", "key_order", "sort_matches"]
 
 
 class Match(NamedTuple):
     """A stored document within the query radius."""
 
-    key: str | bytes | int
+    key: Key
     distance: int
     fingerprint: int
     id: int
@@ -23,11 +25,11 @@ class Match(NamedTuple):
 class Document:
     """A stored document: its key, id, fingerprint, content hash and canonical key."""
 
-    key: str | bytes | int
+    key: Key
     id: int
     fingerprint: int
     content_hash: bytes | None
-    canonical: str | bytes | int | None
+    canonical: Key | None
     short: bool
 
 
@@ -42,15 +44,15 @@ class AddResult:
     """
 
     id: int | None
-    key: str | bytes | int
+    key: Key
     fingerprint: int
     short: bool
-    exact_duplicate_of: str | bytes | int | None
+    exact_duplicate_of: Key | None
     near_duplicates: list[Match]
-    canonical: str | bytes | int | None
+    canonical: Key | None
 
     @property
-    def duplicate_of(self) -> str | bytes | None:
+    def duplicate_of(self) -> Key | None:
         """The key of the exact or nearest duplicate, or None for a new document."""
         if self.exact_duplicate_of is not None:
             return self.exact_duplicate_of
@@ -60,12 +62,12 @@ class AddResult:
 class Cluster(NamedTuple):
     """Documents connected by near-duplicate pairs; ``canonical`` is the oldest (smallest id)."""
 
-    canonical: str | bytes | int
-    keys: list[str | bytes | int]
+    canonical: Key
+    keys: list[Key]
     ids: np.ndarray
 
 
-def key_order(key: str | bytes | int) -> tuple[int, object]:
+def key_order(key: Key) -> tuple[int, object]:
     """A sort key for user keys of mixed types: ints, then str, then bytes (they do not compare)."""
     return (0 if isinstance(key, int) else 1 if isinstance(key, str) else 2, key)
 

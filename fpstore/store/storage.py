@@ -587,7 +587,8 @@ class Storage:
         self._maybe_reader_check()
         for attempt in range(3):
             try:
-                return env.begin(buffers=buffers)
+                # Two calls, not begin(buffers=buffers): lmdb's stubs type begin() by the literal value.
+                return env.begin(buffers=True) if buffers else env.begin(buffers=False)
             except lmdb.MapResizedError:
                 # The writer grew the map: adopt its size (no transaction is open here) and retry.
                 env.set_mapsize(0)

@@ -17,13 +17,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from inspect import signature
-from typing import Any, ParamSpec
+from typing import Any, ParamSpec, cast, overload
 
 import numpy as np
 
 from fpstore.closing import Closing
 from fpstore.errors import CorruptionError, DesignError, InputError, NotAStoreError
-from fpstore.fingerprint.pipeline import Pipeline
+from fpstore.fingerprint.pipeline import Fingerprints, Pipeline
+from fpstore.fingerprint.text import Text
+from fpstore.hamming import RawFingerprints
 from fpstore.index import search
 from fpstore.index.design import Design, design_for
 from fpstore.store import inspect
@@ -45,7 +47,7 @@ from fpstore.store.header import (
     table_name,
 )
 from fpstore.store.inputs import check_pipeline_id, fingerprint_int, signatures
-from fpstore.store.keys import FLAG_SHORT, FLAG_TEXT, LOOKUP_KEY_BYTES, typed_key, untyped_key
+from fpstore.store.keys import FLAG_SHORT, FLAG_TEXT, LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
 from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
 from fpstore.store.results import AddResult, Cluster, Document, Match
 from fpstore.store.storage import DATA_FILE, Storage
@@ -165,10 +167,10 @@ class Store(Closing):
 
     def add(
         self,
-        key: str | bytes,
+        key: Key,
         *,
-        text: object = None,
-        fingerprint: int | None = None,
+        text: Text | None = None,
+        fingerprint: int | np.integer | None = None,
         pipeline_id: str | None = None,
         on_duplicate: str = "insert",
     ) -> AddResult:
@@ -202,13 +204,13 @@ class Store(Closing):
 
     def add_many(
         self,
-        keys: Sequence[str | bytes | int],
+        keys: Sequence[Key],
         *,
-        texts: Sequence[object] | None = None,
-        fingerprints: object = None,
+        texts: Sequence[Text] | None = None,
+        fingerprints: RawFingerprints | Fingerprints | None = None,
         pipeline_id: str | None = None,
         checkpoint: tuple[str, Any] | None = None,
-        canonicals: Sequence[str | bytes | int | None] | None = None,
+        canonicals: Sequence[Key | None] | None = None,
     ) -> np.ndarray:
         """Add a batch in one durable transaction; returns the documents' ids (int64).
 
@@ -239,10 +241,32 @@ class Store(Closing):
 
     # -- bulk loads and compaction -------------------------------------------------------------
 
+    @overload
     def bulk_load(
         self,
-        keys: object,
-        fingerprints: object = None,
+        keys: KeyBatch,
+        fingerprints: RawFingerprints | Fingerprints,
+        *,
+        pipeline_id: str | None = None,
+        progress: Callable[[int, int | None], None] | None = None,
+        max_run: int = 1 << 24,
+    ) -> int: ...
+
+    @overload
+    def bulk_load(
+        self,
+        keys: Iterable[tuple[KeyBatch, RawFingerprints | Fingerprints]],
+        fingerprints: None = None,
+        *,
+        pipeline_id: str | None = None,
+        progress: Callable[[int, int | None], None] | None = None,
+        max_run: int = 1 << 24,
+    ) -> int: ...
+
+    def bulk_load(
+        self,
+        keys: KeyBatch | Iterable[tuple[KeyBatch, RawFingerprints | Fingerprints]],
+        fingerprints: RawFingerprints | Fingerprints | None = None,
         *,
         pipeline_id: str | None = None,
         progress: Callable[[int, int | None], None] | None = None,
@@ -261,13 +285,16 @@ class Store(Closing):
         self._storage.check_writable()
         if not isinstance(max_run, int) or max_run < 1:
             raise InputError(f"max_run must be a positive int, got {max_run!r}")
+        # Which of the two forms keys has follows from fingerprints (the overloads above), which
+        # narrowing cannot see: the casts name the form each branch has.
+        chunks: Iterable[tuple[KeyBatch, RawFingerprints | Fingerprints]]
         if fingerprints is not None:
-            chunks: Iterable[tuple[object, object]] = [(keys, fingerprints)]
-            total: int | None = len(fingerprints)  # type: ignore[arg-type]
+            chunks = [(cast(KeyBatch, keys), fingerprints)]
+            total: int | None = len(fingerprints)
         else:
             if isinstance(keys, (str, bytes, np.ndarray)):
                 raise InputError("bulk_load takes keys and fingerprints, or an iterable of (keys, fingerprints) chunks")
-            chunks, total = keys, None  # type: ignore[assignment]
+            chunks, total = cast(Iterable[tuple[KeyBatch, RawFingerprints | Fingerprints]], keys), None
         done = 0
         for keys_run, fps_run in runs_of(chunks, max_run, lambda ck, cf: signatures(self.pipeline, len(ck), None, cf, pipeline_id).values):
             done += load_run(self._storage, self._cat, keys_run, fps_run, lambda: len(self) > 0)
@@ -336,7 +363,7 @@ class Store(Closing):
                 out.append(Cluster(members[0], members, g))
             return out
 
-    def delete(self, key: str | bytes) -> bool:
+    def delete(self, key: Key) -> bool:
         """Delete a document; returns whether it existed. Durable when it returns."""
         typed = typed_key(key, LOOKUP_KEY_BYTES)
 
@@ -368,8 +395,8 @@ class Store(Closing):
     def query(
         self,
         *,
-        text: object = None,
-        fingerprint: int | None = None,
+        text: Text | None = None,
+        fingerprint: int | np.integer | None = None,
         pipeline_id: str | None = None,
         k: int | None = None,
         exhaustive: bool = False,
@@ -410,7 +437,7 @@ class Store(Closing):
             return cat.matches(txn, found)
 
     def query_many(
-        self, fingerprints: object, *, pipeline_id: str | None = None, k: int | None = None
+        self, fingerprints: RawFingerprints | Fingerprints, *, pipeline_id: str | None = None, k: int | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All matches of many fingerprints in one snapshot, columnar (Manku's batch mode).
 
@@ -423,19 +450,19 @@ class Store(Closing):
         with self._storage.read() as txn:
             return self._cat.probe_many(txn, fps, kq)
 
-    def keys_of(self, ids: Iterable[int]) -> list[str | bytes | int]:
+    def keys_of(self, ids: Iterable[int]) -> list[Key]:
         """The keys of document ids (as returned by :meth:`query_many`), in one snapshot."""
         with self._storage.read() as txn:
             return self._cat.keys_of(txn, [int(i) for i in ids])
 
-    def get(self, key: str | bytes, default: Any = None) -> Document | Any:
+    def get(self, key: Key, default: Any = None) -> Document | Any:
         """The stored :class:`Document` for ``key``, or ``default``."""
         typed = typed_key(key, LOOKUP_KEY_BYTES)
         with self._storage.read() as txn:
             doc = self._cat.get(txn, typed, key)
         return default if doc is None else doc
 
-    def __getitem__(self, key: str | bytes) -> Document:
+    def __getitem__(self, key: Key) -> Document:
         doc = self.get(key)
         if doc is None:
             raise KeyError(key)
@@ -458,7 +485,7 @@ class Store(Closing):
                 raise CorruptionError(f"the store's document count {count} exceeds the ids it ever assigned: the counter is damaged")
             return count
 
-    def __iter__(self) -> Iterator[str | bytes | int]:
+    def __iter__(self) -> Iterator[Key]:
         """Keys in id order; read in batches so no transaction spans a yield."""
         for batch in self._batches(False):
             for _, rec in batch:
@@ -562,7 +589,7 @@ def _with_signature_of(cls: Callable[_P, Store]) -> Callable[[Callable[..., Stor
     defined once, on :class:`Store`."""
 
     def wrap(fn: Callable[..., Store]) -> Callable[_P, Store]:
-        fn.__signature__ = signature(cls).replace(return_annotation="Store")  # type: ignore[attr-defined]
+        fn.__signature__ = signature(cls).replace(return_annotation="Store")  # type: ignore[attr-defined]  # inspect reads it
         return fn
 
     return wrap

@@ -14,7 +14,7 @@ from fpstore.fingerprint.pipeline import Fingerprints
 from fpstore.index import tiers
 from fpstore.store.catalog import Catalog
 from fpstore.store.header import H_COUNT, H_NEXT_ID, U64
-from fpstore.store.keys import FLAG_SHORT, FLAG_TEXT, lookup_key, pack_record
+from fpstore.store.keys import FLAG_SHORT, FLAG_TEXT, KeyBatch, lookup_key, pack_record
 from fpstore.store.lsm import prepare_load
 from fpstore.store.results import AddResult
 from fpstore.store.storage import Storage
@@ -175,7 +175,7 @@ def add_batch(cat: Catalog, txn: lmdb.Transaction, batch: Batch, flush_entries: 
     return ids
 
 
-def load_run(storage: Storage, cat: Catalog, keys: object, fps: np.ndarray, has_documents: Callable[[], bool]) -> int:
+def load_run(storage: Storage, cat: Catalog, keys: KeyBatch, fps: np.ndarray, has_documents: Callable[[], bool]) -> int:
     """Write one bulk-load run and its key segment in one transaction; returns its documents.
     ``has_documents()`` says whether the store holds any (else no key can be replaced)."""
     load = prepare_load(keys, fps)
