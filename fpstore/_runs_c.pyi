@@ -17,9 +17,7 @@ ERR_MISSING: int
 ERR_LENGTH: int
 MAX_BLOCK_ENTRIES: int
 
-def encode_chunk(
-    keys: np.ndarray, block_entries: int, first_block: int, out: np.ndarray, offsets: np.ndarray
-) -> tuple[int, int, int]: ...
+def encode_chunk(keys: np.ndarray, block_entries: int, first_block: int, out: np.ndarray, offsets: np.ndarray) -> tuple[int, int, int]: ...
 def decode_blocks(
     buf: Any, starts: np.ndarray, ends: np.ndarray, counts: np.ndarray, bounds: np.ndarray, out: np.ndarray
 ) -> tuple[int, int]: ...

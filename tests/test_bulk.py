@@ -37,6 +37,7 @@ def store(tmp_path):
         yield s
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["random", "clustered"])
 @pytest.mark.parametrize("k", [0, 3, 5])
 def test_all_pairs_equal_brute_force(tmp_path, kind, k):
@@ -62,6 +63,7 @@ def test_all_pairs_equal_brute_force(tmp_path, kind, k):
             assert {(min(x, y), max(x, y), z) for x, y, z in zip(s.keys_of(a2), s.keys_of(b2), d2.tolist())} == want
 
 
+@pytest.mark.slow
 def test_clusters_are_connected_components(store):
     """clusters() equals the connected components of the brute-force pair graph; canonical is the oldest."""
     fps = data("clustered", 3000, seed=9)
@@ -89,6 +91,7 @@ def test_clusters_are_connected_components(store):
         assert c.canonical == c.keys[0] and store[c.canonical].id == min(ids)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["random", "clustered"])
 def test_query_many_over_runs_and_increments_equals_brute_force(tmp_path, kind):
     """Batch queries over several runs, incremental tables and tombstones equal brute force at every k'."""
@@ -230,6 +233,7 @@ def test_damaged_run_blobs_raise_corruption_not_crashes(tmp_path):
             s.query_many(fps[:2000], pipeline_id=pid)
 
 
+@pytest.mark.slow
 def test_file_compaction_shrinks_the_file_and_keeps_answers(tmp_path):
     """compact_file rewrites data.mdb smaller, answers stay equal, and the store reopens."""
     import os

@@ -152,6 +152,7 @@ def doc_sections() -> dict[str, str]:
     return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
 
 
+@pytest.mark.slow
 def test_every_command_has_help_and_is_documented_with_every_option(capsys):
     """Each command answers --help (exit 0) and has a section in docs/cli.md naming each of its
     options; the docs describe no command that does not exist."""
@@ -196,6 +197,7 @@ def test_demo_stores_the_sample_and_prints_clusters(tmp_path):
 # -- the main job ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_main_job_ingest_sample_then_clusters(tmp_path):
     """README's main job: ingest the sample corpus of real text, print near-duplicate clusters."""
     store = tmp_path / "sample.fps"
@@ -287,6 +289,7 @@ def test_verify_finds_a_missing_table_entry(built, tmp_path):
     assert r.code == 1 and f"problem: table {last}" in r.out
 
 
+@pytest.mark.slow
 def test_query_modes(built, tmp_path):
     """query takes a text argument, stdin, a file or a hex fingerprint; exit 1 when nothing matches."""
     r = run("query", built, mtw.ARTICLE_A, "--json")
@@ -312,6 +315,7 @@ def test_query_modes(built, tmp_path):
     assert cli("query", built, "text", "--file", f).code == 2
 
 
+@pytest.mark.slow
 def test_dedup_pairs_and_clusters(built, tmp_path):
     """dedup prints each pair once and clusters with the canonical first, as JSONL or CSV."""
     r = run("dedup", built)
@@ -370,6 +374,7 @@ def test_ingest_html_off_into_a_store_created_with_html_off(tmp_path):
     assert r.code == 2 and "html='off', not 'main-v1'" in r.err
 
 
+@pytest.mark.slow
 def test_ingest_bad_jsonl_stop_keeps_what_came_before(tmp_path):
     """Stop mode: exit 2 at the bad line, the lines before it stored; after the fix a rerun resumes."""
     docs = [{"id": f"k{i}", "text": synthetic(i)} for i in range(6)]
@@ -424,6 +429,7 @@ def test_ingest_directory_notes_binary_files(tmp_path):
         assert sorted(s) == ["site/index.html", "site/sub/notes.txt"]
 
 
+@pytest.mark.slow
 def test_ingest_truncated_warc_then_complete(tmp_path):
     """A truncated WARC record is reported (exit 1), the records before it are kept, and once the
     file is whole a rerun stores the rest: each record exactly once."""
@@ -490,6 +496,7 @@ def ingest_in_background(store, n, until_line):
     return src, store, name, proc
 
 
+@pytest.mark.slow
 def test_ingest_killed_midway_then_rerun_stores_each_document_once(tmp_path):
     """SIGKILL an ingest after some batches; the rerun resumes at the last checkpoint and ends with
     every document stored exactly once; the store verifies."""
@@ -511,6 +518,7 @@ def test_ingest_killed_midway_then_rerun_stores_each_document_once(tmp_path):
     assert run("verify", store, "--no-copy").code == 0
 
 
+@pytest.mark.slow
 def test_ingest_ctrl_c_stops_after_the_current_batch(tmp_path):
     """SIGINT: the ingest commits its current batch and exits 130 with a resume hint; a rerun completes."""
     n = 3000
@@ -535,6 +543,7 @@ def answers(store: pathlib.Path, texts: list[str]) -> list[list[tuple]]:
         return [[(m.key, m.distance, m.fingerprint) for m in s.query(text=t)] for t in texts]
 
 
+@pytest.mark.slow
 def test_export_import_round_trip_answers_identically(built, tmp_path):
     """Export then import into a new store: same pipeline and design, the same answers to every
     stored text and the same near-duplicate pairs; stdout to stdin works as well as files."""
@@ -653,6 +662,7 @@ def test_hostile_streams_are_refused_and_leave_nothing(tmp_path):
             assert len(s) == 23, name
 
 
+@pytest.mark.slow
 def test_hostile_stream_on_the_command_line(tmp_path):
     """The command reports a bad stream in one line with exit 2."""
     data = good_stream(tmp_path)

@@ -47,6 +47,7 @@ def _run_writer_with_readers(path: str, stop: int, readers: int, writer_args: tu
             child.close()
 
 
+@pytest.mark.slow
 def test_readers_see_every_table_agree_within_one_snapshot(tmp_path):
     """Four reader processes find, in every snapshot taken while a writer commits, all tables agreeing with the count and checkpoint."""
     path = str(tmp_path / "store")
@@ -66,6 +67,7 @@ def test_readers_see_every_table_agree_within_one_snapshot(tmp_path):
         assert snap["ckpt"] == stop - 1 and len(store) == total(stop - 1)
 
 
+@pytest.mark.slow
 def test_map_grows_several_times_under_readers(tmp_path):
     """A store created with a 1 MiB map grows several times in one writer while two readers keep reading consistent data."""
     path = str(tmp_path / "store")
@@ -190,6 +192,7 @@ def test_writer_close_releases_the_lock_while_a_forked_child_lives(tmp_path):
         os.waitpid(pid, 0)
 
 
+@pytest.mark.slow
 def test_double_open_and_writer_lock(tmp_path):
     """The same path opened twice in one process is refused, a second writer process gets WriterLockedError, a reader process opens."""
     path = str(tmp_path / "store")

@@ -16,9 +16,14 @@ import time
 
 import numpy as np
 
+import pytest
+
 import fpstore
 from tests.support.oracle import FEED, CheckFailed, batch, batch_size, check_keys, check_snapshot, snapshot, total
 from tests.support.processes import Child, ForkServer
+
+#: Minutes of kills, crash points and damaged files: the slow tier (docs/development.md).
+pytestmark = pytest.mark.slow
 
 KILL_CYCLES = int(os.environ.get("FPSTORE_KILL_CYCLES", "240"))
 VERIFY_EVERY = 60  # cycles between runs of LMDB's structural verifier (0.1 to 1 s each)

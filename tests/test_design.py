@@ -417,6 +417,7 @@ def test_hostile_config_raises_design_error(cfg: object) -> None:
         Design.from_config(cfg)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=5),

@@ -60,6 +60,7 @@ def test_ingest_skips_a_deeply_nested_line_and_moves_the_checkpoint_past_it(tmp_
     assert res.stopped_at is not None and res.stopped_at.where == f"{p}:2" and res.stopped_at.kind == "malformed"
 
 
+@pytest.mark.slow
 def test_cli_ingest_deeply_nested_line_skips_with_exit_1_and_no_traceback(tmp_path):
     """fpstore-admin ingest skips a deep line (exit 1, no traceback), a rerun exits 0, --on-error stop exits 2 there."""
     p = tmp_path / "deep.jsonl"
@@ -298,6 +299,7 @@ def test_non_utf8_and_long_source_paths_get_a_short_stable_checkpoint_name(tmp_p
     assert ingest(store, [JsonlSource(os.fsdecode(bad_jsonl))]).added == 0
 
 
+@pytest.mark.slow
 def test_cli_ingest_non_utf8_and_long_paths(tmp_path):
     """fpstore-admin ingest of a non-UTF-8 directory path and a 500-byte one exits 0, and a rerun adds nothing."""
     bad = os.fsencode(tmp_path) + b"/d\xff"
@@ -517,6 +519,7 @@ def tag_soup(draw) -> str:
     return "".join(parts)
 
 
+@pytest.mark.slow
 def test_nesting_depth_is_never_below_the_depth_lexbor_builds():
     """On random tag soup, nesting_depth is never below the depth of the tree lexbor builds (less 2)."""
     from hypothesis import given, settings, strategies as st
@@ -532,6 +535,7 @@ def test_nesting_depth_is_never_below_the_depth_lexbor_builds():
     check()
 
 
+@pytest.mark.slow
 def test_deep_page_is_fingerprinted_in_linear_time_safety_net(tmp_path):
     """Safety net, generous timeout: a page 400,000 <div>s deep (minutes unbounded) is fingerprinted in a subprocess."""
     import subprocess

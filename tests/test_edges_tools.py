@@ -180,12 +180,14 @@ def _check_damage_cases(base: pathlib.Path, tmp: pathlib.Path, damages: list[tup
     assert not failures, f"{len(failures)} failures, e.g.:\n" + "\n".join(failures[:12])
 
 
+@pytest.mark.slow
 def test_zeroed_page_verify_export_info_report_damage(base, tmp_path):
     """verify, export and info on a store with any one page zeroed: exit 1 with one clear message when the structure is damaged, never a signal (LMDB's IS_LEAF abort) or a traceback."""
     npages = os.path.getsize(base / "data.mdb") // 4096
     _check_damage_cases(base, tmp_path, [(f"page {p} of {npages} zeroed", p, None) for p in range(npages)])
 
 
+@pytest.mark.slow
 def test_random_page_verify_export_info_report_damage(base, tmp_path):
     """verify, export and info on a store with a page overwritten by random bytes: exit 1 with one clear message for structural damage, never a signal or a traceback."""
     rng = random.Random(5)
@@ -211,6 +213,7 @@ def _first_tree_page(base: pathlib.Path) -> int:
     raise AssertionError("no B-tree page found")
 
 
+@pytest.mark.slow
 def test_installed_command_reports_a_zeroed_page(base, tmp_path):
     """The installed fpstore-admin (verify, verify --json, export, info) on a store with a zeroed B-tree page: exit 1, no traceback, the structural check named."""
     path = _copy(base, tmp_path / "z.fps")
@@ -230,6 +233,7 @@ def test_installed_command_reports_a_zeroed_page(base, tmp_path):
     assert not (tmp_path / "z.out").exists()
 
 
+@pytest.mark.slow
 def test_verify_of_a_sound_store_still_passes(base, tmp_path):
     """A sound store still verifies with exit 0 (with and without --no-copy), and export and info still work."""
     path = _copy(base, tmp_path / "ok.fps")
@@ -437,6 +441,7 @@ def big_stream(tmp_path_factory) -> pathlib.Path:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_during_import_into_a_new_path_cleans_up(big_stream, tmp_path, sig):
     """SIGTERM (like SIGINT) during import into a new path: exit 130, one line, no traceback, no .NAME.importing-* directory and no store left behind."""
@@ -481,6 +486,7 @@ with fpstore.open(sys.argv[1], k=3, flush_entries=0) as s:
 """
 
 
+@pytest.mark.slow
 def test_structure_check_beside_a_committing_writer_finds_no_damage(base, tmp_path, monkeypatch):
     """LMDB's structural check of a store whose writer commits while the check walks it reports nothing: findings are confirmed under a read transaction, which keeps the writer from reusing the pages being walked."""
     from lmdb import verify
@@ -509,6 +515,7 @@ def test_structure_check_beside_a_committing_writer_finds_no_damage(base, tmp_pa
         writer.wait(timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_ingest_follows_links_out_of_the_tree_only_when_asked(tmp_path):
     """fpstore-admin ingest skips a link to a file outside the source tree, and reads it with --follow-symlinks."""
     import fpstore

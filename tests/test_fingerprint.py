@@ -61,6 +61,7 @@ def test_twins_agree_on_minhash1_densification(words, shingle, seed):
     assert c.fingerprint(t, seed, shingle, None, k) == py.fingerprint(t, seed, shingle, None, k)
 
 
+@pytest.mark.slow
 @given(st.lists(texts, max_size=12), st.integers(1, 4), st.sampled_from(KINDS))
 def test_batch_equals_single(raws, shingle, kind):
     """fingerprint_batch fills exactly what single calls return, in both twins."""
@@ -118,6 +119,7 @@ def test_one_edit_moves_few_bits_and_unrelated_texts_many(kind):
         assert fpstore.hamming(fa, fc) >= 20
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["minhash1", "simhash64"])
 def test_bits_are_balanced_and_uncorrelated(kind):
     """Over 10^5 random texts each bit is set with probability 0.5 +- 0.01 and bit pairs barely correlate.

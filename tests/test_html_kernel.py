@@ -176,6 +176,7 @@ def tag_soup(draw) -> str:
     return doc
 
 
+@pytest.mark.slow
 @needs_compiled
 @settings(max_examples=1000, database=None, derandomize=True, deadline=None)
 @given(tag_soup(), st.sampled_from([2, 5, 10**9]))
@@ -186,6 +187,7 @@ def test_kernel_equals_twin_on_tag_soup(doc, limit):
         assert kernel.nesting_depth(d, limit) == twin.nesting_depth(d, limit)
 
 
+@pytest.mark.slow
 @needs_compiled
 @settings(max_examples=3000, database=None, derandomize=True, deadline=None)
 @given(st.text(alphabet="<>/!?-=\"' \t\nabdipstvABDSVé\u0434", max_size=120), st.sampled_from([3, 10**9]))
@@ -204,6 +206,7 @@ def real_pages() -> list[str]:
         return [line.strip() for line in f if line.strip()]
 
 
+@pytest.mark.slow
 @needs_compiled
 @pytest.mark.skipif(not real_pages(), reason=f"no list of real HTML pages at {PAGES}")
 def test_kernel_equals_twin_on_real_pages():

@@ -33,6 +33,9 @@ from tests.support.oracle import FEED, CheckFailed
 from tests.support.processes import Child, ForkServer
 from tests.support.scenario import SCENARIO_OPS, check_model, layout, model_after, model_steps, run_op
 
+#: Minutes of kills, crash points and damaged files: the slow tier (docs/development.md).
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POINT_ROUNDS = int(os.environ.get("FPSTORE_POINT_ROUNDS", "1"))
 

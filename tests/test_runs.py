@@ -148,6 +148,7 @@ def test_twins_share_error_codes():
     assert len({getattr(PY, n) for n in names}) == len(names)
 
 
+@pytest.mark.slow
 @settings(max_examples=250)
 @given(keys=key_arrays(), layout=layouts())
 def test_twins_encode_identical_bytes_and_round_trip(keys, layout):
@@ -188,6 +189,7 @@ def test_round_trip_examples():
 # ---------------------------------------------------------------------------------------- probes
 
 
+@pytest.mark.slow
 @settings(max_examples=150)
 @given(keys=key_arrays(), layout=layouts(), data=st.data())
 def test_probe_matches_brute_force(keys, layout, data):
@@ -207,6 +209,7 @@ def test_probe_matches_brute_force(keys, layout, data):
                 assert len(calls) == len(set(calls))  # each chunk read at most once
 
 
+@pytest.mark.slow
 @settings(max_examples=200)
 @given(
     keys=key_arrays(max_size=300),
@@ -451,6 +454,7 @@ def assert_bounded(index, c, keys):
     assert int(keys[0]) == int(index._bounds[b0]) and int(keys[-1]) <= int(index._bounds[b1])
 
 
+@pytest.mark.slow
 def test_every_bit_flip_in_a_chunk_is_caught_or_bounded():
     """Each single-bit flip of a chunk: both twins agree; an error, or sorted keys in range, and the CRC sees it."""
     keys, index, chunks = small_run(200, bsz=8)
@@ -577,6 +581,7 @@ def hostile_blocks(draw):
     return buf, starts, ends, counts, np.sort(bounds)
 
 
+@pytest.mark.slow
 @settings(max_examples=FUZZ_EXAMPLES)
 @given(case=hostile_blocks(), out_len=st.one_of(st.none(), st.integers(0, 300)), seed=st.integers(0, 2**32 - 1))
 def test_fuzz_kernels_on_hostile_bytes(case, out_len, seed):
@@ -694,6 +699,7 @@ def test_probe_tables_equals_filtered_brute_force(stored, queries, prefix_bits, 
 _PROBE_DESIGNS = [(k, d) for k in (0, 2, 3, 4) for d in __import__("fpstore.index.design", fromlist=["x"]).designs_for_k(k)[:6]]
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None)
 @given(st.sampled_from(_PROBE_DESIGNS), st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=300),
        st.integers(1, 3), st.integers(0, 2**64 - 1), st.lists(st.integers(0, 63), max_size=5), st.integers(0, 2**32))

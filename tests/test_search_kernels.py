@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -58,6 +59,7 @@ def test_radix_sort_large_and_skipped_passes():
         assert np.array_equal(s, np.sort(keys)) and np.array_equal(o, np.argsort(keys, kind="stable"))
 
 
+@pytest.mark.slow
 @given(u64_arrays, st.integers(0, 64), st.integers(0, 12))
 @settings(max_examples=150)
 def test_self_join_equals_twin_and_brute_force(keys, prefix_bits, k):

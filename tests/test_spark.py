@@ -22,6 +22,9 @@ from fpstore.errors import InputError, PipelineMismatchError  # noqa: E402
 from fpstore.spark.join import _heavy_buckets  # noqa: E402
 from fpstore.spark.plans import JoinPlan, sub_tables  # noqa: E402
 
+#: A local Spark session takes tens of seconds to start: the slow tier (docs/development.md).
+pytestmark = pytest.mark.slow
+
 K = 3
 M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 

@@ -56,6 +56,7 @@ def store(tmp_path):
 # -- exactness at scale ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["random", "clustered"])
 @pytest.mark.parametrize("design", ["auto", "r4"])
 def test_queries_equal_brute_force_on_1e5(tmp_path, kind, design):
@@ -204,6 +205,7 @@ class StoreModel(RuleBasedStateMachine):
 
 
 TestStoreModel = StoreModel.TestCase
+TestStoreModel.pytestmark = [pytest.mark.slow]
 TestStoreModel.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
 
 
@@ -212,6 +214,7 @@ class StoreModelNoFlush(StoreModel):
 
 
 TestStoreModelNoFlush = StoreModelNoFlush.TestCase
+TestStoreModelNoFlush.pytestmark = [pytest.mark.slow]
 TestStoreModelNoFlush.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
 
 

@@ -83,6 +83,7 @@ _nfkc_alphabet = st.sampled_from(
 )
 
 
+@pytest.mark.slow
 @given(st.lists(_nfkc_alphabet, max_size=60).map("".join) | st.text(max_size=80))
 @settings(max_examples=500)
 def test_segmented_nfkc_equals_unicodedata(s):
