@@ -1,5 +1,5 @@
 """Concurrency tests: snapshot isolation across processes, map growth under readers, fork, double
-open, the writer lock, read-only and closed stores. Workers live in tests/workers.py."""
+open, the writer lock, read-only and closed stores. The workers are tests/workers.py, run through tests/support/processes.py."""
 
 from __future__ import annotations
 

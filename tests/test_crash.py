@@ -1,6 +1,6 @@
 """Crash tests: a writer SIGKILLed at random points, and a reader SIGKILLed inside a transaction.
 
-The oracle (tests/workers.py): batch i is a pure function of i, committed with checkpoint
+The oracle (tests/support/oracle.py): batch i is a pure function of i, committed with checkpoint
 ("feed", i), so after any kill the store must hold exactly batches 0..checkpoint. Writers are forked
 from a server that has imported fpstore (a cycle costs a fork, not an interpreter start). The long
 version is ``python tools/torture.py kill --cycles 2000``; kills at named points, power loss and
@@ -93,7 +93,7 @@ def run_kill_cycles(
 ) -> dict:
     """``cycles`` times: fork a feed writer, SIGKILL it after a random delay, check the oracle.
 
-    Writers are forked from one long-lived server process (tests/workers.py ``ForkServer``), so a
+    Writers are forked from one long-lived server process (tests/support/processes.py ``ForkServer``), so a
     cycle costs a fork, not an interpreter start; every writer still opens the store from scratch.
     LMDB's structural verifier runs every ``verify_every`` cycles.
     """

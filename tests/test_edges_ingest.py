@@ -1,7 +1,7 @@
 """Edge cases of ingest and HTML extraction: hostile lines, records, names and markup.
 
 Each one used to block an ingest (a traceback, or a stop that every rerun hit again) or to take
-time far beyond the input's size; see RELIABILITY.md rule 11.
+time far beyond the input's size; see docs/reliability.md, "Inputs at the edges".
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 * Damaged store files (a zeroed page, a page of random bytes) under ``verify``, ``export`` and
   ``info``: LMDB's structural check runs before anything walks a B-tree, and damage is a finding
-  (exit 1, one message), never a signal or a traceback (RELIABILITY.md rule 9).
+  (exit 1, one message), never a signal or a traceback (docs/reliability.md).
 * A run index (with a valid checksum) claiming far more entries than its chunks can hold, and
   state records whose counts exceed what backs them: CorruptionError before any allocation sized
   by the count (rule 10).

@@ -26,7 +26,7 @@ mutations of it (bit flips, bytes and words set to edge values, insertions, dele
 truncations, a few random byte strings), each a pure function of ``(--seed, target, number)``,
 or as many as fit in the target's share of ``--seconds``.
 
-Targets: the decoder fuzz targets of tests/workers.py (``fuzz_one``: run index, run index with its
+Targets: the decoder fuzz targets of tests/support/fuzz.py (``fuzz_one``: run index, run index with its
 checksum made right, run chunks through every probe, state, header, record, key block, idf, packed
 ids), which reach ``_runs_c`` (``decode_blocks``, ``probe_chunk``, ``probe_tables``) and
 ``_search_c.unpack_bits``; and three of this script's own for the kernels that no decoder reaches:

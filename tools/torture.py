@@ -11,7 +11,7 @@
 ``kill``: SIGKILL a feed writer at random points, ``--per-store`` cycles on each fresh store, then
 resume it once to the end and check every document (tests/test_crash.py has the checks).
 ``fuzz``: coverage-guided fuzzing (atheris, when installed; hypothesis otherwise) of every decoder
-of on-disk bytes (tests/workers.py ``FUZZ_TARGETS``), the time split evenly between the targets.
+of on-disk bytes (tests/support/fuzz.py ``FUZZ_TARGETS``), the time split evenly between the targets.
 Any exception other than an FpstoreError, a broken decoder promise, or a crash is a finding.
 ``snapshot``: rounds of a writer committing ``--batches`` batches while reader processes check, in
 every snapshot, that all tables agree with the count and checkpoint (tests/test_concurrency.py).

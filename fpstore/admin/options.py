@@ -21,7 +21,7 @@ def open_store(path: str, *, readonly: bool = True) -> fpstore.Store:
 
 class Damaged(CorruptionError):
     """Damage found by a command that runs on damaged stores (verify, export, info): a finding,
-    reported in one line with exit 1 (RELIABILITY.md rule 9), not an error of use."""
+    reported in one line with exit 1 (docs/cli.md, exit codes), not an error of use."""
 
 
 def _damage_line(path: str, problems: list[str]) -> str:

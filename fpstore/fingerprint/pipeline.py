@@ -4,8 +4,8 @@ Two kinds of 64-bit fingerprint, compared alike by Hamming distance in the same 
 
 * ``"minhash1"`` (the default): 64 one-bit MinHash values over the set of distinct shingles;
   expected distance ``32 * (1 - J)`` for shingle-set Jaccard J. On the project's evaluation corpus
-  it finds real near-duplicates best (F1 0.96 at k = 5, against 0.49 for the previous default; see
-  ``docs/tuning.md``).
+  it finds real near-duplicates best (F1 0.96 at k = 5, against 0.49 for SimHash over raw HTML;
+  see ``docs/tuning.md``).
 * ``"simhash64"``: Charikar's SimHash with tf or idf weights (the original scheme, kept so that
   stores made with it stay readable and comparable).
 
@@ -247,9 +247,9 @@ class Pipeline:
     html: ``"main-v1"`` (default: input that looks like HTML is reduced to its main content) or
         ``"off"``.
 
-    Stores record :attr:`config`; a pipeline made with this version's defaults differs from the
-    previous default ``Pipeline(kind="simhash64", html="off")``, which stays readable and gives the
-    same fingerprints and id as before.
+    Stores record :attr:`config`, and every pipeline keeps its fingerprints and id across versions:
+    ``Pipeline(kind="simhash64", html="off")`` (what :func:`fpstore.simhash` uses) is SimHash over
+    the raw text, as it was before the defaults became MinHash with HTML extraction.
     """
 
     shingle: int = 3

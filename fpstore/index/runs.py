@@ -3,7 +3,8 @@
 A run holds a sorted multiset of uint64 keys (duplicates allowed) for one permutation table. The
 keys are cut into blocks of ``block_entries`` (256 by default) consecutive keys; each block stores
 its gaps Rice coded (see :mod:`fpstore.index._runs_py` for the block format), and blocks are packed into
-chunks of at most ``chunk_bytes`` (4 MiB by default; a block never spans two chunks), which the
+chunks of at most ``chunk_bytes`` (4 MiB by default, 256 KiB as the store writes them: see
+:data:`fpstore.index.tiers.RUN_CHUNK_BYTES`; a block never spans two chunks), which the
 store keeps as one LMDB value each. A :class:`RunIndex` (per block: first key, chunk, byte offset,
 entry count; per chunk: length and CRC-32) lets a probe decode exactly the blocks it needs. The
 byte layouts are in ``docs/format.md``.

@@ -198,7 +198,7 @@ def structure_problems(path: str) -> list[str] | None:
     py-lmdb's pure-Python verifier (``lmdb.verify``) reads the file as bytes and never hands it to
     LMDB, which trusts its pages: a zeroed or forged B-tree page aborts the process inside the
     engine (SIGABRT in ``mdb_cursor_next``). Tools that run on damaged stores therefore check
-    first and walk the B-trees only when the check passes (RELIABILITY.md rule 9). The check costs a
+    first and walk the B-trees only when the check passes (docs/reliability.md). The check costs a
     full read of the file (~115 MB/s). A writer committing during the check can make pages look
     wrong, so findings are confirmed by a second check that holds a read transaction.
     """

@@ -1,6 +1,6 @@
 """The LMDB environment under a store: opening, transactions, map growth, errors.
 
-Everything that knows LMDB's hazards lives here (see RELIABILITY.md beside the repository):
+Everything that knows LMDB's hazards lives here (docs/reliability.md gives the tests behind each):
 
 * ``lib_version=0`` always: py-lmdb 3 bundles two mutually unreadable LMDB formats.
 * never ``writemap`` (a full disk kills the process with SIGBUS); durable commits by default.
