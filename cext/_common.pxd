@@ -3,7 +3,7 @@
 and a growable buffer of ``(int64, uint64, uint8)`` triples (a probe's hits, a join's pairs).
 
 Declarations and ``inline`` functions only: no module is built from this file, each kernel
-compiles its own copy, and the hot loops inline these calls as before.
+compiles its own copy, and the hot loops inline these calls.
 """
 
 from libc.stdint cimport int64_t, uint8_t, uint64_t

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Compiled run block codec. The specification is ``fpstore/_runs_py.py`` (format, error codes and
+"""Compiled run block codec. The specification is ``fpstore/index/_runs_py.py`` (format, error codes and
 the order of the checks); this module must give the same results, bit for bit.
 
 Loops only: encode blocks into a chunk buffer, decode blocks, batch-probe a chunk. No I/O and no
@@ -58,7 +58,7 @@ cdef extern from *:
     int fps_ctz64(uint64_t x) noexcept nogil
     int fps_clz64(uint64_t x) noexcept nogil
 
-# Error codes: the same numbers as fpstore._runs_py.
+# Error codes: the same numbers as fpstore.index._runs_py.
 OK = 0
 ERR_COUNT = 1
 ERR_BOUNDS = 2
@@ -189,7 +189,7 @@ cdef int _encode(const uint64_t* keys, Py_ssize_t n, Py_ssize_t bsz, Py_ssize_t 
 
 def encode_chunk(const uint64_t[::1] keys, Py_ssize_t block_entries, Py_ssize_t first_block,
                  uint8_t[::1] out, uint32_t[::1] offsets):
-    """Encode whole blocks from ``first_block`` into ``out``: see ``fpstore._runs_py.encode_chunk``."""
+    """Encode whole blocks from ``first_block`` into ``out``: see ``fpstore.index._runs_py.encode_chunk``."""
     cdef Py_ssize_t n = keys.shape[0], bsz = block_entries
     if bsz < 1 or bsz > C_MAX_ENTRIES:
         raise ValueError("block_entries must be in 1..65535")
@@ -327,7 +327,7 @@ cdef int _decode_block_upto(const uint8_t* buf, int64_t buflen, int64_t start, i
 
 def decode_blocks(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] ends,
                   const int64_t[::1] counts, const uint64_t[::1] bounds, uint64_t[::1] out):
-    """Decode blocks back to back into ``out``: see ``fpstore._runs_py.decode_blocks``."""
+    """Decode blocks back to back into ``out``: see ``fpstore.index._runs_py.decode_blocks``."""
     cdef Py_ssize_t nb = starts.shape[0], j, outlen = out.shape[0]
     if ends.shape[0] != nb or counts.shape[0] != nb or bounds.shape[0] != nb + 1:
         raise ValueError("starts, ends, counts and bounds disagree in length")
@@ -406,7 +406,7 @@ cdef int _probe(const uint8_t* buf, int64_t buflen, const int64_t* starts, const
 def probe_chunk(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] ends,
                 const int64_t[::1] counts, const uint64_t[::1] bounds,
                 const uint64_t[::1] queries, uint64_t mask_hi, int k, bint positions=False):
-    """Batch probe of one chunk: see ``fpstore._runs_py.probe_chunk``."""
+    """Batch probe of one chunk: see ``fpstore.index._runs_py.probe_chunk``."""
     cdef Py_ssize_t nb = starts.shape[0], nq = queries.shape[0], j
     if ends.shape[0] != nb or counts.shape[0] != nb or bounds.shape[0] != nb + 1:
         raise ValueError("starts, ends, counts and bounds disagree in length")
@@ -456,7 +456,7 @@ ERR_LENGTH = 9
 
 cdef class ProbeTable:
     """One run table's block index, held as raw pointers for :func:`probe_tables` (see the twin
-    ``fpstore._runs_py.ProbeTable``). Built once per run table and cached: the arrays are kept
+    ``fpstore.index._runs_py.ProbeTable``). Built once per run table and cached: the arrays are kept
     alive here, so probes pay no per-call buffer acquisition."""
     cdef const uint64_t* bounds
     cdef const int64_t* starts
@@ -537,7 +537,7 @@ cdef inline void _locate(ProbeTable pt, uint64_t lo, uint64_t hi, Py_ssize_t* b0
 
 
 def probe_tables(list tables, fetch, list ranges, int k):
-    """Single-query probe of several tables of one run: see ``fpstore._runs_py.probe_tables``."""
+    """Single-query probe of several tables of one run: see ``fpstore.index._runs_py.probe_tables``."""
     cdef ProbeTable pt
     cdef Py_ssize_t i, b0, b1, b, end, c, j, n, maxn
     cdef int64_t ndone
@@ -603,7 +603,7 @@ def probe_tables(list tables, fetch, list ranges, int k):
 
 cdef class ProbeDesign:
     """A table design as the single-fingerprint probe needs it (see the twin
-    ``fpstore._runs_py.ProbeDesign``): per table, the permutation as (src, mask, dst) moves, the
+    ``fpstore.index._runs_py.ProbeDesign``): per table, the permutation as (src, mask, dst) moves, the
     prefix length and the XOR masks of its flipped prefixes. Built once per store."""
     cdef uint64_t[:, ::1] moves      # rows (table, src, mask, dst), in table order
     cdef int64_t[::1] move_start     # table t's moves are rows move_start[t] .. move_start[t+1]-1
@@ -644,7 +644,7 @@ cdef inline uint64_t _permute(ProbeDesign d, Py_ssize_t t, uint64_t fp, bint inv
 
 
 def probe_fingerprint(ProbeDesign d, list tables, fetch, uint64_t fp, int k):
-    """Every run entry within ``k`` of ``fp``: see ``fpstore._runs_py.probe_fingerprint``."""
+    """Every run entry within ``k`` of ``fp``: see ``fpstore.index._runs_py.probe_fingerprint``."""
     cdef Py_ssize_t ntab = d.ntab, nruns, r, t, f, j, c
     cdef uint64_t perm, shifted, lo, hi, low, key
     cdef int shift, p

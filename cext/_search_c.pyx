@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Compiled search kernels; the specification is ``fpstore/_search_py.py``.
+"""Compiled search kernels; the specification is ``fpstore/index/_search_py.py``.
 
 Loops only: no I/O, no validation beyond memory safety. Every read of a caller's buffer is checked
 against its length, because packed columns come from disk.

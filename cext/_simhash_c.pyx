@@ -1,6 +1,6 @@
 # cython: language_level=3
 """Compiled fingerprint kernel: SimHash scheme 1 and MinHash1 scheme 1 (``kind`` 0 and 1).
-The specification is ``fpstore/_simhash_py.py``.
+The specification is ``fpstore/fingerprint/_simhash_py.py``.
 
 Reads a str's code points in place (PEP 393 storage, 1, 2 or 4 bytes per code point), folds them
 through the tokenizer table, hashes each token once, combines token hashes per shingle and counts
@@ -241,7 +241,7 @@ cdef Py_ssize_t active_runs(const char_t* data, Py_ssize_t n, Py_ssize_t* out, P
 
 def nfkc_active_runs(str text):
     """Flat list ``[start0, end0, start1, end1, ...]`` of the maximal runs of NFKC-active code
-    points in ``text`` (see ``fpstore.text.nfkc``); empty for ASCII text."""
+    points in ``text`` (see ``fpstore.fingerprint.text.nfkc``); empty for ASCII text."""
     if _ACTIVE == NULL:
         raise RuntimeError("set_active_table() first")
     PyUnicode_READY(text)

@@ -2,7 +2,7 @@
 
 The stream is one zstd frame (with its content checksum) holding a sequence of msgpack objects:
 
-1. a header map: ``magic`` ("fpstore-export"), ``version`` (1), ``fpstore`` (the exporting
+1. a header map: ``magic`` ("fpstore-export"), ``version`` (2), ``fpstore`` (the exporting
    version), ``created`` (Unix seconds), ``pipeline`` (the pipeline config), ``pipeline_id``,
    ``idf`` (the idf table's canonical bytes, or nil), ``design`` (the table design config), ``k``
    (the store's default radius) and ``count`` (documents when the export began: an estimate);

@@ -49,8 +49,8 @@ def int_arg(lo: int, hi: int | None = None) -> Callable[[str], int]:
     """An argparse ``type`` for every numeric option: an integer in ``lo..hi`` (``hi`` None: no
     upper bound). Anything else is a usage error (exit 2, the option named) raised while parsing,
     before a store is opened or made: a negative size or count, or zero where it means nothing,
-    would otherwise run and quietly do the wrong thing (``--max-bytes -1`` read nothing,
-    ``--limit -1`` dropped the last match)."""
+    would otherwise run and quietly do the wrong thing (``--max-bytes -1`` would read nothing,
+    ``--limit -1`` would drop the last match)."""
 
     def integer(text: str) -> int:
         try:

@@ -70,7 +70,7 @@ def join_cost(design: Design, n: int) -> float:
 
 
 #: Spark cost constants (CPU microseconds, measured by tools/bench_spark.py on local[2], see
-#: docs/scale-out.md; fpstore.spark exports them as C_KEY, C_CMP, C_PROBE and C_CAND).
+#: docs/scale-out.md; fpstore.spark.plans names them C_KEY, C_CMP, C_PROBE and C_CAND).
 #: near_duplicates: each extra table costs about SPARK_KEY per distinct fingerprint (explode,
 #: shuffle, sort, verify); a comparison in the self_join kernel SPARK_CMP. query_batch: a stored
 #: row costs about SPARK_PROBE per table (permute, two reads of the direct index) and SPARK_CAND

@@ -478,7 +478,7 @@ def decode_block(chunk: object, index: RunIndex, block: int) -> np.ndarray:
 
 def decode_chunk(chunk: object, index: RunIndex, chunk_no: int, *, checksum: bool = False) -> np.ndarray:
     """All keys (uint64, sorted) of chunk ``chunk_no``. With ``checksum=True`` the chunk's CRC-32
-    is checked first (a full read of the chunk: ``fpstore-admin verify``, not every probe)."""
+    is checked first (a full read of the chunk; not done on probes, nor by the store's checks)."""
     c = _int_in(chunk_no, "chunk_no", 0, index.nchunks - 1)
     buf = _bytes_view(chunk, index, c)
     if checksum and zlib.crc32(buf.data) != int(index.chunk_crc[c]):

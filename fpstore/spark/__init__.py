@@ -4,8 +4,8 @@ Four DataFrame operations, with the same kernels and table designs as the store
 (``docs/scale-out.md`` shows how to run them on a cluster and what they cost):
 
 * :func:`near_duplicates` — the exact all-pairs self-join (Manku §3.3) of ``(id, fp)`` rows.
-* :func:`query_batch` — Manku's batch mode: the small side's sorted tables broadcast, the large
-  side streamed past them without a shuffle.
+* :func:`query_batch` — Manku's batch mode: the small side's fingerprints broadcast, each worker
+  building their sorted permuted tables once, the large side streamed past them without a shuffle.
 * :func:`fingerprint` — fingerprints computed on the executors by the same :class:`Pipeline`.
 * :func:`build_shards` — one complete fpstore per shard, bulk-loaded on the executors, with a
   manifest; :class:`ShardSet` opens them and answers like one store (it needs no Spark).

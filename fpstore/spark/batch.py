@@ -1,5 +1,5 @@
-"""Manku's batch mode on Spark: :func:`query_batch` broadcasts the queries' sorted tables and
-streams the stored rows past them."""
+"""Manku's batch mode on Spark: :func:`query_batch` broadcasts the queries' fingerprints, each
+Python worker builds their sorted permuted tables once, and the stored rows stream past them."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def _query_tables(payload: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def _probe_fn(bc: Any, k: int, fp_col: str, id_col: str, out_names: tuple[str, str, str]):
-    """mapInArrow body: stream stored rows past the broadcast query tables."""
+    """mapInArrow body: stream stored rows past the query tables built from the broadcast."""
 
     def probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -117,11 +117,12 @@ def query_batch(
 ) -> DataFrame:
     """Every (query, stored row) pair within ``k`` bits, exactly once: ``(query_id, id, distance)``.
 
-    Manku's batch mode: the queries (the small side: collected to the driver) are built into one
-    sorted permuted table per table of a flip-free design (``design``, default
-    :func:`spark_batch_design` for the batch size) and broadcast; every partition of
-    ``stored_df`` streams its rows past them in ``mapInArrow``, so the large side is read once and
-    never shuffled. A (query, row) pair is reported from the first table whose prefix both share.
+    Manku's batch mode: the queries (the small side: collected to the driver) are broadcast with
+    a flip-free design (``design``, default :func:`spark_batch_design` for the batch size); each
+    Python worker builds one sorted permuted table per table of the design, once, and every
+    partition of ``stored_df`` streams its rows past them in ``mapInArrow``, so the large side is
+    read once and never shuffled. A (query, row) pair is reported from the first table whose
+    prefix both share.
     ``query_id_col``/``query_fp_col`` default to ``id_col``/``fp_col``.
     """
     require()

@@ -33,7 +33,7 @@ __all__ = [
     "untyped_key",
 ]
 
-#: A document key: text, bytes, or an integer in [-2**63, 2**64) (each read back as given).
+#: A document key: text, bytes, or an integer in [0, 2**64) (each read back as given).
 Key = str | bytes | int
 #: Many keys: a sequence of keys, or an integer array of them (which a bulk load takes on a fast path).
 KeyBatch = np.ndarray | Sequence[Key]

@@ -4,7 +4,8 @@ merge, and the jobs that write runs (flush, merge, compaction, a bulk load's run
 The policy (:func:`merge_group`, :func:`take`) is pure: it sees run records, counts and arrays,
 never LMDB. The jobs (:class:`Lsm`) work inside the caller's write transaction on blobs encoded
 beforehand where they can be, so that a transaction rerun after a map resize repeats only puts.
-The caller stores the state a job returns, once per transaction (see :meth:`Lsm.merge`).
+:meth:`Lsm.merge` returns the new state for its caller to store, once per transaction;
+:meth:`Lsm.flush` and :meth:`Lsm.add_load` store it themselves.
 """
 
 from __future__ import annotations
