@@ -82,7 +82,7 @@ def bounded_decompress(raw: bytes, limit: int, what: str) -> bytes:
 
 
 def key_hash(typed: bytes) -> int:
-    """64-bit hash of a typed key (see ``store._typed_key``): integer keys by a bijective mix (so
+    """64-bit hash of a typed key (see :func:`fpstore.store.keys.typed_key`): integer keys by a bijective mix (so
     bulk loads can hash arrays of them with numpy), others by BLAKE2b."""
     if typed[:1] == b"i" and len(typed) == 9:
         return fmix64(int.from_bytes(typed[1:], "big") ^ _INT_KEY_SEED)
@@ -196,20 +196,27 @@ class TierCache:
     """What reading a run costs to rebuild, kept per store: validated run indexes (with their chunk
     names) by blob prefix, and the kernel's probe tables by prefix and by run. Runs are immutable
     and prefixes and run ids never reused, so an entry never goes stale; the cache is bounded (least
-    recently used out) so a reader's memory does not grow with the store."""
+    recently used out) so a reader's memory does not grow with the store. Threads share it: the
+    table is locked, and an entry is built outside the lock (two threads may build the same one;
+    the first stored wins, and both are equal)."""
 
     def __init__(self, max_entries: int = 512) -> None:
         self._entries: OrderedDict[object, Any] = OrderedDict()
         self._max = max_entries
+        self._lock = threading.Lock()
 
     def _cached(self, key: object, make: Callable[[], Any]) -> Any:
-        entry = self._entries.get(key)
-        if entry is None:
-            entry = self._entries[key] = make()
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+                return entry
+        made = make()
+        with self._lock:
+            entry = self._entries.setdefault(key, made)
+            self._entries.move_to_end(key)
             if len(self._entries) > self._max:
                 self._entries.popitem(last=False)
-        else:
-            self._entries.move_to_end(key)
         return entry
 
     def get(self, txn: lmdb.Transaction, db: Any, prefix: bytes) -> tuple[runs.RunIndex, list[bytes]]:

@@ -90,7 +90,7 @@ class Catalog:
         return None
 
     def ids_of_many(self, txn: lmdb.Transaction, typed: list[bytes], hashes: np.ndarray | None = None) -> list[int | None]:
-        """:meth:`_id_of` for many keys, with the key segments searched in batches."""
+        """:meth:`id_of` for many keys, with the key segments searched in batches."""
         out: list[int | None] = [None] * len(typed)
         pending: list[int] = []
         lookup = [lookup_key(t) for t in typed]
@@ -123,7 +123,7 @@ class Catalog:
                 doc_id = in_seg.get(j)
                 if doc_id is None:
                     still.append(i)
-                elif not self.is_dead(txn, doc_id):  # the newest copy decides (see _id_of)
+                elif not self.is_dead(txn, doc_id):  # the newest copy decides (see id_of)
                     out[i] = doc_id
             pending = still
         return out

@@ -1,9 +1,11 @@
-"""Checks of what callers give the store: raw fingerprints, the pipeline id that made them, and
-batches of texts or fingerprints."""
+"""Checks of what callers give the store: raw fingerprints, the pipeline id that made them,
+batches of texts or fingerprints, and one add made ready for its transaction."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -11,8 +13,57 @@ from fpstore.errors import InputError, PipelineMismatchError
 from fpstore.fingerprint.pipeline import Fingerprints, Pipeline
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints, as_fingerprint_array
+from fpstore.store.header import encode_checkpoint
+from fpstore.store.keys import FLAG_SHORT, FLAG_TEXT, LOOKUP_KEY_BYTES, Key, typed_key
 
-__all__ = ["check_pipeline_id", "fingerprint_int", "signatures"]
+__all__ = ["Batch", "OneAdd", "check_pipeline_id", "fingerprint_int", "fingerprint_of", "prepare_add", "prepare_batch", "signatures"]
+
+
+@dataclass(frozen=True, slots=True)
+class OneAdd:
+    """One document checked and fingerprinted, ready for a write transaction: its typed key,
+    fingerprint, content hash (texts only), flags, the ``on_duplicate`` rule, and the checkpoint's
+    key and value to record with it."""
+
+    key: Key
+    typed: bytes
+    fp: int
+    content_hash: bytes | None
+    short: bool
+    flags: int
+    on_duplicate: str
+    checkpoint: tuple[bytes, bytes] | None
+
+
+def fingerprint_of(pipeline: Pipeline, text: Text | None, fingerprint: object, pipeline_id: str | None) -> tuple[int, bool, bytes | None]:
+    """``(fingerprint, short, content hash)`` of exactly one of ``text`` (fingerprinted with
+    ``pipeline``) and a raw ``fingerprint`` made by ``pipeline_id`` (no content hash)."""
+    if (text is None) == (fingerprint is None):
+        raise InputError("pass exactly one of text= and fingerprint=")
+    if text is not None:
+        sig = pipeline.signature(text)
+        return sig.fingerprint, sig.short, sig.content_hash
+    check_pipeline_id(pipeline, pipeline_id)
+    return fingerprint_int(fingerprint), False, None
+
+
+def prepare_add(
+    pipeline: Pipeline,
+    key: Key,
+    text: Text | None,
+    fingerprint: object,
+    pipeline_id: str | None,
+    on_duplicate: str,
+    checkpoint: tuple[str, Any] | None,
+) -> OneAdd:
+    """Check one add's arguments and fingerprint its text (outside any transaction)."""
+    typed = typed_key(key)
+    if on_duplicate not in ("insert", "skip"):
+        raise InputError(f"on_duplicate must be 'insert' or 'skip', got {on_duplicate!r}")
+    fp, short, content_hash = fingerprint_of(pipeline, text, fingerprint, pipeline_id)
+    flags = (FLAG_TEXT if text is not None else 0) | (FLAG_SHORT if short else 0)
+    ckpt = encode_checkpoint(checkpoint) if checkpoint is not None else None
+    return OneAdd(key, typed, fp, content_hash, short, flags, on_duplicate, ckpt)
 
 
 def fingerprint_int(value: object) -> int:
@@ -59,3 +110,48 @@ def signatures(
     if n is not None and len(sigs) != n:
         raise InputError(f"{n} keys but {len(sigs)} {'texts' if texts is not None else 'fingerprints'}")
     return sigs
+
+
+@dataclass
+class Batch:
+    """An :meth:`Store.add_many` batch, checked before its transaction: typed keys, their
+    fingerprints, typed canonical keys (None: its own) and the checkpoint's key and value.
+    The last occurrence of a key wins; earlier ones are dropped before any write."""
+
+    typed_keys: list[bytes]
+    sigs: Fingerprints
+    canon_typed: list[bytes | None]
+    canonicals_given: bool
+    ckpt: tuple[bytes, bytes] | None
+    last: dict[bytes, int] = field(init=False)
+    keep: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.last = {}
+        for i, t in enumerate(self.typed_keys):
+            self.last[t] = i
+        self.keep = np.fromiter(sorted(self.last.values()), dtype=np.int64, count=len(self.last))
+
+
+def prepare_batch(
+    pipeline: Pipeline,
+    keys: Sequence[Key],
+    texts: Sequence[Text] | None,
+    fingerprints: RawFingerprints | Fingerprints | None,
+    pipeline_id: str | None,
+    checkpoint: tuple[str, Any] | None,
+    canonicals: Sequence[Key | None] | None,
+) -> Batch:
+    """Check an :meth:`Store.add_many` batch's arguments and fingerprint its texts."""
+    if isinstance(keys, (str, bytes)):
+        raise InputError("keys must be a sequence of keys; use add() for one document")
+    typed_keys = [typed_key(k) for k in keys]
+    sigs = signatures(pipeline, len(typed_keys), texts, fingerprints, pipeline_id)
+    ckpt = encode_checkpoint(checkpoint) if checkpoint is not None else None
+    n = len(typed_keys)
+    canon_typed: list[bytes | None] = [None] * n
+    if canonicals is not None:
+        if isinstance(canonicals, (str, bytes)) or not hasattr(canonicals, "__len__") or len(canonicals) != n:
+            raise InputError(f"canonicals must be a sequence of one key (or None) per document: {n} keys")
+        canon_typed = [None if c is None else typed_key(c, LOOKUP_KEY_BYTES) for c in canonicals]
+    return Batch(typed_keys, sigs, canon_typed, canonicals is not None, ckpt)

@@ -11,8 +11,11 @@ Everything that knows LMDB's hazards lives here (docs/reliability.md gives the t
 * stale reader slots (a reader killed inside a transaction pins old pages) are cleared with
   ``reader_check()`` at open, periodically, and on ``ReadersFullError``.
 * an environment must not cross ``fork()``: the pid is recorded at open and checked on every use.
-* nothing that leaves a transaction points into the map: reads copy (``buffers=False``) unless a
-  caller asks for views and consumes them inside the transaction.
+* nothing that leaves a transaction points into the map: reads return views (``buffers=True``),
+  which callers decode or copy inside the transaction.
+* threads share one environment: every transaction holds a share of the map and growing it waits
+  for the other threads' shares (``_MapLock``); one write transaction at a time, begun and
+  committed by one thread.
 * raw ``lmdb`` errors are translated to :mod:`fpstore.errors`.
 """
 
@@ -27,7 +30,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import lmdb
@@ -91,6 +94,61 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _MapLock:
+    """Transactions of this process share the map; growing it takes the map alone.
+
+    LMDB's ``mdb_env_set_mapsize`` may run only while no transaction of the process is active:
+    every read and write transaction holds a share for its lifetime, and growth (a full map, a
+    reservation, adopting another process's growth) waits until the other threads' shares are
+    gone. A thread's own shares do not block it, so a thread that reads and then writes never
+    waits for itself. While a growth waits or runs, threads holding no share wait before taking
+    one: readers in a tight loop would otherwise keep the count above zero for ever.
+    """
+
+    __slots__ = ("_cond", "_active", "_growing", "_grower", "_waiting", "_mine")
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._active = 0
+        self._growing = False
+        self._grower = 0
+        self._waiting = 0
+        self._mine = threading.local()
+
+    def share(self) -> None:
+        mine = getattr(self._mine, "n", 0)
+        with self._cond:
+            while (self._growing or self._waiting) and not mine and self._grower != threading.get_ident():
+                self._cond.wait()
+            self._active += 1
+        self._mine.n = mine + 1
+
+    def unshare(self) -> None:
+        self._mine.n -= 1
+        with self._cond:
+            self._active -= 1
+            if not self._active or self._growing:
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        mine = getattr(self._mine, "n", 0)
+        with self._cond:
+            self._waiting += 1
+            try:
+                while self._growing or self._active > mine:
+                    self._cond.wait()
+            finally:
+                self._waiting -= 1
+            self._growing, self._grower = True, threading.get_ident()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._growing, self._grower = False, 0
+                self._cond.notify_all()
 
 
 def _open_error(exc: OSError, path: str) -> FpstoreError:
@@ -167,6 +225,10 @@ class Storage:
         self._forked = False
         self._open_fd: int | None = None
         self._lockless = False
+        self._map = _MapLock()
+        #: One write transaction at a time in this process, begun and committed by one thread
+        #: (LMDB binds a write transaction to the thread that began it).
+        self._write_lock = threading.Lock()
         #: Directories and files this open created, removed by :meth:`discard` when creating fails.
         self._made_dirs: list[str] = []
         self._found: set[str] | None = None
@@ -401,30 +463,32 @@ class Storage:
             raise StorageError(
                 f"{self.path} is open in another process; file compaction needs it alone (close the readers first)"
             ) from None
-        data = os.path.join(self.path, DATA_FILE)
-        before = os.path.getsize(data)
-        tmp = self._make_compaction_dir()
-        try:
+        # The environment is closed and reopened: no other thread of this process may be in it.
+        with self._write_lock, self._map.alone():
+            data = os.path.join(self.path, DATA_FILE)
+            before = os.path.getsize(data)
+            tmp = self._make_compaction_dir()
             try:
-                self.env.copy(tmp, compact=True)
-            except lmdb.Error as exc:
-                raise translate(exc, "copying the store for file compaction") from exc
-            copy = os.path.join(tmp, DATA_FILE)
-            fault_points = faults.active()
-            fault_points.fsync(copy)
-            fault_points.fsync(tmp)
-            map_size = self.env.info()["map_size"]
-            self.env.close()
-            self._env = None
-            fault_points.replace(copy, data)
-            fault_points.fsync(self.path)
-            after = os.path.getsize(data)
-            self._env = self._open_env(map_size)
-            self.dbs = {}
-            reopen()
-        finally:
-            self._remove_stale_compactions()  # this copy: it carries the marker
-            fcntl.flock(self._open_fd, fcntl.LOCK_SH)
+                try:
+                    self.env.copy(tmp, compact=True)
+                except lmdb.Error as exc:
+                    raise translate(exc, "copying the store for file compaction") from exc
+                copy = os.path.join(tmp, DATA_FILE)
+                fault_points = faults.active()
+                fault_points.fsync(copy)
+                fault_points.fsync(tmp)
+                map_size = self.env.info()["map_size"]
+                self.env.close()
+                self._env = None
+                fault_points.replace(copy, data)
+                fault_points.fsync(self.path)
+                after = os.path.getsize(data)
+                self._env = self._open_env(map_size)
+                self.dbs = {}
+                reopen()
+            finally:
+                self._remove_stale_compactions()  # this copy: it carries the marker
+                fcntl.flock(self._open_fd, fcntl.LOCK_SH)
         return before, after
 
     def _open_env(self, map_size: int) -> lmdb.Environment:
@@ -578,26 +642,41 @@ class Storage:
 
     def read(self, *, buffers: bool = True) -> _Reading:
         """A read-only snapshot, as a context manager yielding the transaction. Values are views
-        into the map, valid inside it only (copying a multi-MiB run chunk per probe would cost
-        milliseconds): copy what must outlive it."""
+        into the map, valid inside it only (copying a run chunk of up to 256 KiB per probe would cost
+        more than the probe): copy what must outlive it."""
         return _Reading(self, buffers)
 
     def _begin_read(self, buffers: bool) -> lmdb.Transaction:
+        """Begin a read holding a share of the map (released by :class:`_Reading` on exit)."""
         env = self.env
         self._maybe_reader_check()
         for attempt in range(3):
+            self._map.share()
             try:
                 # Two calls, not begin(buffers=buffers): lmdb's stubs type begin() by the literal value.
                 return env.begin(buffers=True) if buffers else env.begin(buffers=False)
             except lmdb.MapResizedError:
-                # The writer grew the map: adopt its size (no transaction is open here) and retry.
-                env.set_mapsize(0)
+                self._map.unshare()
+                # Another process grew the map: adopt its size, with no transaction of ours active.
+                self._set_mapsize(0, "adopting the map size")
             except lmdb.ReadersFullError:
+                self._map.unshare()
                 if attempt == 2 or env.reader_check() == 0:
                     raise StorageError(f"all reader slots of {self.path} are in use; close idle readers") from None
-            except lmdb.Error as exc:
-                raise translate(exc, "starting a read") from exc
+            except BaseException as exc:
+                self._map.unshare()
+                if isinstance(exc, lmdb.Error):
+                    raise translate(exc, "starting a read") from exc
+                raise
         raise StorageError(f"could not start a read on {self.path} after map resizes")
+
+    def _set_mapsize(self, size: int, action: str) -> None:
+        """Set the map size (0: adopt the file's) once no other thread of this process is in a transaction."""
+        with self._map.alone():
+            try:
+                self.env.set_mapsize(size)
+            except lmdb.Error as exc:
+                raise translate(exc, action) from exc
 
     def write(self, fn: Callable[[lmdb.Transaction], T], *, action: str = "writing") -> T:
         """Run ``fn(txn)`` in one write transaction and commit; all of it or nothing.
@@ -606,36 +685,46 @@ class Storage:
         so ``fn`` must compute everything from what it reads in ``txn`` (no side effects outside it).
         """
         self.check_writable()
-        env = self.env
-        self._maybe_reader_check()
-        fault_points = faults.active()
-        fault_points.begin_write()
-        while True:
-            try:
-                # Views, as for reads; valid until the next write in the transaction, so callers
-                # decode what they read before writing.
-                txn = env.begin(write=True, buffers=True)
-            except lmdb.MapResizedError:
-                env.set_mapsize(0)
-                continue
-            except lmdb.Error as exc:
-                raise translate(exc, action, self.path) from exc
-            try:
-                result = fn(fault_points.write_txn(txn))
-                fault_points.before_commit()
-                txn.commit()
-            except lmdb.MapFullError:
-                txn.abort()
-                self._grow()
-                continue
-            except lmdb.Error as exc:
-                txn.abort()
-                raise translate(exc, action, self.path) from exc
-            except BaseException:
-                txn.abort()
-                raise
-            fault_points.after_commit()
-            return result
+        with self._write_lock:
+            env = self.env
+            self._maybe_reader_check()
+            fault_points = faults.active()
+            fault_points.begin_write()
+            while True:
+                self._map.share()
+                try:
+                    # Views, as for reads; valid until the next write in the transaction, so callers
+                    # decode what they read before writing.
+                    txn = env.begin(write=True, buffers=True)
+                except lmdb.MapResizedError:
+                    self._map.unshare()
+                    self._set_mapsize(0, "adopting the map size")
+                    continue
+                except BaseException as exc:
+                    self._map.unshare()
+                    if isinstance(exc, lmdb.Error):
+                        raise translate(exc, action, self.path) from exc
+                    raise
+                try:
+                    result = fn(fault_points.write_txn(txn))
+                    fault_points.before_commit()
+                    txn.commit()
+                except lmdb.MapFullError:
+                    txn.abort()
+                    self._map.unshare()
+                    self._grow()
+                    continue
+                except lmdb.Error as exc:
+                    txn.abort()
+                    self._map.unshare()
+                    raise translate(exc, action, self.path) from exc
+                except BaseException:
+                    txn.abort()
+                    self._map.unshare()
+                    raise
+                self._map.unshare()
+                fault_points.after_commit()
+                return result
 
     def reserve(self, nbytes: int) -> None:
         """Grow the map now (no transaction open) so that ``nbytes`` more fit without a retry.
@@ -648,20 +737,14 @@ class Storage:
         used = (info["last_pgno"] + 1) * env.stat()["psize"]
         need = used + int(nbytes * 1.25) + (16 << 20)
         if need > info["map_size"]:
-            try:
-                env.set_mapsize(need)
-            except lmdb.Error as exc:
-                raise translate(exc, f"growing the map to {need} bytes") from exc
+            self._set_mapsize(need, f"growing the map to {need} bytes")
         faults.active().after_reserve()
 
     def _grow(self) -> None:
         env = self.env
         current = env.info()["map_size"]
         new = current + min(max(current, INITIAL_MAP_SIZE), MAX_GROWTH_STEP)
-        try:
-            env.set_mapsize(new)
-        except lmdb.Error as exc:
-            raise translate(exc, f"growing the map to {new} bytes") from exc
+        self._set_mapsize(new, f"growing the map to {new} bytes")
 
     # -- maintenance --------------------------------------------------------------------------
 
@@ -690,6 +773,9 @@ class _Reading:
         return self._txn
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        self._txn.abort()
+        try:
+            self._txn.abort()
+        finally:
+            self._storage._map.unshare()
         if exc is not None and isinstance(exc, lmdb.Error):
             raise translate(exc, "reading") from exc

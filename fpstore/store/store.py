@@ -30,6 +30,7 @@ from fpstore.index import search
 from fpstore.index.design import Design, design_for
 from fpstore.store import inspect
 from fpstore.store.catalog import Catalog
+from fpstore.store.group import GroupCommit
 from fpstore.store.header import (
     BASE_DBS,
     H_COUNT,
@@ -46,12 +47,12 @@ from fpstore.store.header import (
     stored_design_and_pipeline,
     table_name,
 )
-from fpstore.store.inputs import check_pipeline_id, fingerprint_int, signatures
-from fpstore.store.keys import FLAG_SHORT, FLAG_TEXT, LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
+from fpstore.store.inputs import OneAdd, fingerprint_of, prepare_add, prepare_batch, signatures
+from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
 from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
 from fpstore.store.results import AddResult, Cluster, Document, Match
 from fpstore.store.storage import DATA_FILE, Storage
-from fpstore.store.writes import Batch, add_batch, add_one, compact, delete_one, load_run
+from fpstore.store.writes import add_batch, add_group, compact, delete_one, load_run
 
 __all__ = ["AddResult", "Cluster", "Document", "Match", "Store", "open"]
 
@@ -82,6 +83,7 @@ class Store(Closing):
             raise InputError(f"flush_entries must be an int >= 0, got {flush_entries!r}")
         #: Documents held in the incremental tables before a write moves them into a run (0: never).
         self.flush_entries = flush_entries
+        self._adds: GroupCommit[OneAdd, AddResult] = GroupCommit(self._commit_adds, lambda one: self._commit_adds([one])[0])
         # A new store's arguments are checked before anything is made on disk.
         creating = create and not readonly and not os.path.exists(os.path.join(os.fspath(path), DATA_FILE))
         planned = design_for(3 if k is None else k, expected_size, design) if creating else None
@@ -173,34 +175,28 @@ class Store(Closing):
         fingerprint: int | np.integer | None = None,
         pipeline_id: str | None = None,
         on_duplicate: str = "insert",
+        checkpoint: tuple[str, Any] | None = None,
     ) -> AddResult:
-        """Add one document (durably, in its own transaction) and say what it duplicates.
+        """Add one document, durably, and say what it duplicates.
 
         Give ``text`` (fingerprinted with the store's pipeline; the exact-duplicate tier applies)
         or ``fingerprint`` with the ``pipeline_id`` that made it. Re-adding a key replaces that
         document; adding the same key with the same fingerprint and content changes nothing.
         ``on_duplicate="skip"`` stores nothing when an exact or near duplicate exists. Texts below
         the pipeline's ``min_tokens`` are matched only exactly (``short=True``).
+        ``checkpoint=(name, position)`` is recorded in the same transaction.
+
+        Threads may call it at once: concurrent adds are committed together, in the order they
+        arrived, each seeing the ones before it (group commit, :mod:`fpstore.store.group`); each
+        returns once its transaction is durable.
         """
-        typed = typed_key(key)
-        if on_duplicate not in ("insert", "skip"):
-            raise InputError(f"on_duplicate must be 'insert' or 'skip', got {on_duplicate!r}")
-        if (text is None) == (fingerprint is None):
-            raise InputError("pass exactly one of text= and fingerprint=")
-        if text is not None:
-            sig = self.pipeline.signature(text)
-            fp, short, content_hash, flags = sig.fingerprint, sig.short, sig.content_hash, FLAG_TEXT
-        else:
-            check_pipeline_id(self.pipeline, pipeline_id)
-            fp = fingerprint_int(fingerprint)
-            short, content_hash, flags = False, None, 0
-        if short:
-            flags |= FLAG_SHORT
+        self._storage.check_writable()  # before queueing: a closed or forked store raises here
+        return self._adds.submit(prepare_add(self.pipeline, key, text, fingerprint, pipeline_id, on_duplicate, checkpoint))
+
+    def _commit_adds(self, adds: Sequence[OneAdd]) -> list[AddResult]:
         k, cat, flush_entries = self.k, self._cat, self.flush_entries
-        return self._storage.write(
-            lambda txn: add_one(cat, txn, typed, fp, content_hash, short, flags, k, on_duplicate, flush_entries),
-            action=f"adding {key!r}",
-        )
+        action = f"adding {adds[0].key!r}" if len(adds) == 1 else f"adding a group of {len(adds)} documents"
+        return self._storage.write(lambda txn: add_group(cat, txn, adds, k, flush_entries), action=action)
 
     def add_many(
         self,
@@ -224,20 +220,10 @@ class Store(Closing):
         its own canonical). A canonical key must be stored already or be a key of this batch; any
         other makes the whole batch an :class:`InputError`.
         """
-        if isinstance(keys, (str, bytes)):
-            raise InputError("keys must be a sequence of keys; use add() for one document")
-        typed_keys = [typed_key(k) for k in keys]
-        sigs = signatures(self.pipeline, len(typed_keys), texts, fingerprints, pipeline_id)
-        ckpt = encode_checkpoint(checkpoint) if checkpoint is not None else None
-        n = len(typed_keys)
-        canon_typed: list[bytes | None] = [None] * n
-        if canonicals is not None:
-            if isinstance(canonicals, (str, bytes)) or not hasattr(canonicals, "__len__") or len(canonicals) != n:
-                raise InputError(f"canonicals must be a sequence of one key (or None) per document: {n} keys")
-            canon_typed = [None if c is None else typed_key(c, LOOKUP_KEY_BYTES) for c in canonicals]
-        batch = Batch(typed_keys, sigs, canon_typed, canonicals is not None, ckpt)
+        batch = prepare_batch(self.pipeline, keys, texts, fingerprints, pipeline_id, checkpoint, canonicals)
         cat, flush_entries = self._cat, self.flush_entries
-        return self._storage.write(lambda txn: add_batch(cat, txn, batch, flush_entries), action=f"adding a batch of {n}")
+        action = f"adding a batch of {len(batch.typed_keys)}"
+        return self._storage.write(lambda txn: add_batch(cat, txn, batch, flush_entries), action=action)
 
     # -- bulk loads and compaction -------------------------------------------------------------
 
@@ -407,23 +393,14 @@ class Store(Closing):
         design's needs ``exhaustive=True``, which compares with every fingerprint (O(n)). A short
         text (below ``min_tokens``) matches only documents with the same content hash.
         """
-        if (text is None) == (fingerprint is None):
-            raise InputError("pass exactly one of text= and fingerprint=")
+        fp, short, text_hash = fingerprint_of(self.pipeline, text, fingerprint, pipeline_id)
+        content_hash = text_hash if short else None
         kq = self.k if k is None else k
         if exhaustive:
             if not isinstance(kq, int) or isinstance(kq, bool) or not 0 <= kq <= 64:
                 raise InputError(f"k must be an int in 0..64, got {kq!r}")
         else:
             kq = self._check_k(kq)
-        content_hash = None
-        if text is not None:
-            sig = self.pipeline.signature(text)
-            fp = sig.fingerprint
-            if sig.short:
-                content_hash = sig.content_hash
-        else:
-            check_pipeline_id(self.pipeline, pipeline_id)
-            fp = fingerprint_int(fingerprint)
         cat = self._cat
         with self._storage.read() as txn:
             if content_hash is not None:

@@ -4,22 +4,21 @@ transaction, the flush that follows a write, a bulk load's run and compaction (t
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 
 import lmdb
 import numpy as np
 
-from fpstore.fingerprint.pipeline import Fingerprints
 from fpstore.index import tiers
 from fpstore.store.catalog import Catalog
 from fpstore.store.header import H_COUNT, H_NEXT_ID, U64
+from fpstore.store.inputs import Batch, OneAdd
 from fpstore.store.keys import FLAG_SHORT, FLAG_TEXT, KeyBatch, lookup_key, pack_record
 from fpstore.store.lsm import prepare_load
 from fpstore.store.results import AddResult
 from fpstore.store.storage import Storage
 
-__all__ = ["Batch", "add_batch", "add_one", "compact", "delete_one", "flush", "load_run"]
+__all__ = ["Batch", "add_batch", "add_group", "add_one", "compact", "delete_one", "flush", "load_run"]
 
 
 def flush(cat: Catalog, txn: lmdb.Transaction, flush_entries: int) -> None:
@@ -75,6 +74,20 @@ def add_one(
     return AddResult(doc_id, result.key, fp, short, result.exact_duplicate_of, result.near_duplicates, canonical)
 
 
+def add_group(cat: Catalog, txn: lmdb.Transaction, adds: Sequence[OneAdd], k: int, flush_entries: int) -> list[AddResult]:
+    """Add documents one after another in one transaction, each with its verdict and checkpoint:
+    what the same adds in the same order would do one transaction each (a later one sees the
+    earlier ones), with one flush check at the end instead of one per add."""
+    results = []
+    for a in adds:
+        results.append(add_one(cat, txn, a.typed, a.fp, a.content_hash, a.short, a.flags, k, a.on_duplicate, 0))
+        if a.checkpoint is not None:
+            txn.put(a.checkpoint[0], a.checkpoint[1], db=cat.meta)
+    if any(not a.short for a in adds):
+        flush(cat, txn, flush_entries)
+    return results
+
+
 def delete_one(cat: Catalog, txn: lmdb.Transaction, typed: bytes) -> bool:
     """Delete the live document of a typed key; returns whether there was one."""
     doc_id = cat.id_of(txn, typed)
@@ -83,27 +96,6 @@ def delete_one(cat: Catalog, txn: lmdb.Transaction, typed: bytes) -> bool:
     cat.remove(txn, doc_id)
     txn.put(H_COUNT, U64.pack(cat.meta_int(txn, H_COUNT) - 1), db=cat.meta)
     return True
-
-
-@dataclass
-class Batch:
-    """An :meth:`Store.add_many` batch, checked before its transaction: typed keys, their
-    fingerprints, typed canonical keys (None: its own) and the checkpoint's key and value.
-    The last occurrence of a key wins; earlier ones are dropped before any write."""
-
-    typed_keys: list[bytes]
-    sigs: Fingerprints
-    canon_typed: list[bytes | None]
-    canonicals_given: bool
-    ckpt: tuple[bytes, bytes] | None
-    last: dict[bytes, int] = field(init=False)
-    keep: np.ndarray = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.last = {}
-        for i, t in enumerate(self.typed_keys):
-            self.last[t] = i
-        self.keep = np.fromiter(sorted(self.last.values()), dtype=np.int64, count=len(self.last))
 
 
 def add_batch(cat: Catalog, txn: lmdb.Transaction, batch: Batch, flush_entries: int) -> np.ndarray:

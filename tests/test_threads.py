@@ -1,0 +1,169 @@
+"""One Store object shared by many threads of one process: adds, queries and reads through map
+growth and flushes, every answer exact; the read cache under concurrent eviction."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import fpstore
+from fpstore.index.tiers import TierCache
+
+K = 3
+
+
+def _brute(stored: dict[str, int], fp: int, k: int) -> set[str]:
+    return {key for key, f in stored.items() if bin(f ^ fp).count("1") <= k}
+
+
+def _run_threads(workers: list, seconds_limit: float = 120.0) -> None:
+    errors: list[BaseException] = []
+
+    def wrap(fn):
+        def run():
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+                errors.append(exc)
+
+        return run
+
+    threads = [threading.Thread(target=wrap(fn)) for fn in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds_limit)
+    assert not any(t.is_alive() for t in threads), "a thread is stuck"
+    if errors:
+        raise errors[0]
+
+
+def test_sixteen_threads_add_and_query_through_map_growth_and_flushes(tmp_path, monkeypatch):
+    """8 threads add (one document per call, some near-duplicates of others), 8 query, look up and
+    count, on one store whose map starts at 256 KiB (it grows several times) and whose incremental
+    tables flush every 100 documents; afterwards every document is stored and every query equals
+    brute force, and every verdict named other documents at their true distance."""
+    monkeypatch.setattr(fpstore.store.storage, "INITIAL_MAP_SIZE", 1 << 18)
+    store = fpstore.open(tmp_path / "s", k=K, flush_entries=100, map_size=1 << 18)
+    pid = store.pipeline.id
+    rng = np.random.default_rng(5)
+    per_thread = 60
+    base = rng.integers(0, 2**64, size=8 * per_thread, dtype=np.uint64)
+    for i in range(1, len(base), 3):  # every third a near-duplicate of the one before
+        base[i] = base[i - 1] ^ np.uint64(1 << int(rng.integers(0, 64)))
+    pad = "-" + "x" * 400  # long keys fill the 256 KiB map within a few hundred documents
+    fps = {f"t{t}-{j}{pad}": int(base[t * per_thread + j]) for t in range(8) for j in range(per_thread)}
+    added: dict[str, int] = {}
+    added_lock = threading.Lock()
+    stop = threading.Event()
+
+    def adder(t: int):
+        def run():
+            for j in range(per_thread):
+                key = f"t{t}-{j}{pad}"
+                res = store.add(key, fingerprint=fps[key], pipeline_id=pid)
+                assert res.key == key and res.fingerprint == fps[key]
+                with added_lock:
+                    added[key] = fps[key]
+                # A verdict names other stored documents within k, at their true distance.
+                for m in res.near_duplicates:
+                    assert m.key != key and m.key in fps and m.distance == bin(fps[m.key] ^ fps[key]).count("1") <= K
+
+        return run
+
+    def querier(q: int):
+        def run():
+            local = np.random.default_rng(q)
+            keys = list(fps)
+            rounds = 0
+            while not stop.is_set():
+                rounds += 1
+                time.sleep(0.002)  # readers that also wait on the network, as a crawler's do
+                key = keys[int(local.integers(0, len(keys)))]
+                hits = store.query(fingerprint=fps[key], pipeline_id=pid)
+                assert all(m.distance <= K for m in hits)
+                doc = store.get(key)
+                assert doc is None or doc.fingerprint == fps[key]
+                if rounds % 10 == 0:
+                    qi, ids, d = store.query_many(np.array([fps[key]], np.uint64), pipeline_id=pid)
+                    assert len(qi) == len(ids) == len(d)
+                assert 0 <= len(store) <= len(fps)
+
+        return run
+
+    adders = [adder(t) for t in range(8)]
+    queriers = [querier(q) for q in range(8)]
+    done = threading.Event()
+
+    def adders_then_stop():
+        try:
+            _run_threads(adders)
+        finally:
+            stop.set()
+            done.set()
+
+    _run_threads([adders_then_stop, *queriers])
+    try:
+        assert len(store) == len(fps) == len(added)
+        info = store.info()
+        assert info["map_size"] > 1 << 18, "the map never grew: the test did not test growth"
+        assert store.counts()["runs"], "no flush happened: the test did not test flushes"
+        for key, fp in list(fps.items())[::7]:
+            got = {m.key for m in store.query(fingerprint=fp, pipeline_id=pid)}
+            assert got == _brute(fps, fp, K), key
+        assert store.verify() == []
+    finally:
+        store.close()
+
+
+def test_read_cache_survives_concurrent_eviction():
+    """Threads hitting a tiny cache with overlapping keys: every lookup returns its own entry."""
+    cache = TierCache(max_entries=4)
+
+    def worker(seed: int):
+        def run():
+            rng = np.random.default_rng(seed)
+            for _ in range(20_000):
+                key = int(rng.integers(0, 12))
+                assert cache._cached(key, lambda key=key: ("entry", key)) == ("entry", key)
+
+        return run
+
+    _run_threads([worker(s) for s in range(8)])
+
+
+@pytest.mark.parametrize("readers", [4])
+def test_map_growth_waits_for_other_threads_reads(tmp_path, monkeypatch, readers):
+    """Bulk loads that must grow the map while other threads hold read transactions: the growth
+    waits for them (LMDB may resize only with no transaction of the process active); every read
+    answers from a consistent snapshot."""
+    monkeypatch.setattr(fpstore.store.storage, "INITIAL_MAP_SIZE", 1 << 20)
+    store = fpstore.open(tmp_path / "g", k=K)
+    pid = store.pipeline.id
+    rng = np.random.default_rng(2)
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            n = len(store)
+            counts = store.counts()
+            assert counts["documents"] >= n
+            assert set(counts["table_entries"]) == {counts["documents"]}
+
+    def loader():
+        try:
+            for i in range(6):
+                keys = np.arange(i * 20_000, (i + 1) * 20_000)
+                store.bulk_load(keys, rng.integers(0, 2**64, size=20_000, dtype=np.uint64), pipeline_id=pid)
+        finally:
+            stop.set()
+
+    try:
+        _run_threads([loader] + [reader] * readers)
+        assert len(store) == 120_000
+        assert store.info()["map_size"] > 1 << 20
+    finally:
+        store.close()
