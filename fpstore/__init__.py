@@ -14,8 +14,9 @@ from fpstore.fingerprint.pipeline import Fingerprints, IdfTable, Pipeline, Signa
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import hamming, hamming_many
 from fpstore.store.keys import Key
+from fpstore.store.opening import open
 from fpstore.store.results import AddResult, Document, Match
-from fpstore.store.store import Store, open
+from fpstore.store.store import Store
 
 
 @functools.lru_cache(maxsize=16)

@@ -16,7 +16,17 @@ from fpstore.hamming import RawFingerprints, as_fingerprint_array
 from fpstore.store.header import encode_checkpoint
 from fpstore.store.keys import FLAG_SHORT, FLAG_TEXT, LOOKUP_KEY_BYTES, Key, typed_key
 
-__all__ = ["Batch", "OneAdd", "check_pipeline_id", "fingerprint_int", "fingerprint_of", "prepare_add", "prepare_batch", "signatures"]
+__all__ = [
+    "Batch",
+    "OneAdd",
+    "check_pipeline_id",
+    "fingerprint_int",
+    "fingerprint_of",
+    "batch_adds",
+    "prepare_add",
+    "prepare_batch",
+    "signatures",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,3 +165,17 @@ def prepare_batch(
             raise InputError(f"canonicals must be a sequence of one key (or None) per document: {n} keys")
         canon_typed = [None if c is None else typed_key(c, LOOKUP_KEY_BYTES) for c in canonicals]
     return Batch(typed_keys, sigs, canon_typed, canonicals is not None, ckpt)
+
+
+def batch_adds(batch: Batch, keys: Sequence[Key]) -> list[OneAdd]:
+    """The documents of ``batch`` as single adds, in the order given (``add_many(verdicts=True)``);
+    the batch's checkpoint rides on the last."""
+    sigs, n = batch.sigs, len(batch.typed_keys)
+    short = sigs.short if sigs.short is not None else np.zeros(n, dtype=bool)
+    has_hash = sigs.content_hashes is not None
+    adds = []
+    for i in range(n):
+        flags = (FLAG_TEXT if has_hash else 0) | (FLAG_SHORT if short[i] else 0)
+        ckpt = batch.ckpt if i == n - 1 else None
+        adds.append(OneAdd(keys[i], batch.typed_keys[i], int(sigs.values[i]), sigs.content_hash(i), bool(short[i]), flags, "insert", ckpt))
+    return adds

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from inspect import signature
-from typing import Any, ParamSpec, cast, overload
+from typing import Any, Literal, cast, overload
 
 import numpy as np
 
@@ -47,16 +46,14 @@ from fpstore.store.header import (
     stored_design_and_pipeline,
     table_name,
 )
-from fpstore.store.inputs import OneAdd, fingerprint_of, prepare_add, prepare_batch, signatures
+from fpstore.store.inputs import OneAdd, batch_adds, fingerprint_of, prepare_add, prepare_batch, signatures
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
 from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
 from fpstore.store.results import AddResult, Cluster, Document, Match
 from fpstore.store.storage import DATA_FILE, Storage
 from fpstore.store.writes import add_batch, add_group, compact, delete_one, load_run
 
-__all__ = ["AddResult", "Cluster", "Document", "Match", "Store", "open"]
-
-_P = ParamSpec("_P")
+__all__ = ["AddResult", "Cluster", "Document", "Match", "Store"]
 
 
 class Store(Closing):
@@ -198,6 +195,7 @@ class Store(Closing):
         action = f"adding {adds[0].key!r}" if len(adds) == 1 else f"adding a group of {len(adds)} documents"
         return self._storage.write(lambda txn: add_group(cat, txn, adds, k, flush_entries), action=action)
 
+    @overload
     def add_many(
         self,
         keys: Sequence[Key],
@@ -207,7 +205,33 @@ class Store(Closing):
         pipeline_id: str | None = None,
         checkpoint: tuple[str, Any] | None = None,
         canonicals: Sequence[Key | None] | None = None,
-    ) -> np.ndarray:
+        verdicts: Literal[False] = False,
+    ) -> np.ndarray: ...
+
+    @overload
+    def add_many(
+        self,
+        keys: Sequence[Key],
+        *,
+        texts: Sequence[Text] | None = None,
+        fingerprints: RawFingerprints | Fingerprints | None = None,
+        pipeline_id: str | None = None,
+        checkpoint: tuple[str, Any] | None = None,
+        canonicals: None = None,
+        verdicts: Literal[True],
+    ) -> list[AddResult]: ...
+
+    def add_many(
+        self,
+        keys: Sequence[Key],
+        *,
+        texts: Sequence[Text] | None = None,
+        fingerprints: RawFingerprints | Fingerprints | None = None,
+        pipeline_id: str | None = None,
+        checkpoint: tuple[str, Any] | None = None,
+        canonicals: Sequence[Key | None] | None = None,
+        verdicts: bool = False,
+    ) -> np.ndarray | list[AddResult]:
         """Add a batch in one durable transaction; returns the documents' ids (int64).
 
         Either every document is stored, with ``checkpoint=(name, position)`` recorded in the same
@@ -219,10 +243,20 @@ class Store(Closing):
         ``canonicals``, one per key, records the key of the document each one is a variant of (None:
         its own canonical). A canonical key must be stored already or be a key of this batch; any
         other makes the whole batch an :class:`InputError`.
+
+        ``verdicts=True`` returns one :class:`AddResult` per document instead: the documents are
+        added in the order given, as successive :meth:`add` calls would (each sees the documents
+        before it, of the store and of the batch; a repeated key replaces its earlier copy), still
+        in one transaction with the checkpoint. It takes no ``canonicals``: the verdicts set them.
         """
+        if verdicts and canonicals is not None:
+            raise InputError("add_many(verdicts=True) records each document's canonical from its verdict; pass no canonicals")
         batch = prepare_batch(self.pipeline, keys, texts, fingerprints, pipeline_id, checkpoint, canonicals)
-        cat, flush_entries = self._cat, self.flush_entries
+        cat, flush_entries, k = self._cat, self.flush_entries, self.k
         action = f"adding a batch of {len(batch.typed_keys)}"
+        if verdicts:
+            adds = batch_adds(batch, keys)
+            return self._storage.write(lambda txn: add_group(cat, txn, adds, k, flush_entries), action=action)
         return self._storage.write(lambda txn: add_batch(cat, txn, batch, flush_entries), action=action)
 
     # -- bulk loads and compaction -------------------------------------------------------------
@@ -559,42 +593,3 @@ class Store(Closing):
         Deterministic for a given ``seed``."""
         fps, _ = self.fingerprints()
         return inspect.table_stats(self.design, np.asarray(fps, dtype=np.uint64), len(self), sample, seed)
-
-
-def _with_signature_of(cls: Callable[_P, Store]) -> Callable[[Callable[..., Store]], Callable[_P, Store]]:
-    """Give a factory the parameters of ``cls`` (for help(), inspect and type checkers): they are
-    defined once, on :class:`Store`."""
-
-    def wrap(fn: Callable[..., Store]) -> Callable[_P, Store]:
-        fn.__signature__ = signature(cls).replace(return_annotation="Store")  # type: ignore[attr-defined]  # inspect reads it
-        return fn
-
-    return wrap
-
-
-@_with_signature_of(Store)
-def open(path: str | os.PathLike[str], **options: Any) -> Store:
-    """Open the store in directory ``path``, creating it (mode 0700) when missing and ``create``.
-
-    A store is created only in a new or an empty directory: a directory holding anything else
-    raises :class:`~fpstore.errors.NotAStoreError` and is left untouched. A create that fails (a
-    refused argument, a full disk) leaves nothing behind. ``readonly=True`` also opens a store on
-    read-only media (or files this user may not write): LMDB's lock file cannot record such a
-    reader, so it holds a shared lock on ``writer.lock`` instead, and no writer can start until it
-    closes. A store dropped without :meth:`Store.close` is closed when it is collected, with a
-    ``ResourceWarning``.
-
-    ``k`` is the default query radius; for a new store it also chooses the design (exact up to k,
-    default 3). ``pipeline`` defaults to :class:`Pipeline()` for a new store and must match an
-    existing store's. ``design`` is ``"auto"`` (chosen from ``expected_size``), a design name or a
-    :class:`~fpstore.index.design.Design`. One process writes; others open with ``readonly=True``.
-
-    ``verify=True`` checks the file's structure before LMDB maps it (verify-then-trust, for
-    store files from elsewhere: LMDB itself trusts its pages and can abort on a damaged one).
-
-    ``flush_entries``: once this many documents sit in the incremental tables, the write that
-    reached it moves them into a run and merges small runs by size tiers (see docs/tuning.md).
-    The writes between flushes stay small and fast; the flushing write takes longer. 0 leaves
-    everything in the incremental tables until :meth:`Store.compact`.
-    """
-    return Store(path, **options)

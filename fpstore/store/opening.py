@@ -1,0 +1,53 @@
+"""``fpstore.open``: the factory of :class:`~fpstore.store.store.Store`, with its parameters."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from inspect import signature
+from typing import Any, ParamSpec
+
+from fpstore.store.store import Store
+
+__all__ = ["open"]
+
+_P = ParamSpec("_P")
+
+
+def _with_signature_of(cls: Callable[_P, Store]) -> Callable[[Callable[..., Store]], Callable[_P, Store]]:
+    """Give a factory the parameters of ``cls`` (for help(), inspect and type checkers): they are
+    defined once, on :class:`Store`."""
+
+    def wrap(fn: Callable[..., Store]) -> Callable[_P, Store]:
+        fn.__signature__ = signature(cls).replace(return_annotation="Store")  # type: ignore[attr-defined]  # inspect reads it
+        return fn
+
+    return wrap
+
+
+@_with_signature_of(Store)
+def open(path: str | os.PathLike[str], **options: Any) -> Store:
+    """Open the store in directory ``path``, creating it (mode 0700) when missing and ``create``.
+
+    A store is created only in a new or an empty directory: a directory holding anything else
+    raises :class:`~fpstore.errors.NotAStoreError` and is left untouched. A create that fails (a
+    refused argument, a full disk) leaves nothing behind. ``readonly=True`` also opens a store on
+    read-only media (or files this user may not write): LMDB's lock file cannot record such a
+    reader, so it holds a shared lock on ``writer.lock`` instead, and no writer can start until it
+    closes. A store dropped without :meth:`Store.close` is closed when it is collected, with a
+    ``ResourceWarning``.
+
+    ``k`` is the default query radius; for a new store it also chooses the design (exact up to k,
+    default 3). ``pipeline`` defaults to :class:`Pipeline()` for a new store and must match an
+    existing store's. ``design`` is ``"auto"`` (chosen from ``expected_size``), a design name or a
+    :class:`~fpstore.index.design.Design`. One process writes; others open with ``readonly=True``.
+
+    ``verify=True`` checks the file's structure before LMDB maps it (verify-then-trust, for
+    store files from elsewhere: LMDB itself trusts its pages and can abort on a damaged one).
+
+    ``flush_entries``: once this many documents sit in the incremental tables, the write that
+    reached it moves them into a run and merges small runs by size tiers (see docs/tuning.md).
+    The writes between flushes stay small and fast; the flushing write takes longer. 0 leaves
+    everything in the incremental tables until :meth:`Store.compact`.
+    """
+    return Store(path, **options)
