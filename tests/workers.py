@@ -170,6 +170,36 @@ def feed_writer(args: argparse.Namespace, ready: str = "ready") -> int:
     return 0
 
 
+def thread_adder(args: argparse.Namespace) -> int:
+    """--threads threads add documents one add() at a time (group commit) for ever; after each add
+    returns, print ``ack KEY FINGERPRINT``. The parent kills it and checks every acknowledged add."""
+    import threading
+
+    import fpstore
+
+    store = fpstore.open(args.path)
+    pid = store.pipeline.id
+    out_lock = threading.Lock()
+
+    def run(t: int) -> None:
+        rng = np.random.default_rng([SEED, t])
+        j = 0
+        while True:
+            key, fp = f"t{t}-{j}", int(rng.integers(0, 2**64, dtype=np.uint64))
+            store.add(key, fingerprint=fp, pipeline_id=pid)
+            with out_lock:
+                say("ack", key, fp)
+            j += 1
+
+    say("ready")
+    threads = [threading.Thread(target=run, args=(t,), daemon=True) for t in range(args.threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return 0
+
+
 def fill_writer(args: argparse.Namespace) -> int:
     """Feed until a write fails (a full disk, a file size limit, an injected I/O error); report the
     error, try once more, then (after ``go`` on stdin with --wait) free the limit and feed on to
@@ -440,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--small-growth", action="store_true")
     p.add_argument("--report-map", action="store_true")
     command("fork-server", fork_server)
+    p = command("thread-adder", thread_adder)
+    p.add_argument("--threads", type=int, default=8)
     p = command("fill-writer", fill_writer)
     p.add_argument("--stop", type=int, default=1 << 40)
     p.add_argument("--fsize", type=int, default=0, help="RLIMIT_FSIZE in bytes")
