@@ -3,6 +3,7 @@ check of ``data.mdb`` (read as bytes, before LMDB maps a file it would trust).""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -25,8 +26,10 @@ __all__ = [
     "filesystem_type",
     "is_stale_compaction",
     "looks_full",
+    "make_compaction_dir",
     "read_only_mount",
     "refuse_foreign_files",
+    "remove_stale_compactions",
     "store_file_exists",
     "structure_problems",
     "verify_file",
@@ -227,3 +230,38 @@ def looks_full(path: str) -> bool:
     except OSError:
         return False
     return False
+
+
+def remove_stale_compactions(path: str) -> None:
+    """Remove copies left by a file compaction that died before its switch (the writer's job,
+    under the writer lock, so no compaction is running). Only directories that prove they are
+    such a copy are touched, file by file: nothing else is ever deleted."""
+    for name in os.listdir(path):
+        full = os.path.join(path, name)
+        if not name.startswith(COMPACT_PREFIX) or not is_stale_compaction(full):
+            continue
+        with contextlib.suppress(OSError):
+            for inner in (DATA_FILE, "lock.mdb", COMPACT_MARKER):  # the marker last
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(full, inner))
+            os.rmdir(full)
+
+
+def make_compaction_dir(path: str) -> str:
+    """A new, uniquely named directory for a compaction copy, with the marker that proves it
+    is ours written (and synced) before anything else goes into it."""
+    while True:
+        tmp = os.path.join(path, f"{COMPACT_PREFIX}{os.getpid()}-{os.urandom(8).hex()}")
+        try:
+            os.mkdir(tmp, 0o700)
+            break
+        except FileExistsError:
+            continue
+    marker = os.path.join(tmp, COMPACT_MARKER)
+    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, f"fpstore file compaction of pid {os.getpid()}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return tmp

@@ -14,7 +14,7 @@ Everything that knows LMDB's hazards lives here (docs/reliability.md gives the t
 * nothing that leaves a transaction points into the map: reads return views (``buffers=True``),
   which callers decode or copy inside the transaction.
 * threads share one environment: every transaction holds a share of the map and growing it waits
-  for the other threads' shares (``_MapLock``); one write transaction at a time, begun and
+  for the other threads' shares (``MapLock``); one write transaction at a time, begun and
   committed by one thread.
 * raw ``lmdb`` errors are translated to :mod:`fpstore.errors`.
 """
@@ -30,7 +30,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import lmdb
@@ -47,8 +47,6 @@ from fpstore.errors import (
 )
 from fpstore.store import faults
 from fpstore.store.files import (
-    COMPACT_MARKER,
-    COMPACT_PREFIX,
     DATA_FILE,
     MAX_DBS,
     NETWORK_FS,
@@ -56,14 +54,16 @@ from fpstore.store.files import (
     STORE_FILES,
     WRITER_LOCK,
     filesystem_type,
-    is_stale_compaction,
     looks_full,
+    make_compaction_dir,
     read_only_mount,
     refuse_foreign_files,
+    remove_stale_compactions,
     store_file_exists,
     structure_problems,
     verify_file,
 )
+from fpstore.store.maplock import MapLock
 
 __all__ = ["Storage", "structure_problems"]
 
@@ -94,61 +94,6 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-class _MapLock:
-    """Transactions of this process share the map; growing it takes the map alone.
-
-    LMDB's ``mdb_env_set_mapsize`` may run only while no transaction of the process is active:
-    every read and write transaction holds a share for its lifetime, and growth (a full map, a
-    reservation, adopting another process's growth) waits until the other threads' shares are
-    gone. A thread's own shares do not block it, so a thread that reads and then writes never
-    waits for itself. While a growth waits or runs, threads holding no share wait before taking
-    one: readers in a tight loop would otherwise keep the count above zero for ever.
-    """
-
-    __slots__ = ("_cond", "_active", "_growing", "_grower", "_waiting", "_mine")
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._active = 0
-        self._growing = False
-        self._grower = 0
-        self._waiting = 0
-        self._mine = threading.local()
-
-    def share(self) -> None:
-        mine = getattr(self._mine, "n", 0)
-        with self._cond:
-            while (self._growing or self._waiting) and not mine and self._grower != threading.get_ident():
-                self._cond.wait()
-            self._active += 1
-        self._mine.n = mine + 1
-
-    def unshare(self) -> None:
-        self._mine.n -= 1
-        with self._cond:
-            self._active -= 1
-            if not self._active or self._growing:
-                self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def alone(self) -> Iterator[None]:
-        mine = getattr(self._mine, "n", 0)
-        with self._cond:
-            self._waiting += 1
-            try:
-                while self._growing or self._active > mine:
-                    self._cond.wait()
-            finally:
-                self._waiting -= 1
-            self._growing, self._grower = True, threading.get_ident()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._growing, self._grower = False, 0
-                self._cond.notify_all()
 
 
 def _open_error(exc: OSError, path: str) -> FpstoreError:
@@ -225,7 +170,7 @@ class Storage:
         self._forked = False
         self._open_fd: int | None = None
         self._lockless = False
-        self._map = _MapLock()
+        self._map = MapLock()
         #: One write transaction at a time in this process, begun and committed by one thread
         #: (LMDB binds a write transaction to the thread that began it).
         self._write_lock = threading.Lock()
@@ -266,7 +211,7 @@ class Storage:
                 self._make_dirs()
                 self._found = set(os.listdir(self.path))
                 self._take_writer_lock()
-                self._remove_stale_compactions()
+                remove_stale_compactions(self.path)
             elif self._lock_file_unwritable():
                 self._go_lockless()
             self._take_open_lock()
@@ -390,39 +335,6 @@ class Storage:
         _lock_or_close(fd, fcntl.LOCK_SH, StorageError(f"{self.path} is being rewritten by a file compaction; open it again in a moment"))
         self._open_fd = fd
 
-    def _remove_stale_compactions(self) -> None:
-        """Remove copies left by a file compaction that died before its switch (the writer's job,
-        under the writer lock, so no compaction is running). Only directories that prove they are
-        such a copy are touched, file by file: nothing else is ever deleted."""
-        for name in os.listdir(self.path):
-            full = os.path.join(self.path, name)
-            if not name.startswith(COMPACT_PREFIX) or not is_stale_compaction(full):
-                continue
-            with contextlib.suppress(OSError):
-                for inner in (DATA_FILE, "lock.mdb", COMPACT_MARKER):  # the marker last
-                    with contextlib.suppress(FileNotFoundError):
-                        os.remove(os.path.join(full, inner))
-                os.rmdir(full)
-
-    def _make_compaction_dir(self) -> str:
-        """A new, uniquely named directory for a compaction copy, with the marker that proves it
-        is ours written (and synced) before anything else goes into it."""
-        while True:
-            tmp = os.path.join(self.path, f"{COMPACT_PREFIX}{os.getpid()}-{os.urandom(8).hex()}")
-            try:
-                os.mkdir(tmp, 0o700)
-                break
-            except FileExistsError:
-                continue
-        marker = os.path.join(tmp, COMPACT_MARKER)
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, f"fpstore file compaction of pid {os.getpid()}\n".encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return tmp
-
     def copy(self, dest: str, *, compact: bool = True) -> int:
         """A consistent copy of the environment in directory ``dest`` (made 0700 if missing; it
         must be empty), synced to disk (LMDB's copy does not sync it); returns its size in bytes.
@@ -467,7 +379,7 @@ class Storage:
         with self._write_lock, self._map.alone():
             data = os.path.join(self.path, DATA_FILE)
             before = os.path.getsize(data)
-            tmp = self._make_compaction_dir()
+            tmp = make_compaction_dir(self.path)
             try:
                 try:
                     self.env.copy(tmp, compact=True)
@@ -487,7 +399,7 @@ class Storage:
                 self.dbs = {}
                 reopen()
             finally:
-                self._remove_stale_compactions()  # this copy: it carries the marker
+                remove_stale_compactions(self.path)  # this copy: it carries the marker
                 fcntl.flock(self._open_fd, fcntl.LOCK_SH)
         return before, after
 
