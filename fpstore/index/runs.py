@@ -30,6 +30,7 @@ import numpy as np
 
 from fpstore._backend import load
 from fpstore.errors import CorruptionError, FormatError, InputError
+from fpstore.index.arrays import int_in, sorted_u64_array, u64_array
 
 __all__ = [
     "DEFAULT_BLOCK_ENTRIES",
@@ -331,43 +332,6 @@ class RunIndex:
 # ------------------------------------------------------------------------------------ validation
 
 
-def _u64_array(values: object, name: str) -> np.ndarray:
-    """A 1-D C-contiguous uint64 array (copied only when not contiguous); InputError otherwise."""
-    if not isinstance(values, np.ndarray) or values.dtype != np.uint64:
-        got = values.dtype if isinstance(values, np.ndarray) else type(values).__name__
-        raise InputError(f"{name} must be a numpy uint64 array, got {got}")
-    if values.ndim != 1:
-        raise InputError(f"{name} must be one-dimensional, got shape {values.shape}")
-    return np.ascontiguousarray(values)
-
-
-def _sorted_u64_array(values: object, name: str, top_bits: int = 64) -> np.ndarray:
-    """:func:`_u64_array`, checked to be sorted ascending by the top ``top_bits`` bits."""
-    arr = _u64_array(values, name)
-    if top_bits == 0:
-        return arr
-    shift = np.uint64(64 - top_bits)
-    # In slices, so that the check needs O(1) memory beyond the input.
-    step = 1 << 20
-    for s in range(0, max(len(arr) - 1, 0), step):
-        seg = arr[s : s + step + 1] >> shift
-        down = np.flatnonzero(seg[1:] < seg[:-1])
-        if len(down):
-            i = s + int(down[0])
-            what = "ascending" if top_bits == 64 else f"ascending by their top {top_bits} bits"
-            raise InputError(f"{name} must be sorted {what}: element {i + 1} is below element {i}")
-    return arr
-
-
-def _int_in(value: object, name: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InputError(f"{name} must be an int, got {type(value).__name__}")
-    v = int(value)
-    if not lo <= v <= hi:
-        raise InputError(f"{name} must be in {lo}..{hi}, got {v}")
-    return v
-
-
 def _bytes_view(chunk: object, index: RunIndex, chunk_no: int) -> np.ndarray:
     """A zero-copy uint8 view of chunk ``chunk_no``'s bytes, after checking its length."""
     if chunk is None:  # what a getter over an LMDB lookup returns for an absent value
@@ -420,9 +384,9 @@ def encode_run(
     output is deterministic: the same keys and parameters give the same bytes. Memory beyond the
     input and the output is one chunk buffer.
     """
-    keys = _u64_array(sorted_keys, "sorted_keys")
-    bsz = _int_in(block_entries, "block_entries", 1, _kernel.MAX_BLOCK_ENTRIES)
-    cap = _int_in(chunk_bytes, "chunk_bytes", max_block_bytes(bsz), _MAX_CHUNK_BYTES)
+    keys = u64_array(sorted_keys, "sorted_keys")
+    bsz = int_in(block_entries, "block_entries", 1, _kernel.MAX_BLOCK_ENTRIES)
+    cap = int_in(chunk_bytes, "chunk_bytes", max_block_bytes(bsz), _MAX_CHUNK_BYTES)
     n = len(keys)
     nb = -(-n // bsz)
     offsets = np.zeros(nb, np.uint32)
@@ -434,7 +398,7 @@ def encode_run(
     while b < nb:
         err, done, used = _kernel.encode_chunk(keys, bsz, b, buf, offsets)
         if err == _kernel.ERR_UNSORTED:
-            _sorted_u64_array(keys, "sorted_keys")  # raises, naming the first descent
+            sorted_u64_array(keys, "sorted_keys")  # raises, naming the first descent
             raise InputError("sorted_keys must be sorted ascending")  # pragma: no cover - raised above
         if err or done == 0:  # pragma: no cover - max_block_bytes guarantees progress
             raise RuntimeError(f"run encoder made no progress at block {b} (error {err})")
@@ -469,7 +433,7 @@ def decode_block(chunk: object, index: RunIndex, block: int) -> np.ndarray:
     Raises :class:`InputError` for a block number outside the index, :class:`CorruptionError`
     when the chunk's length or the block's bytes disagree with the index.
     """
-    b = _int_in(block, "block", 0, index.nblocks - 1)
+    b = int_in(block, "block", 0, index.nblocks - 1)
     buf = _bytes_view(chunk, index, int(index.chunk[b]))
     out = np.empty(int(index._counts[b]), np.uint64)
     _decode_range(buf, index, b, b + 1, out)
@@ -479,7 +443,7 @@ def decode_block(chunk: object, index: RunIndex, block: int) -> np.ndarray:
 def decode_chunk(chunk: object, index: RunIndex, chunk_no: int, *, checksum: bool = False) -> np.ndarray:
     """All keys (uint64, sorted) of chunk ``chunk_no``. With ``checksum=True`` the chunk's CRC-32
     is checked first (a full read of the chunk; not done on probes, nor by the store's checks)."""
-    c = _int_in(chunk_no, "chunk_no", 0, index.nchunks - 1)
+    c = int_in(chunk_no, "chunk_no", 0, index.nchunks - 1)
     buf = _bytes_view(chunk, index, c)
     if checksum and zlib.crc32(buf.data) != int(index.chunk_crc[c]):
         raise CorruptionError(f"run chunk {c} checksum mismatch: the chunk is damaged")
@@ -520,7 +484,7 @@ def decode_run(chunks_getter: ChunkGetter, index: RunIndex, *, checksum: bool = 
 def find_block(index: RunIndex, key: int) -> int:
     """The first block that may hold ``key``, or -1 when none can (empty run, or ``key`` outside
     ``[first_keys[0], last_key]``). Equal keys may continue into the following blocks."""
-    v = _int_in(key, "key", 0, _M64)
+    v = int_in(key, "key", 0, _M64)
     if index.count == 0 or v < int(index.first_keys[0]) or v > index.last_key:
         return -1
     # Block b holds keys in [bounds[b], bounds[b+1]]: the first b whose upper bound reaches key.
@@ -533,8 +497,8 @@ def probe(chunks_getter: ChunkGetter, index: RunIndex, lo: int, hi: int) -> np.n
     Decodes only the blocks whose key range meets ``[lo, hi]``; ``chunks_getter(i)`` returns chunk
     ``i``'s bytes and is called once per chunk needed (the caller owns the I/O).
     """
-    lo_v = _int_in(lo, "lo", 0, _M64)
-    hi_v = _int_in(hi, "hi", 0, _M64)
+    lo_v = int_in(lo, "lo", 0, _M64)
+    hi_v = int_in(hi, "hi", 0, _M64)
     empty = np.zeros(0, np.uint64)
     if index.count == 0 or lo_v > hi_v or hi_v < int(index.first_keys[0]) or lo_v > index.last_key:
         return empty
@@ -614,7 +578,7 @@ def _probe_error(err: int, i: int, where: int) -> CorruptionError:
 
 
 def _prefix_mask(prefix_bits: int) -> int:
-    p = _int_in(prefix_bits, "prefix_bits", 0, 64)
+    p = int_in(prefix_bits, "prefix_bits", 0, 64)
     return (_M64 << (64 - p)) & _M64
 
 
@@ -676,9 +640,9 @@ def probe_batch(
     concatenating gives each pair exactly once (see :func:`probe_batch_run`).
     """
     mask = _prefix_mask(prefix_bits)
-    queries = _sorted_u64_array(queries_sorted, "queries_sorted", _int_in(prefix_bits, "prefix_bits", 0, 64))
-    kk = _int_in(k, "k", 0, 64)
-    c = _int_in(chunk_no, "chunk_no", 0, index.nchunks - 1)
+    queries = sorted_u64_array(queries_sorted, "queries_sorted", int_in(prefix_bits, "prefix_bits", 0, 64))
+    kk = int_in(k, "k", 0, 64)
+    c = int_in(chunk_no, "chunk_no", 0, index.nchunks - 1)
     buf = _bytes_view(chunk, index, c)
     qa, qb = _query_slices(index, queries, mask, np.array([c]))
     return _probe_one_chunk(buf, index, c, queries, int(qa[0]), int(qb[0]), mask, kk)
@@ -701,8 +665,8 @@ def probe_batch_run(
     the blocks that may hold one.
     """
     mask = _prefix_mask(prefix_bits)
-    queries = _sorted_u64_array(queries_sorted, "queries_sorted", _int_in(prefix_bits, "prefix_bits", 0, 64))
-    kk = _int_in(k, "k", 0, 64)
+    queries = sorted_u64_array(queries_sorted, "queries_sorted", int_in(prefix_bits, "prefix_bits", 0, 64))
+    kk = int_in(k, "k", 0, 64)
     parts = []
     if index.count and len(queries):
         chunks = np.arange(index.nchunks)
