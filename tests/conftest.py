@@ -31,6 +31,15 @@ def expected_kernel(name: str) -> str:
     return TWINS[name] if PURE_PYTHON else f"fpstore._{name}_c"
 
 
+@pytest.fixture
+def store(tmp_path):
+    """A new store (k = 3, the default pipeline), closed after the test."""
+    import fpstore
+
+    with fpstore.open(tmp_path / "s", k=3) as s:
+        yield s
+
+
 @pytest.fixture(params=["c", "py"])
 def simhash_kernel(request):
     """Each fingerprint-kernel twin in turn, with the v1 fold and NFKC tables installed."""

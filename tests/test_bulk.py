@@ -31,12 +31,6 @@ def data(kind: str, n: int, seed: int = 3) -> np.ndarray:
     return clustered(rng, n)
 
 
-@pytest.fixture
-def store(tmp_path):
-    with fpstore.open(tmp_path / "s", k=3) as s:
-        yield s
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["random", "clustered"])
 @pytest.mark.parametrize("k", [0, 3, 5])

@@ -14,19 +14,13 @@ import pathlib
 import pytest
 
 import fpstore
-from fpstore.admin.ingest import DirectorySource, Item, JsonlSource, Note, Problem, WarcSource, ingest
+from fpstore.admin.ingest import DirectorySource, JsonlSource, Note, Problem, WarcSource, ingest
 from tests.test_cli import run
 from tests.test_ingest import events, items, kinds, text
 from tools import make_test_warc as mtw
 
 def line(key: str, i: int) -> bytes:
     return json.dumps({"id": key, "text": text(i)}).encode() + b"\n"
-
-
-@pytest.fixture
-def store(tmp_path):
-    with fpstore.open(tmp_path / "store") as s:
-        yield s
 
 
 # -- 11: JSON nested deeper than the parser's recursion ---------------------------------------------

@@ -1,6 +1,6 @@
 """Group commit: concurrent add() calls share transactions, yet every caller gets exactly the
 verdict a serial run in commit order gives; a failed group falls back to one add at a time; a
-kill during group commits loses no acknowledged add. Also add_many(verdicts=True)."""
+kill during group commits loses no acknowledged add. Also add_each, a batch with verdicts."""
 
 from __future__ import annotations
 
@@ -199,9 +199,8 @@ def test_kill_during_group_commits_loses_no_acknowledged_add(tmp_path):
     assert len(acked) > 50, "the workers acknowledged too little for the test to mean anything"
 
 
-def test_add_many_with_verdicts_equals_successive_adds(tmp_path):
-    """add_many(verdicts=True): the verdicts successive add() calls give, in one transaction with
-    its checkpoint; canonicals are refused with it."""
+def test_add_each_equals_successive_adds(tmp_path):
+    """add_each: the verdicts successive add() calls give, in one transaction with its checkpoint."""
     rng = np.random.default_rng(8)
     base = rng.integers(0, 2**64, size=60, dtype=np.uint64)
     base[1::2] = base[::2] ^ np.uint64(3)  # near-duplicates within the batch
@@ -210,9 +209,9 @@ def test_add_many_with_verdicts_equals_successive_adds(tmp_path):
         pid = a.pipeline.id
         a.add_many(["old"], fingerprints=base[:1] ^ np.uint64(1), pipeline_id=pid)
         b.add_many(["old"], fingerprints=base[:1] ^ np.uint64(1), pipeline_id=pid)
-        got = a.add_many(keys, fingerprints=base, pipeline_id=pid, verdicts=True, checkpoint=("feed", 60))
+        got = a.add_each(keys, fingerprints=base, pipeline_id=pid, checkpoint=("feed", 60))
         want = [b.add(key, fingerprint=int(fp), pipeline_id=pid) for key, fp in zip(keys, base)]
         assert [_verdict(r) for r in got] == [_verdict(r) for r in want]
         assert a.checkpoint("feed") == 60 and len(a) == len(b)
         with pytest.raises(InputError):
-            a.add_many(["x"], fingerprints=[5], pipeline_id=pid, verdicts=True, canonicals=[None])
+            a.add_each(["x", "y"], fingerprints=[5], pipeline_id=pid)  # one fingerprint for two keys

@@ -10,7 +10,6 @@ import threading
 
 import pytest
 
-import fpstore
 from fpstore.errors import InputError
 from fpstore.admin.ingest import (
     DirectorySource,
@@ -44,12 +43,6 @@ def items(evs):
 
 def kinds(evs, cls):
     return [e.kind for e in evs if isinstance(e, cls)]
-
-
-@pytest.fixture
-def store(tmp_path):
-    with fpstore.open(tmp_path / "store") as s:
-        yield s
 
 
 # -- JSON Lines ------------------------------------------------------------------------------------

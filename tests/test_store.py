@@ -10,7 +10,7 @@ import msgpack
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import fpstore
 from fpstore.errors import (
@@ -45,12 +45,6 @@ def clustered(rng: np.random.Generator, n: int) -> np.ndarray:
     for j in range(3):
         fps = fps ^ np.where(active[:, j], np.uint64(1) << flips[:, j].astype(np.uint64), np.uint64(0))
     return fps
-
-
-@pytest.fixture
-def store(tmp_path):
-    with fpstore.open(tmp_path / "s", k=3) as s:
-        yield s
 
 
 # -- exactness at scale ------------------------------------------------------------------------

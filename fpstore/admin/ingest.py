@@ -27,6 +27,7 @@ means UTF-8) with invalid sequences replaced by U+FFFD, and counted. The WARC re
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -132,17 +133,7 @@ class SourceResult:
     done: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "kind": self.kind,
-            "resumed_from": self.resumed_from,
-            "added": self.added,
-            "batches": self.batches,
-            "problems": dict(self.problems),
-            "notes": dict(self.notes),
-            "position": self.position,
-            "done": self.done,
-        }
+        return dataclasses.asdict(self)
 
 
 @dataclass

@@ -344,12 +344,9 @@ class Curve:
         return self.ks[i], f[i]
 
     def to_dict(self) -> dict[str, Any]:
+        scalars = ("name", "positives", "bytes_per_doc", "seconds", "note")
         return {
-            "name": self.name,
-            "positives": self.positives,
-            "bytes_per_doc": self.bytes_per_doc,
-            "seconds": self.seconds,
-            "note": self.note,
+            **{field: getattr(self, field) for field in scalars},
             "rows": [
                 {"k": k, "tp": t, "fp": f, "precision": p, "recall": r, "f1": f1}
                 for k, t, f, p, r, f1 in zip(self.ks, self.tp, self.fp, self.precision, self.recall, self.f1)

@@ -168,7 +168,7 @@ def prepare_batch(
 
 
 def batch_adds(batch: Batch, keys: Sequence[Key]) -> list[OneAdd]:
-    """The documents of ``batch`` as single adds, in the order given (``add_many(verdicts=True)``);
+    """The documents of ``batch`` as single adds, in the order given (:meth:`Store.add_each`);
     the batch's checkpoint rides on the last."""
     sigs, n = batch.sigs, len(batch.typed_keys)
     short = sigs.short if sigs.short is not None else np.zeros(n, dtype=bool)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Literal, cast, overload
+from typing import Any, cast
 
 import numpy as np
 
@@ -195,7 +195,6 @@ class Store(Closing):
         action = f"adding {adds[0].key!r}" if len(adds) == 1 else f"adding a group of {len(adds)} documents"
         return self._storage.write(lambda txn: add_group(cat, txn, adds, k, flush_entries), action=action)
 
-    @overload
     def add_many(
         self,
         keys: Sequence[Key],
@@ -205,33 +204,7 @@ class Store(Closing):
         pipeline_id: str | None = None,
         checkpoint: tuple[str, Any] | None = None,
         canonicals: Sequence[Key | None] | None = None,
-        verdicts: Literal[False] = False,
-    ) -> np.ndarray: ...
-
-    @overload
-    def add_many(
-        self,
-        keys: Sequence[Key],
-        *,
-        texts: Sequence[Text] | None = None,
-        fingerprints: RawFingerprints | Fingerprints | None = None,
-        pipeline_id: str | None = None,
-        checkpoint: tuple[str, Any] | None = None,
-        canonicals: None = None,
-        verdicts: Literal[True],
-    ) -> list[AddResult]: ...
-
-    def add_many(
-        self,
-        keys: Sequence[Key],
-        *,
-        texts: Sequence[Text] | None = None,
-        fingerprints: RawFingerprints | Fingerprints | None = None,
-        pipeline_id: str | None = None,
-        checkpoint: tuple[str, Any] | None = None,
-        canonicals: Sequence[Key | None] | None = None,
-        verdicts: bool = False,
-    ) -> np.ndarray | list[AddResult]:
+    ) -> np.ndarray:
         """Add a batch in one durable transaction; returns the documents' ids (int64).
 
         Either every document is stored, with ``checkpoint=(name, position)`` recorded in the same
@@ -243,45 +216,31 @@ class Store(Closing):
         ``canonicals``, one per key, records the key of the document each one is a variant of (None:
         its own canonical). A canonical key must be stored already or be a key of this batch; any
         other makes the whole batch an :class:`InputError`.
-
-        ``verdicts=True`` returns one :class:`AddResult` per document instead: the documents are
-        added in the order given, as successive :meth:`add` calls would (each sees the documents
-        before it, of the store and of the batch; a repeated key replaces its earlier copy), still
-        in one transaction with the checkpoint. It takes no ``canonicals``: the verdicts set them.
         """
-        if verdicts and canonicals is not None:
-            raise InputError("add_many(verdicts=True) records each document's canonical from its verdict; pass no canonicals")
         batch = prepare_batch(self.pipeline, keys, texts, fingerprints, pipeline_id, checkpoint, canonicals)
-        cat, flush_entries, k = self._cat, self.flush_entries, self.k
+        cat, flush_entries = self._cat, self.flush_entries
         action = f"adding a batch of {len(batch.typed_keys)}"
-        if verdicts:
-            adds = batch_adds(batch, keys)
-            return self._storage.write(lambda txn: add_group(cat, txn, adds, k, flush_entries), action=action)
         return self._storage.write(lambda txn: add_batch(cat, txn, batch, flush_entries), action=action)
 
+    def add_each(
+        self,
+        keys: Sequence[Key],
+        *,
+        texts: Sequence[Text] | None = None,
+        fingerprints: RawFingerprints | Fingerprints | None = None,
+        pipeline_id: str | None = None,
+        checkpoint: tuple[str, Any] | None = None,
+    ) -> list[AddResult]:
+        """Add a batch in one durable transaction with a verdict for each document: one
+        :class:`AddResult` per document, in the order given, as successive :meth:`add` calls would
+        give (each sees the documents before it, of the store and of the batch; a repeated key
+        replaces its earlier copy; canonicals come from the verdicts). ``checkpoint`` as in
+        :meth:`add_many`."""
+        batch = prepare_batch(self.pipeline, keys, texts, fingerprints, pipeline_id, checkpoint, None)
+        adds, cat, flush_entries, k = batch_adds(batch, keys), self._cat, self.flush_entries, self.k
+        return self._storage.write(lambda txn: add_group(cat, txn, adds, k, flush_entries), action=f"adding a batch of {len(adds)}")
+
     # -- bulk loads and compaction -------------------------------------------------------------
-
-    @overload
-    def bulk_load(
-        self,
-        keys: KeyBatch,
-        fingerprints: RawFingerprints | Fingerprints,
-        *,
-        pipeline_id: str | None = None,
-        progress: Callable[[int, int | None], None] | None = None,
-        max_run: int = 1 << 24,
-    ) -> int: ...
-
-    @overload
-    def bulk_load(
-        self,
-        keys: Iterable[tuple[KeyBatch, RawFingerprints | Fingerprints]],
-        fingerprints: None = None,
-        *,
-        pipeline_id: str | None = None,
-        progress: Callable[[int, int | None], None] | None = None,
-        max_run: int = 1 << 24,
-    ) -> int: ...
 
     def bulk_load(
         self,
