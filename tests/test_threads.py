@@ -167,3 +167,41 @@ def test_map_growth_waits_for_other_threads_reads(tmp_path, monkeypatch, readers
         assert store.info()["map_size"] > 1 << 20
     finally:
         store.close()
+
+
+def test_map_lock_growth_waits_for_other_threads_and_blocks_new_shares():
+    """alone() waits while another thread holds a share, new shares wait while it runs, and a
+    thread's own share never blocks its own growth."""
+    from fpstore.store.maplock import MapLock
+
+    lock = MapLock()
+    events: list[str] = []
+    holding, release = threading.Event(), threading.Event()
+
+    def reader():
+        lock.share()
+        holding.set()
+        release.wait(10)
+        events.append("reader done")
+        lock.unshare()
+
+    def grower():
+        with lock.alone():
+            events.append("grown")
+
+    r = threading.Thread(target=reader)
+    r.start()
+    holding.wait(10)
+    g = threading.Thread(target=grower)
+    g.start()
+    time.sleep(0.2)
+    assert events == [], "the growth ran while another thread held a share"
+    release.set()
+    r.join(10)
+    g.join(10)
+    assert events == ["reader done", "grown"]
+    lock.share()  # a thread's own share does not block its growth
+    with lock.alone():
+        events.append("own")
+    lock.unshare()
+    assert events[-1] == "own" and lock._shares == {}

@@ -17,48 +17,66 @@ class MapLock:
     reservation, adopting another process's growth) waits until the other threads' shares are
     gone. A thread's own shares do not block it, so a thread that reads and then writes never
     waits for itself. While a growth waits or runs, threads holding no share wait before taking
-    one: readers in a tight loop would otherwise keep the count above zero for ever.
+    one: readers in a tight loop would otherwise keep a share out for ever.
+
+    Every query takes a share, so the common case takes no lock: each thread counts its shares in
+    its own slot of a dict (one slot per thread, so no two threads write the same entry; under
+    the GIL a dict store is atomic), registers before it looks at the growth flag, and a grower
+    raises the flag before it looks at the slots. Either the reader sees the flag and steps back,
+    or the grower sees the reader's share and waits for it.
     """
 
-    __slots__ = ("_cond", "_active", "_growing", "_grower", "_waiting", "_mine")
+    __slots__ = ("_cond", "_shares", "_pending", "_grower")
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._active = 0
-        self._growing = False
-        self._grower = 0
-        self._waiting = 0
-        self._mine = threading.local()
+        self._shares: dict[int, int] = {}
+        self._pending = 0  # growths waiting or running
+        self._grower = 0  # the thread that grows, while it does
 
     def share(self) -> None:
-        mine = getattr(self._mine, "n", 0)
-        with self._cond:
-            while (self._growing or self._waiting) and not mine and self._grower != threading.get_ident():
-                self._cond.wait()
-            self._active += 1
-        self._mine.n = mine + 1
+        me = threading.get_ident()
+        mine = self._shares.get(me, 0)
+        self._shares[me] = mine + 1
+        if self._pending and not mine and self._grower != me:
+            del self._shares[me]  # step back: a growth waits or runs
+            with self._cond:
+                self._cond.notify_all()
+                while self._pending and self._grower != me:
+                    self._cond.wait()
+                self._shares[me] = 1
 
     def unshare(self) -> None:
-        self._mine.n -= 1
-        with self._cond:
-            self._active -= 1
-            if not self._active or self._growing:
+        me = threading.get_ident()
+        left = self._shares[me] - 1
+        if left:
+            self._shares[me] = left
+        else:
+            del self._shares[me]  # no slot left behind by threads that end
+        if self._pending:
+            with self._cond:
                 self._cond.notify_all()
+
+    def _others(self, me: int) -> bool:
+        return any(n for t, n in list(self._shares.items()) if t != me)
 
     @contextlib.contextmanager
     def alone(self) -> Iterator[None]:
-        mine = getattr(self._mine, "n", 0)
+        me = threading.get_ident()
         with self._cond:
-            self._waiting += 1
+            self._pending += 1
             try:
-                while self._growing or self._active > mine:
-                    self._cond.wait()
-            finally:
-                self._waiting -= 1
-            self._growing, self._grower = True, threading.get_ident()
+                while self._grower or self._others(me):
+                    self._cond.wait(0.05)  # a share given back wakes it; the timeout covers a race with a step back
+                self._grower = me
+            except BaseException:
+                self._pending -= 1
+                self._cond.notify_all()
+                raise
         try:
             yield
         finally:
             with self._cond:
-                self._growing, self._grower = False, 0
+                self._grower = 0
+                self._pending -= 1
                 self._cond.notify_all()
