@@ -27,13 +27,17 @@ Res = TypeVar("Res")
 
 
 class _Waiter(Generic[Req, Res]):
-    __slots__ = ("request", "result", "error", "done")
+    """One queued request. Its event is set when it is done, or when it reaches the front of the
+    queue and must lead: each caller is woken once, by name, not every caller at every group."""
+
+    __slots__ = ("request", "result", "error", "done", "event")
 
     def __init__(self, request: Req) -> None:
         self.request = request
         self.result: Res | None = None
         self.error: BaseException | None = None
         self.done = False
+        self.event = threading.Event()
 
 
 class GroupCommit(Generic[Req, Res]):
@@ -47,7 +51,7 @@ class GroupCommit(Generic[Req, Res]):
         max_group: int = MAX_GROUP,
     ) -> None:
         self._commit, self._commit_one, self._max = commit, commit_one, max_group
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
         self._queue: deque[_Waiter[Req, Res]] = deque()
         #: Groups committed and the requests in them (for tests and benchmarks).
         self.groups = 0
@@ -56,13 +60,14 @@ class GroupCommit(Generic[Req, Res]):
     def submit(self, request: Req) -> Res:
         """Queue ``request``; return its result once its group is durable (or raise its error)."""
         me: _Waiter[Req, Res] = _Waiter(request)
-        with self._cond:
+        with self._lock:
             self._queue.append(me)
-            while not me.done and self._queue[0] is not me:
-                self._cond.wait()
-            if not me.done:
-                group = [self._queue[i] for i in range(min(len(self._queue), self._max))]
+            leads = self._queue[0] is me
+        if not leads:
+            me.event.wait()  # done, or at the front of the queue
         if not me.done:
+            with self._lock:
+                group = [self._queue[i] for i in range(min(len(self._queue), self._max))]
             self._lead(group)
         if me.error is not None:
             raise me.error
@@ -77,14 +82,18 @@ class GroupCommit(Generic[Req, Res]):
                 if not w.done and w.error is None and w.result is None:
                     w.error = exc
         finally:
-            with self._cond:
+            with self._lock:
                 for _ in group:
                     self._queue.popleft()
                 for w in group:
                     w.done = True
                 self.groups += 1
                 self.requests += len(group)
-                self._cond.notify_all()
+                following = self._queue[0] if self._queue else None
+            for w in group[1:]:
+                w.event.set()
+            if following is not None:
+                following.event.set()  # the next leader
 
     def _run(self, group: list[_Waiter[Req, Res]]) -> None:
         try:
