@@ -215,3 +215,13 @@ def test_add_each_equals_successive_adds(tmp_path):
         assert a.checkpoint("feed") == 60 and len(a) == len(b)
         with pytest.raises(InputError):
             a.add_each(["x", "y"], fingerprints=[5], pipeline_id=pid)  # one fingerprint for two keys
+
+
+def test_add_each_of_an_empty_batch_still_records_its_checkpoint(tmp_path):
+    """An empty batch moves the feed on like add_many's: the checkpoint is recorded."""
+    with fpstore.open(tmp_path / "s", k=K) as store:
+        pid = store.pipeline.id
+        assert store.add_each([], fingerprints=[], pipeline_id=pid, checkpoint=("feed", 7)) == []
+        assert store.checkpoint("feed") == 7
+        store.add_many([], fingerprints=[], pipeline_id=pid, checkpoint=("feed", 8))
+        assert store.checkpoint("feed") == 8

@@ -168,14 +168,12 @@ def prepare_batch(
 
 
 def batch_adds(batch: Batch, keys: Sequence[Key]) -> list[OneAdd]:
-    """The documents of ``batch`` as single adds, in the order given (:meth:`Store.add_each`);
-    the batch's checkpoint rides on the last."""
+    """The documents of ``batch`` as single adds, in the order given (:meth:`Store.add_each`)."""
     sigs, n = batch.sigs, len(batch.typed_keys)
     short = sigs.short if sigs.short is not None else np.zeros(n, dtype=bool)
     has_hash = sigs.content_hashes is not None
     adds = []
     for i in range(n):
         flags = (FLAG_TEXT if has_hash else 0) | (FLAG_SHORT if short[i] else 0)
-        ckpt = batch.ckpt if i == n - 1 else None
-        adds.append(OneAdd(keys[i], batch.typed_keys[i], int(sigs.values[i]), sigs.content_hash(i), bool(short[i]), flags, "insert", ckpt))
+        adds.append(OneAdd(keys[i], batch.typed_keys[i], int(sigs.values[i]), sigs.content_hash(i), bool(short[i]), flags, "insert", None))
     return adds

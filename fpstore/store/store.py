@@ -238,7 +238,9 @@ class Store(Closing):
         :meth:`add_many`."""
         batch = prepare_batch(self.pipeline, keys, texts, fingerprints, pipeline_id, checkpoint, None)
         adds, cat, flush_entries, k = batch_adds(batch, keys), self._cat, self.flush_entries, self.k
-        return self._storage.write(lambda txn: add_group(cat, txn, adds, k, flush_entries), action=f"adding a batch of {len(adds)}")
+        return self._storage.write(
+            lambda txn: add_group(cat, txn, adds, k, flush_entries, batch.ckpt), action=f"adding a batch of {len(adds)}"
+        )
 
     # -- bulk loads and compaction -------------------------------------------------------------
 

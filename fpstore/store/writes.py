@@ -18,7 +18,7 @@ from fpstore.store.lsm import prepare_load
 from fpstore.store.results import AddResult
 from fpstore.store.storage import Storage
 
-__all__ = ["Batch", "add_batch", "add_group", "add_one", "compact", "delete_one", "flush", "load_run"]
+__all__ = ["add_batch", "add_group", "add_one", "compact", "delete_one", "flush", "load_run"]
 
 
 def flush(cat: Catalog, txn: lmdb.Transaction, flush_entries: int) -> None:
@@ -28,19 +28,9 @@ def flush(cat: Catalog, txn: lmdb.Transaction, flush_entries: int) -> None:
         cat.lsm.flush(txn, cat.state(txn), flush_entries)
 
 
-def add_one(
-    cat: Catalog,
-    txn: lmdb.Transaction,
-    typed: bytes,
-    fp: int,
-    content_hash: bytes | None,
-    short: bool,
-    flags: int,
-    k: int,
-    on_duplicate: str,
-    flush_entries: int,
-) -> AddResult:
-    """Add one document (typed key, fingerprint, content hash, flags) and its verdict within ``k``."""
+def add_one(cat: Catalog, txn: lmdb.Transaction, add: OneAdd, k: int) -> AddResult:
+    """Add one document and its verdict within ``k`` (the caller checks for a flush afterwards)."""
+    typed, fp, content_hash, short, flags = add.typed, add.fp, add.content_hash, add.short, add.flags
     old_id = cat.id_of(txn, typed)
     if old_id is not None:
         old = cat.record(txn, old_id)
@@ -49,7 +39,7 @@ def add_one(
     exact_ids = [i for i in cat.content_ids(txn, content_hash) if i != old_id] if content_hash else []
     near = {} if short else cat.probe(txn, fp, k, exclude=old_id or 0)
     result = cat.verdict_from(txn, None, typed, fp, short, exact_ids, near)
-    if on_duplicate == "skip" and result.duplicate_of is not None:
+    if add.on_duplicate == "skip" and result.duplicate_of is not None:
         return result
     # A replaced document gets a new id: its old fingerprint may sit in an immutable run,
     # where only a tombstone on the old id can remove it.
@@ -69,20 +59,27 @@ def add_one(
     if not short:
         cat.incremental.put(txn, fp, doc_id)
     canonical = cat.key_of(txn, canonical_id) if canonical_id else None
-    if not short:
-        flush(cat, txn, flush_entries)
     return AddResult(doc_id, result.key, fp, short, result.exact_duplicate_of, result.near_duplicates, canonical)
 
 
-def add_group(cat: Catalog, txn: lmdb.Transaction, adds: Sequence[OneAdd], k: int, flush_entries: int) -> list[AddResult]:
-    """Add documents one after another in one transaction, each with its verdict and checkpoint:
-    what the same adds in the same order would do one transaction each (a later one sees the
-    earlier ones), with one flush check at the end instead of one per add."""
+def add_group(
+    cat: Catalog,
+    txn: lmdb.Transaction,
+    adds: Sequence[OneAdd],
+    k: int,
+    flush_entries: int,
+    checkpoint: tuple[bytes, bytes] | None = None,
+) -> list[AddResult]:
+    """Add documents one after another in one transaction, each with its verdict and checkpoint,
+    then ``checkpoint`` (a batch's): what the same adds in the same order would do one transaction
+    each (a later one sees the earlier ones), with one flush check at the end instead of one per add."""
     results = []
     for a in adds:
-        results.append(add_one(cat, txn, a.typed, a.fp, a.content_hash, a.short, a.flags, k, a.on_duplicate, 0))
+        results.append(add_one(cat, txn, a, k))
         if a.checkpoint is not None:
             txn.put(a.checkpoint[0], a.checkpoint[1], db=cat.meta)
+    if checkpoint is not None:
+        txn.put(checkpoint[0], checkpoint[1], db=cat.meta)
     if any(not a.short for a in adds):
         flush(cat, txn, flush_entries)
     return results
