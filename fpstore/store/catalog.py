@@ -391,19 +391,19 @@ class Catalog:
             covered = batch[-1][0]
         return ([self.document(txn, doc_id, rec) for doc_id, rec in batch] if documents else batch), covered
 
-    def probe_many(self, txn: lmdb.Transaction, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every live (query index int64, id int64, distance uint8) within ``k`` of ``fps``,
-        sorted by query index, then distance, then id (see :meth:`Store.query_many`)."""
-        rq, rid, rd, _ = search.batch_probe_runs(self.runs(txn), self.design, fps, k)
+    def probe_many(self, txn: lmdb.Transaction, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every live (query index int64, id int64, distance uint8, fingerprint uint64) within
+        ``k`` of ``fps``, sorted by query index, then distance, then id (see :meth:`Store.query_many`)."""
+        rq, rid, rd, rfp = search.batch_probe_runs(self.runs(txn), self.design, fps, k)
         dead = self.lsm.dead_ids(txn)
         if len(dead) and len(rid):
             keep = ~np.isin(rid.astype(np.uint64), dead)
-            rq, rid, rd = rq[keep], rid[keep], rd[keep]
-        iq, iid, idist = self.incremental.probe_batch(txn, fps, k)
+            rq, rid, rd, rfp = rq[keep], rid[keep], rd[keep], rfp[keep]
+        iq, iid, idist, ifp = self.incremental.probe_batch(txn, fps, k)
         if len(iq):
             # The incremental tables report a document once per table that reaches it.
             first = search.unique_rows(iq, iid)
-            iq, iid, idist = iq[first], iid[first], idist[first]
+            iq, iid, idist, ifp = iq[first], iid[first], idist[first], ifp[first]
         # Runs report each (query, document) once, and no document is in two tiers.
         q = np.concatenate([rq, iq])
         ids = np.concatenate([rid, iid])
@@ -412,7 +412,7 @@ class Catalog:
         by_id = search.argsort_u64(ids.astype(np.uint64))
         key = (q[by_id].astype(np.uint64) << np.uint64(8)) | dist[by_id].astype(np.uint64)
         order = by_id[search.argsort_u64(key)]
-        return q[order], ids[order], dist[order]
+        return q[order], ids[order], dist[order], np.concatenate([rfp, ifp]).astype(np.uint64)[order]
 
     def get(self, txn: lmdb.Transaction, typed: bytes, key: Key) -> Document | None:
         """The live :class:`Document` of typed key ``typed`` (the user's ``key``), or None."""

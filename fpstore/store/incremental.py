@@ -119,22 +119,22 @@ class IncrementalTables:
                         found[doc_id] = (d, design.unpermute_one(cand, t))
         return found
 
-    def probe_batch(self, txn: lmdb.Transaction, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every (query index int64, id int64, distance uint8) within ``k``, a document once per
-        table that reaches it: a probe per query when the batch is small, else each table read
-        once and merged with the batch in numpy."""
+    def probe_batch(self, txn: lmdb.Transaction, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every (query index int64, id int64, distance uint8, fingerprint uint64) within ``k``, a
+        document once per table that reaches it: a probe per query when the batch is small, else
+        each table read once and merged with the batch in numpy."""
         entries = txn.stat(self.dbs[0])["entries"]
-        empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8))
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64))
         if entries == 0 or not len(fps):
             return empty
         design = self.design
         if len(fps) * design.probes_per_query() * 4 < entries:
-            hits = [(qi, doc_id, d) for qi, fp in enumerate(fps.tolist()) for doc_id, (d, _) in self.probe(txn, fp, k).items()]
+            hits = [(qi, doc_id, d, f) for qi, fp in enumerate(fps.tolist()) for doc_id, (d, f) in self.probe(txn, fp, k).items()]
             if not hits:
                 return empty
-            q, i, d = zip(*hits)
-            return np.array(q, np.int64), np.array(i, np.int64), np.array(d, np.uint8)
-        out_q, out_i, out_d = [], [], []
+            q, i, d, f = zip(*hits)
+            return np.array(q, np.int64), np.array(i, np.int64), np.array(d, np.uint8), np.array(f, np.uint64)
+        out_q, out_i, out_d, out_f = [], [], [], []
         for t, (db, table) in enumerate(zip(self.dbs, design.tables)):
             pairs = table_entries(txn, db, t)
             keys, ids = pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.int64)
@@ -154,4 +154,5 @@ class IncrementalTables:
             out_q.append(qi[keep])
             out_i.append(ids[idx[keep]])
             out_d.append(d[keep].astype(np.uint8))
-        return np.concatenate(out_q), np.concatenate(out_i), np.concatenate(out_d)
+            out_f.append(design.unpermute(keys[idx[keep]], t))
+        return np.concatenate(out_q), np.concatenate(out_i), np.concatenate(out_d), np.concatenate(out_f)

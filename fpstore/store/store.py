@@ -420,7 +420,8 @@ class Store(Closing):
         kq = self._check_k(self.k if k is None else k)
         fps = np.ascontiguousarray(sigs.values)
         with self._storage.read() as txn:
-            return self._cat.probe_many(txn, fps, kq)
+            q, ids, dist, _ = self._cat.probe_many(txn, fps, kq)
+        return q, ids, dist
 
     def keys_of(self, ids: Iterable[int]) -> list[Key]:
         """The keys of document ids (as returned by :meth:`query_many`), in one snapshot."""

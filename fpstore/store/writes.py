@@ -15,6 +15,7 @@ from fpstore.store.header import H_COUNT, H_NEXT_ID, U64
 from fpstore.store.inputs import Batch, OneAdd
 from fpstore.store.keys import FLAG_SHORT, FLAG_TEXT, KeyBatch, lookup_key, pack_record
 from fpstore.store.lsm import prepare_load
+from fpstore.store.ordered import add_segment, segments
 from fpstore.store.results import AddResult
 from fpstore.store.storage import Storage
 
@@ -72,16 +73,21 @@ def add_group(
 ) -> list[AddResult]:
     """Add documents one after another in one transaction, each with its verdict and checkpoint,
     then ``checkpoint`` (a batch's): what the same adds in the same order would do one transaction
-    each (a later one sees the earlier ones), with one flush check at the end instead of one per add."""
-    results = []
+    each (a later one sees the earlier ones). Runs of adds with distinct keys are answered
+    together (:mod:`fpstore.store.ordered`), with a flush check after each instead of one per add."""
+    results: list[AddResult] = []
+    for start, end in segments(adds):
+        if end - start == 1:
+            results.append(add_one(cat, txn, adds[start], k))
+        else:
+            results.extend(add_segment(cat, txn, adds[start:end], k))
+        if any(not a.short for a in adds[start:end]):
+            flush(cat, txn, flush_entries)
     for a in adds:
-        results.append(add_one(cat, txn, a, k))
         if a.checkpoint is not None:
             txn.put(a.checkpoint[0], a.checkpoint[1], db=cat.meta)
     if checkpoint is not None:
         txn.put(checkpoint[0], checkpoint[1], db=cat.meta)
-    if any(not a.short for a in adds):
-        flush(cat, txn, flush_entries)
     return results
 
 

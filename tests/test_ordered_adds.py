@@ -1,0 +1,83 @@
+"""Adds answered together (fpstore.store.ordered): a group's verdicts, ids, canonicals and final
+store equal what the same adds give one at a time, over every kind of document the store holds
+(bulk-loaded, incremental, flushed into runs, tombstoned), texts with content hashes, short texts,
+replacements, unchanged re-adds and on_duplicate="skip"."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fpstore
+from fpstore.store.inputs import prepare_add
+from fpstore.store.ordered import segments
+from fpstore.store.writes import add_group
+from tests.test_group_commit import _verdict
+
+K = 3
+LONG = [" ".join(f"w{(i * 7 + j) % 50}" for j in range(40)) for i in range(3)]
+SHORT = ["tiny page", "another tiny page"]
+
+
+@st.composite
+def _op(draw, bases):
+    key = draw(st.one_of(st.sampled_from([f"k{i}" for i in range(8)]), st.integers(0, 5)))
+    if draw(st.integers(0, 3)) == 0:
+        return key, draw(st.sampled_from(LONG + SHORT)), None, draw(st.booleans())
+    fp = bases[draw(st.integers(0, len(bases) - 1))]
+    for _ in range(draw(st.integers(0, 3))):
+        fp ^= 1 << draw(st.integers(0, 63))
+    return key, None, fp, draw(st.integers(0, 4)) == 0
+
+
+@st.composite
+def _plan(draw):
+    bases = draw(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=3))
+    bulk = draw(st.lists(st.integers(0, 2), max_size=6))
+    before = draw(st.lists(_op(bases), max_size=12))
+    group = draw(st.lists(_op(bases), min_size=2, max_size=30))
+    return [bases[b % len(bases)] ^ i for i, b in enumerate(bulk)], before, group
+
+
+def _serial(store, op):
+    key, text, fp, skip = op
+    pid = None if text is not None else store.pipeline.id
+    return store.add(key, text=text, fingerprint=fp, pipeline_id=pid, on_duplicate="skip" if skip else "insert")
+
+
+def _state(store):
+    return sorted((repr(d.key), d.id, d.fingerprint, d.content_hash, repr(d.canonical), d.short) for d in store.documents())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=_plan(), flush_entries=st.sampled_from([0, 2, 5]))
+def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_entries):
+    bulk, before, group = plan
+    root = tmp_path_factory.mktemp("ordered")
+    stores = [fpstore.open(root / name, k=K, flush_entries=flush_entries) for name in ("group", "serial")]
+    try:
+        for store in stores:
+            if bulk:
+                store.bulk_load(np.arange(len(bulk)), np.array(bulk, np.uint64), pipeline_id=store.pipeline.id)
+            for op in before:
+                _serial(store, op)
+        together, serial = stores
+        adds = [
+            prepare_add(together.pipeline, key, text, fp, None if text else together.pipeline.id, "skip" if skip else "insert", None)
+            for key, text, fp, skip in group
+        ]
+        got = together._storage.write(lambda txn: add_group(together._cat, txn, adds, K, flush_entries))
+        want = [_serial(serial, op) for op in group]
+        assert [_verdict(r) for r in got] == [_verdict(r) for r in want]
+        assert _state(together) == _state(serial)
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_segments_split_where_a_key_repeats_and_at_the_limit():
+    adds = [prepare_add(fpstore.Pipeline(), key, None, 1, fpstore.Pipeline().id, "insert", None) for key in "abcadbbe"]
+    assert segments(adds) == [(0, 3), (3, 6), (6, 8)]
+    assert segments(adds, limit=2) == [(0, 2), (2, 4), (4, 6), (6, 8)]
+    assert segments([]) == []
