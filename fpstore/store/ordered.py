@@ -41,11 +41,11 @@ Record = tuple[bytes, int, bytes | None, int, int]
 def segments(adds: Sequence[OneAdd], limit: int = MAX_SEGMENT) -> list[tuple[int, int]]:
     """``(start, end)`` of consecutive runs of at most ``limit`` adds with no key twice."""
     out: list[tuple[int, int]] = []
-    start, seen = 0, set()
+    start, seen = 0, set[bytes]()
     for i, a in enumerate(adds):
         if a.typed in seen or i - start >= limit:
             out.append((start, i))
-            start, seen = i, set()
+            start, seen = i, set[bytes]()
         seen.add(a.typed)
     if start < len(adds):
         out.append((start, len(adds)))
