@@ -225,17 +225,27 @@ class Catalog:
             txn.put(U64.pack(doc_id), b"", db=self.dead)  # compacted into a run
         return rec
 
+    def canonical_field(self, txn: lmdb.Transaction, doc_id: int) -> int | None:
+        """The canonical id a live document's record holds (0: none; bulk-loaded documents have
+        none), or None when ``doc_id`` is not live. Reads no key or fingerprint block."""
+        raw = txn.get(U64.pack(doc_id), db=self.docs)
+        if raw is not None:
+            return unpack_record(raw)[3]
+        for seg in self.segments(txn):
+            if seg.holds(doc_id):
+                return None if self.is_dead(txn, doc_id) else 0
+        return None
+
     def canonical_of(self, txn: lmdb.Transaction, doc_id: int) -> int:
         """The live canonical of a stored document: its recorded canonical, or itself.
 
         A canonical document may have been deleted since it was recorded; its variants then fall
         back to themselves (this is not damage, so it raises nothing).
         """
-        rec = self.record(txn, doc_id)
-        if rec is None:
+        canonical = self.canonical_field(txn, doc_id)
+        if canonical is None:
             raise CorruptionError(f"document {doc_id} is indexed but has no record")
-        canonical = rec[3]
-        if canonical and canonical != doc_id and self.record(txn, canonical) is not None:
+        if canonical and canonical != doc_id and self.canonical_field(txn, canonical) is not None:
             return canonical
         return doc_id
 

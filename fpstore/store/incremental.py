@@ -122,7 +122,7 @@ class IncrementalTables:
     def probe_batch(self, txn: lmdb.Transaction, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every (query index int64, id int64, distance uint8, fingerprint uint64) within ``k``, a
         document once per table that reaches it: a probe per query when the batch is small, else
-        each table read once and merged with the batch in numpy."""
+        the tables' entries read once and merged with the batch in numpy."""
         entries = txn.stat(self.dbs[0])["entries"]
         empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64))
         if entries == 0 or not len(fps):
@@ -134,12 +134,20 @@ class IncrementalTables:
                 return empty
             q, i, d, f = zip(*hits)
             return np.array(q, np.int64), np.array(i, np.int64), np.array(d, np.uint8), np.array(f, np.uint64)
+        # Every table holds the same documents: table 0 (the identity) is read, and each other
+        # table's order is a sort of its permuted fingerprints, not another scan of LMDB.
+        pairs = table_entries(txn, self.dbs[0], 0)
+        stored, stored_ids = pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.int64)
+        if len(stored) > 1 and bool(np.any(stored[1:] < stored[:-1])):
+            raise CorruptionError("table 0 holds keys out of order: the store is damaged")
         out_q, out_i, out_d, out_f = [], [], [], []
-        for t, (db, table) in enumerate(zip(self.dbs, design.tables)):
-            pairs = table_entries(txn, db, t)
-            keys, ids = pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.int64)
-            if len(keys) > 1 and bool(np.any(keys[1:] < keys[:-1])):
-                raise CorruptionError(f"table {t} holds keys out of order: the store is damaged")
+        for t, table in enumerate(design.tables):
+            if t:
+                permuted = design.permute(stored, t)
+                order = search.argsort_u64(permuted)
+                keys, ids, found = permuted[order], stored_ids[order], stored[order]
+            else:
+                keys, ids, found = stored, stored_ids, stored
             perm = design.permute(fps, t)
             variants, origin = search.flip_variants(design, t, perm)
             low = np.uint64(((1 << 64) - 1) >> table.prefix_bits) if table.prefix_bits < 64 else np.uint64(0)
@@ -154,5 +162,5 @@ class IncrementalTables:
             out_q.append(qi[keep])
             out_i.append(ids[idx[keep]])
             out_d.append(d[keep].astype(np.uint8))
-            out_f.append(design.unpermute(keys[idx[keep]], t))
+            out_f.append(found[idx[keep]])
         return np.concatenate(out_q), np.concatenate(out_i), np.concatenate(out_d), np.concatenate(out_f)

@@ -75,8 +75,10 @@ class _Segment:
         self.new: dict[int, Record] = {}
         self.keys: dict[int, Key] = {}
 
-    def record(self, doc_id: int) -> Record | None:
-        return self.new.get(doc_id) or self.cat.record(self.txn, doc_id)
+    def canonical_field(self, doc_id: int) -> int | None:
+        """:meth:`Catalog.canonical_field` with the segment's own documents."""
+        rec = self.new.get(doc_id)
+        return rec[3] if rec is not None else self.cat.canonical_field(self.txn, doc_id)
 
     def key(self, doc_id: int) -> Key:
         key = self.keys.get(doc_id)
@@ -87,11 +89,10 @@ class _Segment:
 
     def canonical_of(self, doc_id: int) -> int:
         """:meth:`Catalog.canonical_of` with the segment's own documents."""
-        rec = self.record(doc_id)
-        if rec is None:
+        canonical = self.canonical_field(doc_id)
+        if canonical is None:
             raise CorruptionError(f"document {doc_id} is indexed but has no record")
-        canonical = rec[3]
-        if canonical and canonical != doc_id and self.record(canonical) is not None:
+        if canonical and canonical != doc_id and self.canonical_field(canonical) is not None:
             return canonical
         return doc_id
 
