@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fpstore
+from fpstore.store import ordered
 from fpstore.store.inputs import prepare_add
 from fpstore.store.ordered import segments
 from fpstore.store.writes import add_group
@@ -51,8 +52,9 @@ def _state(store):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(plan=_plan(), flush_entries=st.sampled_from([0, 2, 5]))
-def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_entries):
+@given(plan=_plan(), flush_entries=st.sampled_from([0, 2, 5]), batch_probe=st.sampled_from([1, 10**6]))
+def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_entries, batch_probe):
+    """Both ways of finding the stored neighbours (one batch probe, a probe per add) give it."""
     bulk, before, group = plan
     root = tmp_path_factory.mktemp("ordered")
     stores = [fpstore.open(root / name, k=K, flush_entries=flush_entries) for name in ("group", "serial")]
@@ -67,7 +69,11 @@ def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_ent
             prepare_add(together.pipeline, key, text, fp, None if text else together.pipeline.id, "skip" if skip else "insert", None)
             for key, text, fp, skip in group
         ]
-        got = together._storage.write(lambda txn: add_group(together._cat, txn, adds, K, flush_entries))
+        saved, ordered._BATCH_PROBE = ordered._BATCH_PROBE, batch_probe
+        try:
+            got = together._storage.write(lambda txn: add_group(together._cat, txn, adds, K, flush_entries))
+        finally:
+            ordered._BATCH_PROBE = saved
         want = [_serial(serial, op) for op in group]
         assert [_verdict(r) for r in got] == [_verdict(r) for r in want]
         assert _state(together) == _state(serial)
