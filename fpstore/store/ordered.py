@@ -181,9 +181,9 @@ def add_segment(cat: Catalog, txn: lmdb.Transaction, adds: Sequence[OneAdd], k: 
                 if x != exclude and x not in removed:
                     near[x] = (hit_d_l[j], hit_fps_l[j])
             for lo, d in earlier.get(i, ()):
-                x = created[lo]
-                if x is not None:
-                    near[x] = (d, adds[lo].fp)
+                new_id = created[lo]
+                if new_id is not None:
+                    near[new_id] = (d, adds[lo].fp)
         key = untyped_key(a.typed)
         exact = view.key(exact_ids[0]) if exact_ids else None
         matches = sort_matches([Match(view.key(x), d, f, x) for x, (d, f) in near.items()])
