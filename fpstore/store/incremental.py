@@ -24,6 +24,11 @@ _U64 = struct.Struct(">Q")
 _PAIR = struct.Struct(">QQ")
 _ZERO8 = bytes(8)
 
+#: :meth:`IncrementalTables.probe_batch` probes once per fingerprint while that costs less than one
+#: scan: about 27 µs a probe against 600 µs plus 0.5 µs an entry a scan (on the 2-core machine of
+#: docs/benchmarks.md; ``tools/bench_probe_crossover.py`` measures both).
+PROBE_US, SCAN_US, SCAN_US_PER_ENTRY = 27.0, 600.0, 0.5
+
 
 def scan_table(txn: lmdb.Transaction, db: Any) -> tuple[np.ndarray, bool]:
     """Every entry of one incremental table, in key order: ``(pairs, whole)`` where ``pairs`` is
@@ -127,13 +132,17 @@ class IncrementalTables:
         empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64))
         if entries == 0 or not len(fps):
             return empty
-        design = self.design
-        if len(fps) * design.probes_per_query() * 4 < entries:
+        if len(fps) * PROBE_US < SCAN_US + SCAN_US_PER_ENTRY * entries:
             hits = [(qi, doc_id, d, f) for qi, fp in enumerate(fps.tolist()) for doc_id, (d, f) in self.probe(txn, fp, k).items()]
             if not hits:
                 return empty
             q, i, d, f = zip(*hits)
             return np.array(q, np.int64), np.array(i, np.int64), np.array(d, np.uint8), np.array(f, np.uint64)
+        return self.scan_batch(txn, fps, k)
+
+    def scan_batch(self, txn: lmdb.Transaction, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`probe_batch` by reading the tables' entries once and merging in numpy."""
+        design = self.design
         # Every table holds the same documents: table 0 (the identity) is read, and each other
         # table's order is a sort of its permuted fingerprints, not another scan of LMDB.
         pairs = table_entries(txn, self.dbs[0], 0)

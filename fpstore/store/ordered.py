@@ -35,9 +35,10 @@ MAX_SEGMENT = 4096
 #: Below this many fingerprints the segment's self-join compares every pair directly.
 _DIRECT_JOIN = 96
 
-#: From this many fingerprints the store is probed in one batch: a batch probe costs about as
-#: much as a dozen single probes before its first query (each run table's chunks and numpy set-up).
-_BATCH_PROBE = 12
+#: From this many fingerprints the store is probed in one batch: a batch probe's set-up (every
+#: run table's chunks, numpy) costs as much as tens of single probes (measured by
+#: ``tools/bench_probe_crossover.py``: the crossover lies between 64 and 96 at 10^6).
+_BATCH_PROBE = 80
 
 Record = tuple[bytes, int, bytes | None, int, int]
 
