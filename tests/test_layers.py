@@ -2,7 +2,7 @@
 and lower layers never import higher ones (docs/architecture.md).
 
 Layers, lowest first: the base (closing, errors, limits, mixing, parallel, hamming, _backend, _version);
-fingerprint and index (which never import each other); store; admin, quality and spark.
+fingerprint and index (which never import each other); store; admin, quality, spark and aio.
 ``fpstore/__init__.py`` and ``fpstore/__main__.py`` may import anything; the package root
 (``import fpstore``, ``from fpstore import Store``) is the public API, which only the top layer uses.
 """
@@ -15,7 +15,7 @@ import pathlib
 PKG = pathlib.Path(__file__).resolve().parent.parent / "fpstore"
 
 BASE = {"closing", "errors", "limits", "mixing", "parallel", "hamming", "_backend", "_version"}
-LAYER = {"base": 0, "fingerprint": 1, "index": 1, "store": 2, "admin": 3, "quality": 3, "spark": 3, "root": 3}
+LAYER = {"base": 0, "fingerprint": 1, "index": 1, "store": 2, "admin": 3, "quality": 3, "spark": 3, "aio": 3, "root": 3}
 #: Layers of equal rank that must not import each other all the same.
 APART = {frozenset({"fingerprint", "index"})}
 

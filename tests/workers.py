@@ -147,7 +147,7 @@ def feed_writer(args: argparse.Namespace, ready: str = "ready") -> int:
         import fpstore.store.storage
 
         fpstore.store.storage.INITIAL_MAP_SIZE = 1 << 20
-    store = fpstore.open(args.path)
+    store = fpstore.open(args.path, durability=args.durability)
     pos = store.checkpoint(FEED)
     start = 0 if pos is None else pos + 1
     say(ready, pos)
@@ -346,7 +346,8 @@ def fork_server(args: argparse.Namespace) -> int:
             if child == 0:
                 code = 1
                 try:
-                    ns = argparse.Namespace(path=args.path, stop=int(cmd[1]), small_growth=False, report_map=False, pause=0.0)
+                    durability = cmd[2] if len(cmd) > 2 else "full"
+                    ns = argparse.Namespace(path=args.path, stop=int(cmd[1]), small_growth=False, report_map=False, pause=0.0, durability=durability)
                     code = feed_writer(ns, ready=f"ready {os.getpid()}")
                 except BaseException as exc:  # noqa: BLE001 - reported to the parent
                     say("FAIL", type(exc).__name__, exc)
@@ -469,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pause", type=float, default=0.0)
     p.add_argument("--small-growth", action="store_true")
     p.add_argument("--report-map", action="store_true")
+    p.add_argument("--durability", default="full")
     command("fork-server", fork_server)
     p = command("thread-adder", thread_adder)
     p.add_argument("--threads", type=int, default=8)

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["MAX_GROUP", "GroupCommit"]
+__all__ = ["MAX_GROUP", "GroupCommit", "run_group"]
 
 #: Adds one transaction takes at most: a bound on the latency the last of them waits for.
 MAX_GROUP = 512
@@ -96,17 +96,25 @@ class GroupCommit(Generic[Req, Res]):
                 following.event.set()  # the next leader
 
     def _run(self, group: list[_Waiter[Req, Res]]) -> None:
+        outcomes: list[tuple[Res | None, Exception | None]] = run_group(self._commit, self._commit_one, [w.request for w in group])
+        for w, (result, error) in zip(group, outcomes):
+            w.result, w.error = result, error
+
+
+def run_group(
+    commit: Callable[[Sequence[Req]], list[Res]], commit_one: Callable[[Req], Res], requests: Sequence[Req]
+) -> list[tuple[Res | None, Exception | None]]:
+    """``(result, error)`` of each request: ``commit(requests)`` in one transaction, or, when that
+    fails, ``commit_one`` of each request alone, so that one request's failure is its own."""
+    try:
+        return [(result, None) for result in commit(requests)]
+    except Exception as exc:
+        if len(requests) == 1:
+            return [(None, exc)]
+    out: list[tuple[Res | None, Exception | None]] = []
+    for request in requests:
         try:
-            results = self._commit([w.request for w in group])
-        except Exception as exc:
-            if len(group) == 1:
-                group[0].error = exc
-                return
-            for w in group:  # the group failed: each request alone, its error its own
-                try:
-                    w.result = self._commit_one(w.request)
-                except Exception as one_exc:
-                    w.error = one_exc
-            return
-        for w, result in zip(group, results):
-            w.result = result
+            out.append((commit_one(request), None))
+        except Exception as one_exc:
+            out.append((None, one_exc))
+    return out

@@ -39,6 +39,7 @@ from fpstore.errors import (
     ClosedError,
     CorruptionError,
     FpstoreError,
+    InputError,
     NotAStoreError,
     ReadOnlyError,
     StorageError,
@@ -65,7 +66,11 @@ from fpstore.store.files import (
 )
 from fpstore.store.maplock import MapLock
 
-__all__ = ["Storage", "structure_problems"]
+__all__ = ["DURABILITY", "Storage", "structure_problems"]
+
+#: What an acknowledged write survives. "full": a process crash, a system crash and a power cut.
+#: "process": a process crash (kill -9); a system crash or power cut may undo the last commit.
+DURABILITY = ("full", "process")
 
 T = TypeVar("T")
 
@@ -160,9 +165,13 @@ class Storage:
         map_size: int | None = None,
         allow_network_fs: bool = False,
         verify: bool = False,
+        durability: str = "full",
     ) -> None:
+        if durability not in DURABILITY:
+            raise InputError(f"durability must be one of {', '.join(map(repr, DURABILITY))}, got {durability!r}")
         self.path = os.fspath(path)
         self.readonly = readonly
+        self.durability = durability
         self._pid = os.getpid()
         self._env: lmdb.Environment | None = None
         self._lock_fd: int | None = None
@@ -416,7 +425,10 @@ class Storage:
                 max_readers=512,
                 writemap=False,
                 sync=True,
-                metasync=True,
+                # "process": the data pages are synced at each commit, the page naming the new
+                # root is written but not synced (LMDB's MDB_NOMETASYNC): atomic and consistent,
+                # and a system crash can undo the last transaction (the next commit syncs it).
+                metasync=self.durability == "full",
                 map_async=False,
                 readahead=False,  # a probe touches a few pages; readahead would evict the page cache
                 meminit=False,

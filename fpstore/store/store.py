@@ -73,6 +73,7 @@ class Store(Closing):
         allow_network_fs: bool = False,
         verify: bool = False,
         flush_entries: int = FLUSH_ENTRIES,
+        durability: str = "full",
     ) -> None:
         if pipeline is not None and not isinstance(pipeline, Pipeline):
             raise InputError(f"pipeline must be a fpstore.Pipeline, not {type(pipeline).__name__}")
@@ -92,6 +93,7 @@ class Store(Closing):
             map_size=map_size,
             allow_network_fs=allow_network_fs,
             verify=verify,
+            durability=durability,
         )
         try:
             if self._storage.is_new:

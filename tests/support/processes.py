@@ -137,10 +137,11 @@ class ForkServer(Child):
         super().__init__("fork-server", path, stdin=True)
         assert self.line(timeout=120) == "server ready"
 
-    def start_feed(self, stop: int = 1 << 40, timeout: float = 60.0) -> tuple[int, int | None]:
-        """Fork a feed writer; return (its pid, the checkpoint it resumes from)."""
+    def start_feed(self, stop: int = 1 << 40, timeout: float = 60.0, durability: str = "full") -> tuple[int, int | None]:
+        """Fork a feed writer opening the store with ``durability``; return (its pid, the
+        checkpoint it resumes from)."""
         self.lines.clear()
-        self.send(f"feed {stop}")
+        self.send(f"feed {stop} {durability}")
         line = self.line(timeout)
         parts = line.split()
         if parts[:1] != ["ready"]:

@@ -1,0 +1,266 @@
+"""fpstore for asyncio programs: ``async with fpstore.aio.open(path) as store: await store.add(...)``.
+
+No LMDB call runs on the event loop's thread. One writer thread owns every write transaction (as
+aiosqlite gives each connection one thread): the adds awaited while it commits wait in one queue,
+and it takes all of them (up to :data:`fpstore.store.group.MAX_GROUP`) into its next transaction,
+in the order they were awaited, each seeing the ones before it, exactly as :meth:`Store.add` from
+threads. An ``await store.add(...)`` returns once its transaction is durable (as far as the
+store's ``durability`` promises). Reads run on a small pool of reader threads, each in its own
+read transaction.
+
+Cancelling a task that awaits an add withdraws the add when the writer has not taken it yet;
+once taken, the add is committed with its group (a group is never half-written) and its result
+is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import numpy as np
+
+from fpstore.errors import ClosedError, InputError
+from fpstore.fingerprint.pipeline import Fingerprints
+from fpstore.fingerprint.text import Text
+from fpstore.hamming import RawFingerprints
+from fpstore.store.group import MAX_GROUP, run_group
+from fpstore.store.inputs import OneAdd, prepare_add
+from fpstore.store.keys import Key
+from fpstore.store.opening import open as open_store
+from fpstore.store.results import AddResult, Document, Match
+from fpstore.store.store import Store
+
+__all__ = ["AsyncStore", "open"]
+
+T = TypeVar("T")
+
+
+class AsyncStore:
+    """An open :class:`Store` for asyncio code: the awaitable twins of its everyday methods.
+
+    ``store`` is the underlying :class:`Store`, for anything else through :meth:`run` (which calls
+    it on a reader thread). Made by :func:`open`; close it with ``await store.close()`` or an
+    ``async with`` block.
+    """
+
+    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop, readers: int) -> None:
+        self.store = store
+        self._loop = loop
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="fpstore-writer")
+        self._readers = ThreadPoolExecutor(readers, thread_name_prefix="fpstore-reader")
+        self._lock = threading.Lock()
+        self._queue: deque[tuple[OneAdd, asyncio.Future[AddResult]]] = deque()
+        self._draining = False
+        self._closed = False
+        #: Groups the writer committed and the adds in them (for tests and benchmarks).
+        self.groups = 0
+        self.adds = 0
+
+    # -- writing --------------------------------------------------------------------------------
+
+    async def add(
+        self,
+        key: Key,
+        *,
+        text: Text | None = None,
+        fingerprint: int | np.integer | None = None,
+        pipeline_id: str | None = None,
+        on_duplicate: str = "insert",
+        checkpoint: tuple[str, Any] | None = None,
+    ) -> AddResult:
+        """:meth:`Store.add`, queued for the writer thread's next group commit."""
+        self._check_open()
+        pipeline = self.store.pipeline
+        if text is not None:  # fingerprinting a page is real work: not on the loop
+            one = await self._loop.run_in_executor(
+                self._readers, prepare_add, pipeline, key, text, fingerprint, pipeline_id, on_duplicate, checkpoint
+            )
+        else:
+            one = prepare_add(pipeline, key, text, fingerprint, pipeline_id, on_duplicate, checkpoint)
+        future: asyncio.Future[AddResult] = self._loop.create_future()
+        with self._lock:
+            self._check_open()
+            self._queue.append((one, future))
+            start, self._draining = not self._draining, True
+        if start:
+            self._writer.submit(self._drain)
+        return await future
+
+    def _drain(self) -> None:
+        """The writer thread: commit the queued adds, a group at a time, until the queue is empty."""
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._draining = False
+                    return
+                taken = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_GROUP))]
+            # A cancelled await withdraws its add while the add still waits here.
+            group = [(one, future) for one, future in taken if not future.cancelled()]
+            if not group:
+                continue
+            adds = [one for one, _ in group]
+            outcomes = run_group(self.store._commit_adds, lambda one: self.store._commit_adds([one])[0], adds)
+            self.groups += 1
+            self.adds += len(adds)
+            self._loop.call_soon_threadsafe(_deliver, [future for _, future in group], outcomes)
+
+    async def add_each(
+        self,
+        keys: Sequence[Key],
+        *,
+        texts: Sequence[Text] | None = None,
+        fingerprints: RawFingerprints | Fingerprints | None = None,
+        pipeline_id: str | None = None,
+        checkpoint: tuple[str, Any] | None = None,
+    ) -> list[AddResult]:
+        """:meth:`Store.add_each` on the writer thread."""
+        return await self._write(
+            functools.partial(
+                self.store.add_each, keys, texts=texts, fingerprints=fingerprints, pipeline_id=pipeline_id, checkpoint=checkpoint
+            )
+        )
+
+    async def add_many(
+        self,
+        keys: Sequence[Key],
+        *,
+        texts: Sequence[Text] | None = None,
+        fingerprints: RawFingerprints | Fingerprints | None = None,
+        pipeline_id: str | None = None,
+        checkpoint: tuple[str, Any] | None = None,
+        canonicals: Sequence[Key | None] | None = None,
+    ) -> np.ndarray:
+        """:meth:`Store.add_many` on the writer thread."""
+        return await self._write(
+            functools.partial(
+                self.store.add_many,
+                keys,
+                texts=texts,
+                fingerprints=fingerprints,
+                pipeline_id=pipeline_id,
+                checkpoint=checkpoint,
+                canonicals=canonicals,
+            )
+        )
+
+    async def delete(self, key: Key) -> bool:
+        """:meth:`Store.delete` on the writer thread."""
+        return await self._write(functools.partial(self.store.delete, key))
+
+    async def set_checkpoint(self, name: str, position: Any) -> None:
+        """:meth:`Store.set_checkpoint` on the writer thread."""
+        await self._write(functools.partial(self.store.set_checkpoint, name, position))
+
+    def _write(self, fn: Callable[[], T]) -> Awaitable[T]:
+        self._check_open()
+        # Shielded: a cancelled await must not abandon a transaction half-way (it cannot, on its
+        # thread, but the caller would not learn whether it committed); the result is dropped.
+        return asyncio.shield(self._loop.run_in_executor(self._writer, fn))
+
+    # -- reading --------------------------------------------------------------------------------
+
+    async def query(
+        self,
+        *,
+        text: Text | None = None,
+        fingerprint: int | np.integer | None = None,
+        pipeline_id: str | None = None,
+        k: int | None = None,
+    ) -> list[Match]:
+        """:meth:`Store.query` on a reader thread."""
+        return await self.run(functools.partial(self.store.query, text=text, fingerprint=fingerprint, pipeline_id=pipeline_id, k=k))
+
+    async def query_many(
+        self, fingerprints: RawFingerprints | Fingerprints, *, pipeline_id: str | None = None, k: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`Store.query_many` on a reader thread."""
+        return await self.run(functools.partial(self.store.query_many, fingerprints, pipeline_id=pipeline_id, k=k))
+
+    async def get(self, key: Key, default: Any = None) -> Document | Any:
+        """:meth:`Store.get` on a reader thread."""
+        return await self.run(functools.partial(self.store.get, key, default))
+
+    async def checkpoint(self, name: str) -> Any:
+        """:meth:`Store.checkpoint` on a reader thread."""
+        return await self.run(functools.partial(self.store.checkpoint, name))
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a reader thread (any read of :attr:`store`)."""
+        self._check_open()
+        return await self._loop.run_in_executor(self._readers, fn, *args)
+
+    # -- closing --------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("this store is closed")
+
+    async def close(self) -> None:
+        """Wait for the queued writes, then close the store (its threads and its files)."""
+        if self._closed:
+            return
+        with self._lock:
+            self._closed = True
+        await self._loop.run_in_executor(None, self._shutdown)
+
+    def _shutdown(self) -> None:
+        self._writer.shutdown(wait=True)
+        self._readers.shutdown(wait=True)
+        self.store.close()
+
+    async def __aenter__(self) -> AsyncStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _deliver(futures: list[asyncio.Future[AddResult]], outcomes: list[tuple[AddResult | None, Exception | None]]) -> None:
+    """On the loop: each awaiting add gets its result or its error (a cancelled one, nothing)."""
+    for future, (result, error) in zip(futures, outcomes):
+        if future.done():
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]  # no error: the result is set
+
+
+class _Opening:
+    """What :func:`open` returns: awaitable (``store = await fpstore.aio.open(...)``) and an
+    async context manager (``async with fpstore.aio.open(...) as store``)."""
+
+    def __init__(self, path: str | os.PathLike[str], readers: int, options: dict[str, Any]) -> None:
+        self._path, self._readers, self._options = path, readers, options
+        self._store: AsyncStore | None = None
+
+    async def _open(self) -> AsyncStore:
+        loop = asyncio.get_running_loop()
+        store = await loop.run_in_executor(None, functools.partial(open_store, self._path, **self._options))
+        return AsyncStore(store, loop, self._readers)
+
+    def __await__(self) -> Generator[Any, None, AsyncStore]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> AsyncStore:
+        self._store = await self._open()
+        return self._store
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._store is not None:
+            await self._store.close()
+
+
+def open(path: str | os.PathLike[str], *, readers: int = 4, **options: Any) -> _Opening:
+    """Open a store for asyncio code; ``options`` as for :func:`fpstore.open` (run on a thread).
+    ``readers`` threads serve the reads."""
+    if isinstance(readers, bool) or not isinstance(readers, int) or readers < 1:
+        raise InputError(f"readers must be an int >= 1, got {readers!r}")
+    return _Opening(path, readers, options)

@@ -1,0 +1,160 @@
+"""fpstore.aio: awaited adds share group commits on one writer thread with the verdicts a serial
+run gives, no LMDB call runs on the event loop's thread, cancelling withdraws or completes an add
+whole; and the store's durability option."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+import fpstore
+import fpstore.aio
+from fpstore.errors import ClosedError, InputError
+from fpstore.store import faults
+from tests.test_group_commit import _installed, _SlowCommits, _verdict
+
+K = 3
+
+
+def _docs(n: int, seed: int) -> list[tuple[str, int]]:
+    """Keys with fingerprints in a few tight families (near duplicates of each other), some keys twice."""
+    rng = np.random.default_rng(seed)
+    bases = rng.integers(0, 2**64 - 1, 4, dtype=np.uint64, endpoint=True).tolist()
+    out = []
+    for i in range(n):
+        fp = bases[i % 4]
+        for bit in rng.choice(64, int(rng.integers(0, 4)), replace=False).tolist():
+            fp ^= 1 << bit
+        out.append((f"k{int(rng.integers(0, n - 5))}", fp))
+    return out
+
+
+class _Threads(faults.Faults):
+    """Records the thread of every write transaction."""
+
+    def __init__(self) -> None:
+        self.writers: set[int] = set()
+
+    def begin_write(self) -> None:
+        self.writers.add(threading.get_ident())
+        super().begin_write()
+
+
+def test_awaited_adds_share_groups_and_equal_serial_adds_in_commit_order(tmp_path):
+    docs = _docs(60, seed=3)
+
+    async def run():
+        with _installed(_SlowCommits()):
+            async with fpstore.aio.open(tmp_path / "a", k=K) as store:
+                pid = store.store.pipeline.id
+                results = await asyncio.gather(*(store.add(key, fingerprint=fp, pipeline_id=pid) for key, fp in docs))
+                assert store.groups < store.adds == len(docs)  # they were grouped
+                final = await store.run(lambda: sorted((d.key, d.fingerprint) for d in store.store.documents()))
+        return results, final
+
+    results, final = asyncio.run(run())
+    order = sorted(zip(docs, results), key=lambda item: item[1].id)
+    with fpstore.open(tmp_path / "b", k=K) as serial:
+        pid = serial.pipeline.id
+        for (key, fp), res in order:
+            assert _verdict(serial.add(key, fingerprint=fp, pipeline_id=pid)) == _verdict(res)
+        assert sorted((d.key, d.fingerprint) for d in serial.documents()) == final
+
+
+def test_no_lmdb_call_runs_on_the_event_loops_thread(tmp_path):
+    recorder = _Threads()
+    reads: set[int] = set()
+
+    async def run():
+        loop_thread = threading.get_ident()
+        async with fpstore.aio.open(tmp_path / "s", k=K) as store:
+            real_read = store.store._storage.read
+
+            def read(*args, **kwargs):
+                reads.add(threading.get_ident())
+                return real_read(*args, **kwargs)
+
+            store.store._storage.read = read
+            pid = store.store.pipeline.id
+            await asyncio.gather(*(store.add(f"d{i}", fingerprint=i * 7919, pipeline_id=pid) for i in range(30)))
+            await store.add("page", text="a page of words " * 20)
+            await store.set_checkpoint("feed", 30)
+            assert await store.checkpoint("feed") == 30
+            assert [m.key for m in await store.query(fingerprint=7919, pipeline_id=pid, k=0)] == ["d1"]
+            assert (await store.get("d2")).fingerprint == 2 * 7919
+            assert len(await store.add_each(["e1", "e2"], fingerprints=[1, 2], pipeline_id=pid)) == 2
+        return loop_thread
+
+    with _installed(recorder):
+        loop_thread = asyncio.run(run())
+    assert recorder.writers and loop_thread not in recorder.writers
+    assert len(recorder.writers) == 1  # one writer thread owns every write transaction
+    assert reads and loop_thread not in reads
+
+
+def test_a_cancelled_add_is_withdrawn_or_stored_whole(tmp_path):
+    docs = [(f"c{i}", i * 104729) for i in range(40)]
+
+    async def run():
+        with _installed(_SlowCommits()):
+            async with fpstore.aio.open(tmp_path / "s", k=K) as store:
+                pid = store.store.pipeline.id
+                tasks = [asyncio.create_task(store.add(key, fingerprint=fp, pipeline_id=pid)) for key, fp in docs]
+                await asyncio.sleep(0.004)  # the first group is being committed
+                for task in tasks[::2]:
+                    task.cancel()
+                outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+                stored = await store.run(lambda: {d.key: d.fingerprint for d in store.store.documents()})
+                count = await store.run(len, store.store)
+        return outcomes, stored, count
+
+    outcomes, stored, count = asyncio.run(run())
+    cancelled = [i for i, o in enumerate(outcomes) if isinstance(o, asyncio.CancelledError)]
+    assert cancelled, "no add was cancelled: the test proved nothing"
+    for i, (key, fp) in enumerate(docs):
+        if i in cancelled:
+            assert stored.get(key, fp) == fp  # absent (withdrawn) or stored as given
+        else:
+            assert stored[key] == fp
+    assert count == len(stored)
+    assert len(stored) < len(docs), "every cancelled add was stored: none was withdrawn"
+
+
+def test_errors_reach_their_caller_and_a_closed_store_refuses(tmp_path):
+    async def run():
+        store = await fpstore.aio.open(tmp_path / "s", k=K)
+        pid = store.store.pipeline.id
+        with pytest.raises(InputError):
+            await store.add("bad", fingerprint=-1, pipeline_id=pid)
+        with pytest.raises(InputError):
+            await store.add("both", text="x", fingerprint=1, pipeline_id=pid)
+        ok = await store.add("good", fingerprint=5, pipeline_id=pid)
+        await store.close()
+        await store.close()  # twice is fine
+        with pytest.raises(ClosedError):
+            await store.add("late", fingerprint=6, pipeline_id=pid)
+        with pytest.raises(ClosedError):
+            await store.query(fingerprint=5, pipeline_id=pid)
+        return ok
+
+    assert asyncio.run(run()).id is not None
+    with fpstore.open(tmp_path / "s") as store:
+        assert store.get("good").fingerprint == 5 and len(store) == 1
+    with pytest.raises(InputError):
+        fpstore.aio.open(tmp_path / "t", readers=0)
+
+
+def test_durability_modes(tmp_path):
+    with fpstore.open(tmp_path / "full") as store:
+        assert store._storage.env.flags()["metasync"] is True
+    with fpstore.open(tmp_path / "process", durability="process") as store:
+        assert store._storage.env.flags()["metasync"] is False
+        store.add("a", fingerprint=1, pipeline_id=store.pipeline.id)
+    with fpstore.open(tmp_path / "process") as store:  # the mode belongs to the open, not the file
+        assert store.get("a").fingerprint == 1
+    with pytest.raises(InputError, match="durability"):
+        fpstore.open(tmp_path / "bad", durability="none")
+    assert not (tmp_path / "bad").exists()
