@@ -16,6 +16,7 @@ is dropped.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import os
 import threading
@@ -31,6 +32,7 @@ from fpstore.fingerprint.pipeline import Fingerprints
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
 from fpstore.store.group import MAX_GROUP, run_group
+from fpstore.store.header import encode_checkpoint
 from fpstore.store.inputs import OneAdd, prepare_add
 from fpstore.store.keys import Key
 from fpstore.store.opening import open as open_store
@@ -73,17 +75,26 @@ class AsyncStore:
         fingerprint: int | np.integer | None = None,
         pipeline_id: str | None = None,
         on_duplicate: str = "insert",
-        checkpoint: tuple[str, Any] | None = None,
+        checkpoint: tuple[str, Any] | Callable[[], tuple[str, Any]] | None = None,
     ) -> AddResult:
-        """:meth:`Store.add`, queued for the writer thread's next group commit."""
+        """:meth:`Store.add`, queued for the writer thread's next group commit.
+
+        ``checkpoint`` may also be a function returning ``(name, position)``: it is called on the
+        loop when the add joins the writer's queue (after its text is fingerprinted), and adds
+        commit in queue order, so positions taken this way are recorded in the order they were
+        taken, whatever the order of the awaits' fingerprinting.
+        """
         self._check_open()
         pipeline = self.store.pipeline
+        fixed = None if callable(checkpoint) else checkpoint
         if text is not None:  # fingerprinting a page is real work: not on the loop
             one = await self._loop.run_in_executor(
-                self._readers, prepare_add, pipeline, key, text, fingerprint, pipeline_id, on_duplicate, checkpoint
+                self._readers, prepare_add, pipeline, key, text, fingerprint, pipeline_id, on_duplicate, fixed
             )
         else:
-            one = prepare_add(pipeline, key, text, fingerprint, pipeline_id, on_duplicate, checkpoint)
+            one = prepare_add(pipeline, key, text, fingerprint, pipeline_id, on_duplicate, fixed)
+        if callable(checkpoint):
+            one = dataclasses.replace(one, checkpoint=encode_checkpoint(checkpoint()))
         future: asyncio.Future[AddResult] = self._loop.create_future()
         with self._lock:
             self._check_open()
