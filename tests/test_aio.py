@@ -158,3 +158,29 @@ def test_durability_modes(tmp_path):
     with pytest.raises(InputError, match="durability"):
         fpstore.open(tmp_path / "bad", durability="none")
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_checkpoint_function_records_positions_in_commit_order(tmp_path):
+    """Texts take different times to fingerprint, so awaits reach the writer out of call order; a
+    checkpoint function is called as each add joins the queue, so the last committed position is
+    the last one taken, and the adds' ids grow with the positions they took."""
+    taken: list[int] = []  # add number, in the order positions were taken
+
+    def position(i: int):
+        taken.append(i)
+        return ("feed", len(taken) - 1)
+
+    texts = [" ".join(f"w{(i * 31 + j) % 97}" for j in range(30 if i % 3 else 60_000)) for i in range(24)]
+
+    async def run():
+        async with fpstore.aio.open(tmp_path / "s", k=K, readers=4) as store:
+            results = await asyncio.gather(
+                *(store.add(f"t{i}", text=t, checkpoint=lambda i=i: position(i)) for i, t in enumerate(texts))
+            )
+            return results, await store.checkpoint("feed")
+
+    results, last = asyncio.run(run())
+    assert last == len(texts) - 1
+    ids_in_position_order = [results[i].id for i in taken]
+    assert ids_in_position_order == sorted(ids_in_position_order)
+    assert taken != sorted(taken), "fingerprinting did not reorder the adds: the test proved nothing"

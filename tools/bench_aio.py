@@ -1,0 +1,182 @@
+"""Crawler integration (docs/benchmarks.md, section "asyncio and durability modes"): C asyncio
+tasks awaiting ``fpstore.aio`` adds against C threads calling ``Store.add``, in both durability
+modes, in one process run.
+
+    cd /work/main && python tools/bench_aio.py --json /work/bench-tmp/bench_aio.json
+    cd /work/main && python tools/bench_aio.py --quick     # 10^5, C = 16 only, 1 s windows, 1 round
+
+A store (k = 3, design ``auto``) is bulk-loaded with ``--n`` (10^6) uniform random fingerprints.
+For each round, durability ("full", then "process") and C in ``--callers`` (16 256): the store is
+reopened with that durability, then
+
+* **threads**: C threads call ``store.add`` in a loop (``tools/bench_crawler.py``'s window: fresh
+  fingerprints, 10 % near a stored one, ``--warmup`` s untimed, then ``--seconds`` measured);
+* **asyncio**: one event loop, C tasks ``await store.add(...)`` in a loop on ``fpstore.aio`` over
+  the same store directory (reopened), the same fingerprints and window, and a loop-lag probe: a
+  task that sleeps 1 ms and records how late it wakes (the loop's stalls: the longest is reported,
+  and the 99th percentile).
+
+adds/s = adds completed in the window / its length; p99 = of the adds started in the window;
+mean group = adds / groups committed in the window. Figures are medians over ``--rounds``. The
+store goes under ``--tmp`` and is deleted at the end. Not collected by pytest; tunes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import _bench_common as bc  # noqa: E402
+import bench_crawler  # noqa: E402
+
+import fpstore  # noqa: E402
+import fpstore.aio  # noqa: E402
+
+
+def aio_window(path: Path, durability: str, c: int, rnd: int, pool: list[int], warmup: float, seconds: float) -> dict[str, Any]:
+    async def run() -> dict[str, Any]:
+        async with fpstore.aio.open(path, durability=durability) as store:
+            pid = store.store.pipeline.id
+            counter = itertools.count()
+            clock = time.perf_counter_ns
+            start = clock()
+            ms = start + int(warmup * 1e9)
+            me = ms + int(seconds * 1e9)
+            lats: list[int] = []
+            lags: list[float] = []
+            done = [0]
+            marks: dict[str, tuple[int, int]] = {}
+
+            async def task(i: int) -> None:
+                j = 0
+                while (t0 := clock()) < me:
+                    fp = pool[next(counter) % len(pool)]
+                    await store.add(f"a{c}-{durability}-r{rnd}-t{i}-{j}", fingerprint=fp, pipeline_id=pid)
+                    t1 = clock()
+                    j += 1
+                    if t0 >= ms:
+                        lats.append(t1 - t0)
+                    if ms <= t1 <= me:
+                        done[0] += 1
+
+            async def probe() -> None:
+                while clock() < me:
+                    t0 = clock()
+                    await asyncio.sleep(0.001)
+                    if t0 >= ms:
+                        lags.append((clock() - t0) / 1e6 - 1.0)
+
+            async def counters() -> None:
+                await asyncio.sleep(max(0.0, (ms - clock()) / 1e9))
+                marks["start"] = (store.groups, store.adds)
+                await asyncio.sleep(max(0.0, (me - clock()) / 1e9))
+                marks["end"] = (store.groups, store.adds)
+
+            await asyncio.gather(probe(), counters(), *(task(i) for i in range(c)))
+            groups = marks["end"][0] - marks["start"][0]
+            adds = marks["end"][1] - marks["start"][1]
+        return {
+            "rate": done[0] / seconds,
+            "p99_ms": float(np.percentile(lats, 99)) / 1e6 if lats else float("nan"),
+            "group": adds / groups if groups else float("nan"),
+            "lag_max_ms": max(lags) if lags else float("nan"),
+            "lag_p99_ms": float(np.percentile(lags, 99)) if lags else float("nan"),
+        }
+
+    return asyncio.run(run())
+
+
+def thread_window(path: Path, durability: str, c: int, rnd: int, pool: list[int], warmup: float, seconds: float) -> dict[str, Any]:
+    with fpstore.open(path, durability=durability) as store:
+        w = bench_crawler.callers_window(store, c, rnd, pool, warmup, seconds)
+    return {
+        "rate": w["rate"],
+        "p99_ms": float(np.percentile(w["lat_ns"], 99)) / 1e6 if len(w["lat_ns"]) else float("nan"),
+        "group": w["requests"] / w["groups"] if w["groups"] else float("nan"),
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    rng = np.random.default_rng(args.seed)
+    n = int(args.n)
+    rows: dict[str, list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        path = Path(tmp) / "store"
+        stored = bc.random_fps(n, rng)
+        with fpstore.open(path, k=bench_crawler.K) as store:
+            store.bulk_load(np.arange(n), stored, pipeline_id=store.pipeline.id)
+        print(f"n={n:,}: {bc.uptime()}", flush=True)
+        for rnd in range(args.rounds):
+            for durability in ("full", "process"):
+                for c in args.callers:
+                    pool = bench_crawler.fresh_fps(stored, bench_crawler.POOL, rng).tolist()
+                    for kind, window in (("threads", thread_window), ("asyncio", aio_window)):
+                        r = window(path, durability, c, rnd, pool, args.warmup, args.seconds)
+                        rows.setdefault(f"{kind}|{durability}|{c}", []).append(r)
+                        extra = f", loop lag max {r['lag_max_ms']:.2f} ms (p99 {r['lag_p99_ms']:.2f})" if kind == "asyncio" else ""
+                        print(f"  round {rnd} {durability} C={c} {kind}: {r['rate']:,.0f} adds/s, p99 {r['p99_ms']:.1f} ms, group {r['group']:.1f}{extra}", flush=True)
+        print(f"end: {bc.uptime()}", flush=True)
+    out = {"n": n, "callers": args.callers, "rounds": args.rounds, "rows": {}}
+    for name, rs in rows.items():
+        out["rows"][name] = {key: statistics.median(r[key] for r in rs) for key in rs[0]}
+    return out
+
+
+def render(res: dict[str, Any]) -> str:
+    lines = [
+        "| durability | callers | threads adds/s (p99 ms, group) | asyncio adds/s (p99 ms, group) | asyncio ÷ threads | loop lag max / p99 ms |",
+        "|---|--:|---|---|--:|---|",
+    ]
+    for durability in ("full", "process"):
+        for c in res["callers"]:
+            t, a = res["rows"][f"threads|{durability}|{c}"], res["rows"][f"asyncio|{durability}|{c}"]
+            lines.append(
+                f"| {durability} | {c} | {t['rate']:,.0f} ({t['p99_ms']:.1f}, {t['group']:.1f}) | {a['rate']:,.0f} ({a['p99_ms']:.1f}, {a['group']:.1f}) "
+                f"| {a['rate'] / t['rate']:.2f} | {a['lag_max_ms']:.1f} / {a['lag_p99_ms']:.1f} |"
+            )
+    for c in res["callers"]:
+        for kind in ("threads", "asyncio"):
+            full, proc = res["rows"][f"{kind}|full|{c}"]["rate"], res["rows"][f"{kind}|process|{c}"]["rate"]
+            lines.append(f"\n{kind}, {c} callers: \"process\" ÷ \"full\" = {proc / full:.2f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--n", type=float, default=1e6)
+    ap.add_argument("--quick", action="store_true", help="a smoke run: n = 10^5, C = 16, 1 s windows, 1 round")
+    ap.add_argument("--callers", type=int, nargs="*", help="caller counts (default 16 256)")
+    ap.add_argument("--seconds", type=float, help="measured window (default 3; --quick 1)")
+    ap.add_argument("--warmup", type=float, default=0.5)
+    ap.add_argument("--rounds", type=int, help="default 3; --quick 1")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tmp", default=bc.DEFAULT_TMP)
+    ap.add_argument("--json", help="write every figure to this file")
+    args = ap.parse_args()
+    if args.quick:
+        args.n = min(args.n, 1e5)
+    args.callers = args.callers or ([16] if args.quick else [16, 256])
+    args.seconds = args.seconds or (1.0 if args.quick else 3.0)
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    Path(args.tmp).mkdir(parents=True, exist_ok=True)
+    res = run(args)
+    print(render(res))
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
