@@ -233,15 +233,24 @@ class AsyncStore:
         await self.close()
 
 
-def _deliver(futures: list[asyncio.Future[AddResult]], outcomes: list[tuple[AddResult | None, Exception | None]]) -> None:
-    """On the loop: each awaiting add gets its result or its error (a cancelled one, nothing)."""
-    for future, (result, error) in zip(futures, outcomes):
+#: Awaiting adds woken per turn of the event loop: a group of hundreds woken at once would run
+#: every one of their tasks before the loop looks at its timers and sockets again.
+DELIVER_PER_TURN = 16
+
+
+def _deliver(futures: list[asyncio.Future[AddResult]], outcomes: list[tuple[AddResult | None, Exception | None]], start: int = 0) -> None:
+    """On the loop: each awaiting add gets its result or its error (a cancelled one, nothing),
+    :data:`DELIVER_PER_TURN` of them per turn of the loop."""
+    end = min(start + DELIVER_PER_TURN, len(futures))
+    for future, (result, error) in zip(futures[start:end], outcomes[start:end]):
         if future.done():
             continue
         if error is not None:
             future.set_exception(error)
         else:
             future.set_result(result)  # type: ignore[arg-type]  # no error: the result is set
+    if end < len(futures):
+        asyncio.get_running_loop().call_soon(_deliver, futures, outcomes, end)
 
 
 class _Opening:

@@ -120,7 +120,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             store.bulk_load(np.arange(n), stored, pipeline_id=store.pipeline.id)
         print(f"n={n:,}: {bc.uptime()}", flush=True)
         for rnd in range(args.rounds):
-            for durability in ("full", "process"):
+            # Alternate which mode goes first: the store grows during a run, and a later window
+            # meets more runs.
+            for durability in ("full", "process") if rnd % 2 == 0 else ("process", "full"):
                 for c in args.callers:
                     pool = bench_crawler.fresh_fps(stored, bench_crawler.POOL, rng).tolist()
                     for kind, window in (("threads", thread_window), ("asyncio", aio_window)):
