@@ -49,5 +49,10 @@ def open(path: str | os.PathLike[str], **options: Any) -> Store:
     reached it moves them into a run and merges small runs by size tiers (see docs/tuning.md).
     The writes between flushes stay small and fast; the flushing write takes longer. 0 leaves
     everything in the incremental tables until :meth:`Store.compact`.
+
+    ``durability``: ``"full"`` (the default): an acknowledged write survives a process crash, a
+    system crash and a power cut. ``"process"``: it survives a process crash; a system crash or a
+    power cut may undo the last commit, never more and never damaging the store (LMDB commits
+    without flushing its meta page). It belongs to this open, not to the store's files.
     """
     return Store(path, **options)
