@@ -593,6 +593,19 @@ def test_import_checks_the_pipeline(built, tmp_path):
     assert cli("info", new, "--json").json()["documents"] == n
 
 
+def test_piped_import_into_an_existing_store(built, tmp_path):
+    """A stream piped into a store that exists is read from its start (the spool of a pipe was
+    read from its end: "the stream ends before its header")."""
+    piped = run("export", built)
+    assert piped.code == 0
+    target = tmp_path / "existing.fps"
+    assert cli("create", target).code == 0
+    r = run("import", target, "-", "--json", stdin=piped.raw)
+    assert r.code == 0, r.err
+    assert r.json()["created"] is False
+    assert cli("info", target, "--json").json()["documents"] == cli("info", built, "--json").json()["documents"]
+
+
 def good_stream(tmp_path: pathlib.Path) -> bytes:
     with fpstore.open(tmp_path / "src.fps") as s:
         s.add_many([f"k{i}" for i in range(20)], texts=[synthetic(i) for i in range(20)])

@@ -518,6 +518,7 @@ def _import_existing(fh: IO[bytes], path: str, *, batch_size: int, progress: Cal
         if not _seekable(fh):
             spool = tempfile.TemporaryFile(prefix="fpstore-import-")  # noqa: SIM115 - closed in finally
             shutil.copyfileobj(fh, spool, 1 << 20)
+            spool.seek(0)  # read the copy from its start
             fh = spool
         start = fh.tell()
         header, records = read_stream(fh)
