@@ -606,6 +606,35 @@ def test_piped_import_into_an_existing_store(built, tmp_path):
     assert cli("info", target, "--json").json()["documents"] == cli("info", built, "--json").json()["documents"]
 
 
+def test_options_may_follow_the_positionals(built, tmp_path):
+    """Options anywhere among a command's arguments, as users type them: ``query STORE -k 9 -``
+    was refused ("unrecognized arguments: -") because the optional TEXT was taken as absent
+    before the options were read."""
+    text = corpus()[0]["text"]
+    r = cli("query", built, "-k", "6", "-", "--json", stdin=text.encode())
+    assert r.code in (0, 1), r.err
+    assert r.json()["matches"] == cli("query", "-k", "6", "--json", built, "-", stdin=text.encode()).json()["matches"]
+    assert cli("create", tmp_path / "late-options.fps", "--shingle", "2").code == 0
+    assert cli("info", tmp_path / "late-options.fps", "--json").json()["documents"] == 0
+
+
+def test_errors_name_the_command_lines_flags_and_commands(built, tmp_path):
+    """A refusal names the flag or command to use next, not the library's Python arguments."""
+    r = cli("query", built, "-k", "9", "-", stdin=b"some text")
+    assert r.code == 2 and "--exhaustive" in r.err and "exhaustive=True" not in r.err
+    r = cli("info", tmp_path / "nothing-here")
+    assert r.code == 2 and "fpstore-admin create STORE" in r.err and "create=True" not in r.err
+    with fpstore.open(tmp_path / "busy.fps"):  # this process writes: another writer is refused
+        r = run("compact", tmp_path / "busy.fps")
+    assert r.code == 2 and "only read" in r.err and "readonly=True" not in r.err
+
+
+def test_a_read_only_open_of_nothing_does_not_suggest_create_true(tmp_path):
+    """create=True cannot apply to a read-only open: its error says so instead."""
+    with pytest.raises(fpstore.errors.NotAStoreError, match="read-only open cannot make one"):
+        fpstore.open(tmp_path / "none", readonly=True)
+
+
 def good_stream(tmp_path: pathlib.Path) -> bytes:
     with fpstore.open(tmp_path / "src.fps") as s:
         s.add_many([f"k{i}" for i in range(20)], texts=[synthetic(i) for i in range(20)])

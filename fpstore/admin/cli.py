@@ -35,6 +35,23 @@ def _first_line(fn: Callable[..., Any]) -> str:
     return (fn.__doc__ or "").strip().splitlines()[0].rstrip(".")
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser: options may come anywhere among its arguments (``query STORE -k 9 -``).
+    Plain argparse takes an optional positional (``nargs="?"``) as absent when an option follows
+    the positional before it, and then refuses it as unrecognised."""
+
+    _intermixed = False
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        if self._intermixed or self._subparsers is not None:  # argparse's own passes, or a group of commands
+            return super().parse_known_args(args, namespace)
+        self._intermixed = True
+        try:
+            return super().parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixed = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -42,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 1 findings, 2 usage or error, 130 interrupted. See docs/cli.md.",
     )
     parser.add_argument("--version", action="version", version=f"fpstore {fpstore.__version__} ({fpstore.backend})")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser)
 
     def command(
         name: str, fn: Callable[[argparse.Namespace], int], *, store: bool = True, json_out: bool = True
@@ -148,6 +165,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The library's hints name Python arguments; on the command line they name flags and commands.
+_CLI_WORDS = (
+    ("pass exhaustive=True to scan every fingerprint", "add --exhaustive to scan every fingerprint"),
+    ("or create a store with a larger k", "or create a store with a larger k (fpstore-admin create STORE -k N)"),
+    ("pass create=True to make one", "make one with: fpstore-admin create STORE"),
+    ("a read-only open cannot make one", "make one with: fpstore-admin create STORE"),
+    ("open with readonly=True to read", "commands that only read (info, query, dedup, export, verify) work beside it"),
+)
+
+
+def in_cli_words(message: str) -> str:
+    """A library error's message with its hints put as the command line's flags and commands."""
+    for library, cli in _CLI_WORDS:
+        message = message.replace(library, cli)
+    return message
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -161,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         note(f"damaged: {exc}")
         return EXIT_FINDINGS
     except FpstoreError as exc:
-        note(f"error: {exc}")
+        note(f"error: {in_cli_words(str(exc))}")
         return EXIT_ERROR
     except BrokenPipeError:
         # The reader of our output went away (``| head``): not an error of ours.

@@ -190,7 +190,9 @@ class Storage:
         if not exists:
             if os.path.exists(self.path) and not os.path.isdir(self.path):
                 raise NotAStoreError(f"{self.path} is not a directory, so it is not an fpstore store")
-            if readonly or not create:
+            if readonly:
+                raise NotAStoreError(f"{self.path} holds no fpstore store (no {DATA_FILE}); a read-only open cannot make one")
+            if not create:
                 raise NotAStoreError(f"{self.path} holds no fpstore store (no {DATA_FILE}); pass create=True to make one")
             refuse_foreign_files(self.path)
         for name in STORE_FILES - {DATA_FILE}:
