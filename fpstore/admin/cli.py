@@ -42,8 +42,7 @@ class _CommandParser(argparse.ArgumentParser):
 
     _intermixed = False
 
-    # One signature for argparse's overloads (typeshed spells them per namespace type).
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[Any, list[str]]:  # type: ignore[override]
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[Any, list[str]]:
         if self._intermixed or self._subparsers is not None:  # argparse's own passes, or a group of commands
             return super().parse_known_args(args, namespace)
         self._intermixed = True
