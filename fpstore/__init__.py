@@ -15,7 +15,7 @@ from fpstore.fingerprint.text import Text
 from fpstore.hamming import hamming, hamming_many
 from fpstore.store.keys import Key
 from fpstore.store.opening import open
-from fpstore.store.results import AddResult, Document, Match
+from fpstore.store.results import AddResult, Cluster, Document, Match
 from fpstore.store.store import Store
 
 
@@ -33,6 +33,7 @@ def simhash(text: Text, shingle: int = 3) -> int:
 
 __all__ = [
     "AddResult",
+    "Cluster",
     "Document",
     "Fingerprints",
     "FpstoreError",
