@@ -345,3 +345,73 @@ def test_bad_arguments(store, tmp_path):
     with pytest.raises(InputError, match="--restart"):
         ingest(store, [JsonlSource(str(p))])
     assert os.path.exists(p)
+
+
+def test_a_source_that_yields_no_document_keeps_its_checkpoint(tmp_path, store):
+    """Every line refused for a missing field (the wrong --key-field/--text-field): nothing is
+    committed for the source, so a rerun with the right fields reads it from the start (before,
+    the checkpoint moved past every line and the rerun added nothing)."""
+    p = write_jsonl(tmp_path / "f.jsonl", [json.dumps({"url": f"u{i}", "body": text(i)}).encode() + b"\n" for i in range(5)])
+    res = ingest(store, [JsonlSource(str(p))])
+    assert res.added == 0 and res.sources[0].problems == {"missing-field": 5}
+    assert store.checkpoint(JsonlSource(str(p)).name) is None
+    res = ingest(store, [JsonlSource(str(p), key_field="url", text_field="body")])
+    assert res.added == 5 and sorted(store) == [f"u{i}" for i in range(5)]
+
+
+def test_a_rerun_with_other_options_is_refused_and_names_restart(tmp_path, store):
+    """A source's reading options are recorded with its checkpoint; resuming with others would mix
+    two readings of one file, so it is refused until --restart."""
+    p = write_jsonl(tmp_path / "o.jsonl", [json.dumps({"id": f"k{i}", "text": text(i), "alt": text(i + 50)}).encode() + b"\n" for i in range(4)])
+    assert ingest(store, [JsonlSource(str(p))]).added == 4
+    with pytest.raises(InputError, match="--restart") as info:
+        ingest(store, [JsonlSource(str(p), text_field="alt")])
+    assert "text_field" in str(info.value)
+    assert ingest(store, [JsonlSource(str(p))]).added == 0  # the same options resume as before
+    res = ingest(store, [JsonlSource(str(p), text_field="alt")], restart=True)
+    assert res.added == 4 and store.get("k0").fingerprint == store.pipeline.fingerprint(text(50))
+
+
+def test_directory_include_and_exclude_globs(tmp_path):
+    """--include keeps only matching relative paths, --exclude drops matching ones."""
+    root = tmp_path / "site"
+    (root / "static").mkdir(parents=True)
+    for rel in ("index.html", "about.html", "static/site.css", "static/app.js", "notes.txt"):
+        (root / rel).write_text(text(len(rel)))
+    keys = lambda src: sorted(it.key for it in items(events(src)))  # noqa: E731
+    assert keys(DirectorySource(str(root), exclude=["*.css", "*.js"])) == ["about.html", "index.html", "notes.txt"]
+    assert keys(DirectorySource(str(root), include=["*.html"])) == ["about.html", "index.html"]
+    assert keys(DirectorySource(str(root), include=["*.html", "*.txt"], exclude=["about.*"])) == ["index.html", "notes.txt"]
+
+
+def test_cli_rerun_after_wrong_fields_reads_the_source(tmp_path):
+    """The reported case: ingest with the wrong field names exits 1 and says the checkpoint did not
+    move; the rerun with the right ones stores every line; a third run with other fields is
+    refused (exit 2) naming --restart."""
+    from tests.test_cli import cli
+
+    p = write_jsonl(tmp_path / "small.jsonl", [json.dumps({"url": f"u{i}", "body": text(i)}).encode() + b"\n" for i in range(30)])
+    store = tmp_path / "j.fps"
+    r = cli("ingest", store, p, "--no-progress")
+    assert r.code == 1 and "checkpoint did not move" in r.err
+    r = cli("ingest", store, p, "--key-field", "url", "--text-field", "body", "--no-progress")
+    assert r.code == 0 and "30 documents added (from the start)" in r.out
+    r = cli("ingest", store, p, "--key-field", "url", "--no-progress")
+    assert r.code == 2 and "--restart" in r.err
+
+
+def test_cli_notes_are_summarised_per_kind(tmp_path):
+    """A directory of images: three notes of the kind are shown, the rest counted in the summary."""
+    from tests.test_cli import cli
+
+    root = tmp_path / "d"
+    root.mkdir()
+    (root / "page.txt").write_text(text(1))
+    for i in range(10):
+        (root / f"img{i}.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00binary")
+    r = cli("ingest", tmp_path / "d.fps", root, "--no-progress")
+    assert r.code == 0, r.err
+    assert r.err.count("note:") == 3 and "counted, not shown" in r.err
+    assert "binary 10" in r.out
+    r = cli("ingest", tmp_path / "e.fps", root, "--exclude", "*.png", "--no-progress")
+    assert r.code == 0 and "note:" not in r.err and "1 documents added" in r.out

@@ -129,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="directory: read links to files outside the tree too (default: skip them with a note)",
     )
+    p.add_argument("--include", action="append", default=[], metavar="GLOB", help="directory: read only paths matching GLOB (repeatable)")
+    p.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="directory: skip paths matching GLOB (repeatable)")
     p.add_argument("--batch-size", type=POSITIVE, default=1000, metavar="N", help="documents per transaction and checkpoint (default 1000)")
     p.add_argument("--max-bytes", type=POSITIVE, default=16 << 20, metavar="N", help="skip documents larger than N bytes (default 16 MiB)")
     p.add_argument(

@@ -91,8 +91,8 @@ def detect_kind(path: str) -> str:
 def make_source(path: str, kind: str = "auto", **options: Any) -> Source:
     """A source for ``path``; ``kind`` is ``auto``, ``jsonl``, ``dir`` or ``warc``.
 
-    ``options``: ``key_field``/``text_field`` (JSONL), ``key_prefix`` and ``follow_symlinks``
-    (directory), ``max_bytes``.
+    ``options``: ``key_field``/``text_field`` (JSONL), ``key_prefix``, ``follow_symlinks``,
+    ``include`` and ``exclude`` (directory), ``max_bytes``.
     """
     if kind == "auto":
         kind = detect_kind(path)
@@ -107,7 +107,12 @@ def make_source(path: str, kind: str = "auto", **options: Any) -> Source:
         )
     if kind == "dir":
         return DirectorySource(
-            path, key_prefix=options.get("key_prefix", ""), max_bytes=max_bytes, follow_symlinks=bool(options.get("follow_symlinks", False))
+            path,
+            key_prefix=options.get("key_prefix", ""),
+            max_bytes=max_bytes,
+            follow_symlinks=bool(options.get("follow_symlinks", False)),
+            include=options.get("include") or (),
+            exclude=options.get("exclude") or (),
         )
     if kind == "warc":
         load_fastwarc()
@@ -118,6 +123,28 @@ def make_source(path: str, kind: str = "auto", **options: Any) -> Source:
 # -- the driver ---------------------------------------------------------------------------------------
 
 
+def _resume_position(store: Any, src: Source) -> dict[str, Any] | None:
+    """Where ``src`` resumes: its checkpoint without the options recorded in it, once they are
+    checked against the source's own (another reading of the same file needs --restart)."""
+    pos = store.checkpoint(src.name)
+    if pos is None:
+        return None
+    if not isinstance(pos, dict):
+        raise InputError(f"the checkpoint of {src.path} is malformed; pass --restart to ingest it from the start")
+    pos = dict(pos)
+    recorded = pos.pop(OPTIONS, None)
+    mine = src.options()
+    if recorded is not None and recorded != mine:
+        differ = ", ".join(
+            f"{k} {recorded.get(k)!r} (now {mine.get(k)!r})" for k in sorted(set(recorded) | set(mine)) if recorded.get(k) != mine.get(k)
+        )
+        raise InputError(
+            f"{src.path} was ingested with other options: {differ}; rerun with the same options to resume, "
+            "or pass --restart to ingest it from the start with the new ones"
+        )
+    return pos
+
+
 @dataclass
 class SourceResult:
     """What one source's ingest did."""
@@ -126,6 +153,7 @@ class SourceResult:
     kind: str
     resumed_from: str
     added: int = 0
+    read: int = 0  # documents read (a source that reads none but problems keeps its checkpoint)
     batches: int = 0
     problems: dict[str, int] = field(default_factory=dict)
     notes: dict[str, int] = field(default_factory=dict)
@@ -154,17 +182,23 @@ class IngestResult:
         return sum(sum(s.problems.values()) for s in self.sources)
 
 
+#: The key of a checkpoint position that holds the source's options (:meth:`Source.options`).
+OPTIONS = "options"
+
+
 class _Batch:
     """The documents of one source read since its last commit, and the source's position after
-    the last thing read (a document, a note or a skipped problem)."""
+    the last thing read (a document, a note or a skipped problem). ``options`` ride with every
+    position committed."""
 
-    def __init__(self, pos: dict[str, Any] | None) -> None:
+    def __init__(self, pos: dict[str, Any] | None, options: dict[str, Any]) -> None:
         self.keys: list[str] = []
         self.texts: list[str] = []
         self.nbytes = 0
         self.pos = pos
         self.committed_pos = pos
         self.committed_docs = 0
+        self.options = options
 
     def append(self, item: Item) -> None:
         self.keys.append(item.key)
@@ -177,7 +211,8 @@ class _Batch:
         is nothing new to record."""
         if not self.keys and self.pos == self.committed_pos:
             return False
-        store.add_many(self.keys, texts=self.texts, checkpoint=(checkpoint, self.pos))
+        position = None if self.pos is None else {**self.pos, OPTIONS: self.options}
+        store.add_many(self.keys, texts=self.texts, checkpoint=(checkpoint, position))
         self.committed_pos, self.committed_docs = self.pos, len(self.keys)
         self.keys, self.texts, self.nbytes = [], [], 0
         return True
@@ -214,15 +249,17 @@ def ingest(
     total_added = 0
 
     for src in sources:
-        pos = None if restart else store.checkpoint(src.name)
-        if pos is not None and not isinstance(pos, dict):
-            raise InputError(f"the checkpoint of {src.path} is malformed; pass --restart to ingest it from the start")
+        pos = None if restart else _resume_position(store, src)
         res = SourceResult(src.path, src.kind, src.describe(pos), position=pos)
         result.sources.append(res)
-        batch = _Batch(pos)
+        batch = _Batch(pos, src.options())
 
         def flush(src: Source = src, res: SourceResult = res, batch: _Batch = batch, done_bytes: int = done_bytes) -> None:
             nonlocal total_added
+            if not res.read and res.problems:
+                # Nothing but refusals (the wrong fields, the wrong format): moving the checkpoint
+                # past them would make the corrected rerun skip the whole source.
+                return
             if batch.commit(store, src.name):
                 res.added += batch.committed_docs
                 total_added += batch.committed_docs
@@ -253,6 +290,7 @@ def ingest(
                     break  # the source cannot go on (truncated): commit up to before it
                 batch.pos = ev.pos
             else:
+                res.read += 1
                 batch.append(ev)
                 if len(batch.keys) >= batch_size or batch.nbytes >= batch_bytes:
                     flush()

@@ -17,12 +17,13 @@ from fpstore.errors import InputError, PipelineMismatchError
 
 
 class _Reporter:
-    """Prints problems and notes to stderr, at most ``limit`` of each kind; counts the rest."""
+    """Prints problems and notes to stderr, at most ``limit`` problems and ``note_limit`` notes of
+    each kind; counts the rest (the summary gives every count per kind)."""
 
     QUIET = frozenset({"not-response", "status"})
 
-    def __init__(self, limit: int = 20) -> None:
-        self.limit = limit
+    def __init__(self, limit: int = 20, note_limit: int = 3) -> None:
+        self.limit, self.note_limit = limit, note_limit
         self.shown: dict[str, int] = {}
         self.progress: Progress | None = None
 
@@ -34,13 +35,12 @@ class _Reporter:
         kind = ("problem " if isinstance(ev, Problem) else "note ") + ev.kind
         n = self.shown.get(kind, 0) + 1
         self.shown[kind] = n
-        if n > self.limit:
+        limit = self.limit if isinstance(ev, Problem) else self.note_limit
+        if n > limit:
             return
         if self.progress is not None and self.progress.drawn:
             sys.stderr.write("\r\x1b[K")
-        suffix = (
-            f" (further {ev.kind} {'problems' if isinstance(ev, Problem) else 'notes'} are counted, not shown)" if n == self.limit else ""
-        )
+        suffix = f" (further {ev.kind} {'problems' if isinstance(ev, Problem) else 'notes'} are counted, not shown)" if n == limit else ""
         note(f"{'' if isinstance(ev, Problem) else 'note: '}{ev}{suffix}")
 
 
@@ -59,6 +59,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             key_prefix=args.key_prefix,
             max_bytes=args.max_bytes,
             follow_symlinks=args.follow_symlinks,
+            include=args.include,
+            exclude=args.exclude,
         )
         for p in args.sources
     ]
@@ -136,6 +138,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             if src.notes:
                 extra.append("notes: " + ", ".join(f"{k} {v}" for k, v in sorted(src.notes.items())))
             print(f"{src.path}: {src.added:,} documents added (from {src.resumed_from})" + ("; " + "; ".join(extra) if extra else ""))
+            if not src.read and src.problems:
+                note(
+                    f"{src.path}: no document could be read, so its checkpoint did not move: fix the options "
+                    "(--format, --key-field, --text-field) and rerun"
+                )
         rate = result.added / result.seconds if result.seconds > 0 else 0.0
         print(f"added {result.added:,} documents in {result.seconds:.2f} s ({rate:,.0f}/s); the store holds {total:,}")
     if result.interrupted:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import codecs
 import errno
+import fnmatch
 import hashlib
 import io
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -130,6 +131,12 @@ class Source:
         """Total bytes to read (for progress and ETA)."""
         return os.path.getsize(self.path)
 
+    def options(self) -> dict[str, Any]:
+        """The options that decide which documents this source yields and under which keys,
+        recorded with its checkpoint (``max_bytes`` is not one: a rerun may raise it to read a
+        record it skipped)."""
+        return {}
+
     def describe(self, pos: dict[str, Any] | None) -> str:
         """A position, for people ("line 120", "record 17")."""
         return "the start" if not pos else ", ".join(f"{k} {v}" for k, v in pos.items() if k in ("line", "record", "file", "index"))
@@ -166,6 +173,9 @@ class JsonlSource(Source):
         super().__init__(path, max_bytes=max_bytes)
         self.key_field = key_field
         self.text_field = text_field
+
+    def options(self) -> dict[str, Any]:
+        return {"key_field": self.key_field, "text_field": self.text_field}
 
     def items(self, pos: dict[str, Any] | None) -> Iterator[Item | Problem | Note]:
         with open(self.path, "rb") as fh:
@@ -290,11 +300,32 @@ class DirectorySource(Source):
 
     kind = "dir"
 
-    def __init__(self, path: str, *, key_prefix: str = "", max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks: bool = False) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        key_prefix: str = "",
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        follow_symlinks: bool = False,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+    ) -> None:
         super().__init__(path, max_bytes=max_bytes)
         self.key_prefix = key_prefix
         self.follow_symlinks = follow_symlinks
+        #: Glob patterns (``fnmatch``, ``*`` crossing ``/``) on the path relative to the directory:
+        #: a file is read when it matches some ``include`` (or there is none) and no ``exclude``.
+        self.include, self.exclude = list(include), list(exclude)
         self._files: list[_File] | None = None
+
+    def options(self) -> dict[str, Any]:
+        return {"key_prefix": self.key_prefix, "follow_symlinks": self.follow_symlinks, "include": self.include, "exclude": self.exclude}
+
+    def wanted(self, rel: str) -> bool:
+        """Whether the file at relative path ``rel`` passes ``include`` and ``exclude``."""
+        if self.include and not any(fnmatch.fnmatchcase(rel, g) for g in self.include):
+            return False
+        return not any(fnmatch.fnmatchcase(rel, g) for g in self.exclude)
 
     def files(self) -> list[_File]:
         """Every file, sorted by path components (see :class:`_File`)."""
@@ -321,6 +352,8 @@ class DirectorySource(Source):
                         continue
                     full = os.path.join(root, name)
                     rel = name if rel_root == "." else f"{rel_root}/{name}".replace(os.sep, "/")
+                    if not self.wanted(rel):
+                        continue
                     parts = tuple(rel.split("/"))
                     try:
                         lst = os.lstat(full)
