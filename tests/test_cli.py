@@ -714,3 +714,33 @@ def test_hostile_stream_on_the_command_line(tmp_path):
         r = run("import", tmp_path / f"x-{name[:3]}.fps", f)
         assert r.code == 2 and r.err.startswith("fpstore-admin: error: ") and r.err.count("\n") == 1
         assert says in r.err
+
+
+def test_dump_writes_every_document_as_a_table(tmp_path):
+    """dump: JSON Lines, CSV and Parquet (to a file and through a pipe) hold one row per document
+    with the same columns and values; Store.to_arrow gives the same table; keys of every type."""
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.fps"
+    with fpstore.open(path) as s:
+        s.add("page", text=synthetic(1))
+        s.add("copy", text=synthetic(1))
+        s.add(42, fingerprint=7, pipeline_id=s.pipeline.id)
+        s.add(b"\x00\xff", text="tiny")
+        table = s.to_arrow()
+    rows = [json.loads(line) for line in cli("dump", path).out.splitlines()]
+    assert [r["key"] for r in rows] == ["page", "copy", "42", "hex:00ff"]
+    assert [r["key_type"] for r in rows] == ["str", "str", "int", "bytes"]
+    assert rows[1]["canonical"] == "page" and rows[2]["fingerprint"] == "0000000000000007" and rows[3]["short"] is True
+    assert rows[2]["content_hash"] is None and len(rows[0]["content_hash"]) == 32
+    assert table.to_pylist() == rows
+    with open(tmp_path / "t.csv", "w") as fh:
+        fh.write(cli("dump", path, "--format", "csv").out)
+    with open(tmp_path / "t.csv", newline="") as fh:
+        assert [r["key"] for r in csv.DictReader(fh)] == [r["key"] for r in rows]
+    assert cli("dump", path, "--format", "parquet", "-o", tmp_path / "t.parquet").code == 0
+    assert pq.read_table(tmp_path / "t.parquet").to_pylist() == rows
+    piped = run("dump", path, "--format", "parquet")
+    assert piped.code == 0 and pq.read_table(io.BytesIO(piped.raw)).to_pylist() == rows
+    info = cli("info", path, "--json").json()
+    assert info["design_detail"]["name"] and info["design_detail"]["k"] >= 3 and info["design_detail"]["tables"]

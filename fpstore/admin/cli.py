@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import fpstore
-from fpstore.admin.data import cmd_compact, cmd_dedup, cmd_export, cmd_import, cmd_query
+from fpstore.admin.data import cmd_compact, cmd_dedup, cmd_dump, cmd_export, cmd_import, cmd_query
 from fpstore.admin.demo import cmd_demo
 from fpstore.admin.ingesting import cmd_ingest
 from fpstore.admin.inspection import cmd_create, cmd_info, cmd_stats, cmd_verify
@@ -146,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", dest="progress", action="store_false", help="never show a progress bar")
     add_pipeline_options(p, " (only for a new store; must match an existing one)")
     add_design_options(p, " (only for a new store)")
+
+    p = command("dump", cmd_dump, json_out=False)
+    p.add_argument(
+        "--format", choices=["jsonl", "csv", "parquet"], default="jsonl", help="output format (default jsonl; parquet needs pyarrow)"
+    )
+    p.add_argument("-o", "--output", metavar="FILE", default=None, help="write to FILE instead of stdout")
 
     p = command("export", cmd_export, json_out=False)
     p.add_argument("-o", "--output", metavar="FILE", default=None, help="write to FILE (atomically) instead of stdout")

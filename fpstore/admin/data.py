@@ -161,6 +161,53 @@ def cmd_dedup(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- dump ------------------------------------------------------------------------------------------------------
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    """Every document as a table: JSON Lines, CSV or Parquet (columns in docs/cli.md)."""
+    from fpstore.store.rows import COLUMNS, rows
+
+    to_stdout = args.output in (None, "-")
+    if args.format == "parquet":
+        if to_stdout and sys.stdout.isatty():
+            raise InputError("refusing to write Parquet to a terminal: pass -o FILE or redirect stdout")
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise InputError("Parquet output needs pyarrow: pip install 'fpstore[arrow]'") from None
+
+        with open_store(args.store) as store:
+            batches = store.record_batches()
+            first = next(batches)
+            n = 0
+            with pq.ParquetWriter(sys.stdout.buffer if to_stdout else args.output, first.schema) as writer:
+                for batch in (first, *batches):
+                    writer.write_batch(batch)
+                    n += batch.num_rows
+        note(f"dumped {n:,} documents")
+        return EXIT_OK
+    out = sys.stdout if to_stdout else open(args.output, "w", encoding="utf-8", newline="")  # noqa: SIM115 - or stdout; closed below
+    n = 0
+    try:
+        with open_store(args.store) as store:
+            writer = csv.writer(out) if args.format == "csv" else None
+            if writer:
+                writer.writerow(COLUMNS)
+            for row in rows(store.documents()):
+                if writer:
+                    writer.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
+                else:
+                    out.write(dumps(row) + "\n")
+                n += 1
+        out.flush()
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    note(f"dumped {n:,} documents")
+    return EXIT_OK
+
+
 # -- export / import -----------------------------------------------------------------------------------------
 
 

@@ -91,6 +91,7 @@ _INFO_SHOWN = {
     "pipeline_id",
     "pipeline",
     "design",
+    "design_detail",
     "k",
     "documents",
     "file_size",

@@ -50,6 +50,7 @@ from fpstore.store.inputs import OneAdd, batch_adds, fingerprint_of, prepare_add
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
 from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
 from fpstore.store.results import AddResult, Cluster, Document, Match
+from fpstore.store.rows import arrow_batches, arrow_table
 from fpstore.store.storage import DATA_FILE, Storage
 from fpstore.store.writes import add_batch, add_group, compact, delete_one, load_run
 
@@ -472,6 +473,15 @@ class Store(Closing):
         for batch in self._batches(True):
             yield from batch
 
+    def record_batches(self, batch_size: int = 65_536) -> Iterator[Any]:
+        """Every live document as rows of ``pyarrow.RecordBatch`` es (columns in
+        :mod:`fpstore.store.rows`), for pandas, polars or DuckDB; needs pyarrow."""
+        return arrow_batches(self.documents(), batch_size)
+
+    def to_arrow(self) -> Any:
+        """Every live document as one ``pyarrow.Table`` (see :meth:`record_batches`)."""
+        return arrow_table(self.record_batches())
+
     def _batches(self, documents: bool) -> Iterator[list[Any]]:
         """Live documents in id order, a batch per snapshot (see :meth:`Catalog.batch`)."""
         after = 0
@@ -519,6 +529,11 @@ class Store(Closing):
             "pipeline_id": self.pipeline.id,
             "pipeline": self.pipeline.config,
             "design": self.design.describe(max(n, 1)),
+            "design_detail": {
+                **self.design.config(),
+                "probes_per_query": self.design.probes_per_query(),
+                "expected_candidates": self.design.expected_candidates(max(n, 1)),
+            },
             "k": self.k,
             "documents": n,
             "incremental_entries": counts["incremental_entries"],
