@@ -744,3 +744,18 @@ def test_dump_writes_every_document_as_a_table(tmp_path):
     assert piped.code == 0 and pq.read_table(io.BytesIO(piped.raw)).to_pylist() == rows
     info = cli("info", path, "--json").json()
     assert info["design_detail"]["name"] and info["design_detail"]["k"] >= 3 and info["design_detail"]["tables"]
+
+
+def test_dedup_writes_parquet(built, tmp_path):
+    """dedup --format parquet holds the same pairs and clusters as the JSON Lines output."""
+    import pyarrow.parquet as pq
+
+    pairs = [json.loads(line) for line in cli("dedup", built).out.splitlines()]
+    assert pairs, "the built store has near-duplicate pairs"
+    assert cli("dedup", built, "--format", "parquet", "-o", tmp_path / "p.parquet").code == 0
+    got = pq.read_table(tmp_path / "p.parquet").to_pylist()
+    assert [(r["a"], r["b"], r["distance"]) for r in got] == [(str(p["a"]), str(p["b"]), p["distance"]) for p in pairs]
+    clusters = [json.loads(line) for line in cli("dedup", built, "--clusters").out.splitlines()]
+    assert cli("dedup", built, "--clusters", "--format", "parquet", "-o", tmp_path / "c.parquet").code == 0
+    got = pq.read_table(tmp_path / "c.parquet").to_pylist()
+    assert [(r["cluster"], r["key"]) for r in got] == [(c["cluster"], str(k)) for c in clusters for k in c["keys"]]

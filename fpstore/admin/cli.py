@@ -109,7 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", type=int_arg(0, MAX_K), default=None, help=f"radius (default: the store's k; at most {MAX_K})")
     p.add_argument("--clusters", action="store_true", help="print clusters (connected components) instead of pairs")
     p.add_argument("--min-size", type=POSITIVE, default=2, metavar="N", help="smallest cluster to print (default 2)")
-    p.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="output format (default jsonl)")
+    p.add_argument(
+        "--format", choices=["jsonl", "csv", "parquet"], default="jsonl", help="output format (default jsonl; parquet needs pyarrow)"
+    )
     p.add_argument("-o", "--output", metavar="FILE", default=None, help="write to FILE instead of stdout")
 
     p = command("ingest", cmd_ingest)

@@ -110,7 +110,9 @@ def _chunks(n: int, size: int = 10000) -> Iterator[slice]:
 
 
 def cmd_dedup(args: argparse.Namespace) -> int:
-    """Every near-duplicate pair within k bits, or the clusters they form, as JSONL or CSV."""
+    """Every near-duplicate pair within k bits, or the clusters they form, as JSONL, CSV or Parquet."""
+    if args.format == "parquet":
+        return _dedup_parquet(args)
     out_path = args.output
     out = open(out_path, "w", encoding="utf-8", newline="") if out_path and out_path != "-" else sys.stdout  # noqa: SIM115 - or stdout; closed below
     try:
@@ -161,6 +163,53 @@ def cmd_dedup(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _dedup_parquet(args: argparse.Namespace) -> int:
+    """:func:`cmd_dedup` as one Parquet table: pairs ``a, b, distance`` or clusters ``cluster,
+    canonical, key`` (keys as text, as in ``dump``)."""
+    from fpstore.store.rows import key_column
+
+    pq = _parquet()
+    to_stdout = args.output in (None, "-")
+    if to_stdout and sys.stdout.isatty():
+        raise InputError("refusing to write Parquet to a terminal: pass -o FILE or redirect stdout")
+    import pyarrow as pa
+
+    with open_store(args.store) as store:
+        k = store.k if args.k is None else args.k
+        if args.clusters:
+            clusters = [c for c in store.clusters(k) if len(c.keys) >= args.min_size]
+            numbers = [n for n, c in enumerate(clusters, 1) for _ in c.keys]
+            canonicals = [key_column(c.canonical)[0] for c in clusters for _ in c.keys]
+            members = [key_column(key)[0] for c in clusters for key in c.keys]
+            table = pa.table(
+                {
+                    "cluster": pa.array(numbers, pa.int64()),
+                    "canonical": pa.array(canonicals, pa.string()),
+                    "key": pa.array(members, pa.string()),
+                }
+            )
+            summary = f"{len(clusters):,} clusters of {len(members):,} documents within k={k}"
+        else:
+            a, b, d = store.near_duplicate_pairs(k)
+            order = np.lexsort((b, a, d))
+            a, b, d = a[order], b[order], d[order]
+            ka = [key_column(x)[0] for x in store.keys_of(a.tolist())]
+            kb = [key_column(x)[0] for x in store.keys_of(b.tolist())]
+            table = pa.table({"a": pa.array(ka, pa.string()), "b": pa.array(kb, pa.string()), "distance": pa.array(d, pa.uint8())})
+            summary = f"{len(a):,} pairs within k={k}"
+    pq.write_table(table, sys.stdout.buffer if to_stdout else args.output)
+    note(summary)
+    return EXIT_OK
+
+
+def _parquet() -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise InputError("Parquet output needs pyarrow: pip install 'fpstore[arrow]'") from None
+    return pq
+
+
 # -- dump ------------------------------------------------------------------------------------------------------
 
 
@@ -172,10 +221,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     if args.format == "parquet":
         if to_stdout and sys.stdout.isatty():
             raise InputError("refusing to write Parquet to a terminal: pass -o FILE or redirect stdout")
-        try:
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise InputError("Parquet output needs pyarrow: pip install 'fpstore[arrow]'") from None
+        pq = _parquet()
 
         with open_store(args.store) as store:
             batches = store.record_batches()
