@@ -6,6 +6,7 @@ The public API is the names in ``__all__``; everything else is importable for ad
 from __future__ import annotations
 
 import functools
+import logging
 
 from fpstore._backend import BACKEND as backend
 from fpstore._version import __version__ as __version__
@@ -17,6 +18,10 @@ from fpstore.store.keys import Key
 from fpstore.store.opening import open
 from fpstore.store.results import AddResult, Cluster, Document, Match
 from fpstore.store.store import Store
+
+# The library logs through "fpstore.*" loggers (flushes, merges, map growth, failed groups) and
+# prints nothing until the program configures logging (fpstore-admin -v does).
+logging.getLogger("fpstore").addHandler(logging.NullHandler())
 
 
 @functools.lru_cache(maxsize=16)

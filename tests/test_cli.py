@@ -16,13 +16,14 @@ import time
 from dataclasses import dataclass
 
 import msgpack
+import numpy as np
 import pytest
 import zstandard
 
 import fpstore
 from fpstore.admin.cli import build_parser, main
-from fpstore.errors import FormatError
 from fpstore.admin.exchange import export_store, import_stream
+from fpstore.errors import FormatError
 from tools import make_test_warc as mtw
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -404,14 +405,22 @@ def test_ingest_pipeline_options_must_match_an_existing_store(tmp_path):
     assert cli("ingest", store, src, "--shingle", "2").code == 0
 
 
-def test_ingest_progress_bar(tmp_path):
-    """--progress draws a bar with percent, rate and ETA on stderr, ending at 100%."""
+def test_progress_bars(tmp_path):
+    """--progress draws a bar (tqdm: percent, rate, ETA) on stderr for ingest, export, import and
+    dedup, ending at 100 %; not a terminal, or --quiet: no bar."""
     src = write_jsonl(tmp_path / "p.jsonl", corpus())
     r = cli("ingest", tmp_path / "s.fps", src, "--progress", "--batch-size", "5")
     assert r.code == 0
     last = r.err.split("\r")[-1]
-    assert "100.0%" in last and "docs/s" in last and "MB/s" in last and "ETA" in last
-    assert "\r[" not in cli("ingest", tmp_path / "t.fps", src).err  # not a terminal: no bar
+    assert "ingest: 100%" in last and "B/s" in last
+    assert "ingest:" not in cli("ingest", tmp_path / "t.fps", src).err  # not a terminal: no bar
+    assert "ingest:" not in cli("ingest", tmp_path / "q.fps", src, "--progress", "--quiet").err
+    r = cli("export", tmp_path / "s.fps", "-o", tmp_path / "s.fpx", "--progress")
+    assert r.code == 0 and "export:" in r.err
+    r = cli("import", tmp_path / "i.fps", tmp_path / "s.fpx", "--progress")
+    assert r.code == 0 and "import:" in r.err.split("\r")[-1] and "100%" in r.err
+    r = cli("dedup", tmp_path / "s.fps", "--progress", "-o", tmp_path / "pairs.jsonl")
+    assert r.code == 0 and "join: 100%" in r.err
 
 
 def test_ingest_directory_notes_binary_files(tmp_path):
@@ -759,3 +768,24 @@ def test_dedup_writes_parquet(built, tmp_path):
     assert cli("dedup", built, "--clusters", "--format", "parquet", "-o", tmp_path / "c.parquet").code == 0
     got = pq.read_table(tmp_path / "c.parquet").to_pylist()
     assert [(r["cluster"], r["key"]) for r in got] == [(c["cluster"], str(k)) for c in clusters for k in c["keys"]]
+
+
+def test_the_library_logs_only_when_asked(tmp_path, caplog):
+    """fpstore logs through "fpstore.*" loggers: nothing reaches stderr unless the program
+    configures logging; `fpstore-admin -v` does."""
+    import logging
+
+    script = (
+        "import fpstore, numpy as np\n"
+        f"s = fpstore.open({str(tmp_path / 'a.fps')!r}, flush_entries=10)\n"
+        "s.add_many([str(i) for i in range(50)], fingerprints=np.arange(50, dtype=np.uint64), pipeline_id=s.pipeline.id)\n"
+        "s.compact(); s.close()\n"
+    )
+    quiet = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env())
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    with caplog.at_level(logging.INFO, logger="fpstore"), fpstore.open(tmp_path / "b.fps", flush_entries=10) as s:
+        s.add_many([str(i) for i in range(50)], fingerprints=np.arange(50, dtype=np.uint64), pipeline_id=s.pipeline.id)
+    assert any(r.name == "fpstore.store.lsm" and "flushed" in r.getMessage() for r in caplog.records)
+    r = run("compact", tmp_path / "a.fps", "-v")
+    assert r.code == 0 and "fpstore.store.writes: compacted" in r.err
+    assert "fpstore." not in run("compact", tmp_path / "a.fps").err

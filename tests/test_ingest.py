@@ -285,9 +285,9 @@ def test_ingest_stop_event_ends_after_the_current_batch(tmp_path, store):
     stop = threading.Event()
     calls = []
 
-    def progress(docs, nbytes):
-        calls.append(docs)
-        if docs >= 50:
+    def progress(done, total):
+        calls.append(done)
+        if len(store) >= 50:
             stop.set()
 
     res = ingest(store, [JsonlSource(str(p))], batch_size=25, stop=stop, progress=progress)

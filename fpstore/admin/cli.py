@@ -15,6 +15,7 @@ module builds the parser and runs a command.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -69,8 +70,20 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("store", metavar="STORE", help="the store's directory")
         if json_out:
             p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+        p.add_argument("-v", "--verbose", action="count", default=0, help="log what the library does on stderr (-vv: more)")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
         p.set_defaults(func=fn)
         return p
+
+    def progress_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--progress",
+            dest="progress",
+            action="store_true",
+            default=None,
+            help="show a progress bar (default: when stderr is a terminal)",
+        )
+        p.add_argument("--no-progress", dest="progress", action="store_false", help="never show a progress bar")
 
     p = command("create", cmd_create)
     add_pipeline_options(p)
@@ -113,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", choices=["jsonl", "csv", "parquet"], default="jsonl", help="output format (default jsonl; parquet needs pyarrow)"
     )
     p.add_argument("-o", "--output", metavar="FILE", default=None, help="write to FILE instead of stdout")
+    progress_options(p)
 
     p = command("ingest", cmd_ingest)
     p.add_argument("sources", nargs="*", metavar="SOURCE", help="a .jsonl file, a directory, or a .warc / .warc.gz file")
@@ -142,10 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="bad input: report and skip it (exit 1 at the end), or stop there (exit 2)",
     )
     p.add_argument("--restart", action="store_true", help="ignore stored checkpoints and read every source from the start")
-    p.add_argument(
-        "--progress", dest="progress", action="store_true", default=None, help="show a progress bar (default: when stderr is a terminal)"
-    )
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="never show a progress bar")
+    progress_options(p)
     add_pipeline_options(p, " (only for a new store; must match an existing one)")
     add_design_options(p, " (only for a new store)")
 
@@ -158,10 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("export", cmd_export, json_out=False)
     p.add_argument("-o", "--output", metavar="FILE", default=None, help="write to FILE (atomically) instead of stdout")
     p.add_argument("--level", type=int_arg(1, 22), default=3, help="zstd level, 1..22 (default 3)")
+    progress_options(p)
 
     p = command("import", cmd_import)
     p.add_argument("input", nargs="?", metavar="FILE", default=None, help="the stream to read (default or '-': stdin)")
     p.add_argument("--batch-size", type=POSITIVE, default=10000, metavar="N", help="documents per transaction (default 10000)")
+    progress_options(p)
 
     p = command("demo", cmd_demo, store=False, json_out=False)
     p.add_argument("-k", type=int_arg(0, MAX_K), default=5, help="Hamming radius (default 5, the calibrated k of the default pipeline)")
@@ -195,6 +208,11 @@ def in_cli_words(message: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "verbose", 0):
+        # The library logs through "fpstore.*" loggers, silent until a program configures them.
+        logging.basicConfig(
+            stream=sys.stderr, level=logging.INFO if args.verbose == 1 else logging.DEBUG, format=f"{PROG}: %(name)s: %(message)s"
+        )
     # Keys and texts may hold lone surrogates; print them escaped rather than fail mid-output.
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):

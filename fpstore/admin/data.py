@@ -15,7 +15,19 @@ from typing import Any
 import numpy as np
 
 from fpstore.admin.options import Damaged, open_checked, open_store
-from fpstore.admin.output import EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, dumps, key_out, key_text, mib, note, print_json
+from fpstore.admin.output import (
+    EXIT_FINDINGS,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    Bar,
+    dumps,
+    key_out,
+    key_text,
+    mib,
+    note,
+    print_json,
+    want_progress,
+)
 from fpstore.errors import CorruptionError, InputError
 
 
@@ -120,7 +132,8 @@ def cmd_dedup(args: argparse.Namespace) -> int:
             k = store.k if args.k is None else args.k
             writer = csv.writer(out) if args.format == "csv" else None
             if args.clusters:
-                clusters = store.clusters(k)
+                with Bar("join", "table", want_progress(args)) as bar:
+                    clusters = store.clusters(k, progress=bar)
                 clusters = [c for c in clusters if len(c.keys) >= args.min_size]
                 if writer:
                     writer.writerow(["cluster", "canonical", "key"])
@@ -142,7 +155,8 @@ def cmd_dedup(args: argparse.Namespace) -> int:
                         )
                 summary = f"{len(clusters):,} clusters of {sum(len(c.keys) for c in clusters):,} documents within k={k}"
             else:
-                a, b, d = store.near_duplicate_pairs(k)
+                with Bar("join", "table", want_progress(args)) as bar:
+                    a, b, d = store.near_duplicate_pairs(k, progress=bar)
                 order = np.lexsort((b, a, d))
                 a, b, d = a[order], b[order], d[order]
                 if writer:
@@ -266,17 +280,17 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise InputError("refusing to write a binary stream to a terminal: pass -o FILE or redirect stdout")
     # A damaged store is refused before anything is written (exit 1). There is no salvage mode:
     # reading around a damaged page means walking B-trees that LMDB would abort on.
-    with open_checked(args.store) as store:
+    with open_checked(args.store) as store, Bar("export", "doc", want_progress(args)) as bar:
         try:
             if to_stdout:
-                n = export_store(store, sys.stdout.buffer, level=args.level)
+                n = export_store(store, sys.stdout.buffer, level=args.level, progress=bar)
                 sys.stdout.buffer.flush()
                 size = None
             else:
                 tmp = f"{args.output}.partial-{os.getpid()}"
                 try:
                     with open(tmp, "wb") as fh:
-                        n = export_store(store, fh, level=args.level)
+                        n = export_store(store, fh, level=args.level, progress=bar)
                         fh.flush()
                         os.fsync(fh.fileno())
                     os.replace(tmp, args.output)
@@ -308,11 +322,12 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        if args.input in (None, "-"):
-            result = import_stream(sys.stdin.buffer, args.store, batch_size=args.batch_size)
-        else:
-            with open(args.input, "rb") as fh:
-                result = import_stream(fh, args.store, batch_size=args.batch_size)
+        with Bar("import", "doc", want_progress(args)) as bar:
+            if args.input in (None, "-"):
+                result = import_stream(sys.stdin.buffer, args.store, batch_size=args.batch_size, progress=bar)
+            else:
+                with open(args.input, "rb") as fh:
+                    result = import_stream(fh, args.store, batch_size=args.batch_size, progress=bar)
     except KeyboardInterrupt:
         note(
             "interrupted; "

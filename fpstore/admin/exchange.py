@@ -92,14 +92,15 @@ def _decode_key(value: Any, what: str) -> Key:
 # -- export --------------------------------------------------------------------------------------------
 
 
-def export_store(store: Any, out: IO[bytes], *, level: int = 3, progress: Callable[[int], None] | None = None) -> int:
+def export_store(store: Any, out: IO[bytes], *, level: int = 3, progress: Callable[[int, int | None], None] | None = None) -> int:
     """Write every document and checkpoint of ``store`` to ``out`` as an ``fpstore-export`` stream;
     returns the count of documents.
 
     Documents are read through the public API (:meth:`Store.documents`, in id order and in
     batches), so a writer may go on meanwhile: a document deleted during the export may or may not
     be in it, one added may or may not be in it, and the header's ``count`` (taken at the start) is then only an estimate;
-    the trailer's count is exact. ``out`` is not closed.
+    the trailer's count is exact. ``out`` is not closed. ``progress(documents written, documents
+    in the store)`` is called every 10,000 documents and at the end.
     """
     cctx = zstandard.ZstdCompressor(level=level, write_checksum=True)
     digest = hashlib.blake2b(digest_size=16)
@@ -130,7 +131,7 @@ def export_store(store: Any, out: IO[bytes], *, level: int = 3, progress: Callab
             zw.write(rec)
             n += 1
             if progress is not None and n % 10000 == 0:
-                progress(n)
+                progress(n, header["count"])
         for name, position in sorted(checkpoints.items()):
             obj = packer.pack({"checkpoint": name, "position": position})
             digest.update(obj)
@@ -401,7 +402,7 @@ def import_stream(
     path: str,
     *,
     batch_size: int = 10000,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int | None], None] | None = None,
 ) -> ImportResult:
     """Import an ``fpstore-export`` stream into the store at ``path``.
 
@@ -425,7 +426,7 @@ def import_stream(
     try:
         store = fpstore.open(tmp, k=header.k, pipeline=header.pipeline, design=header.design)
         try:
-            n = _feed(store, iter(records), header.pipeline.id, batch_size, None, 0, progress)
+            n = _feed(store, iter(records), header.pipeline.id, batch_size, None, 0, progress, header.count)
             _carry_checkpoints(store, records.checkpoints, replace=True)
         finally:
             store.close()
@@ -447,9 +448,11 @@ def _feed(
     batch_size: int,
     checkpoint_name: str | None,
     skip: int,
-    progress: Callable[[int], None] | None,
+    progress: Callable[[int, int | None], None] | None,
+    total: int | None = None,
 ) -> int:
-    """Add the records after the first ``skip`` in batches; returns the count of records.
+    """Add the records after the first ``skip`` in batches; returns the count of records
+    (``progress(records read, total)`` after each batch).
 
     A record whose canonical key is neither stored nor read yet (the canonical was re-added after
     its variant, so it comes later in id order) is held back until its canonical has been added,
@@ -490,7 +493,7 @@ def _feed(
         if len(batch) >= batch_size:
             commit(n)
             if progress is not None:
-                progress(n)
+                progress(n, total)
     for waiting in held.values():
         for _, rec in waiting:
             batch.append(StreamRecord(rec.key, rec.fingerprint, rec.content_hash, rec.flags, None))
@@ -498,7 +501,7 @@ def _feed(
     if batch or (checkpoint_name and n > skip):
         commit(n)
     if progress is not None:
-        progress(n)
+        progress(n, total)
     return n
 
 
@@ -510,7 +513,7 @@ def _carry_checkpoints(store: Any, checkpoints: dict[str, Any], *, replace: bool
             store.set_checkpoint(name, position)
 
 
-def _import_existing(fh: IO[bytes], path: str, *, batch_size: int, progress: Callable[[int], None] | None) -> ImportResult:
+def _import_existing(fh: IO[bytes], path: str, *, batch_size: int, progress: Callable[[int, int | None], None] | None) -> ImportResult:
     import fpstore
 
     spool = None
@@ -535,7 +538,7 @@ def _import_existing(fh: IO[bytes], path: str, *, batch_size: int, progress: Cal
             name = f"import:{records.digest.hex()}"
             done = store.checkpoint(name)
             skip = done if isinstance(done, int) and 0 <= done <= n else 0
-            _feed(store, iter(again), header.pipeline.id, batch_size, name, skip, progress)
+            _feed(store, iter(again), header.pipeline.id, batch_size, name, skip, progress, n)
             _carry_checkpoints(store, records.checkpoints, replace=False)
             return ImportResult(path, False, n - skip, header.pipeline.id, store.design.name)
     finally:

@@ -228,15 +228,15 @@ def ingest(
     restart: bool = False,
     stop: threading.Event | None = None,
     report: Callable[[Problem | Note], None] | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int | None], None] | None = None,
 ) -> IngestResult:
     """Read ``sources`` into ``store`` in batches, each committed with its source's checkpoint.
 
     ``on_error="skip"`` reports bad input through ``report`` and goes on; ``"stop"`` commits the
     documents before it and stops (``result.stopped_at``). Setting ``stop`` makes the ingest
     commit what it has read and return (``result.interrupted``). ``restart`` ignores the stored
-    checkpoints. ``progress(docs_added, bytes_read)`` is called after each batch and every few
-    hundred documents.
+    checkpoints. ``progress(bytes read, bytes of every source)`` is called after each batch and
+    every few hundred documents (the same ``(done, total)`` signature as every ``progress=``).
     """
     if on_error not in ("skip", "stop"):
         raise InputError(f"on_error must be 'skip' or 'stop', got {on_error!r}")
@@ -246,7 +246,7 @@ def ingest(
     result = IngestResult()
     t0 = time.monotonic()
     done_bytes = 0  # bytes of sources finished before the current one
-    total_added = 0
+    total_bytes = sum(src.size for src in sources)
 
     for src in sources:
         pos = None if restart else _resume_position(store, src)
@@ -255,18 +255,16 @@ def ingest(
         batch = _Batch(pos, src.options())
 
         def flush(src: Source = src, res: SourceResult = res, batch: _Batch = batch, done_bytes: int = done_bytes) -> None:
-            nonlocal total_added
             if not res.read and res.problems:
                 # Nothing but refusals (the wrong fields, the wrong format): moving the checkpoint
                 # past them would make the corrected rerun skip the whole source.
                 return
             if batch.commit(store, src.name):
                 res.added += batch.committed_docs
-                total_added += batch.committed_docs
                 res.batches += 1
                 res.position = batch.pos
                 if progress is not None:
-                    progress(total_added, done_bytes + src.consumed)
+                    progress(done_bytes + src.consumed, total_bytes)
 
         for n_seen, ev in enumerate(src.items(pos), 1):
             if isinstance(ev, Item):
@@ -300,7 +298,7 @@ def ingest(
                 result.seconds = time.monotonic() - t0
                 return result
             if progress is not None and n_seen % 256 == 0:
-                progress(total_added + len(batch.keys), done_bytes + src.consumed)
+                progress(done_bytes + src.consumed, total_bytes)
         else:
             res.done = True
         flush()
@@ -308,6 +306,6 @@ def ingest(
             res.done = False
         done_bytes += src.size
         if progress is not None:
-            progress(total_added, done_bytes)
+            progress(done_bytes, total_bytes)
     result.seconds = time.monotonic() - t0
     return result

@@ -12,7 +12,7 @@ from typing import Any
 
 import fpstore
 from fpstore.admin.options import pipeline_conflicts, pipeline_from
-from fpstore.admin.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, PROG, Progress, note, print_json, want_progress
+from fpstore.admin.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, PROG, Bar, note, print_json, want_progress
 from fpstore.errors import InputError, PipelineMismatchError
 
 
@@ -25,7 +25,7 @@ class _Reporter:
     def __init__(self, limit: int = 20, note_limit: int = 3) -> None:
         self.limit, self.note_limit = limit, note_limit
         self.shown: dict[str, int] = {}
-        self.progress: Progress | None = None
+        self.bar: Bar | None = None  # lines go above it while it is drawn
 
     def __call__(self, ev: Any) -> None:
         from fpstore.admin.ingest import Problem
@@ -38,10 +38,12 @@ class _Reporter:
         limit = self.limit if isinstance(ev, Problem) else self.note_limit
         if n > limit:
             return
-        if self.progress is not None and self.progress.drawn:
-            sys.stderr.write("\r\x1b[K")
         suffix = f" (further {ev.kind} {'problems' if isinstance(ev, Problem) else 'notes'} are counted, not shown)" if n == limit else ""
-        note(f"{'' if isinstance(ev, Problem) else 'note: '}{ev}{suffix}")
+        message = f"{'' if isinstance(ev, Problem) else 'note: '}{ev}{suffix}"
+        if self.bar is not None:
+            self.bar.write(f"{PROG}: {message}")
+        else:
+            note(message)
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -98,9 +100,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         with store:
             if created:
                 note(f"created {args.store} with pipeline {store.pipeline.id}, design {store.design.name}")
-            progress = Progress(sum(s.size for s in sources), want_progress(args))
-            reporter.progress = progress
-            try:
+            with Bar("ingest", "B", want_progress(args), total=sum(s.size for s in sources)) as bar:
+                reporter.bar = bar
                 result = ing.ingest(
                     store,
                     sources,
@@ -109,10 +110,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                     restart=args.restart,
                     stop=stop,
                     report=reporter,
-                    progress=progress.update,
+                    progress=bar,
                 )
-            finally:
-                progress.close()
+            reporter.bar = None
             total = len(store)
     finally:
         for s, h in old.items():

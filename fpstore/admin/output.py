@@ -1,14 +1,11 @@
-"""``fpstore-admin``'s output: exit codes, keys and values as JSON or text, notes on stderr, and the
-progress bar. Shared by every command module."""
+"""``fpstore-admin``'s output: exit codes, keys and values as JSON or text, notes on stderr, and
+progress bars (tqdm). Shared by every command module."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-import time
-from typing import IO
 
 import numpy as np
 
@@ -59,54 +56,42 @@ def mib(n: float) -> str:
     return f"{n / (1 << 20):,.1f} MiB"
 
 
-def hms(seconds: float) -> str:
-    if not math.isfinite(seconds) or seconds < 0:
-        return "--:--"
-    seconds = int(seconds)
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+class Bar:
+    """A progress bar on stderr (tqdm: done, total, rate, ETA), drawn only when ``enabled``; called
+    as every library ``progress=`` callback is, ``bar(done, total)``."""
 
+    def __init__(self, desc: str, unit: str, enabled: bool, total: int | None = None) -> None:
+        from tqdm import tqdm
 
-class Progress:
-    """A one-line progress bar on stderr: percent, documents, rate and ETA (redrawn at most 5×/s)."""
+        self._bar = tqdm(
+            total=total, desc=desc, unit=unit, unit_scale=True, disable=not enabled, file=sys.stderr, dynamic_ncols=True, mininterval=0.2
+        )
 
-    def __init__(self, total_bytes: int, enabled: bool, stream: IO[str] | None = None) -> None:
-        self.total = max(total_bytes, 0)
-        self.enabled = enabled
-        self.stream = stream or sys.stderr
-        self.t0 = time.monotonic()
-        self.last = 0.0
-        self.drawn = False
-        self.state = (0, 0)
+    def __call__(self, done: int, total: int | None = None) -> None:
+        bar = self._bar
+        if total is not None and total != bar.total:
+            bar.total = total
+        bar.update(done - bar.n)
 
-    def update(self, docs: int, nbytes: int, *, force: bool = False) -> None:
-        if not self.enabled:
-            return
-        self.state = (docs, nbytes)
-        now = time.monotonic()
-        if not force and now - self.last < 0.2:
-            return
-        self.last = now
-        elapsed = max(now - self.t0, 1e-9)
-        frac = min(nbytes / self.total, 1.0) if self.total else 0.0
-        width = 24
-        bar = "#" * int(frac * width) + "." * (width - int(frac * width))
-        byte_rate = nbytes / elapsed
-        eta = (self.total - nbytes) / byte_rate if byte_rate > 0 and self.total else float("nan")
-        line = f"\r[{bar}] {frac * 100:5.1f}%  {docs:,} docs  {docs / elapsed:,.0f} docs/s  {byte_rate / 1e6:,.1f} MB/s  ETA {hms(eta)}"
-        self.stream.write(line)
-        self.stream.flush()
-        self.drawn = True
+    def write(self, message: str) -> None:
+        """Print a line on stderr above the bar."""
+        self._bar.write(message, file=sys.stderr)
 
     def close(self) -> None:
-        if self.enabled:
-            self.update(*self.state, force=True)
-            self.stream.write("\n")
-            self.stream.flush()
+        self._bar.close()
+
+    def __enter__(self) -> Bar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def want_progress(args: argparse.Namespace) -> bool:
-    if args.progress is not None:
+    """A bar on stderr: with ``--progress``, never with ``--no-progress`` or ``--quiet``, else when
+    stderr is a terminal."""
+    if getattr(args, "quiet", False):
+        return False
+    if getattr(args, "progress", None) is not None:
         return bool(args.progress)
     return sys.stderr.isatty()

@@ -211,7 +211,9 @@ def join_design(k: int, n: int) -> Design:
     return min(flip_free_designs(k), key=lambda d: join_cost(d, m))
 
 
-def pairs_within(fps: np.ndarray, k: int, progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pairs_within(
+    fps: np.ndarray, k: int, progress: Callable[[int, int | None], None] | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All pairs (i, j), i < j, of ``fps`` (uint64, any order, repeats allowed) within ``k`` bits.
 
     Identical fingerprints are collapsed first (their pairs are all at distance 0); distinct ones

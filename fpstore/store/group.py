@@ -12,12 +12,15 @@ caller's failure (a full disk that frees up, a damaged record one add reads) is 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 __all__ = ["MAX_GROUP", "GroupCommit", "run_group"]
+
+log = logging.getLogger(__name__)
 
 #: Adds one transaction takes at most: a bound on the latency the last of them waits for.
 MAX_GROUP = 512
@@ -111,6 +114,7 @@ def run_group(
     except Exception as exc:
         if len(requests) == 1:
             return [(None, exc)]
+        log.warning("a group of %d adds failed (%s: %s); committing each alone", len(requests), type(exc).__name__, exc)
     out: list[tuple[Res | None, Exception | None]] = []
     for request in requests:
         try:

@@ -10,6 +10,8 @@ beforehand where they can be, so that a transaction rerun after a map resize rep
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -38,6 +40,8 @@ __all__ = [
     "runs_of",
     "take",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Documents in the incremental (B-tree) tables at which a write moves them into a run.
 FLUSH_ENTRIES = 4096
@@ -290,10 +294,14 @@ class Lsm:
         accumulate (a log-structured merge), and store the state. Every B-tree insert dirties a
         leaf page per table, so keeping the trees small keeps a commit's writes small; the tiers
         keep the run count logarithmic, and each entry is rewritten about once per tier."""
-        state, _ = self.merge(txn, state, [], incremental=True)
+        t0 = time.perf_counter()
+        state, counts = self.merge(txn, state, [], incremental=True)
+        log.info("flushed %d documents of the incremental tables into a run", counts["incremental"])
         while group := merge_group(state.runs, flush_entries):
-            state, _ = self.merge(txn, state, group, incremental=False)
+            state, counts = self.merge(txn, state, group, incremental=False)
+            log.info("merged %d runs into one of %d entries", counts["runs_merged"], counts["entries"])
         self.save_state(txn, state)
+        log.debug("flush took %.1f ms", (time.perf_counter() - t0) * 1e3)
 
     def load_blobs(self, load: Load, state: State, base: int) -> tuple[tiers.Blobs, RunMeta, SegmentMeta]:
         """A bulk load's run and key segment, numbered from id ``base`` in fingerprint order:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import stat
 import threading
@@ -67,6 +68,8 @@ from fpstore.store.files import (
 from fpstore.store.maplock import MapLock
 
 __all__ = ["DURABILITY", "Storage", "structure_problems"]
+
+log = logging.getLogger(__name__)
 
 #: What an acknowledged write survives. "full": a process crash, a system crash and a power cut.
 #: "process": a process crash (kill -9); a system crash or power cut may undo the last commit.
@@ -556,9 +559,12 @@ class Storage:
         """Clear reader slots of dead processes; returns how many were cleared."""
         self._last_reader_check = time.monotonic()
         try:
-            return self.env.reader_check()
+            cleared = self.env.reader_check()
         except lmdb.Error as exc:
             raise translate(exc, "checking readers") from exc
+        if cleared:
+            log.warning("%s: cleared %d reader slots of processes that died in a transaction", self.path, cleared)
+        return int(cleared)
 
     def _maybe_reader_check(self) -> None:
         if time.monotonic() - self._last_reader_check > READER_CHECK_INTERVAL:
@@ -603,6 +609,7 @@ class Storage:
                 self.env.set_mapsize(size)
             except lmdb.Error as exc:
                 raise translate(exc, action) from exc
+        log.info("%s: map size %d MiB (%s)", self.path, self.env.info()["map_size"] >> 20, action)
 
     def write(self, fn: Callable[[lmdb.Transaction], T], *, action: str = "writing") -> T:
         """Run ``fn(txn)`` in one write transaction and commit; all of it or nothing.

@@ -313,31 +313,35 @@ class Store(Closing):
 
     # -- all pairs ------------------------------------------------------------------------------
 
-    def near_duplicate_pairs(self, k: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def near_duplicate_pairs(
+        self, k: int | None = None, *, progress: Callable[[int, int | None], None] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every pair of live documents within ``k`` bits, exactly once: ``(id_a, id_b, distance)``.
 
         ``id_a < id_b``; identical fingerprints are included (distance 0); rows are sorted by
         ``(id_a, id_b)``. Documents too short for near-duplicate matching take no part.
         ``k`` may exceed the design's: the join builds its own tables in memory.
+        ``progress(tables joined, tables)`` is called as the join goes.
         """
         kq = self.k if k is None else k
         if not isinstance(kq, int) or isinstance(kq, bool) or not 0 <= kq <= 10:
             raise InputError(f"k must be an int in 0..10, got {kq!r}")
         with self._storage.read() as txn:
             fps, ids = self._cat.live_index(txn)
-        i, j, d = search.pairs_within(fps, kq)
+        i, j, d = search.pairs_within(fps, kq, progress)
         a, b = ids[i].astype(np.int64), ids[j].astype(np.int64)
         lo, hi = np.minimum(a, b), np.maximum(a, b)
         order = np.lexsort((hi, lo))
         return lo[order], hi[order], d[order]
 
-    def clusters(self, k: int | None = None) -> list[Cluster]:
+    def clusters(self, k: int | None = None, *, progress: Callable[[int, int | None], None] | None = None) -> list[Cluster]:
         """Connected components of the near-duplicate graph (size >= 2), largest first.
 
         Each cluster's canonical member is the document with the smallest id (the oldest);
-        ``keys`` lists the canonical first, then the others by id.
+        ``keys`` lists the canonical first, then the others by id. ``progress`` as for
+        :meth:`near_duplicate_pairs`.
         """
-        a, b, _ = self.near_duplicate_pairs(k)
+        a, b, _ = self.near_duplicate_pairs(k, progress=progress)
         groups = search.components(a, b)
         with self._storage.read() as txn:
             keys = iter(self._cat.keys_of(txn, [int(i) for g in groups for i in g]))

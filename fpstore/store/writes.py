@@ -4,6 +4,7 @@ transaction, the flush that follows a write, a bulk load's run and compaction (t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import lmdb
@@ -20,6 +21,8 @@ from fpstore.store.results import AddResult
 from fpstore.store.storage import Storage
 
 __all__ = ["add_batch", "add_group", "add_one", "compact", "delete_one", "flush", "load_run"]
+
+log = logging.getLogger(__name__)
 
 
 def flush(cat: Catalog, txn: lmdb.Transaction, flush_entries: int) -> None:
@@ -196,7 +199,9 @@ def load_run(storage: Storage, cat: Catalog, keys: KeyBatch, fps: np.ndarray, ha
         txn.put(H_COUNT, U64.pack(cat.meta_int(txn, H_COUNT) + m - replaced), db=cat.meta)
         return m
 
-    return storage.write(work, action=f"bulk loading {m} documents")
+    done = storage.write(work, action=f"bulk loading {m} documents")
+    log.info("bulk load: a run of %d documents", done)
+    return done
 
 
 def compact(storage: Storage, cat: Catalog, full: bool) -> dict[str, int]:
@@ -221,4 +226,11 @@ def compact(storage: Storage, cat: Catalog, full: bool) -> dict[str, int]:
             cat.lsm.save_state(txn, new_state)
         return result
 
-    return storage.write(work, action="compacting")
+    result = storage.write(work, action="compacting")
+    log.info(
+        "compacted: %d runs and %d incremental documents merged into %d entries",
+        result["runs_merged"],
+        result["incremental"],
+        result["entries"],
+    )
+    return result
