@@ -789,3 +789,15 @@ def test_the_library_logs_only_when_asked(tmp_path, caplog):
     r = run("compact", tmp_path / "a.fps", "-v")
     assert r.code == 0 and "fpstore.store.writes: compacted" in r.err
     assert "fpstore." not in run("compact", tmp_path / "a.fps").err
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "tcsh"])
+def test_completion_scripts_name_every_command(shell):
+    """completion SHELL prints a script that completes every command (made from the parser)."""
+    r = cli("completion", shell)
+    assert r.code == 0
+    for name in ("create", "ingest", "dump", "dedup", "export", "import", "calibrate", "completion"):
+        assert name in r.out
+    if shell == "bash":
+        ok = subprocess.run(["bash", "-n"], input=r.out, text=True, capture_output=True)
+        assert ok.returncode == 0, ok.stderr  # the script parses

@@ -185,7 +185,18 @@ def build_parser() -> argparse.ArgumentParser:
     from fpstore.admin import calibrate as evaluate_cli
 
     evaluate_cli.register(sub)
+
+    p = command("completion", cmd_completion, store=False, json_out=False)
+    p.add_argument("shell", choices=["bash", "zsh", "tcsh"], help="the shell to complete for")
     return parser
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """Print a shell completion script of every command and option (bash, zsh or tcsh; see docs/cli.md)."""
+    import shtab
+
+    print(shtab.complete(build_parser(), shell=args.shell))
+    return EXIT_OK
 
 
 #: The library's hints name Python arguments; on the command line they name flags and commands.
