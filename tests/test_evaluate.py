@@ -286,3 +286,54 @@ def _has(mod: str) -> bool:
         return True
     except ImportError:
         return False
+
+
+def test_cli_calibrate_recommends_only_a_radius_a_store_accepts(tmp_path, capsys):
+    """Families of near copies and nothing else: precision stays at 1 up to large k, so the
+    largest k reaching the target is beyond the designs; calibrate recommends the largest radius a
+    store can be created with (it recommended k = 13, which `create` refuses) and names the command."""
+    from fpstore.index.design import MAX_K as STORE_MAX_K
+
+    rng = random.Random(6)
+    d = tmp_path / "corpus"
+    d.mkdir()
+    for f in range(5):
+        base = [rng.choice(WORDS) for _ in range(150)]
+        for c in range(3):
+            words = list(base)
+            words[rng.randrange(150)] = f"edit{f}{c}"  # one word: every pair of the family is near
+            (d / f"{f}-{c}.txt").write_text(" ".join(words))
+    args = _cli().parse_args(["calibrate", str(d), "--max-k", "16", "--png", "", "--no-reference", "--json", str(tmp_path / "r.json")])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    k = json.loads((tmp_path / "r.json").read_text())["recommended_k"]
+    assert all(v is not None and v <= STORE_MAX_K for v in k.values()), k
+    assert f"fpstore-admin create STORE -k {list(k.values())[0]}" in out
+
+
+def test_cli_calibrate_without_positive_pairs_does_not_contradict_itself(tmp_path, capsys):
+    """A corpus with no pair at the threshold: no precision table claiming 1.000 followed by "no k
+    reaches precision"; it says there is nothing to calibrate on and recommends nothing."""
+    d = tmp_path / "corpus"
+    d.mkdir()
+    rng = random.Random(3)
+    for i in range(12):
+        (d / f"{i}.txt").write_text(" ".join(rng.choice(WORDS) for _ in range(80)))
+    args = _cli().parse_args(["calibrate", str(d), "--png", "", "--no-reference", "--json", str(tmp_path / "r.json")])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "no k reaches" not in out and "recommended k" not in out
+    assert "no pair" in out and "--threshold" in out
+    assert all(v is None for v in json.loads((tmp_path / "r.json").read_text())["recommended_k"].values())
+
+
+def test_cli_calibrate_reports_its_stages_on_stderr(tmp_path, capsys):
+    """Long work says what it is doing: each stage is a line on stderr."""
+    d = tmp_path / "corpus"
+    d.mkdir()
+    for i, t in enumerate(_family_corpus(random.Random(1), families=2, copies=2, n=60)):
+        (d / f"{i}.txt").write_text(t)
+    args = _cli().parse_args(["calibrate", str(d), "--png", "", "--no-reference"])
+    assert args.func(args) == 0
+    err = capsys.readouterr().err
+    assert "fingerprinting" in err and "exact truth" in err

@@ -23,7 +23,8 @@ documents are near-duplicates when the Jaccard similarity of their word 3-shingl
 --threshold. With --pairs, INPUT is a JSONL file of labelled pairs {"a": text, "b": text, "label": bool}.
 
 Prints precision, recall and F1 for k = 0..--max-k (byte-identical pairs left out, and all pairs),
-the recommended k (the largest k whose precision reaches --target-precision) and, when datasketch is
+the recommended k (the largest k a store can be created with whose precision reaches
+--target-precision, with the command that applies it), each stage of the work on stderr, and, when datasketch is
 installed, a 128-permutation MinHash reference at its own thresholds. Writes a PNG of precision and
 recall against k (needs matplotlib) and, with --json, every number.
 """
@@ -41,11 +42,11 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--pairs", action="store_true", help="INPUT is JSONL of labelled pairs {a, b, label}")
     p.add_argument("--threshold", type=float, default=0.8, help="Jaccard of 3-shingle sets that makes a near-duplicate (default 0.8)")
     p.add_argument("--target-precision", type=float, default=0.95, help="recommend the largest k with this precision (default 0.95)")
-    p.add_argument("--max-k", type=int, default=16, help="largest k reported (default 16)")
+    p.add_argument("--max-k", type=int, default=None, help="largest k reported (default: the largest radius a store can be created with)")
     p.add_argument("--kind", choices=["minhash1", "simhash64"], default=None, help="fingerprint kind (default: the default pipeline's)")
     p.add_argument("--shingle", type=int, default=None, help="the pipeline's shingle width (default: the default pipeline's)")
     p.add_argument("--html", choices=["main-v1", "off"], default=None, help="HTML handling (default: main-v1)")
-    p.add_argument("--compare", action="store_true", help="also measure the first releases' pipeline (simhash64, tf, html off)")
+    p.add_argument("--compare", action="store_true", help="also measure the simhash64 pipeline (tf weights, html off) for comparison")
     p.add_argument("--no-reference", action="store_true", help="skip the datasketch MinHash reference")
     p.add_argument("--limit", type=POSITIVE, default=None, help="read at most this many documents")
     p.add_argument("--png", default="calibrate.png", help="where to write the plot (default calibrate.png; '' for none)")
@@ -99,6 +100,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         raise InputError(f"--threshold must be in (0, 1], got {args.threshold}")
     if not 0 < args.target_precision <= 1:
         raise InputError(f"--target-precision must be in (0, 1], got {args.target_precision}")
+    from fpstore.index.design import MAX_K as STORE_MAX_K
+
+    if args.max_k is None:
+        args.max_k = STORE_MAX_K
     if not 0 <= args.max_k <= 64:
         raise InputError(f"--max-k must be in 0..64, got {args.max_k}")
     import fpstore
@@ -117,7 +122,14 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         reference: list = []
     else:
         corpus = ev.load_corpus(args.input, limit=args.limit)
-        rep = ev.evaluate_corpus(corpus, methods, threshold=args.threshold, max_k=args.max_k, reference=not args.no_reference)
+        rep = ev.evaluate_corpus(
+            corpus,
+            methods,
+            threshold=args.threshold,
+            max_k=args.max_k,
+            reference=not args.no_reference,
+            stage=lambda what: print(f"fpstore-admin: calibrate: {what}", file=sys.stderr, flush=True),
+        )
         t = rep.truth
         nhtml = sum(f == "html" for f in corpus.formats)
         print(
@@ -133,19 +145,32 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         print("\nByte-identical pairs left out:")
         result["report"] = rep.to_dict()
     for c in curves:
+        result.setdefault("recommended_k", {})[c.name] = None
+        if not c.positives:
+            # Precision and recall measure nothing without a single true pair: say so instead of
+            # printing a perfect precision and then failing to recommend.
+            print(
+                f"\n{c.name}: no pair of documents (byte-identical copies aside) reaches Jaccard {args.threshold}, so there is nothing to "
+                "calibrate on: use a corpus with near-duplicates, or a lower --threshold"
+            )
+            continue
         print(f"\n{c.name}, {c.bytes_per_doc} bytes/document, {c.seconds:.1f} s\n")
         print(ev.format_curve(c))
-        k = ev.recommend_k(c, args.target_precision)
+        # Only a radius a store can be created with (designs stop at STORE_MAX_K).
+        k = ev.recommend_k(c, args.target_precision, max_k=STORE_MAX_K)
         bk, bf = c.best()
         if k is None:
-            print(f"\nno k reaches precision {args.target_precision}; best F1 {bf:.3f} at k = {bk}")
+            print(f"\nno k up to {STORE_MAX_K} reaches precision {args.target_precision}; best F1 {bf:.3f} at k = {bk}")
         else:
             i = c.ks.index(k)
+            beyond = ev.recommend_k(c, args.target_precision)
+            capped = f" (k = {beyond} would too, but stores stop at k = {STORE_MAX_K})" if beyond is not None and beyond > k else ""
             print(
-                f"\nrecommended k = {k} (largest k with precision >= {args.target_precision}): precision "
+                f"\nrecommended k = {k} (largest k with precision >= {args.target_precision}){capped}: precision "
                 f"{c.precision[i]:.3f}, recall {c.recall[i]:.3f}, F1 {c.f1[i]:.3f}; best F1 {bf:.3f} at k = {bk}"
             )
-        result.setdefault("recommended_k", {})[c.name] = k
+            print(f"apply it to a new store: fpstore-admin create STORE -k {k} (and query an existing one with -k up to its design's k)")
+            result["recommended_k"][c.name] = k
     for c in reference:
         bk, bf = c.best()
         i = c.ks.index(bk)

@@ -362,12 +362,17 @@ def curve_from_distances(name: str, d: np.ndarray, label: np.ndarray, positives:
     return Curve(name, ks, tp, fp, positives, bytes_per_doc)
 
 
-def recommend_k(curve: Curve, target_precision: float = 0.95) -> float | None:
-    """The largest k whose precision is at least ``target_precision`` (most recall at that precision).
+def recommend_k(curve: Curve, target_precision: float = 0.95, max_k: float | None = None) -> float | None:
+    """The largest k (at most ``max_k``) whose precision is at least ``target_precision`` (most
+    recall at that precision).
 
     None when no k reaches it. For a similarity-valued curve, the smallest threshold that does.
     """
-    ok = [k for k, p, t in zip(curve.ks, curve.precision, curve.tp) if p >= target_precision and t > 0]
+    ok = [
+        k
+        for k, p, t in zip(curve.ks, curve.precision, curve.tp)
+        if p >= target_precision and t > 0 and (max_k is None or _is_similarity(curve) or k <= max_k)
+    ]
     if not ok:
         return None
     return min(ok) if _is_similarity(curve) else max(ok)
@@ -425,20 +430,25 @@ def evaluate_corpus(
     shingle: int = 3,
     max_k: int = MAX_K,
     reference: bool = True,
+    stage: Callable[[str], None] | None = None,
 ) -> Report:
     """Curves of each fingerprint method on ``corpus`` against the exact shingle-Jaccard truth.
 
     ``methods`` maps a name to a function ``texts -> uint64[n]`` (``Pipeline.fingerprint_many``
     qualifies); each gets the raw texts (HTML as given). Documents whose truth text has no token
-    take part in no pair (counted in ``truth.empty_docs``).
+    take part in no pair (counted in ``truth.empty_docs``). ``stage(what)`` is told what the
+    evaluation starts on next (it may take minutes on a large corpus).
     """
     if not methods and not reference:
         raise InputError("nothing to evaluate: give at least one method or reference=True")
+    say = stage or (lambda what: None)
+    say(f"shingling {len(corpus):,} documents")
     sets, exact = shingle_sets(corpus.truth, shingle)
     fps = {}
     timing = {}
     extra = [np.zeros((0, 2), np.int64)]
     for name, fn in methods.items():
+        say(f"fingerprinting {len(corpus):,} documents: {name}")
         t0 = time.perf_counter()
         fps[name] = np.asarray(fn(corpus.texts), np.uint64)
         timing[name] = time.perf_counter() - t0
@@ -446,6 +456,7 @@ def evaluate_corpus(
             raise InputError(f"method {name!r} returned shape {fps[name].shape}, expected ({len(corpus)},)")
         extra.append(close_pairs(fps[name], max_k)[0])
     digests = [_digest(t) for t in corpus.texts]
+    say(f"computing the exact truth: Jaccard of every candidate pair at >= {threshold}")
     truth = truth_pairs(sets, threshold, np.concatenate(extra), digests)
     truth.exact_codes = exact
     label = truth.jaccard >= threshold - 1e-12
@@ -462,6 +473,7 @@ def evaluate_corpus(
         ca.seconds = timing[name]
         rep.curves_all.append(ca)
     if reference:
+        say("the 128-permutation MinHash reference (datasketch)")
         try:
             rep.reference.append(minhash_reference(sets, truth, threshold))
         except ImportError:
