@@ -801,3 +801,11 @@ def test_completion_scripts_name_every_command(shell):
     if shell == "bash":
         ok = subprocess.run(["bash", "-n"], input=r.out, text=True, capture_output=True)
         assert ok.returncode == 0, ok.stderr  # the script parses
+
+
+def test_stats_png(built, tmp_path):
+    """stats --png writes a PNG of the distance histograms, bucket sizes and runs."""
+    pytest.importorskip("matplotlib")
+    r = cli("stats", built, "--sample", "200", "--png", tmp_path / "stats.png")
+    assert r.code == 0 and "wrote" in r.err
+    assert (tmp_path / "stats.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

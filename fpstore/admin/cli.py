@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("stats", cmd_stats)
     p.add_argument("--sample", type=POSITIVE, default=1000, metavar="N", help="fingerprints sampled (default 1000)")
     p.add_argument("--seed", type=NON_NEGATIVE, default=0, help="sampling seed (default 0)")
+    p.add_argument("--png", metavar="FILE", default=None, help="also plot distances, bucket sizes and run sizes to FILE (needs matplotlib)")
 
     p = command("verify", cmd_verify)
     p.add_argument(

@@ -12,7 +12,7 @@ from typing import Any
 
 import fpstore
 from fpstore.admin.options import Damaged, open_checked, open_store, pipeline_from
-from fpstore.admin.output import EXIT_FINDINGS, EXIT_OK, dumps, mib, print_json
+from fpstore.admin.output import EXIT_FINDINGS, EXIT_OK, dumps, mib, note, print_json
 from fpstore.errors import CorruptionError, FpstoreError, InputError
 from fpstore.store.inspect import MAX_PROBLEMS
 from fpstore.store.storage import structure_problems
@@ -138,6 +138,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     """Per table, candidates per probe over a sample of stored fingerprints, and distance histograms."""
     with open_store(args.store) as store:
         data = store.stats(sample=args.sample, seed=args.seed)
+        info = store.info()
+    if args.png:
+        _stats_png(data, info["incremental_entries"], info["runs"], args.png)
+        note(f"wrote {args.png}")
     if args.json:
         print_json(data)
         return EXIT_OK
@@ -157,6 +161,52 @@ def cmd_stats(args: argparse.Namespace) -> int:
     for line in _hist_lines(data["distance_nearest_neighbour"]):
         print(line)
     return EXIT_OK
+
+
+def _stats_png(data: dict[str, Any], incremental: int, runs: list[int], path: str) -> None:
+    """Three panels: distances to the nearest other fingerprint beside those of random pairs,
+    candidates per probe per table (p50, p99, max against the uniform expectation), and the
+    documents of each tier (the incremental tables, then each run)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError("--png needs matplotlib: pip install 'fpstore[quality]'") from None
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.2))
+    for name, hist, color in (
+        ("random pairs", data["distance_random_pairs"], "0.6"),
+        ("nearest other fingerprint", data["distance_nearest_neighbour"], "C0"),
+    ):
+        total = sum(hist.values()) or 1
+        xs = sorted(int(d) for d in hist)
+        left.bar(xs, [hist[str(x)] / total for x in xs], width=0.9, alpha=0.7, color=color, label=name)
+    left.set_xlabel("Hamming distance")
+    left.set_ylabel("share of the sample")
+    left.set_title("distances (a peak near 0: near-duplicates)")
+    left.legend()
+    tables = data["tables"]
+    xs = [t["table"] for t in tables]
+    for key, marker in (("p50", "o"), ("p99", "s"), ("max", "^")):
+        middle.plot(xs, [t["candidates_per_probe"][key] for t in tables], marker=marker, label=key)
+    middle.plot(xs, [t["expected_per_probe_uniform"] for t in tables], "k--", label="uniform expectation")
+    middle.set_yscale("symlog")
+    middle.set_xticks(xs)
+    middle.set_xlabel("table")
+    middle.set_ylabel("candidates per probe")
+    middle.set_title("bucket sizes per table (skew: max far above p50)")
+    middle.legend()
+    sizes = [incremental, *runs]
+    right.bar(range(len(sizes)), [max(n, 0.5) for n in sizes], color=["C1"] + ["C2"] * len(runs))
+    right.set_xticks(range(len(sizes)), ["incremental"] + [f"run {i + 1}" for i in range(len(runs))], rotation=45, ha="right")
+    right.set_yscale("log")
+    right.set_ylabel("documents")
+    right.set_title(f"tiers: incremental tables and {len(runs)} runs")
+    fig.suptitle(data["design"], fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 # -- verify --------------------------------------------------------------------------------------------------
