@@ -1,10 +1,13 @@
-"""The README's Python examples run as written (in a scratch directory), so they cannot drift
-from the code."""
+"""The README's Python examples and docs/cli.md's `sh` examples run as written (in a scratch
+directory), so they cannot drift from the code."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -21,3 +24,21 @@ def test_readme_python_example_runs(number, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     exec(compile(BLOCKS[number], f"README.md python block {number + 1}", "exec"), {"__name__": "readme"})
     assert capsys.readouterr().out  # each example prints what it shows
+
+
+CLI_BLOCKS = re.findall(r"```sh\n(.*?)```", (ROOT / "docs" / "cli.md").read_text(encoding="utf-8"), re.S)
+
+
+def test_cli_md_sh_examples_run_in_order(tmp_path):
+    """Every `sh` block of docs/cli.md, in order, in one scratch directory (later blocks use what
+    earlier ones made), each command exiting 0."""
+    assert len(CLI_BLOCKS) >= 3
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "data").symlink_to(ROOT / "tests" / "data")
+    (tmp_path / "docs" / "img").mkdir(parents=True)
+    bin_dir = pathlib.Path(sys.executable).parent
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    for block in CLI_BLOCKS:
+        r = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, f"{block}\n{r.stdout}\n{r.stderr}"
+    assert (tmp_path / "docs" / "img" / "stats.png").exists()
