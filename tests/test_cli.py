@@ -809,3 +809,14 @@ def test_stats_png(built, tmp_path):
     r = cli("stats", built, "--sample", "200", "--png", tmp_path / "stats.png")
     assert r.code == 0 and "wrote" in r.err
     assert (tmp_path / "stats.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_long_commands_announce_their_stages(built, tmp_path):
+    """verify and compact say what they are doing on stderr with --progress (or on a terminal),
+    and nothing of it in a pipe."""
+    shutil.copytree(built, tmp_path / "c.fps")
+    r = cli("verify", tmp_path / "c.fps", "--progress")
+    assert r.code == 0 and "verify: LMDB's structural check" in r.err and "verify: every document" in r.err
+    assert "verify:" not in cli("verify", tmp_path / "c.fps").err
+    r = cli("compact", tmp_path / "c.fps", "--progress")
+    assert r.code == 0 and "compact: merging" in r.err

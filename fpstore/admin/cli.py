@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tmp", metavar="DIR", default=None, help="where to put the temporary copy (default: beside the store; needs its size free)"
     )
+    progress_options(p)
 
     p = command("compact", cmd_compact)
     p.add_argument(
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also rewrite the file without free pages (needs the store to itself: no other process may have it open)",
     )
+    progress_options(p)
 
     p = command("query", cmd_query)
     p.add_argument("text", nargs="?", metavar="TEXT", help="the text to look up; '-' reads stdin")

@@ -38,6 +38,9 @@ def cmd_compact(args: argparse.Namespace) -> int:
         if not callable(compact):
             raise InputError("this fpstore build cannot compact stores yet")
         before = store.info()
+        if want_progress(args):
+            what = "rewriting the file without free pages" if args.file else "merging the incremental tables and every run into one run"
+            note(f"compact: {what} ({before['documents']:,} documents, {len(before['runs'])} runs; one transaction)")
         t0 = time.monotonic()
         result = store.compact_file() if args.file else compact()
         after = store.info()
