@@ -42,3 +42,26 @@ def test_cli_md_sh_examples_run_in_order(tmp_path):
         r = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
         assert r.returncode == 0, f"{block}\n{r.stdout}\n{r.stderr}"
     assert (tmp_path / "docs" / "img" / "stats.png").exists()
+
+
+def test_one_default_radius_everywhere(tmp_path):
+    """The API, `create`, `ingest`, `demo` and the docs give a new store the same k: the default
+    pipeline's calibrated radius (they disagreed: 3 in the API and `create`, 5 in `demo` and the
+    docs, so a store made with the defaults refused the k the docs recommend)."""
+    import fpstore
+    from fpstore.admin.cli import build_parser
+    from fpstore.fingerprint.pipeline import DEFAULT_K
+    from tests.test_cli import cli
+
+    with fpstore.open(tmp_path / "api") as store:
+        assert store.k == DEFAULT_K and store.design.k >= DEFAULT_K
+    assert cli("create", tmp_path / "cli").code == 0
+    assert cli("info", tmp_path / "cli", "--json").json()["k"] == DEFAULT_K
+    parser = build_parser()
+    for command in (["ingest", "x"], ["demo"]):
+        args = parser.parse_args(command)
+        assert (args.k if args.k is not None else DEFAULT_K) == DEFAULT_K
+    tuning = (ROOT / "docs" / "tuning.md").read_text(encoding="utf-8")
+    assert f"**k = {DEFAULT_K}**" in tuning
+    cli_md = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert f"the default query radius (default {DEFAULT_K})" in cli_md

@@ -29,6 +29,7 @@ from fpstore.admin.inspection import cmd_create, cmd_info, cmd_stats, cmd_verify
 from fpstore.admin.options import NON_NEGATIVE, POSITIVE, Damaged, add_design_options, add_pipeline_options, int_arg
 from fpstore.admin.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, PROG, note
 from fpstore.errors import FpstoreError
+from fpstore.fingerprint.pipeline import DEFAULT_K
 from fpstore.index.design import MAX_K
 
 
@@ -180,7 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     progress_options(p)
 
     p = command("demo", cmd_demo, store=False, json_out=False)
-    p.add_argument("-k", type=int_arg(0, MAX_K), default=5, help="Hamming radius (default 5, the calibrated k of the default pipeline)")
+    p.add_argument(
+        "-k",
+        type=int_arg(0, MAX_K),
+        default=DEFAULT_K,
+        help=f"Hamming radius (default {DEFAULT_K}, the calibrated k of the default pipeline)",
+    )
     p.add_argument("--store", default=None, help="keep the demo store at this path (default: a temporary directory)")
     p.add_argument("--limit", type=POSITIVE, default=15, help="clusters to print (default 15)")
     p.add_argument("--members", type=NON_NEGATIVE, default=4, help="members to print per cluster (default 4)")

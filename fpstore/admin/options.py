@@ -10,6 +10,7 @@ from typing import Any
 
 import fpstore
 from fpstore.errors import CorruptionError
+from fpstore.fingerprint.pipeline import DEFAULT_K
 from fpstore.index.design import MAX_K
 from fpstore.store.storage import structure_problems
 
@@ -116,7 +117,10 @@ def add_pipeline_options(p: argparse.ArgumentParser, note: str = "") -> None:
 def add_design_options(p: argparse.ArgumentParser, note: str = "") -> None:
     g = p.add_argument_group("table design" + note)
     g.add_argument(
-        "-k", type=int_arg(0, MAX_K), default=None, help="Hamming radius the design is exact for, and the default query radius (default 3)"
+        "-k",
+        type=int_arg(0, MAX_K),
+        default=None,
+        help=f"Hamming radius the design is exact for, and the default query radius (default {DEFAULT_K})",
     )
     g.add_argument("--design", default="auto", help="design name (see docs/designs.md) or 'auto' (default)")
     g.add_argument("--expected-size", type=POSITIVE, default=None, metavar="N", help="documents expected, to choose the design")

@@ -41,7 +41,12 @@ from fpstore.fingerprint.text import Text
 from fpstore.mixing import fmix64
 from fpstore.parallel import available_cores, executor
 
-__all__ = ["FINGERPRINT_SCHEME", "HTML_MODES", "KINDS", "Fingerprints", "IdfTable", "Pipeline", "Signature"]
+__all__ = ["DEFAULT_K", "FINGERPRINT_SCHEME", "HTML_MODES", "KINDS", "Fingerprints", "IdfTable", "Pipeline", "Signature"]
+
+#: The radius a new store gets when none is given, in the API, ``fpstore-admin create``, ``ingest``
+#: and ``demo``: the default pipeline's calibrated k (best F1 on the evaluation corpus of
+#: docs/tuning.md, precision 0.951, recall 0.918). ``fpstore-admin calibrate`` measures your own.
+DEFAULT_K = 5
 
 _kernel = _backend.load("simhash")  # text.py installs its tables in it
 

@@ -38,7 +38,7 @@ def open(path: str | os.PathLike[str], **options: Any) -> Store:
     ``ResourceWarning``.
 
     ``k`` is the default query radius; for a new store it also chooses the design (exact up to k,
-    default 3). ``pipeline`` defaults to :class:`Pipeline()` for a new store and must match an
+    default :data:`fpstore.fingerprint.pipeline.DEFAULT_K`, 5: the default pipeline's calibrated radius). ``pipeline`` defaults to :class:`Pipeline()` for a new store and must match an
     existing store's. ``design`` is ``"auto"`` (chosen from ``expected_size``), a design name or a
     :class:`~fpstore.index.design.Design`. One process writes; others open with ``readonly=True``.
 

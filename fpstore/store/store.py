@@ -22,7 +22,7 @@ import numpy as np
 
 from fpstore.closing import Closing
 from fpstore.errors import CorruptionError, DesignError, InputError, NotAStoreError
-from fpstore.fingerprint.pipeline import Fingerprints, Pipeline
+from fpstore.fingerprint.pipeline import DEFAULT_K, Fingerprints, Pipeline
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
 from fpstore.index import search
@@ -85,7 +85,7 @@ class Store(Closing):
         self._adds: GroupCommit[OneAdd, AddResult] = GroupCommit(self._commit_adds, lambda one: self._commit_adds([one])[0])
         # A new store's arguments are checked before anything is made on disk.
         creating = create and not readonly and not os.path.exists(os.path.join(os.fspath(path), DATA_FILE))
-        planned = design_for(3 if k is None else k, expected_size, design) if creating else None
+        planned = design_for(DEFAULT_K if k is None else k, expected_size, design) if creating else None
         self._storage = Storage(
             path,
             BASE_DBS,
@@ -98,7 +98,7 @@ class Store(Closing):
         )
         try:
             if self._storage.is_new:
-                self._create(planned or design_for(3 if k is None else k, expected_size, design), pipeline or Pipeline())
+                self._create(planned or design_for(DEFAULT_K if k is None else k, expected_size, design), pipeline or Pipeline())
             else:
                 self._load(pipeline, design)
             self.k = self._check_k(self.design.k if k is None else k)
