@@ -61,7 +61,9 @@ class Crawl:
         self.pending: dict[str, None] = dict.fromkeys(pending)
         self.redirects = redirects
         self.queue: deque[str] = deque(pending)
-        self.known: set[str] = set(pending) | set(redirects) | set(redirects.values())
+        # A redirect's target may not be stored yet (its add may not have committed): discovery
+        # asks the store about it rather than taking it as known.
+        self.known: set[str] = set(pending) | set(redirects)
         self.stored = 0
         self.wakeup = asyncio.Event()
         self.busy = 0
@@ -70,10 +72,13 @@ class Crawl:
     def position(self) -> dict[str, object]:
         return {"pending": list(self.pending), "redirects": self.redirects}
 
-    def done_with(self, *urls: str) -> tuple[str, dict[str, object]]:
-        """The checkpoint once ``urls`` leave the frontier (called as their add is queued)."""
-        for url in urls:
-            self.pending.pop(url, None)
+    def done_with(self, url: str, final: str) -> tuple[str, dict[str, object]]:
+        """The checkpoint once ``url`` (stored as ``final``) leaves the frontier: called as its add
+        joins the writer's queue, so the redirect is recorded with the add that stores its target."""
+        self.pending.pop(url, None)
+        self.pending.pop(final, None)
+        if final != url:
+            self.redirects[url] = final
         return CHECKPOINT, self.position()
 
     async def fetch(self, client: httpx.AsyncClient, url: str) -> httpx.Response | None:
@@ -81,7 +86,7 @@ class Crawl:
             await asyncio.sleep(self.delay)
         try:
             return await client.get(url, follow_redirects=True, timeout=10.0)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:  # a timeout, a refused connection, a bad link
             print(f"error {url} {type(exc).__name__}", flush=True)
             return None
 
@@ -97,19 +102,25 @@ class Crawl:
 
     async def visit(self, client: httpx.AsyncClient, url: str, host: str) -> None:
         response = await self.fetch(client, url)
-        final = str(response.url) if response is not None else url
-        if response is None or response.status_code != 200 or "html" not in response.headers.get("content-type", ""):
+        if response is None or response.status_code >= 500:
+            return  # maybe transient: it stays in the frontier, for the next run (not this one)
+        final = str(response.url)
+        if response.status_code != 200 or "html" not in response.headers.get("content-type", ""):
             self.pending.pop(url, None)  # nothing to store; the next checkpoint drops it
             return
         if final != url:
-            self.redirects[url] = final
             if final in self.known and final not in self.pending:  # the target is stored or being added
                 self.pending.pop(url, None)
                 return
             self.known.add(final)
         text = response.text
         await self.discover(final, text, host)
-        result = await self.store.add(final, text=text, checkpoint=lambda: self.done_with(url, final))
+        try:
+            result = await self.store.add(final, text=text, checkpoint=lambda: self.done_with(url, final))
+        except fpstore.FpstoreError as exc:  # a key over the store's limit, say
+            self.pending[url] = None  # back in the frontier: the next checkpoint names it again
+            print(f"error {url} {type(exc).__name__}: {exc}", flush=True)
+            return
         self.stored += 1
         if result.exact_duplicate_of is not None:
             verdict = f"exact {result.exact_duplicate_of}"

@@ -8,9 +8,13 @@ threads. An ``await store.add(...)`` returns once its transaction is durable (as
 store's ``durability`` promises). Reads run on a small pool of reader threads, each in its own
 read transaction.
 
-Cancelling a task that awaits an add withdraws the add when the writer has not taken it yet;
+Every write runs in the order it was awaited: ``delete``, ``set_checkpoint``, ``add_each`` and
+``add_many`` wait in the same queue as the adds and run alone between them.
+
+Cancelling a task that awaits an add withdraws the add when the writer has not taken it yet
+(unless its checkpoint was a function, which has already moved the caller's position past it);
 once taken, the add is committed with its group (a group is never half-written) and its result
-is dropped.
+is dropped. Cancelling an await of any other write never withdraws it.
 """
 
 from __future__ import annotations
@@ -21,9 +25,9 @@ import functools
 import os
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -58,9 +62,12 @@ class AsyncStore:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="fpstore-writer")
         self._readers = ThreadPoolExecutor(readers, thread_name_prefix="fpstore-reader")
         self._lock = threading.Lock()
-        self._queue: deque[tuple[OneAdd, asyncio.Future[AddResult]]] = deque()
+        #: Writes in the order they were awaited: adds (committed in groups) and jobs (another
+        #: write, run alone), so a write never overtakes one awaited before it.
+        self._queue: deque[_Queued] = deque()
         self._draining = False
         self._closed = False
+        self._closing: asyncio.Future[None] | None = None
         #: Groups the writer committed and the adds in them (for tests and benchmarks).
         self.groups = 0
         self.adds = 0
@@ -93,34 +100,60 @@ class AsyncStore:
             )
         else:
             one = prepare_add(pipeline, key, text, fingerprint, pipeline_id, on_duplicate, fixed)
+        # A checkpoint function has already moved its caller's state on: its add is never withdrawn.
+        withdrawable = not callable(checkpoint)
         if callable(checkpoint):
             one = dataclasses.replace(one, checkpoint=encode_checkpoint(checkpoint()))
-        future: asyncio.Future[AddResult] = self._loop.create_future()
+        future: asyncio.Future[Any] = self._loop.create_future()
+        self._enqueue(_Queued(one, None, future, withdrawable))
+        return await future  # an add's future holds its AddResult
+
+    def _enqueue(self, item: _Queued) -> None:
         with self._lock:
             self._check_open()
-            self._queue.append((one, future))
+            self._queue.append(item)
             start, self._draining = not self._draining, True
         if start:
             self._writer.submit(self._drain)
-        return await future
 
     def _drain(self) -> None:
-        """The writer thread: commit the queued adds, a group at a time, until the queue is empty."""
+        """The writer thread: run the queued writes in order until the queue is empty: each run of
+        adds (up to ``MAX_GROUP``) in one group commit, each job alone."""
         while True:
             with self._lock:
                 if not self._queue:
                     self._draining = False
                     return
-                taken = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_GROUP))]
-            # A cancelled await withdraws its add while the add still waits here.
-            group = [(one, future) for one, future in taken if not future.cancelled()]
-            if not group:
-                continue
-            adds = [one for one, _ in group]
-            outcomes = run_group(self.store._commit_adds, lambda one: self.store._commit_adds([one])[0], adds)
-            self.groups += 1
-            self.adds += len(adds)
-            self._loop.call_soon_threadsafe(_deliver, [future for _, future in group], outcomes)
+                if self._queue[0].job is not None:
+                    taken = [self._queue.popleft()]
+                else:
+                    taken = []
+                    while self._queue and self._queue[0].job is None and len(taken) < MAX_GROUP:
+                        taken.append(self._queue.popleft())
+            try:
+                self._run(taken)
+            except BaseException as exc:  # noqa: BLE001 - every waiting caller hears of it
+                self._loop.call_soon_threadsafe(_fail, [item.future for item in taken], exc)
+
+    def _run(self, taken: list[_Queued]) -> None:
+        first = taken[0]
+        if first.job is not None:
+            try:
+                outcome: tuple[Any, Exception | None] = (first.job(), None)
+            except Exception as exc:
+                outcome = (None, exc)
+            self._loop.call_soon_threadsafe(_deliver, [first.future], [outcome])
+            return
+        # A cancelled await withdraws its add while the add still waits here (unless its
+        # checkpoint was a function: the caller's position has moved past it already).
+        group = [item for item in taken if not (item.withdrawable and item.future.cancelled())]
+        if not group:
+            return
+        adds = [item.add for item in group if item.add is not None]
+        outcomes = run_group(self.store._commit_adds, lambda one: self.store._commit_adds([one])[0], adds)
+        self.groups += 1
+        self.adds += len(adds)
+        self._loop.call_soon_threadsafe(_deliver, [item.future for item in group], outcomes)
 
     async def add_each(
         self,
@@ -169,11 +202,12 @@ class AsyncStore:
         """:meth:`Store.set_checkpoint` on the writer thread."""
         await self._write(functools.partial(self.store.set_checkpoint, name, position))
 
-    def _write(self, fn: Callable[[], T]) -> Awaitable[T]:
-        self._check_open()
-        # Shielded: a cancelled await must not abandon a transaction half-way (it cannot, on its
-        # thread, but the caller would not learn whether it committed); the result is dropped.
-        return asyncio.shield(self._loop.run_in_executor(self._writer, fn))
+    async def _write(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the writer thread, in order with the adds awaited before it. A cancelled
+        await does not withdraw it (it may already run); its result is dropped."""
+        future: asyncio.Future[Any] = self._loop.create_future()
+        self._enqueue(_Queued(None, fn, future, False))
+        return await asyncio.shield(future)  # fn's result
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -214,12 +248,13 @@ class AsyncStore:
             raise ClosedError("this store is closed")
 
     async def close(self) -> None:
-        """Wait for the queued writes, then close the store (its threads and its files)."""
-        if self._closed:
-            return
-        with self._lock:
-            self._closed = True
-        await self._loop.run_in_executor(None, self._shutdown)
+        """Wait for the queued writes, then close the store (its threads and its files). A second
+        call waits for the first one's work."""
+        if self._closing is None:
+            with self._lock:
+                self._closed = True
+            self._closing = asyncio.ensure_future(self._loop.run_in_executor(None, self._shutdown))
+        await asyncio.shield(self._closing)
 
     def _shutdown(self) -> None:
         self._writer.shutdown(wait=True)
@@ -238,7 +273,22 @@ class AsyncStore:
 DELIVER_PER_TURN = 16
 
 
-def _deliver(futures: list[asyncio.Future[AddResult]], outcomes: list[tuple[AddResult | None, Exception | None]], start: int = 0) -> None:
+class _Queued(NamedTuple):
+    """A write waiting for the writer thread: an add (``add``) or a job (``job``)."""
+
+    add: OneAdd | None
+    job: Callable[[], Any] | None
+    future: asyncio.Future[Any]
+    withdrawable: bool
+
+
+def _fail(futures: list[asyncio.Future[Any]], error: BaseException) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(error)
+
+
+def _deliver(futures: list[asyncio.Future[Any]], outcomes: list[tuple[Any, Exception | None]], start: int = 0) -> None:
     """On the loop: each awaiting add gets its result or its error (a cancelled one, nothing),
     :data:`DELIVER_PER_TURN` of them per turn of the loop."""
     end = min(start + DELIVER_PER_TURN, len(futures))
@@ -248,7 +298,7 @@ def _deliver(futures: list[asyncio.Future[AddResult]], outcomes: list[tuple[AddR
         if error is not None:
             future.set_exception(error)
         else:
-            future.set_result(result)  # type: ignore[arg-type]  # no error: the result is set
+            future.set_result(result)
     if end < len(futures):
         asyncio.get_running_loop().call_soon(_deliver, futures, outcomes, end)
 

@@ -184,3 +184,74 @@ def test_a_checkpoint_function_records_positions_in_commit_order(tmp_path):
     ids_in_position_order = [results[i].id for i in taken]
     assert ids_in_position_order == sorted(ids_in_position_order)
     assert taken != sorted(taken), "fingerprinting did not reorder the adds: the test proved nothing"
+
+
+def test_writes_run_in_the_order_they_were_awaited(tmp_path):
+    """A set_checkpoint or delete awaited between adds runs between them: it used to wait behind
+    the writer's whole drain, so adds awaited after it committed first (the older position won)."""
+
+    async def run():
+        with _installed(_SlowCommits()):
+            async with fpstore.aio.open(tmp_path / "s", k=K) as store:
+                pid = store.store.pipeline.id
+                busy = [asyncio.create_task(store.add(f"a{i}", fingerprint=i * 7919, pipeline_id=pid)) for i in range(40)]
+                await asyncio.sleep(0)
+                job = asyncio.create_task(store.set_checkpoint("feed", "set alone"))
+                gone = asyncio.create_task(store.delete("a1"))
+                await asyncio.sleep(0)
+                later = asyncio.create_task(store.add("z", fingerprint=12345, pipeline_id=pid, checkpoint=("feed", "with the add")))
+                again = asyncio.create_task(store.add("a1", fingerprint=1, pipeline_id=pid))
+                await asyncio.gather(*busy, job, gone, later, again)
+                return await store.checkpoint("feed"), await store.get("a1")
+
+    position, a1 = asyncio.run(run())
+    assert position == "with the add"
+    assert a1 is not None and a1.fingerprint == 1
+
+
+def test_a_cancelled_add_with_a_checkpoint_function_is_stored(tmp_path):
+    """Its checkpoint function already moved the caller's position past it, so cancelling the
+    await must not withdraw the add (the position would name a page that is not stored)."""
+
+    async def run():
+        with _installed(_SlowCommits()):
+            async with fpstore.aio.open(tmp_path / "s", k=K) as store:
+                pid = store.store.pipeline.id
+                busy = [asyncio.create_task(store.add(f"a{i}", fingerprint=i * 7919, pipeline_id=pid)) for i in range(20)]
+                await asyncio.sleep(0)
+                task = asyncio.create_task(store.add("kept", fingerprint=777, pipeline_id=pid, checkpoint=lambda: ("feed", "after kept")))
+                await asyncio.sleep(0)
+                task.cancel()
+                await asyncio.gather(*busy, task, return_exceptions=True)
+                return task.cancelled(), await store.get("kept"), await store.checkpoint("feed")
+
+    cancelled, kept, position = asyncio.run(run())
+    assert cancelled and kept is not None and position == "after kept"
+
+
+def test_an_error_escaping_the_writer_reaches_its_callers_and_the_writer_goes_on(tmp_path):
+    """Anything the writer raises reaches the adds it held, and later adds still commit (a raise
+    out of the writer loop used to leave it marked busy, so every later add waited for ever)."""
+
+    class Boom(BaseException):
+        pass
+
+    async def run():
+        async with fpstore.aio.open(tmp_path / "s", k=K) as store:
+            pid = store.store.pipeline.id
+            real = store.store._commit_adds
+            calls = {"n": 0}
+
+            def once(adds):
+                calls["n"] += 1
+                if calls["n"] == 1:
+                    raise Boom()
+                return real(adds)
+
+            store.store._commit_adds = once
+            with pytest.raises(Boom):
+                await asyncio.wait_for(store.add("x", fingerprint=1, pipeline_id=pid), 10)
+            res = await asyncio.wait_for(store.add("y", fingerprint=2, pipeline_id=pid), 10)
+            return res
+
+    assert asyncio.run(run()).id is not None
