@@ -87,3 +87,41 @@ def test_segments_split_where_a_key_repeats_and_at_the_limit():
     assert segments(adds) == [(0, 3), (3, 6), (6, 8)]
     assert segments(adds, limit=2) == [(0, 2), (2, 4), (4, 6), (6, 8)]
     assert segments([]) == []
+
+
+def test_a_group_that_fails_after_a_flush_is_retried_against_the_committed_runs(tmp_path):
+    """A group's transaction flushes the incremental tables into run N and reads it, then fails;
+    each add is retried alone and a later flush makes run N again, from other documents. The run
+    index cached from the failed transaction must not serve the new run N (run ids come from the
+    committed state, so a failed transaction's ids come again)."""
+    from fpstore.store import faults
+    from fpstore.store.group import run_group
+
+    class FailFirstCommit(faults.Faults):
+        def __init__(self):
+            self.commits = 0
+
+        def before_commit(self):
+            self.commits += 1
+            if self.commits == 1:
+                raise OSError("injected: the first commit fails")
+
+    rng = np.random.default_rng(5)
+    base = int(rng.integers(0, 2**63))
+    docs = [(f"d{i}", base ^ (1 << (i % 64)) ^ (int(rng.integers(0, 2**63)) if i % 3 else 0)) for i in range(12)]
+    docs.insert(6, ("d0", base ^ 3))  # a repeated key: the group is two segments, with a flush between
+    with fpstore.open(tmp_path / "a", k=K, flush_entries=4) as store, fpstore.open(tmp_path / "b", k=K, flush_entries=4) as serial:
+        pid = store.pipeline.id
+        adds = [prepare_add(store.pipeline, key, None, fp, pid, "insert", None) for key, fp in docs]
+        previous = faults.install(FailFirstCommit())
+        try:
+            outcomes = run_group(store._commit_adds, lambda one: store._commit_adds([one])[0], adds)
+        finally:
+            faults.install(previous)
+        assert all(error is None for _, error in outcomes), [e for _, e in outcomes if e]
+        want = [serial.add(key, fingerprint=fp, pipeline_id=pid) for key, fp in docs]
+        assert [_verdict(r) for r, _ in outcomes] == [_verdict(r) for r in want]
+        probe = [int(fp) for _, fp in docs]
+        assert [[(m.key, m.distance) for m in store.query(fingerprint=f, pipeline_id=pid)] for f in probe] == [
+            [(m.key, m.distance) for m in serial.query(fingerprint=f, pipeline_id=pid)] for f in probe
+        ]

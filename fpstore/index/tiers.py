@@ -194,8 +194,10 @@ def delete_prefix(txn: lmdb.Transaction, db: Any, prefix: bytes) -> None:
 
 class TierCache:
     """What reading a run costs to rebuild, kept per store: validated run indexes (with their chunk
-    names) by blob prefix, and the kernel's probe tables by prefix and by run. Runs are immutable
-    and prefixes and run ids never reused, so an entry never goes stale; the cache is bounded (least
+    names) by blob prefix, and the kernel's probe tables by prefix and by run. Committed runs are
+    immutable and their prefixes and ids never reused, so such an entry never goes stale; a write
+    transaction that made and read a run and then aborted leaves its id to be given out again, so
+    the store clears the cache on every abort (``Storage.on_abort``). The cache is bounded (least
     recently used out) so a reader's memory does not grow with the store. Threads share it: the
     table is locked, and an entry is built outside the lock (two threads may build the same one;
     the first stored wins, and both are equal)."""
@@ -204,6 +206,11 @@ class TierCache:
         self._entries: OrderedDict[object, Any] = OrderedDict()
         self._max = max_entries
         self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        """Forget every entry (a write transaction that read runs it made was aborted)."""
+        with self._lock:
+            self._entries.clear()
 
     def _cached(self, key: object, make: Callable[[], Any]) -> Any:
         with self._lock:

@@ -186,6 +186,9 @@ class Storage:
         #: One write transaction at a time in this process, begun and committed by one thread
         #: (LMDB binds a write transaction to the thread that began it).
         self._write_lock = threading.Lock()
+        #: Called after a write transaction is aborted: caches of what it wrote must forget it
+        #: (the ids it used are given out again by the next transaction).
+        self.on_abort: list[Callable[[], None]] = []
         #: Directories and files this open created, removed by :meth:`discard` when creating fails.
         self._made_dirs: list[str] = []
         self._found: set[str] | None = None
@@ -643,21 +646,25 @@ class Storage:
                     fault_points.before_commit()
                     txn.commit()
                 except lmdb.MapFullError:
-                    txn.abort()
-                    self._map.unshare()
+                    self._abort(txn)
                     self._grow()
                     continue
                 except lmdb.Error as exc:
-                    txn.abort()
-                    self._map.unshare()
+                    self._abort(txn)
                     raise translate(exc, action, self.path) from exc
                 except BaseException:
-                    txn.abort()
-                    self._map.unshare()
+                    self._abort(txn)
                     raise
                 self._map.unshare()
                 fault_points.after_commit()
                 return result
+
+    def _abort(self, txn: lmdb.Transaction) -> None:
+        """Abort a write transaction: what it made is gone, so are the caches of it."""
+        txn.abort()
+        self._map.unshare()
+        for forget in self.on_abort:
+            forget()
 
     def reserve(self, nbytes: int) -> None:
         """Grow the map now (no transaction open) so that ``nbytes`` more fit without a retry.
