@@ -820,3 +820,15 @@ def test_long_commands_announce_their_stages(built, tmp_path):
     assert "verify:" not in cli("verify", tmp_path / "c.fps").err
     r = cli("compact", tmp_path / "c.fps", "--progress")
     assert r.code == 0 and "compact: merging" in r.err
+
+
+def test_query_writes_parquet(built, tmp_path):
+    """query --parquet FILE holds the matches the JSON output lists."""
+    import pyarrow.parquet as pq
+
+    text = corpus()[0]["text"]
+    r = cli("query", built, "-", "--json", "--parquet", tmp_path / "m.parquet", stdin=text.encode())
+    assert r.code == 0
+    want = [(str(m["key"]), m["distance"], m["fingerprint"]) for m in r.json()["matches"]]
+    got = [(row["key"], row["distance"], row["fingerprint"]) for row in pq.read_table(tmp_path / "m.parquet").to_pylist()]
+    assert got == want and want

@@ -121,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", type=int_arg(0, 64), default=None, help="radius (default: the store's k)")
     p.add_argument("--exhaustive", action="store_true", help="compare with every fingerprint (any k up to 64; slow)")
     p.add_argument("--limit", type=POSITIVE, default=None, metavar="N", help="print at most N matches")
+    p.add_argument("--parquet", metavar="FILE", default=None, help="also write the matches to FILE as Parquet (needs pyarrow)")
 
     p = command("dedup", cmd_dedup, json_out=False)
     p.add_argument("-k", type=int_arg(0, MAX_K), default=None, help=f"radius (default: the store's k; at most {MAX_K})")

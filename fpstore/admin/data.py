@@ -100,6 +100,22 @@ def cmd_query(args: argparse.Namespace) -> int:
         k = store.k if args.k is None else args.k
     if args.limit is not None:
         matches = matches[: args.limit]
+    if args.parquet:
+        import pyarrow as pa
+
+        from fpstore.store.rows import key_column
+
+        pq = _parquet()
+        table = pa.table(
+            {
+                "key": pa.array([key_column(m.key)[0] for m in matches], pa.string()),
+                "key_type": pa.array([key_column(m.key)[1] for m in matches], pa.string()),
+                "distance": pa.array([m.distance for m in matches], pa.uint8()),
+                "fingerprint": pa.array([f"{m.fingerprint:016x}" for m in matches], pa.string()),
+            }
+        )
+        pq.write_table(table, args.parquet)
+        note(f"wrote {len(matches)} match{'es' * (len(matches) != 1)} to {args.parquet}")
     if args.json:
         print_json(
             {
