@@ -24,6 +24,7 @@ import fpstore
 from fpstore.admin.cli import build_parser, main
 from fpstore.admin.exchange import export_store, import_stream
 from fpstore.errors import FormatError
+from fpstore.fingerprint.pipeline import DEFAULT_K
 from tools import make_test_warc as mtw
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -156,10 +157,15 @@ def doc_sections() -> dict[str, str]:
 @pytest.mark.slow
 def test_every_command_has_help_and_is_documented_with_every_option(capsys):
     """Each command answers --help (exit 0) and has a section in docs/cli.md naming each of its
-    options; the docs describe no command that does not exist."""
+    options (the options every command shares are named once, under Conventions); the docs
+    describe no command that does not exist."""
     cmds = commands()
     sections = doc_sections()
     assert set(sections) == set(cmds)
+    conventions = DOCS.read_text().split("## Conventions", 1)[1].split("\n## ", 1)[0]
+    shared = {"-v", "--verbose", "-q", "--quiet", "--progress", "--no-progress"}
+    for opt in shared:
+        assert re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", conventions), opt
     for name, sub in cmds.items():
         with pytest.raises(SystemExit) as exc:
             main([name, "--help"])
@@ -167,7 +173,7 @@ def test_every_command_has_help_and_is_documented_with_every_option(capsys):
         assert f"usage: fpstore-admin {name}" in capsys.readouterr().out
         for action in sub._actions:
             for opt in action.option_strings:
-                if opt in ("-h", "--help"):
+                if opt in ("-h", "--help") or opt in shared:
                     continue
                 assert re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", sections[name]), (name, opt)
     r = run("--help")
@@ -208,7 +214,7 @@ def test_main_job_ingest_sample_then_clusters(tmp_path):
     assert r.code == 0
     clusters = [json.loads(line) for line in r.out.splitlines()]
     assert clusters and all(c["size"] == len(c["keys"]) >= 2 and c["keys"][0] == c["canonical"] for c in clusters)
-    assert re.search(r"\d+ clusters of \d+ documents within k=3", r.err)
+    assert re.search(rf"\d+ clusters of \d+ documents within k={DEFAULT_K}", r.err)
 
 
 # -- commands on a built store -----------------------------------------------------------------------------
