@@ -145,3 +145,35 @@ def test_copy_is_a_consistent_store_of_its_own_and_refuses_a_non_empty_directory
         assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
     with fpstore.open(tmp_path / "copy", readonly=True) as c:
         assert len(c) == 50 and c.get("k7").fingerprint == 7
+
+
+def test_a_reader_answers_as_the_store_does_in_one_snapshot(tmp_path):
+    """store.reader(): the same answers as the store's own calls, all from the snapshot taken when
+    its block began (a write committed meanwhile is not seen), and nothing outside its block."""
+    import numpy as np
+
+    from fpstore.errors import ClosedError
+
+    rng = np.random.default_rng(2)
+    fps = rng.integers(0, 2**63, 300, dtype=np.uint64)
+    with fpstore.open(tmp_path / "s", k=3) as store:
+        pid = store.pipeline.id
+        store.add_many([f"k{i}" for i in range(300)], fingerprints=fps, pipeline_id=pid)
+        store.add("page", text="a page of words " * 20)
+        queries = np.concatenate([fps[:50] ^ np.uint64(1), rng.integers(0, 2**63, 50, dtype=np.uint64)])
+        with store.reader() as r:
+            for q in queries.tolist():
+                assert r.query(fingerprint=q, pipeline_id=pid) == store.query(fingerprint=q, pipeline_id=pid)
+            assert r.query(text="a page of words " * 20) == store.query(text="a page of words " * 20)
+            got, want = r.query_many(queries, pipeline_id=pid), store.query_many(queries, pipeline_id=pid)
+            assert all((a == b).all() for a, b in zip(got, want))
+            assert r.keys_of(got[1][:5]) == store.keys_of(want[1][:5])
+            assert r.get("k7") == store.get("k7") and r.get("missing", 0) == 0
+            store.add("late", fingerprint=int(fps[0]), pipeline_id=pid)  # committed after the snapshot
+            assert [m.key for m in r.query(fingerprint=int(fps[0]), pipeline_id=pid, k=0)] == ["k0"]
+            assert r.get("late") is None
+        assert sorted(m.key for m in store.query(fingerprint=int(fps[0]), pipeline_id=pid, k=0)) == ["k0", "late"]
+        with pytest.raises(ClosedError):
+            r.query(fingerprint=1, pipeline_id=pid)
+    with pytest.raises(ClosedError):
+        store.reader()

@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
+import lmdb
 import numpy as np
 
 from fpstore.closing import Closing
@@ -49,6 +50,7 @@ from fpstore.store.header import (
 from fpstore.store.inputs import OneAdd, batch_adds, fingerprint_of, prepare_add, prepare_batch, signatures
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
 from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
+from fpstore.store.reading import Reader
 from fpstore.store.results import AddResult, Cluster, Document, Match
 from fpstore.store.rows import arrow_batches, arrow_table
 from fpstore.store.storage import DATA_FILE, Storage
@@ -397,25 +399,42 @@ class Store(Closing):
         design's needs ``exhaustive=True``, which compares with every fingerprint (O(n)). A short
         text (below ``min_tokens``) matches only documents with the same content hash.
         """
+        asked = self._query_args(text, fingerprint, pipeline_id, k, exhaustive)
+        with self._storage.read() as txn:
+            return self._query_in(txn, *asked, exhaustive)
+
+    def _query_args(
+        self, text: Text | None, fingerprint: object, pipeline_id: str | None, k: int | None, exhaustive: bool
+    ) -> tuple[int, bytes | None, int]:
+        """A query's checked ``(fingerprint, content hash of a short text or None, k)``."""
         fp, short, text_hash = fingerprint_of(self.pipeline, text, fingerprint, pipeline_id)
-        content_hash = text_hash if short else None
         kq = self.k if k is None else k
         if exhaustive:
             if not isinstance(kq, int) or isinstance(kq, bool) or not 0 <= kq <= 64:
                 raise InputError(f"k must be an int in 0..64, got {kq!r}")
         else:
             kq = self._check_k(kq)
+        return fp, text_hash if short else None, kq
+
+    def _query_in(self, txn: lmdb.Transaction, fp: int, content_hash: bytes | None, kq: int, exhaustive: bool) -> list[Match]:
+        """:meth:`query` in read transaction ``txn``."""
         cat = self._cat
-        with self._storage.read() as txn:
-            if content_hash is not None:
-                found = {i: (0, fp) for i in cat.content_ids(txn, content_hash)}
-            elif exhaustive:
-                found = cat.scan_all(txn, fp, kq)
-            else:
-                # One state read serves the probe and the key lookups of this snapshot.
-                state = cat.state(txn)
-                return cat.matches(txn, cat.probe(txn, fp, kq, state=state), state)
-            return cat.matches(txn, found)
+        if content_hash is not None:
+            found = {i: (0, fp) for i in cat.content_ids(txn, content_hash)}
+        elif exhaustive:
+            found = cat.scan_all(txn, fp, kq)
+        else:
+            # One state read serves the probe and the key lookups of this snapshot.
+            state = cat.state(txn)
+            return cat.matches(txn, cat.probe(txn, fp, kq, state=state), state)
+        return cat.matches(txn, found)
+
+    def reader(self) -> Reader:
+        """A read context for a burst of reads in one snapshot, for one thread:
+        ``with store.reader() as r: r.query(...)``. Each call of :meth:`query` opens and closes a
+        read transaction; a reader opens one for all its calls (see :class:`Reader`)."""
+        _ = self._storage.env  # a closed or forked store raises here
+        return Reader(self)
 
     def query_many(
         self, fingerprints: RawFingerprints | Fingerprints, *, pipeline_id: str | None = None, k: int | None = None

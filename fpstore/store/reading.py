@@ -1,0 +1,84 @@
+"""A read context for bursts: one snapshot, one read transaction, many calls
+(``with store.reader() as r: r.query(...)``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fpstore.errors import ClosedError
+from fpstore.fingerprint.pipeline import Fingerprints
+from fpstore.fingerprint.text import Text
+from fpstore.hamming import RawFingerprints
+from fpstore.store.inputs import signatures
+from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, typed_key
+from fpstore.store.results import Document, Match
+
+if TYPE_CHECKING:
+    from fpstore.store.store import Store
+
+__all__ = ["Reader"]
+
+
+class Reader:
+    """Reads of one :class:`Store` in one snapshot: what a crawler's burst of lookups needs
+    without a read transaction per call. Made by :meth:`Store.reader`; use it in a ``with`` block,
+    from the thread that made it (an LMDB read transaction belongs to one thread). Every call sees
+    the store as it was when the block began: writes committed since are not seen (open a new
+    reader for them), and a long-lived reader keeps the pages of its snapshot from being reused."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._reading: Any = None
+        self._txn: Any = None
+
+    def __enter__(self) -> Reader:
+        if self._reading is not None:
+            raise ClosedError("this reader is already open")
+        self._reading = self._store._storage.read()
+        self._txn = self._reading.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        reading, self._reading, self._txn = self._reading, None, None
+        if reading is not None:
+            reading.__exit__(*exc)
+
+    def _open_txn(self) -> Any:
+        if self._txn is None:
+            raise ClosedError("use a reader inside its with block")
+        return self._txn
+
+    def query(
+        self,
+        *,
+        text: Text | None = None,
+        fingerprint: int | np.integer | None = None,
+        pipeline_id: str | None = None,
+        k: int | None = None,
+        exhaustive: bool = False,
+    ) -> list[Match]:
+        """:meth:`Store.query` in this reader's snapshot."""
+        asked = self._store._query_args(text, fingerprint, pipeline_id, k, exhaustive)
+        return self._store._query_in(self._open_txn(), *asked, exhaustive)
+
+    def query_many(
+        self, fingerprints: RawFingerprints | Fingerprints, *, pipeline_id: str | None = None, k: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`Store.query_many` in this reader's snapshot."""
+        store = self._store
+        sigs = signatures(store.pipeline, None, None, fingerprints, pipeline_id)
+        kq = store._check_k(store.k if k is None else k)
+        q, ids, dist, _ = store._cat.probe_many(self._open_txn(), np.ascontiguousarray(sigs.values), kq)
+        return q, ids, dist
+
+    def get(self, key: Key, default: Any = None) -> Document | Any:
+        """:meth:`Store.get` in this reader's snapshot."""
+        doc = self._store._cat.get(self._open_txn(), typed_key(key, LOOKUP_KEY_BYTES), key)
+        return default if doc is None else doc
+
+    def keys_of(self, ids: Iterable[int]) -> list[Key]:
+        """:meth:`Store.keys_of` in this reader's snapshot."""
+        return self._store._cat.keys_of(self._open_txn(), [int(i) for i in ids])
