@@ -1,6 +1,6 @@
 """One Python call per query: ``Store.query`` (a read transaction per call) against the same calls
 through ``Store.reader()`` (one read transaction for the burst) (docs/benchmarks.md, section
-"The crawler's write path", "Reads in a burst").
+"Reads in a burst").
 
     cd /work/main && python tools/bench_reader.py
 
