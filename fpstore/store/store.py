@@ -140,7 +140,7 @@ class Store(Closing):
     def _bind_dbs(self) -> None:
         self._cat = Catalog(self._storage.dbs, self.design)
         # A run read inside a transaction that then aborts has an id the next one gives out again.
-        self._storage.on_abort.append(self._cat.cache.clear)
+        self._storage.on_abort = [self._cat.cache.clear]
 
     def _check_k(self, k: object) -> int:
         if not isinstance(k, int) or isinstance(k, bool) or k < 0:
