@@ -34,15 +34,12 @@ from fpstore.errors import CorruptionError, InputError
 def cmd_compact(args: argparse.Namespace) -> int:
     """Merge incremental tables and runs into one run per table, dropping deleted entries."""
     with open_store(args.store, readonly=False) as store:
-        compact = getattr(store, "compact", None)
-        if not callable(compact):
-            raise InputError("this fpstore build cannot compact stores yet")
         before = store.info()
         if want_progress(args):
             what = "rewriting the file without free pages" if args.file else "merging the incremental tables and every run into one run"
             note(f"compact: {what} ({before['documents']:,} documents, {len(before['runs'])} runs; one transaction)")
         t0 = time.monotonic()
-        result = store.compact_file() if args.file else compact()
+        result = store.compact_file() if args.file else store.compact()
         after = store.info()
     data = {
         "result": result if isinstance(result, dict) else None,
