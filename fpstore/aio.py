@@ -150,7 +150,7 @@ class AsyncStore:
         if not group:
             return
         adds = [item.add for item in group if item.add is not None]
-        outcomes = run_group(self.store._commit_adds, lambda one: self.store._commit_adds([one])[0], adds)
+        outcomes = run_group(self.store._commit_adds, adds)
         self.groups += 1
         self.adds += len(adds)
         self._loop.call_soon_threadsafe(_deliver, [item.future for item in group], outcomes)

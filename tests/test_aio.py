@@ -255,3 +255,21 @@ def test_an_error_escaping_the_writer_reaches_its_callers_and_the_writer_goes_on
             return res
 
     assert asyncio.run(run()).id is not None
+
+
+def test_a_second_close_waits_for_the_first(tmp_path):
+    """Two close() at once: both return only once the store is closed (the second returned at
+    once, with the store still open)."""
+
+    async def run():
+        store = await fpstore.aio.open(tmp_path / "s", k=K)
+        pid = store.store.pipeline.id
+        await asyncio.gather(*(store.add(f"d{i}", fingerprint=i, pipeline_id=pid) for i in range(20)))
+        first = asyncio.create_task(store.close())
+        await asyncio.sleep(0)
+        await store.close()
+        closed_after_second = store.store._storage._env is None
+        await first
+        return closed_after_second
+
+    assert asyncio.run(run())

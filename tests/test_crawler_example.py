@@ -219,3 +219,50 @@ def test_a_kill_while_a_redirect_target_is_unstored_loses_no_page(tmp_path):
     second = subprocess.run([sys.executable, str(script), "2", str(store)], capture_output=True, text=True, env=env, timeout=60)
     assert second.returncode == 0, second.stderr
     assert second.stdout.splitlines()[-1].split() == ["/b", "/c", "/f"]
+
+
+_FETCH_ERRORS = '''
+import asyncio, sys
+import httpx
+import crawler, fpstore, fpstore.aio
+
+BASE = "http://h"
+LONG = " ".join(f"w{i}" for i in range(60))
+
+class Resp:
+    def __init__(self, url, status, html):
+        self.url, self.status_code, self.headers, self.text = url, status, {"content-type": "text/html"}, html
+
+class Client:
+    async def get(self, url, **kw):
+        path = url.removeprefix(BASE)
+        if path == "/bad":
+            raise httpx.InvalidURL("a link the client refuses")
+        if path == "/busy":
+            return Resp(url, 503, "")
+        links = "<a href='/bad'>b</a><a href='/busy'>s</a><a href='/ok'>o</a>" if path == "/" else ""
+        return Resp(url, 200, f"<html><body><p>{LONG} {path}</p>{links}</body></html>")
+
+async def main(path):
+    async with fpstore.aio.open(path, k=3) as store:
+        crawl = crawler.Crawl(store, [BASE + "/"], {}, 0.0, 0)
+        await asyncio.gather(*(crawl.worker(Client(), "h") for _ in range(2)))
+        await store.set_checkpoint(crawler.CHECKPOINT, crawl.position())
+        print(" ".join(sorted(d.key.removeprefix(BASE) for d in store.store.documents())))
+        print(" ".join(sorted(u.removeprefix(BASE) for u in (await store.checkpoint(crawler.CHECKPOINT))["pending"])))
+
+asyncio.run(main(sys.argv[1]))
+'''
+
+
+def test_fetch_errors_neither_stop_the_crawl_nor_lose_the_page(tmp_path):
+    """A link the HTTP client refuses (InvalidURL, not an HTTPError) and a 503 leave the crawl
+    going and stay in the frontier for the next run (the first ended the crawl with a traceback)."""
+    script = tmp_path / "fetch_errors.py"
+    script.write_text(_FETCH_ERRORS)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "examples"), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, str(script), str(tmp_path / "c.fps")], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    stored, pending = r.stdout.splitlines()[-2:]
+    assert stored.split() == ["/", "/ok"]
+    assert pending.split() == ["/bad", "/busy"]

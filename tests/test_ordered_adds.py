@@ -115,7 +115,7 @@ def test_a_group_that_fails_after_a_flush_is_retried_against_the_committed_runs(
         adds = [prepare_add(store.pipeline, key, None, fp, pid, "insert", None) for key, fp in docs]
         previous = faults.install(FailFirstCommit())
         try:
-            outcomes = run_group(store._commit_adds, lambda one: store._commit_adds([one])[0], adds)
+            outcomes = run_group(store._commit_adds, adds)
         finally:
             faults.install(previous)
         assert all(error is None for _, error in outcomes), [e for _, e in outcomes if e]

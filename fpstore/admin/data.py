@@ -26,6 +26,7 @@ from fpstore.admin.output import (
     mib,
     note,
     print_json,
+    stages,
     want_progress,
 )
 from fpstore.errors import CorruptionError, InputError
@@ -35,9 +36,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
     """Merge incremental tables and runs into one run per table, dropping deleted entries."""
     with open_store(args.store, readonly=False) as store:
         before = store.info()
-        if want_progress(args):
-            what = "rewriting the file without free pages" if args.file else "merging the incremental tables and every run into one run"
-            note(f"compact: {what} ({before['documents']:,} documents, {len(before['runs'])} runs; one transaction)")
+        what = "rewriting the file without free pages" if args.file else "merging the incremental tables and every run into one run"
+        stages("compact", args)(f"{what} ({before['documents']:,} documents, {len(before['runs'])} runs; one transaction)")
         t0 = time.monotonic()
         result = store.compact_file() if args.file else store.compact()
         after = store.info()
@@ -137,6 +137,28 @@ def _chunks(n: int, size: int = 10000) -> Iterator[slice]:
         yield slice(lo, min(lo + size, n))
 
 
+Pairs = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _dedup_join(store: Any, args: argparse.Namespace) -> tuple[int, list[Any] | None, Pairs | None]:
+    """``(k, clusters, None)`` with ``--clusters`` (those of at least ``--min-size``), else
+    ``(k, None, pairs)`` sorted by distance, then ids; the join draws a progress bar."""
+    k = store.k if args.k is None else args.k
+    with Bar("join", "table", want_progress(args)) as bar:
+        if args.clusters:
+            return k, [c for c in store.clusters(k, progress=bar) if len(c.keys) >= args.min_size], None
+        a, b, d = store.near_duplicate_pairs(k, progress=bar)
+    order = np.lexsort((b, a, d))
+    return k, None, (a[order], b[order], d[order])
+
+
+def _dedup_summary(k: int, clusters: list[Any] | None, pairs: Pairs | None) -> str:
+    if clusters is not None:
+        return f"{len(clusters):,} clusters of {sum(len(c.keys) for c in clusters):,} documents within k={k}"
+    assert pairs is not None  # one of the two is given
+    return f"{len(pairs[0]):,} pairs within k={k}"
+
+
 def cmd_dedup(args: argparse.Namespace) -> int:
     """Every near-duplicate pair within k bits, or the clusters they form, as JSONL, CSV or Parquet."""
     if args.format == "parquet":
@@ -145,12 +167,9 @@ def cmd_dedup(args: argparse.Namespace) -> int:
     out = open(out_path, "w", encoding="utf-8", newline="") if out_path and out_path != "-" else sys.stdout  # noqa: SIM115 - or stdout; closed below
     try:
         with open_store(args.store) as store:
-            k = store.k if args.k is None else args.k
+            k, clusters, pairs = _dedup_join(store, args)
             writer = csv.writer(out) if args.format == "csv" else None
-            if args.clusters:
-                with Bar("join", "table", want_progress(args)) as bar:
-                    clusters = store.clusters(k, progress=bar)
-                clusters = [c for c in clusters if len(c.keys) >= args.min_size]
+            if clusters is not None:
                 if writer:
                     writer.writerow(["cluster", "canonical", "key"])
                 for c_no, c in enumerate(clusters, 1):
@@ -158,23 +177,16 @@ def cmd_dedup(args: argparse.Namespace) -> int:
                         for key in c.keys:
                             writer.writerow([c_no, key_text(c.canonical), key_text(key)])
                     else:
-                        out.write(
-                            dumps(
-                                {
-                                    "cluster": c_no,
-                                    "size": len(c.keys),
-                                    "canonical": key_out(c.canonical),
-                                    "keys": [key_out(x) for x in c.keys],
-                                }
-                            )
-                            + "\n"
-                        )
-                summary = f"{len(clusters):,} clusters of {sum(len(c.keys) for c in clusters):,} documents within k={k}"
+                        record = {
+                            "cluster": c_no,
+                            "size": len(c.keys),
+                            "canonical": key_out(c.canonical),
+                            "keys": [key_out(x) for x in c.keys],
+                        }
+                        out.write(dumps(record) + "\n")
             else:
-                with Bar("join", "table", want_progress(args)) as bar:
-                    a, b, d = store.near_duplicate_pairs(k, progress=bar)
-                order = np.lexsort((b, a, d))
-                a, b, d = a[order], b[order], d[order]
+                assert pairs is not None  # not --clusters
+                a, b, d = pairs
                 if writer:
                     writer.writerow(["a", "b", "distance"])
                 for sl in _chunks(len(a)):
@@ -184,12 +196,11 @@ def cmd_dedup(args: argparse.Namespace) -> int:
                             writer.writerow([key_text(x), key_text(y), dist])
                         else:
                             out.write(dumps({"a": key_out(x), "b": key_out(y), "distance": dist}) + "\n")
-                summary = f"{len(a):,} pairs within k={k}"
         out.flush()
     finally:
         if out is not sys.stdout:
             out.close()
-    note(summary)
+    note(_dedup_summary(k, clusters, pairs))
     return EXIT_OK
 
 
@@ -205,30 +216,25 @@ def _dedup_parquet(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
     with open_store(args.store) as store:
-        k = store.k if args.k is None else args.k
-        if args.clusters:
-            clusters = [c for c in store.clusters(k) if len(c.keys) >= args.min_size]
-            numbers = [n for n, c in enumerate(clusters, 1) for _ in c.keys]
-            canonicals = [key_column(c.canonical)[0] for c in clusters for _ in c.keys]
-            members = [key_column(key)[0] for c in clusters for key in c.keys]
+        k, clusters, pairs = _dedup_join(store, args)
+        if clusters is not None:
+            members = [(n, key_column(c.canonical)[0], key_column(key)[0]) for n, c in enumerate(clusters, 1) for key in c.keys]
+            numbers, canonicals, keys = zip(*members) if members else ((), (), ())
             table = pa.table(
                 {
                     "cluster": pa.array(numbers, pa.int64()),
                     "canonical": pa.array(canonicals, pa.string()),
-                    "key": pa.array(members, pa.string()),
+                    "key": pa.array(keys, pa.string()),
                 }
             )
-            summary = f"{len(clusters):,} clusters of {len(members):,} documents within k={k}"
         else:
-            a, b, d = store.near_duplicate_pairs(k)
-            order = np.lexsort((b, a, d))
-            a, b, d = a[order], b[order], d[order]
+            assert pairs is not None  # not --clusters
+            a, b, d = pairs
             ka = [key_column(x)[0] for x in store.keys_of(a.tolist())]
             kb = [key_column(x)[0] for x in store.keys_of(b.tolist())]
             table = pa.table({"a": pa.array(ka, pa.string()), "b": pa.array(kb, pa.string()), "distance": pa.array(d, pa.uint8())})
-            summary = f"{len(a):,} pairs within k={k}"
     pq.write_table(table, sys.stdout.buffer if to_stdout else args.output)
-    note(summary)
+    note(_dedup_summary(k, clusters, pairs))
     return EXIT_OK
 
 

@@ -7,12 +7,12 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import fpstore
 from fpstore.admin.options import Damaged, open_checked, open_store, pipeline_from
-from fpstore.admin.output import EXIT_FINDINGS, EXIT_OK, dumps, mib, note, print_json, want_progress
+from fpstore.admin.output import EXIT_FINDINGS, EXIT_OK, dumps, mib, note, print_json, stages
 from fpstore.errors import CorruptionError, FpstoreError, InputError
 from fpstore.store.inspect import MAX_PROBLEMS
 from fpstore.store.storage import structure_problems
@@ -240,11 +240,6 @@ def _copy_check(store: fpstore.Store, tmp_parent: str | None) -> tuple[list[str]
     return problems, facts
 
 
-def _stages(command: str, shown: bool) -> Callable[[str], None]:
-    """A function announcing each stage of long work on stderr (when a bar would be shown)."""
-    return (lambda what: note(f"{command}: {what}")) if shown else (lambda what: None)
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check a store deeply; exit 1 when anything is wrong.
 
@@ -253,7 +248,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     decodable, counts that agree, and a consistent, compacted copy of the environment.
     """
     t0 = time.monotonic()
-    say = _stages("verify", want_progress(args))
+    say = stages("verify", args)
     say("LMDB's structural check of the file")
     structure = structure_problems(args.store)
     facts: dict[str, Any] = {}

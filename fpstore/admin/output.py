@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
@@ -95,3 +96,11 @@ def want_progress(args: argparse.Namespace) -> bool:
     if getattr(args, "progress", None) is not None:
         return bool(args.progress)
     return sys.stderr.isatty()
+
+
+def stages(command: str, args: argparse.Namespace) -> Callable[[str], None]:
+    """A function announcing each stage of long work on stderr, when a bar would be shown
+    (:func:`want_progress`)."""
+    if want_progress(args):
+        return lambda what: note(f"{command}: {what}")
+    return lambda what: None

@@ -11,6 +11,7 @@ in ``meta`` names the live runs and key segments (:class:`fpstore.index.tiers.St
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import lmdb
@@ -26,7 +27,7 @@ from fpstore.store.keys import FLAG_SHORT, MAX_RAW_KEY, Key, lookup_key, unpack_
 from fpstore.store.lsm import Lsm
 from fpstore.store.results import AddResult, Document, Match, sort_matches
 
-__all__ = ["ITER_BATCH", "Catalog", "read_u64"]
+__all__ = ["ITER_BATCH", "Catalog", "live_canonical", "new_canonical", "read_u64"]
 
 #: Documents per snapshot when iterating over a store (no transaction spans a yield).
 ITER_BATCH = 1000
@@ -37,6 +38,31 @@ def read_u64(raw: bytes | memoryview, what: str) -> int:
     if len(raw) != 8:
         raise CorruptionError(f"{what} is {len(raw)} bytes, expected 8")
     return U64.unpack(raw)[0]
+
+
+def live_canonical(canonical_field: Callable[[int], int | None], doc_id: int) -> int:
+    """The live canonical of a stored document: its recorded canonical, or itself.
+    ``canonical_field(id)`` is the canonical id a live document records (0: none), None when it
+    is not live (:meth:`Catalog.canonical_field`).
+
+    A canonical document may have been deleted since it was recorded; its variants then fall
+    back to themselves (this is not damage, so it raises nothing).
+    """
+    canonical = canonical_field(doc_id)
+    if canonical is None:
+        raise CorruptionError(f"document {doc_id} is indexed but has no record")
+    if canonical and canonical != doc_id and canonical_field(canonical) is not None:
+        return canonical
+    return doc_id
+
+
+def new_canonical(canonical_field: Callable[[int], int | None], exact_ids: list[int], near: dict[int, tuple[int, int]]) -> int:
+    """The canonical of a new document: its exact duplicate's, else its nearest neighbour's, else 0 (itself)."""
+    if exact_ids:
+        return live_canonical(canonical_field, exact_ids[0])
+    if near:
+        return live_canonical(canonical_field, min(near, key=lambda i: (near[i][0], i)))
+    return 0
 
 
 class Catalog:
@@ -237,25 +263,12 @@ class Catalog:
         return None
 
     def canonical_of(self, txn: lmdb.Transaction, doc_id: int) -> int:
-        """The live canonical of a stored document: its recorded canonical, or itself.
-
-        A canonical document may have been deleted since it was recorded; its variants then fall
-        back to themselves (this is not damage, so it raises nothing).
-        """
-        canonical = self.canonical_field(txn, doc_id)
-        if canonical is None:
-            raise CorruptionError(f"document {doc_id} is indexed but has no record")
-        if canonical and canonical != doc_id and self.canonical_field(txn, canonical) is not None:
-            return canonical
-        return doc_id
+        """:func:`live_canonical` of a stored document."""
+        return live_canonical(lambda i: self.canonical_field(txn, i), doc_id)
 
     def canonical_id(self, txn: lmdb.Transaction, exact_ids: list[int], near: dict[int, tuple[int, int]]) -> int:
-        """The canonical of a new document: its exact duplicate's, else its nearest neighbour's, else 0 (itself)."""
-        if exact_ids:
-            return self.canonical_of(txn, exact_ids[0])
-        if near:
-            return self.canonical_of(txn, min(near, key=lambda i: (near[i][0], i)))
-        return 0
+        """:func:`new_canonical` over the stored documents."""
+        return new_canonical(lambda i: self.canonical_field(txn, i), exact_ids, near)
 
     def verdict_from(
         self,

@@ -45,15 +45,10 @@ class _Waiter(Generic[Req, Res]):
 
 class GroupCommit(Generic[Req, Res]):
     """Runs ``commit(requests) -> results`` (one transaction, results in order) for groups of
-    concurrent requests; ``commit_one(request) -> result`` when a group's transaction fails."""
+    concurrent requests (each request alone when a group's transaction fails: :func:`run_group`)."""
 
-    def __init__(
-        self,
-        commit: Callable[[Sequence[Req]], list[Res]],
-        commit_one: Callable[[Req], Res],
-        max_group: int = MAX_GROUP,
-    ) -> None:
-        self._commit, self._commit_one, self._max = commit, commit_one, max_group
+    def __init__(self, commit: Callable[[Sequence[Req]], list[Res]], max_group: int = MAX_GROUP) -> None:
+        self._commit, self._max = commit, max_group
         self._lock = threading.Lock()
         self._queue: deque[_Waiter[Req, Res]] = deque()
         #: Groups committed and the requests in them (for tests and benchmarks).
@@ -99,16 +94,14 @@ class GroupCommit(Generic[Req, Res]):
                 following.event.set()  # the next leader
 
     def _run(self, group: list[_Waiter[Req, Res]]) -> None:
-        outcomes: list[tuple[Res | None, Exception | None]] = run_group(self._commit, self._commit_one, [w.request for w in group])
+        outcomes: list[tuple[Res | None, Exception | None]] = run_group(self._commit, [w.request for w in group])
         for w, (result, error) in zip(group, outcomes):
             w.result, w.error = result, error
 
 
-def run_group(
-    commit: Callable[[Sequence[Req]], list[Res]], commit_one: Callable[[Req], Res], requests: Sequence[Req]
-) -> list[tuple[Res | None, Exception | None]]:
+def run_group(commit: Callable[[Sequence[Req]], list[Res]], requests: Sequence[Req]) -> list[tuple[Res | None, Exception | None]]:
     """``(result, error)`` of each request: ``commit(requests)`` in one transaction, or, when that
-    fails, ``commit_one`` of each request alone, so that one request's failure is its own."""
+    fails, ``commit([request])`` of each request alone, so that one request's failure is its own."""
     try:
         return [(result, None) for result in commit(requests)]
     except Exception as exc:
@@ -118,7 +111,7 @@ def run_group(
     out: list[tuple[Res | None, Exception | None]] = []
     for request in requests:
         try:
-            out.append((commit_one(request), None))
+            out.append((commit([request])[0], None))
         except Exception as one_exc:
             out.append((None, one_exc))
     return out

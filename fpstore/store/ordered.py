@@ -19,9 +19,8 @@ from collections.abc import Sequence
 import lmdb
 import numpy as np
 
-from fpstore.errors import CorruptionError
 from fpstore.index import search
-from fpstore.store.catalog import Catalog
+from fpstore.store.catalog import Catalog, live_canonical, new_canonical
 from fpstore.store.header import H_COUNT, H_NEXT_ID, U64
 from fpstore.store.inputs import OneAdd
 from fpstore.store.keys import FLAG_SHORT, Key, lookup_key, pack_record, untyped_key
@@ -116,20 +115,11 @@ class _Segment:
 
     def canonical_of(self, doc_id: int) -> int:
         """:meth:`Catalog.canonical_of` with the segment's own documents."""
-        canonical = self.canonical_field(doc_id)
-        if canonical is None:
-            raise CorruptionError(f"document {doc_id} is indexed but has no record")
-        if canonical and canonical != doc_id and self.canonical_field(canonical) is not None:
-            return canonical
-        return doc_id
+        return live_canonical(self.canonical_field, doc_id)
 
     def canonical_id(self, exact_ids: list[int], near: dict[int, tuple[int, int]]) -> int:
         """:meth:`Catalog.canonical_id` with the segment's own documents."""
-        if exact_ids:
-            return self.canonical_of(exact_ids[0])
-        if near:
-            return self.canonical_of(min(near, key=lambda i: (near[i][0], i)))
-        return 0
+        return new_canonical(self.canonical_field, exact_ids, near)
 
 
 def add_segment(cat: Catalog, txn: lmdb.Transaction, adds: Sequence[OneAdd], k: int) -> list[AddResult]:

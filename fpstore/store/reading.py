@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fpstore.errors import ClosedError
+from fpstore.errors import ClosedError, InputError
 from fpstore.fingerprint.pipeline import Fingerprints
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
-from fpstore.store.inputs import signatures
+from fpstore.store.inputs import fingerprint_of, signatures
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, typed_key
 from fpstore.store.results import Document, Match
 
@@ -61,8 +61,25 @@ class Reader:
         exhaustive: bool = False,
     ) -> list[Match]:
         """:meth:`Store.query` in this reader's snapshot."""
-        asked = self._store._query_args(text, fingerprint, pipeline_id, k, exhaustive)
-        return self._store._query_in(self._open_txn(), *asked, exhaustive)
+        store, txn = self._store, self._open_txn()
+        fp, short, text_hash = fingerprint_of(store.pipeline, text, fingerprint, pipeline_id)
+        kq = store.k if k is None else k
+        if exhaustive:
+            if not isinstance(kq, int) or isinstance(kq, bool) or not 0 <= kq <= 64:
+                raise InputError(f"k must be an int in 0..64, got {kq!r}")
+        else:
+            kq = store._check_k(kq)
+        cat = store._cat
+        content_hash = text_hash if short else None  # a short text: the exact tier only
+        if content_hash is not None:
+            found = {i: (0, fp) for i in cat.content_ids(txn, content_hash)}
+        elif exhaustive:
+            found = cat.scan_all(txn, fp, kq)
+        else:
+            # One state read serves the probe and the key lookups of this snapshot.
+            state = cat.state(txn)
+            return cat.matches(txn, cat.probe(txn, fp, kq, state=state), state)
+        return cat.matches(txn, found)
 
     def query_many(
         self, fingerprints: RawFingerprints | Fingerprints, *, pipeline_id: str | None = None, k: int | None = None

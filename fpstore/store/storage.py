@@ -612,7 +612,8 @@ class Storage:
                 self.env.set_mapsize(size)
             except lmdb.Error as exc:
                 raise translate(exc, action) from exc
-        log.info("%s: map size %d MiB (%s)", self.path, self.env.info()["map_size"] >> 20, action)
+        if log.isEnabledFor(logging.INFO):  # reading the size back costs a call: only when logged
+            log.info("%s: map size %d MiB (%s)", self.path, self.env.info()["map_size"] >> 20, action)
 
     def write(self, fn: Callable[[lmdb.Transaction], T], *, action: str = "writing") -> T:
         """Run ``fn(txn)`` in one write transaction and commit; all of it or nothing.

@@ -18,7 +18,6 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
-import lmdb
 import numpy as np
 
 from fpstore.closing import Closing
@@ -47,7 +46,7 @@ from fpstore.store.header import (
     stored_design_and_pipeline,
     table_name,
 )
-from fpstore.store.inputs import OneAdd, batch_adds, fingerprint_of, prepare_add, prepare_batch, signatures
+from fpstore.store.inputs import OneAdd, batch_adds, prepare_add, prepare_batch, signatures
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
 from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
 from fpstore.store.reading import Reader
@@ -84,7 +83,7 @@ class Store(Closing):
             raise InputError(f"flush_entries must be an int >= 0, got {flush_entries!r}")
         #: Documents held in the incremental tables before a write moves them into a run (0: never).
         self.flush_entries = flush_entries
-        self._adds: GroupCommit[OneAdd, AddResult] = GroupCommit(self._commit_adds, lambda one: self._commit_adds([one])[0])
+        self._adds: GroupCommit[OneAdd, AddResult] = GroupCommit(self._commit_adds)
         # A new store's arguments are checked before anything is made on disk.
         creating = create and not readonly and not os.path.exists(os.path.join(os.fspath(path), DATA_FILE))
         planned = design_for(DEFAULT_K if k is None else k, expected_size, design) if creating else None
@@ -399,35 +398,8 @@ class Store(Closing):
         design's needs ``exhaustive=True``, which compares with every fingerprint (O(n)). A short
         text (below ``min_tokens``) matches only documents with the same content hash.
         """
-        asked = self._query_args(text, fingerprint, pipeline_id, k, exhaustive)
-        with self._storage.read() as txn:
-            return self._query_in(txn, *asked, exhaustive)
-
-    def _query_args(
-        self, text: Text | None, fingerprint: object, pipeline_id: str | None, k: int | None, exhaustive: bool
-    ) -> tuple[int, bytes | None, int]:
-        """A query's checked ``(fingerprint, content hash of a short text or None, k)``."""
-        fp, short, text_hash = fingerprint_of(self.pipeline, text, fingerprint, pipeline_id)
-        kq = self.k if k is None else k
-        if exhaustive:
-            if not isinstance(kq, int) or isinstance(kq, bool) or not 0 <= kq <= 64:
-                raise InputError(f"k must be an int in 0..64, got {kq!r}")
-        else:
-            kq = self._check_k(kq)
-        return fp, text_hash if short else None, kq
-
-    def _query_in(self, txn: lmdb.Transaction, fp: int, content_hash: bytes | None, kq: int, exhaustive: bool) -> list[Match]:
-        """:meth:`query` in read transaction ``txn``."""
-        cat = self._cat
-        if content_hash is not None:
-            found = {i: (0, fp) for i in cat.content_ids(txn, content_hash)}
-        elif exhaustive:
-            found = cat.scan_all(txn, fp, kq)
-        else:
-            # One state read serves the probe and the key lookups of this snapshot.
-            state = cat.state(txn)
-            return cat.matches(txn, cat.probe(txn, fp, kq, state=state), state)
-        return cat.matches(txn, found)
+        with self.reader() as r:
+            return r.query(text=text, fingerprint=fingerprint, pipeline_id=pipeline_id, k=k, exhaustive=exhaustive)
 
     def reader(self) -> Reader:
         """A read context for a burst of reads in one snapshot, for one thread:
@@ -444,24 +416,18 @@ class Store(Closing):
         Returns ``(query_index int64, id int64, distance uint8)``, sorted by query index, then
         distance, then id. Keys of ids come from :meth:`keys_of`.
         """
-        sigs = signatures(self.pipeline, None, None, fingerprints, pipeline_id)
-        kq = self._check_k(self.k if k is None else k)
-        fps = np.ascontiguousarray(sigs.values)
-        with self._storage.read() as txn:
-            q, ids, dist, _ = self._cat.probe_many(txn, fps, kq)
-        return q, ids, dist
+        with self.reader() as r:
+            return r.query_many(fingerprints, pipeline_id=pipeline_id, k=k)
 
     def keys_of(self, ids: Iterable[int]) -> list[Key]:
         """The keys of document ids (as returned by :meth:`query_many`), in one snapshot."""
-        with self._storage.read() as txn:
-            return self._cat.keys_of(txn, [int(i) for i in ids])
+        with self.reader() as r:
+            return r.keys_of(ids)
 
     def get(self, key: Key, default: Any = None) -> Document | Any:
         """The stored :class:`Document` for ``key``, or ``default``."""
-        typed = typed_key(key, LOOKUP_KEY_BYTES)
-        with self._storage.read() as txn:
-            doc = self._cat.get(txn, typed, key)
-        return default if doc is None else doc
+        with self.reader() as r:
+            return r.get(key, default)
 
     def __getitem__(self, key: Key) -> Document:
         doc = self.get(key)
