@@ -2,9 +2,9 @@
 files, fuzzed decoders, format compatibility (docs/reliability.md's table; the random kill -9 test is in
 tests/test_crash.py, readers and locks in tests/test_concurrency.py).
 
-The oracle for the named-point tests is the scenario of tests/support/scenario.py: nine operations (every
+The oracle for the named-point tests is the scenario of tests/support/scenario.py: ten operations (every
 kind of write: add_many, a three-run bulk load, text adds, deletes that tombstone run entries,
-replacements across tiers, partial and full compaction, file compaction), each a few write
+replacements across tiers, a redesign, partial and full compaction, file compaction), each a few write
 transactions (or, for the file compaction, the steps of a file switch), with a
 model (key -> fingerprint, checkpoint) after every transaction. After a kill the store must equal
 the model after exactly the transactions that committed, answer every query and

@@ -183,11 +183,14 @@ def prepare_load(keys: KeyBatch, fps: np.ndarray) -> Load | None:
 # -- jobs ----------------------------------------------------------------------------------------
 
 
-def encode_tables(design: Design, sorted_fps: np.ndarray, prefixes: list[bytes]) -> tiers.Blobs:
+def encode_tables(
+    design: Design, sorted_fps: np.ndarray, prefixes: list[bytes], progress: Callable[[int, int | None], None] | None = None
+) -> tiers.Blobs:
     """Every table of a run, encoded under its prefix: permute, sort, Rice-code.
 
     The tables are independent and the permute, the radix sort and the encoder release the
-    GIL, so they run on all cores.
+    GIL, so they run on all cores. ``progress(tables encoded, tables)`` is called from this
+    thread as they finish.
     """
 
     def encode(t: int) -> tiers.Blobs:
@@ -196,9 +199,14 @@ def encode_tables(design: Design, sorted_fps: np.ndarray, prefixes: list[bytes])
 
     threads = thread_count(None)
     if threads > 1 and len(sorted_fps) >= 100_000:
-        parts = list(executor(threads).map(encode, range(len(prefixes))))
+        encoded: Iterable[tiers.Blobs] = executor(threads).map(encode, range(len(prefixes)))
     else:
-        parts = [encode(t) for t in range(len(prefixes))]
+        encoded = map(encode, range(len(prefixes)))
+    parts = []
+    for part in encoded:
+        parts.append(part)
+        if progress is not None:
+            progress(len(parts), len(prefixes))
     return [blob for part in parts for blob in part]
 
 
@@ -237,12 +245,23 @@ class Lsm:
             fp_all, id_all = fp_all[keep], id_all[keep]
         return fp_all, id_all
 
-    def merge(self, txn: lmdb.Transaction, state: State, merged: list[RunMeta], *, incremental: bool) -> tuple[State, dict[str, int]]:
+    def merge(
+        self,
+        txn: lmdb.Transaction,
+        state: State,
+        merged: list[RunMeta],
+        *,
+        incremental: bool,
+        rewrite: bool = False,
+        progress: Callable[[int, int | None], None] | None = None,
+    ) -> tuple[State, dict[str, int]]:
         """Replace runs ``merged`` (and the incremental tables, when ``incremental``) by one new
         run, dropping tombstoned entries, inside write transaction ``txn``; returns the new state
-        (``state`` itself when there was nothing to gain) and counts. The caller stores the state,
-        once per transaction: rewriting the multi-page state record in the same transaction makes
-        LMDB reuse its overflow pages in place, a shape LMDB accepts and its verifier does not."""
+        (``state`` itself when there was nothing to gain, unless ``rewrite``: a new design needs
+        even a lone run encoded again) and counts. The caller stores the state, once per
+        transaction: rewriting the multi-page state record in the same transaction makes LMDB
+        reuse its overflow pages in place, a shape LMDB accepts and its verifier does not.
+        ``progress`` as for :func:`encode_tables`."""
         fps_parts: list[np.ndarray] = []
         id_parts: list[np.ndarray] = []
         n_incremental = 0
@@ -260,7 +279,7 @@ class Lsm:
         if len(dead) and len(ids):
             keep = ~np.isin(ids, dead)
             fps, ids = fps[keep], ids[keep]
-        if n_incremental == 0 and len(merged) <= 1 and len(fps) == sum(r.count for r in merged):
+        if not rewrite and n_incremental == 0 and len(merged) <= 1 and len(fps) == sum(r.count for r in merged):
             # Nothing to gain: rewriting would give the same run (or none). No write.
             return state, {"runs_merged": 0, "incremental": 0, "entries": int(sum(r.count for r in state.runs))}
         run_id = state.next_run
@@ -270,7 +289,7 @@ class Lsm:
             order = search.argsort_u64(fps)
             fps, ids = fps[order], ids[order]
             tables = [tiers.run_prefix(run_id, t) for t in range(len(self.design.tables))]
-            blobs += encode_tables(self.design, fps, tables)
+            blobs += encode_tables(self.design, fps, tables, progress)
             id_blobs, id_rec = tiers.packed_blobs(tiers.run_prefix(run_id, 0xFFFF), ids)
             blobs += id_blobs
             new_runs.append(RunMeta(run_id, len(fps), tuple(tables), ids=id_rec))

@@ -26,7 +26,7 @@ from fpstore.fingerprint.pipeline import DEFAULT_K, Fingerprints, Pipeline
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
 from fpstore.index import search
-from fpstore.index.design import Design, design_for
+from fpstore.index.design import DEFAULT_EXPECTED_SIZE, Design, design_for
 from fpstore.store import inspect
 from fpstore.store.catalog import Catalog
 from fpstore.store.group import GroupCommit
@@ -50,6 +50,7 @@ from fpstore.store.inputs import OneAdd, batch_adds, prepare_add, prepare_batch,
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
 from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
 from fpstore.store.reading import Reader
+from fpstore.store.redesign import switch_design
 from fpstore.store.results import AddResult, Cluster, Document, Match
 from fpstore.store.rows import arrow_batches, arrow_table
 from fpstore.store.storage import DATA_FILE, Storage
@@ -313,6 +314,40 @@ class Store(Closing):
 
         before, after = self._storage.compact_file(reopen)
         return {**result, "file_bytes_before": before, "file_bytes_after": after}
+
+    def redesign(
+        self,
+        k: int,
+        *,
+        design: str | Design = "auto",
+        expected_size: int | None = None,
+        progress: Callable[[int, int | None], None] | None = None,
+    ) -> dict[str, Any]:
+        """Index the store for radius ``k`` (a new table design; the documents stay as they are).
+
+        ``design`` and ``expected_size`` choose the design as :func:`fpstore.open` does for a new
+        store (``expected_size`` defaults to the store's size, at least 10^6). Every fingerprint
+        is indexed again and the store switches in one transaction: a crash leaves the old design
+        or the new one. Like :meth:`compact_file` it needs the store alone: another process with
+        it open makes it raise :class:`~fpstore.errors.StorageError` before anything changes.
+        Afterwards :attr:`k` is ``k``. ``progress(tables encoded, tables)`` as the tables are built.
+        """
+        self._storage.check_writable()
+        new = design_for(k, expected_size if expected_size is not None else max(len(self), DEFAULT_EXPECTED_SIZE), design)
+        before = self.design
+        with self._storage.alone("a redesign"):
+            if new.config() == before.config():
+                counts = {"entries": len(self)}
+            else:
+                try:
+                    self.header, counts = switch_design(self._storage, self._cat, self.header, new, progress)
+                    self.design = new
+                finally:
+                    # Handles of tables an aborted write dropped are closed: open the design's again.
+                    self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))])
+                    self._bind_dbs()
+            self.k = k
+        return {"design_before": before.name, "design_after": new.name, "k": k, "entries": int(counts["entries"])}
 
     # -- all pairs ------------------------------------------------------------------------------
 
