@@ -1,5 +1,5 @@
-"""``fpstore-admin`` commands that read or write a store's documents: compact, query, dedup, export,
-import."""
+"""``fpstore-admin`` commands that read or write a store's documents: compact, redesign, query, dedup,
+export, import."""
 
 from __future__ import annotations
 
@@ -57,6 +57,27 @@ def cmd_compact(args: argparse.Namespace) -> int:
             print(f"file {mib(data['file_size'])} (rewritten without free pages)")
         else:
             print(f"file {mib(data['file_size'])}; freed pages are reused by later writes (--file shrinks the file)")
+    return EXIT_OK
+
+
+def cmd_redesign(args: argparse.Namespace) -> int:
+    """Index a store for another radius: rebuild its tables under a new design, in one transaction."""
+    with open_store(args.store, readonly=False) as store:
+        before = store.info()
+        stages("redesign", args)(f"indexing {before['documents']:,} documents again for k={args.k} (design {args.design}; one transaction)")
+        t0 = time.monotonic()
+        with Bar("redesign", "tables", want_progress(args)) as bar:
+            result = store.redesign(args.k, design=args.design, expected_size=args.expected_size, progress=bar)
+        data = {**result, "seconds": round(time.monotonic() - t0, 3), "file_size": store.info()["file_size"]}
+    if args.json:
+        print_json(data)
+    elif result["design_before"] == result["design_after"]:
+        print(f"{args.store} already has design {result['design_after']}: nothing to do (k is now {args.k})")
+    else:
+        print(
+            f"redesigned {args.store} from {result['design_before']} to {result['design_after']} (exact up to k={args.k}) "
+            f"in {data['seconds']:.2f} s: {result['entries']:,} documents; file {mib(data['file_size'])}"
+        )
     return EXIT_OK
 
 

@@ -479,15 +479,25 @@ class Storage:
             raise translate(exc, f"opening {self.path}") from exc
 
     def add_dbs(self, names: list[str]) -> None:
-        """Create sub-databases ``names`` that do not exist yet (empty; each in a transaction of
-        its own) and open them. An empty sub-database no table design names is harmless."""
+        """Create sub-databases ``names`` that do not exist yet (empty, in one transaction) and
+        open them. An empty sub-database no table design names is harmless."""
         self.check_writable()
         env = self.env
-        try:
-            for name in names:
-                self.dbs[name] = env.open_db(name.encode(), create=True)
-        except lmdb.Error as exc:
-            raise translate(exc, f"creating tables in {self.path}") from exc
+        with self._write_lock:
+            self._map.share()
+            try:
+                txn = env.begin(write=True)
+                try:
+                    opened = {name: env.open_db(name.encode(), txn=txn, create=True) for name in names}
+                    txn.commit()
+                except BaseException:
+                    txn.abort()
+                    raise
+            except lmdb.Error as exc:
+                raise translate(exc, f"creating tables in {self.path}") from exc
+            finally:
+                self._map.unshare()
+        self.dbs.update(opened)
 
     def create(self, names: list[str], fill: Callable[[lmdb.Transaction, dict[str, Any]], None]) -> None:
         """Create sub-databases ``names`` and run ``fill(txn, dbs)`` in the same write transaction."""

@@ -148,7 +148,7 @@ class Store(Closing):
         if k > self.design.k:
             raise DesignError(
                 f"k={k} is above the store's design ({self.design.name}, exact up to k={self.design.k}); "
-                "pass exhaustive=True to scan every fingerprint, or create a store with a larger k"
+                f"pass exhaustive=True to scan every fingerprint, or index the store for that radius: store.redesign({k})"
             )
         return k
 
