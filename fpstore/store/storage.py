@@ -190,6 +190,8 @@ class Storage:
         #: Called after a write transaction is aborted: caches of what it wrote must forget it
         #: (the ids it used are given out again by the next transaction).
         self.on_abort: list[Callable[[], None]] = []
+        #: Called after each write commits, once its locks are released (a merge it made due).
+        self.on_commit: list[Callable[[], None]] = []
         #: Directories and files this open created, removed by :meth:`discard` when creating fails.
         self._made_dirs: list[str] = []
         self._found: set[str] | None = None
@@ -690,7 +692,10 @@ class Storage:
                     raise
                 self._map.unshare()
                 fault_points.after_commit()
-                return result
+                break
+        for hook in self.on_commit:
+            hook()
+        return result
 
     def _abort(self, txn: lmdb.Transaction) -> None:
         """Abort a write transaction: what it made is gone, so are the caches of it."""

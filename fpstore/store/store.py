@@ -48,7 +48,8 @@ from fpstore.store.header import (
 )
 from fpstore.store.inputs import OneAdd, batch_adds, prepare_add, prepare_batch, signatures
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
-from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
+from fpstore.store.lsm import FLUSH_ENTRIES, merge_group, runs_of
+from fpstore.store.merging import MERGE_MODES, Merger, clean_up
 from fpstore.store.reading import Reader
 from fpstore.store.redesign import switch_design
 from fpstore.store.results import AddResult, Cluster, Document, Match
@@ -77,11 +78,14 @@ class Store(Closing):
         verify: bool = False,
         flush_entries: int = FLUSH_ENTRIES,
         durability: str = "full",
+        merges: str = "background",
     ) -> None:
         if pipeline is not None and not isinstance(pipeline, Pipeline):
             raise InputError(f"pipeline must be a fpstore.Pipeline, not {type(pipeline).__name__}")
         if isinstance(flush_entries, bool) or not isinstance(flush_entries, int) or flush_entries < 0:
             raise InputError(f"flush_entries must be an int >= 0, got {flush_entries!r}")
+        if merges not in MERGE_MODES:
+            raise InputError(f"merges must be one of {', '.join(MERGE_MODES)}, got {merges!r}")
         #: Documents held in the incremental tables before a write moves them into a run (0: never).
         self.flush_entries = flush_entries
         self._adds: GroupCommit[OneAdd, AddResult] = GroupCommit(self._commit_adds)
@@ -104,6 +108,12 @@ class Store(Closing):
             else:
                 self._load(pipeline, design)
             self.k = self._check_k(self.design.k if k is None else k)
+            self._merges = Merger(self._storage, self, merges)
+            if not readonly:
+                clean_up(self._storage, self._cat)  # what a merge that died left behind
+                with self._storage.read() as txn:  # tiers filled before this open merge after its first write
+                    self._cat.lsm.merge_due = bool(merge_group(self._cat.state(txn).runs, flush_entries or FLUSH_ENTRIES))
+            self._storage.on_commit = [self._merges.after_commit]
         except BaseException:
             if self._storage.is_new:
                 self._storage.discard()  # a store that could not be created leaves nothing behind
@@ -163,7 +173,9 @@ class Store(Closing):
         return self._storage.readonly
 
     def close(self) -> None:
-        """Close the store (idempotent). Later use raises :class:`~fpstore.errors.ClosedError`."""
+        """Close the store (idempotent). Later use raises :class:`~fpstore.errors.ClosedError`.
+        A background merge in progress gives up (the next writer's open clears what it wrote)."""
+        self._merges.close()
         self._storage.close()
 
     def __repr__(self) -> str:
@@ -298,6 +310,15 @@ class Store(Closing):
         """
         return compact(self._storage, self._cat, full)
 
+    def merge_runs(self) -> dict[str, int]:
+        """Run the merges of full size tiers now, in this thread, and return their counts. With
+        ``merges="background"`` (the default) a thread of the store does this after the flushes
+        that make them due, and ``"inline"`` right after such a write; ``"manual"`` leaves them
+        to this call (or :meth:`compact`). Each merge is written in steps of a few MiB, each a
+        transaction of its own, so no write waits long for one (:mod:`fpstore.store.merging`)."""
+        self._storage.check_writable()
+        return self._merges.run()
+
     def compact_file(self) -> dict[str, int]:
         """Compact (see :meth:`compact`), then rewrite the file without its free pages.
 
@@ -312,7 +333,8 @@ class Store(Closing):
             self._storage.open_dbs(BASE_DBS + tables)
             self._bind_dbs()
 
-        before, after = self._storage.compact_file(reopen)
+        with self._merges.paused():
+            before, after = self._storage.compact_file(reopen)
         return {**result, "file_bytes_before": before, "file_bytes_after": after}
 
     def redesign(
@@ -335,7 +357,7 @@ class Store(Closing):
         self._storage.check_writable()
         new = design_for(k, expected_size if expected_size is not None else max(len(self), DEFAULT_EXPECTED_SIZE), design)
         before = self.design
-        with self._storage.alone("a redesign"):
+        with self._merges.paused(), self._storage.alone("a redesign"):
             if new.config() == before.config():
                 counts = {"entries": len(self)}
             else:
@@ -545,32 +567,8 @@ class Store(Closing):
             return inspect.counts(txn, self._cat)
 
     def info(self) -> dict[str, Any]:
-        """Header, design, counts and storage figures, as plain data."""
-        storage = self._storage.info()
-        n = len(self)  # checks the counter against the ids given out
-        counts = self.counts()
-        return {
-            "path": self.path,
-            "format": self.header["format"],
-            "pipeline_id": self.pipeline.id,
-            "pipeline": self.pipeline.config,
-            "design": self.design.describe(max(n, 1)),
-            "design_detail": {
-                **self.design.config(),
-                "probes_per_query": self.design.probes_per_query(),
-                "expected_candidates": self.design.expected_candidates(max(n, 1)),
-            },
-            "k": self.k,
-            "documents": n,
-            "incremental_entries": counts["incremental_entries"],
-            "runs": counts["runs"],
-            "tombstones": counts["tombstones"],
-            "flush_entries": self.flush_entries,
-            "file_size": storage["file_size"],
-            "map_size": storage["map_size"],
-            "created": self.header.get("created"),
-            "lmdb": inspect.lmdb_figures(self._storage),
-        }
+        """Header, design, counts, merges and storage figures, as plain data."""
+        return inspect.store_info(self, self._storage, self._merges)
 
     # -- inspection -----------------------------------------------------------------------------
 

@@ -155,6 +155,24 @@ def layout(store) -> tuple:
             counts["records"])
 
 
+def leftovers(store) -> list[str]:
+    """What a dead merge could leave: its marker, a garbage list, blobs no live run or key segment
+    names (read in one snapshot of an open store)."""
+    from fpstore.store.merging import GARBAGE_KEY, MERGING_KEY
+
+    cat, found = store._cat, []
+    with store._storage.read() as txn:
+        for key in (MERGING_KEY, GARBAGE_KEY):
+            if txn.get(key, db=cat.meta) is not None:
+                found.append(f"meta/{key.decode()}")
+        state = cat.state(txn)
+        owners = {p[:5] for rec in state.runs for p in rec.tables} | {rec.ids.prefix[:5] for rec in state.runs if rec.ids}
+        owners |= {seg.fps[:5] for seg in state.segs}
+        stray = {bytes(key)[:5] for key in txn.cursor(db=cat.blobs).iternext(keys=True, values=False)} - owners
+        found += [f"blobs under {p!r}" for p in sorted(stray)]
+    return found
+
+
 def check_model(store, model: dict, k: int = SCENARIO_K) -> None:
     """The store answers exactly as the model: every key with its fingerprint, the count, the
     checkpoint, every fingerprint's neighbours (query_many and query) and near_duplicate_pairs, all
