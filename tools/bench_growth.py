@@ -106,7 +106,8 @@ def main() -> None:
         store.close()
     after = [r for r in rows if r["n"] > 1_000_000]
     print(f"\nmerges: {merges}; {bc.uptime()}")
-    print(bc.md_table(list(rows[0]), [[r.get(k, "") for k in rows[0]] for r in rows]))
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    print(bc.md_table(columns, [[r.get(k, "") for k in columns] for r in rows]))
     if after:
         worst = max(after, key=lambda r: r["add_max_ms"])
         print(f"\nlongest add_many after the first 10^6: {worst['add_max_ms']} ms (window ending at n = {worst['n']:,})")
