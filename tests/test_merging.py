@@ -83,6 +83,24 @@ def test_background_merges_run_without_being_asked(tmp_path):
         assert s.info()["merges"]["done"] >= 1, "no background merge ran within a minute"
 
 
+def test_close_during_background_merges_returns(tmp_path):
+    """close() stops the merge thread even when the thread's own commits come after it (a second
+    thread started then took the wake-up that ends the first: close() hung in join)."""
+    import threading
+
+    rng = np.random.default_rng(8)
+    for i in range(12):
+        s = fpstore.open(tmp_path / f"s{i}", k=3, flush_entries=50)
+        fps = rng.integers(0, 2**64, size=2000, dtype=np.uint64)
+        for lo in range(0, 2000, 100):
+            s.add_many(list(range(lo, lo + 100)), fingerprints=fps[lo : lo + 100], pipeline_id=s.pipeline.id)
+        closer = threading.Thread(target=s.close)
+        closer.start()
+        closer.join(timeout=60)
+        assert not closer.is_alive(), f"close() hung (store {i})"
+        assert not [t for t in threading.enumerate() if t.name.startswith(f"fpstore-merge {s.path}")]
+
+
 def test_unknown_merge_mode_is_refused(tmp_path):
     with pytest.raises(InputError, match="merges must be one of background, inline, manual"):
         fpstore.open(tmp_path / "s", merges="sometimes")
@@ -164,6 +182,8 @@ def test_what_a_dead_merge_reserved_is_cleared_at_the_writers_open(tmp_path):
     "listed",
     [
         [b"s\x00\x00\x00\x01f"],  # a key segment's blobs: never garbage
+        [b"r"],  # every run's blobs
+        [b"r\x00\x00\x00\x01"],  # the live bulk-loaded run's
         [b"\x00"],
         "not a list",
         [1, 2],

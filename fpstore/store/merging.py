@@ -39,6 +39,7 @@ from typing import Any, cast
 
 import lmdb
 import msgpack
+import numpy as np
 
 from fpstore.errors import ClosedError, CorruptionError, FpstoreError
 from fpstore.index import tiers
@@ -72,7 +73,8 @@ def _garbage(txn: lmdb.Transaction, meta: Any) -> list[bytes]:
         listed = msgpack.unpackb(bytes(raw), raw=False, max_array_len=1 << 20, max_bin_len=64)
     except Exception as exc:
         raise CorruptionError(f"the garbage list does not decode: {exc}") from None
-    if not isinstance(listed, list) or not all(isinstance(p, bytes) and p.startswith(b"r") for p in listed):
+    # A prefix deletes every blob under it: only a run's own (``r`` + u32 id, optionally + u16 table).
+    if not isinstance(listed, list) or not all(isinstance(p, bytes) and len(p) in (5, 7) and p[:1] == b"r" for p in listed):
         raise CorruptionError("the garbage list names something other than run blobs")
     return listed
 
@@ -108,6 +110,9 @@ def collect(storage: Storage, cat: Catalog, stopping: Callable[[], bool] = lambd
 
     def step(txn: lmdb.Transaction) -> int:
         listed = _garbage(txn, cat.meta)
+        live = {rec.id for rec in cat.state(txn).runs}
+        if any(int.from_bytes(p[1:5], "big") in live for p in listed):
+            raise CorruptionError("the garbage list names blobs of a live run")
         deleted = 0
         cur = txn.cursor(db=cat.blobs)
         while listed and deleted < GARBAGE_STEP:
@@ -158,6 +163,13 @@ def merge_once(storage: Storage, cat: Catalog, unit: int, stopping: Callable[[],
     t0 = time.perf_counter()
     with storage.read() as txn:
         group = merge_group(cat.state(txn).runs, unit)
+    if not group:
+        return None
+    # Room for the new run first: growing the map waits for every transaction of the process,
+    # this merge's long read included, so a write that had to grow it would wait for the read.
+    storage.reserve(sum(rec.count for rec in group) * 8 * (len(cat.design.tables) + 1))
+    with storage.read() as txn:
+        group = merge_group(cat.state(txn).runs, unit)
         if not group:
             return None
         fps, ids = cat.lsm.read_entries(txn, group, incremental=False)
@@ -173,6 +185,25 @@ def merge_once(storage: Storage, cat: Catalog, unit: int, stopping: Callable[[],
     run_id = storage.write(reserve, action="starting a merge of runs")
     if run_id is None:
         return None
+    try:
+        return _write_and_switch(storage, cat, group, run_id, fps, ids, stopping, t0)
+    except BaseException:
+        with contextlib.suppress(FpstoreError):  # a full disk, say: the marker must not block later merges
+            _give_up(storage, cat, run_id)
+        raise
+
+
+def _write_and_switch(
+    storage: Storage,
+    cat: Catalog,
+    group: list[RunMeta],
+    run_id: int,
+    fps: np.ndarray,
+    ids: np.ndarray,
+    stopping: Callable[[], bool],
+    t0: float,
+) -> dict[str, int] | None:
+    """Steps 2 to 4 of a merge whose run id is reserved."""
     blobs, rec = cat.lsm.encode_run(run_id, fps, ids)
     written = steps = 0
     while written < len(blobs):
@@ -259,6 +290,7 @@ class Merger:
         self._pausing = False  # a switch of the whole store waits: the merge in progress gives up
         self._paused_by = 0  # the thread that paused merges (its own commits run none)
         self._thread: threading.Thread | None = None
+        self._starting = threading.Lock()
         #: The last error of a background merge (the merge is tried again at the next flush).
         self.error: FpstoreError | None = None
         self.merged = 0
@@ -275,7 +307,7 @@ class Merger:
     def after_commit(self) -> None:
         """After each commit: a flush that made a merge due wakes the merger."""
         store = self._store()
-        if store is None or not store._cat.lsm.merge_due or self.mode == "manual" or self._paused_by == threading.get_ident():
+        if self._stop or store is None or not store._cat.lsm.merge_due or self.mode == "manual" or self._paused_by == threading.get_ident():
             return
         if self.mode == "inline":
             try:
@@ -285,11 +317,14 @@ class Merger:
                 log.warning("a merge after a write failed (tried again after the next flush): %s", exc)
             return
         self._wake.set()
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=_merge_thread, args=(weakref.ref(self), self._wake), name=f"fpstore-merge {self._storage.path}", daemon=True
-            )
-            self._thread.start()
+        # Started once: a commit of the merge thread itself must never start a second one (after
+        # close() it would take the wake-up that lets the first one end).
+        with self._starting:
+            if self._thread is None and not self._stop:
+                self._thread = threading.Thread(
+                    target=_merge_thread, args=(weakref.ref(self), self._wake), name=f"fpstore-merge {self._storage.path}", daemon=True
+                )
+                self._thread.start()
 
     def run(self) -> dict[str, int]:
         """Run every due merge now, in this thread; returns counts."""
@@ -360,20 +395,23 @@ class Merger:
 
     def close(self) -> None:
         """Stop the thread (a merge in progress gives up after its current step)."""
-        self._stop = True
+        with self._starting:
+            self._stop = True
         self._wake.set()
-        thread, self._thread = self._thread, None
+        thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 
 
 def _merge_thread(ref: weakref.ref[Merger], wake: threading.Event) -> None:
-    """The background merger's thread: it holds its merger only while it merges."""
+    """The background merger's thread: it holds its merger only while it merges, and looks at
+    its stop flag at least once a second whatever wakes it."""
     while True:
-        wake.wait()
-        wake.clear()
+        woken = wake.wait(timeout=1.0)
         merger = ref()
         if merger is None or merger._stop:
             return
-        merger.run_logged()
+        if woken:
+            wake.clear()
+            merger.run_logged()
         del merger
