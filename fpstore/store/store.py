@@ -9,7 +9,8 @@ each document once: exactly what comparing with every stored fingerprint would r
 
 :class:`Store` is the facade: it checks input and owns transactions. Beside it: :mod:`.catalog`
 (the tables read together), :mod:`.writes`, :mod:`.incremental` and :mod:`.lsm` (the tiers),
-:mod:`.header`, :mod:`.keys`, :mod:`.results`, :mod:`.inspect` and :mod:`.storage` (LMDB).
+:mod:`.header`, :mod:`.keys`, :mod:`.results`, :mod:`.inspect`, :mod:`.pairs` (all pairs and
+clusters) and :mod:`.storage` (LMDB).
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ from fpstore.errors import CorruptionError, DesignError, InputError, NotAStoreEr
 from fpstore.fingerprint.pipeline import DEFAULT_K, Fingerprints, Pipeline
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
-from fpstore.index import search
 from fpstore.index.design import DEFAULT_EXPECTED_SIZE, Design, design_for
-from fpstore.store import inspect
+from fpstore.store import inspect, pairs
 from fpstore.store.catalog import Catalog
 from fpstore.store.group import GroupCommit
 from fpstore.store.header import (
@@ -351,36 +351,53 @@ class Store(Closing):
 
     # -- all pairs ------------------------------------------------------------------------------
 
+    def iter_near_duplicate_pairs(
+        self,
+        k: int | None = None,
+        *,
+        batch_size: int = pairs.BATCH_SIZE,
+        progress: Callable[[int, int | None], None] | None = None,
+        memory_budget: int | None = None,
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Every pair of live documents within ``k`` bits, each exactly once, in batches of at
+        most ``batch_size`` rows: ``(id_a int64, id_b int64, distance uint8)``, ``id_a < id_b``.
+
+        Up to the design's k the join streams the store's sorted tables, table by table, a
+        window of entries at a time: its memory does not grow with the store (:mod:`.pairs`).
+        Batches come table by table (identical fingerprints and table 0's pairs first), in no
+        order within. Above the design's k it builds its own tables in memory and raises
+        :class:`~fpstore.errors.MemoryBudgetError` when that would exceed ``memory_budget``
+        bytes (default :data:`fpstore.store.pairs.IN_MEMORY_BUDGET`). Arguments are checked on
+        the call; the join runs in one snapshot while the batches are taken, from the calling
+        thread, and holds its read transaction until exhausted or closed (``close()`` it, or
+        use ``contextlib.closing``, when stopping early). ``progress(tables joined, tables)``.
+        """
+        return pairs.iter_pairs(
+            self._storage, self._cat, self.k if k is None else k, batch_size=batch_size, progress=progress, memory_budget=memory_budget
+        )
+
     def near_duplicate_pairs(
-        self, k: int | None = None, *, progress: Callable[[int, int | None], None] | None = None
+        self, k: int | None = None, *, progress: Callable[[int, int | None], None] | None = None, memory_budget: int | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every pair of live documents within ``k`` bits, exactly once: ``(id_a, id_b, distance)``.
 
         ``id_a < id_b``; identical fingerprints are included (distance 0); rows are sorted by
         ``(id_a, id_b)``. Documents too short for near-duplicate matching take no part.
-        ``k`` may exceed the design's: the join builds its own tables in memory.
-        ``progress(tables joined, tables)`` is called as the join goes.
+        :meth:`iter_near_duplicate_pairs` in one set of arrays (the pairs are held; the join is not).
         """
-        kq = self.k if k is None else k
-        if not isinstance(kq, int) or isinstance(kq, bool) or not 0 <= kq <= 10:
-            raise InputError(f"k must be an int in 0..10, got {kq!r}")
-        with self._storage.read() as txn:
-            fps, ids = self._cat.live_index(txn)
-        i, j, d = search.pairs_within(fps, kq, progress)
-        a, b = ids[i].astype(np.int64), ids[j].astype(np.int64)
-        lo, hi = np.minimum(a, b), np.maximum(a, b)
-        order = np.lexsort((hi, lo))
-        return lo[order], hi[order], d[order]
+        return pairs.sorted_pairs(self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget))
 
-    def clusters(self, k: int | None = None, *, progress: Callable[[int, int | None], None] | None = None) -> list[Cluster]:
+    def clusters(
+        self, k: int | None = None, *, progress: Callable[[int, int | None], None] | None = None, memory_budget: int | None = None
+    ) -> list[Cluster]:
         """Connected components of the near-duplicate graph (size >= 2), largest first.
 
         Each cluster's canonical member is the document with the smallest id (the oldest);
-        ``keys`` lists the canonical first, then the others by id. ``progress`` as for
-        :meth:`near_duplicate_pairs`.
+        ``keys`` lists the canonical first, then the others by id. The components are built by a
+        union-find over the stream of :meth:`iter_near_duplicate_pairs` (same arguments), never
+        the whole list of pairs.
         """
-        a, b, _ = self.near_duplicate_pairs(k, progress=progress)
-        groups = search.components(a, b)
+        groups = pairs.components(self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget))
         with self._storage.read() as txn:
             keys = iter(self._cat.keys_of(txn, [int(i) for g in groups for i in g]))
             out = []
