@@ -308,3 +308,25 @@ def test_streamed_pairs_memory_does_not_grow_with_the_store(tmp_path):
     assert large < 4 * small, peaks
     # The measure sees growth: one window holding a whole table grows ~10x with the store.
     assert large_whole > 5 * small_whole and large_whole > 10 * large, peaks
+
+
+@pytest.mark.parametrize("buffer", [5, 1 << 22])
+def test_dedup_spill_reads_back_sorted_by_distance_then_ids(monkeypatch, buffer):
+    """fpstore-admin dedup holds the streamed pairs in sorted runs per distance (spilled to files
+    once BUFFER pairs are held) and reads them back merged: distance, then id_a, then id_b."""
+    from fpstore.admin.data import PairSpill
+
+    monkeypatch.setattr(PairSpill, "BUFFER", buffer)
+    rng = np.random.default_rng(2)
+    want = []
+    with PairSpill(3) as spill:
+        for _ in range(30):
+            n = int(rng.integers(0, 25))
+            a = rng.integers(1, 200, n)
+            b = a + rng.integers(1, 60, n)
+            d = rng.integers(0, 4, n).astype(np.uint8)
+            spill.add(a, b, d)
+            want += list(zip(d.tolist(), a.tolist(), b.tolist()))
+        got = [(dist, x, y) for a, b, dist in spill.chunks(7) for x, y in zip(a.tolist(), b.tolist())]
+        assert spill.count == len(want)
+    assert got == sorted(want)
