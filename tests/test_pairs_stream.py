@@ -98,6 +98,30 @@ def test_streamed_pairs_equal_brute_force(tmp_path, k, design):
         assert len(want) > 100
 
 
+def test_fingerprints_held_by_many_documents_expand_in_chunks(tmp_path, monkeypatch):
+    """A fingerprint held by hundreds of documents (in runs and the incremental tier) pairs each
+    with each, in table 0 and, across table 0's prefix, through the lookup in table 0: the id
+    pairs come out at most EXPAND_ROWS candidates at a time, all of them, each once."""
+    monkeypatch.setattr(pairs_stream, "EXPAND_ROWS", 1000)
+    rng = np.random.default_rng(8)
+    a = int(rng.integers(0, 2**63))
+    groups = [a, a ^ 1, a ^ (1 << 63), a ^ (1 << 63) ^ (1 << 5) ^ (1 << 9)]  # the last two: beyond table 0's prefix
+    fps = np.repeat(np.array(groups, np.uint64), [300, 120, 150, 60])
+    fps = np.concatenate([fps, rng.integers(0, 2**64, 2000, dtype=np.uint64)])
+    rng.shuffle(fps)
+    with fpstore.open(tmp_path / "s", k=3, design="r4", flush_entries=10_000) as s:
+        s.bulk_load(np.arange(400), fps[:400], pipeline_id=s.pipeline.id, max_run=250)
+        s.add_many(list(range(400, len(fps))), fingerprints=fps[400:], pipeline_id=s.pipeline.id)
+        s.delete(0)
+        live, ids = s.fingerprints()
+        want = brute_pairs(live, ids, 3)
+        chunks = list(pairs.iter_pairs(s._storage, s._cat, 3, batch_size=1 << 30, threads=1))
+        assert as_set(chunks) == want and len(want) > 100_000
+        with s._storage.read() as txn:
+            raw = list(pairs_stream.stream_pairs(s.design, 3, pairs._sources(txn, s._cat, 4), threads=2))
+        assert max(len(x[0]) for x in raw) <= 1000 and as_set(raw) == want
+
+
 def test_stream_reads_the_store_tables_not_an_in_memory_join(tmp_path, monkeypatch):
     """Up to the design's k the pairs come from the store's tables: the in-memory join is never
     called; above it, it is (and answers the same as brute force)."""

@@ -56,11 +56,11 @@ __all__ = [
     "ArraySource",
     "RunSource",
     "Source",
+    "Expansion",
     "Window",
     "dyadic_width",
-    "expand",
-    "identical_pairs",
     "prefix_windows",
+    "resolve",
     "stream_pairs",
     "tables_needed",
 ]
@@ -314,54 +314,71 @@ def _load(sources: Sequence[Source], prefix_bits: int, lo: int, hi: int) -> Wind
     return Window(keys[first], starts, sizes, ids)
 
 
-def expand(
-    ia: np.ndarray,
-    ib: np.ndarray,
-    d: np.ndarray,
-    a_starts: np.ndarray,
-    a_sizes: np.ndarray,
-    a_ids: np.ndarray,
-    b_starts: np.ndarray,
-    b_sizes: np.ndarray,
-    b_ids: np.ndarray,
-) -> Pairs:
-    """Every id pair of key pairs ``(ia, ib)``: each id of key ``ia[r]`` (``a_ids[a_starts[ia[r]] :
-    + a_sizes[ia[r]]]``) with each id of key ``ib[r]``, at distance ``d[r]``; as (smaller id,
-    larger id, distance)."""
-    sa, sb = a_sizes[ia], b_sizes[ib]
-    if np.all(sa == 1) and np.all(sb == 1):
-        x, y, dist = a_ids[a_starts[ia]], b_ids[b_starts[ib]], d
-    else:
-        rows = sa * sb
-        pair = np.repeat(np.arange(len(ia)), rows)
-        r = np.arange(int(rows.sum())) - np.repeat(np.cumsum(rows) - rows, rows)
-        x = a_ids[a_starts[ia[pair]] + r // sb[pair]]
-        y = b_ids[b_starts[ib[pair]] + r % sb[pair]]
-        dist = d[pair]
-    return np.minimum(x, y), np.maximum(x, y), dist
+@dataclass(frozen=True)
+class Expansion:
+    """The id pairs of key pairs ``(ia[r], ib[r])`` at distance ``d[r]``: each id of key ``ia[r]``
+    of window ``a`` with each id of key ``ib[r]`` of window ``b``; with ``upper`` (``a`` is ``b``
+    and ``ia`` is ``ib``: keys held by several documents), each pair of ids of one key once.
+    :meth:`chunks` produces them :data:`EXPAND_ROWS` at a time: a key held by many documents
+    pairs each with each, and those pairs need not be in memory at once."""
+
+    ia: np.ndarray
+    ib: np.ndarray
+    d: np.ndarray
+    a: Window
+    b: Window
+    upper: bool = False
+
+    def rows(self) -> np.ndarray:
+        assert self.a.sizes is not None and self.b.sizes is not None
+        return self.a.sizes[self.ia].astype(np.int64) * self.b.sizes[self.ib]
+
+    def chunks(self, limit: int | None = None) -> Iterator[Pairs]:
+        """The id pairs as (smaller id, larger id, distance), about ``limit`` (default
+        :data:`EXPAND_ROWS`) candidate rows at a time."""
+        if not len(self.ia):
+            return
+        rows = self.rows()
+        cum = np.cumsum(rows)
+        step = EXPAND_ROWS if limit is None else limit
+        for lo in range(0, int(cum[-1]), step):
+            found = self._range(rows, cum, lo, min(int(cum[-1]), lo + step))
+            if len(found[0]):
+                yield found
+
+    def _range(self, rows: np.ndarray, cum: np.ndarray, lo: int, hi: int) -> Pairs:
+        """Candidate rows ``lo .. hi - 1`` of the expansion (row r of key pair p: id r // size of
+        b's key, with id r % that size)."""
+        a, b = self.a, self.b
+        assert a.starts is not None and a.ids is not None and b.starts is not None and b.sizes is not None and b.ids is not None
+        p0 = int(cum.searchsorted(lo, side="right"))
+        p1 = int(cum.searchsorted(hi - 1, side="right")) + 1
+        first = cum[p0:p1] - rows[p0:p1]
+        counts = np.minimum(cum[p0:p1], hi) - np.maximum(first, lo)
+        pair = np.repeat(np.arange(p0, p1), counts)
+        r = np.arange(lo, hi) - first[pair - p0]
+        sb = b.sizes[self.ib[pair]]
+        x, y = r // sb, r % sb
+        if self.upper:
+            keep = x < y
+            pair, x, y = pair[keep], x[keep], y[keep]
+        ids_a = a.ids[a.starts[self.ia[pair]] + x]
+        ids_b = b.ids[b.starts[self.ib[pair]] + y]
+        return np.minimum(ids_a, ids_b), np.maximum(ids_a, ids_b), self.d[pair]
 
 
-def identical_pairs(starts: np.ndarray, sizes: np.ndarray, ids: np.ndarray) -> Pairs:
-    """Every pair of ids that share one key (distance 0), as (smaller id, larger id, 0)."""
-    big = np.flatnonzero(sizes > 1)
-    if not len(big):
-        return _empty_pairs()
-    m = sizes[big]
-    g = np.repeat(big, m * m)
-    r = np.arange(int((m * m).sum())) - np.repeat(np.cumsum(m * m) - m * m, m * m)
-    x, y = r // sizes[g], r % sizes[g]
-    keep = x < y
-    a, b = ids[starts[g[keep]] + x[keep]], ids[starts[g[keep]] + y[keep]]
-    return np.minimum(a, b), np.maximum(a, b), np.zeros(int(keep.sum()), np.uint8)
+#: Candidate id pairs expanded at a time, and the most a worker thread expands itself (more are
+#: expanded as they are taken).
+EXPAND_ROWS = 1 << 20
 
 
-def _join(design: Design, t: int, a: Window, b: Window | None, masks: np.ndarray, k: int) -> Pairs:
+def _join(design: Design, t: int, a: Window, b: Window | None, masks: np.ndarray, k: int) -> list[Pairs | Expansion]:
     """Pairs of window ``a`` with itself (``b`` None) or with partner ``b`` under ``masks``: id
     pairs when the windows carry ids (table 0), else fingerprint pairs."""
     p = design.tables[t].prefix_bits
     other = a if b is None else b
     if not len(a.keys) or not len(other.keys):
-        return _empty_pairs()
+        return []
     if b is None and len(masks) == 1 and int(masks[0]) == 0:
         i, j, d = _search.self_join(a.keys, p, k)
     else:
@@ -370,16 +387,15 @@ def _join(design: Design, t: int, a: Window, b: Window | None, masks: np.ndarray
     if t and len(i):  # a pair of distinct keys comes from the first table that reaches it
         keep = ~reached_earlier(design, t, fa, fb)
         i, j, d, fa, fb = i[keep], j[keep], d[keep], fa[keep], fb[keep]
-    found: Pairs
     if a.ids is None:
-        found = (fa, fb, d)
-    else:
-        assert a.starts is not None and a.sizes is not None and other.starts is not None and other.sizes is not None
-        assert other.ids is not None
-        found = expand(i, j, d, a.starts, a.sizes, a.ids, other.starts, other.sizes, other.ids)
-        if b is None:
-            found = _concat([identical_pairs(a.starts, a.sizes, a.ids), found])
-    return found
+        return [(fa, fb, d)] if len(d) else []
+    found = [Expansion(i, j, d, a, other)]
+    if b is None:  # keys held by several documents: their pairs at distance 0
+        assert a.sizes is not None
+        big = np.flatnonzero(a.sizes > 1)
+        found.insert(0, Expansion(big, big, np.zeros(len(big), np.uint8), a, a, upper=True))
+    # Small expansions are done here, on the worker; large ones as the batches are taken.
+    return [e if int(e.rows().sum()) > EXPAND_ROWS else _concat(list(e.chunks())) for e in found]
 
 
 def _concat(parts: Sequence[Pairs]) -> Pairs:
@@ -391,17 +407,17 @@ def _concat(parts: Sequence[Pairs]) -> Pairs:
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts])
 
 
-def _run_task(design: Design, sources: Sequence[Source], task: _Task, k: int) -> Pairs:
+def _run_task(design: Design, sources: Sequence[Source], task: _Task, k: int) -> list[Pairs | Expansion]:
     p = design.tables[task.table].prefix_bits
     a = _load(sources, p, task.lo, task.hi)
-    found = [_join(design, task.table, a, None, task.masks, k)]
+    found = _join(design, task.table, a, None, task.masks, k)
     if len(a.keys):
         for lo, hi, masks in task.partners:
-            found.append(_join(design, task.table, a, _load(sources, p, lo, hi), masks, k))
-    return _concat(found)
+            found += _join(design, task.table, a, _load(sources, p, lo, hi), masks, k)
+    return found
 
 
-def resolve(sources0: Sequence[Source], fa: np.ndarray, fb: np.ndarray, d: np.ndarray) -> Pairs:
+def resolve(sources0: Sequence[Source], fa: np.ndarray, fb: np.ndarray, d: np.ndarray) -> Expansion:
     """Fingerprint pairs as id pairs: each fingerprint looked up in table 0 (``sources0``), every
     live id of one paired with every live id of the other."""
     fps = np.unique(np.concatenate([fa, fb]))
@@ -412,7 +428,8 @@ def resolve(sources0: Sequence[Source], fa: np.ndarray, fb: np.ndarray, d: np.nd
     ki, ids = ki[order], ids[order]
     starts = ki.searchsorted(np.arange(len(fps)), side="left")
     sizes = ki.searchsorted(np.arange(len(fps)), side="right") - starts
-    return expand(fps.searchsorted(fa), fps.searchsorted(fb), d, starts, sizes, ids, starts, sizes, ids)
+    members = Window(fps, starts, sizes, ids)
+    return Expansion(fps.searchsorted(fa), fps.searchsorted(fb), d, members, members)
 
 
 def stream_pairs(
@@ -436,27 +453,28 @@ def stream_pairs(
     pending: list[Pairs] = []
     npending = 0
     for t, found in _in_order(tasks, lambda tt: _run_task(design, tables[tt[0]], tt[1], k), nthreads, progress, used):
-        if not len(found[0]):
-            continue
-        if t == 0:
-            yield found
-            continue
-        pending.append(found)
-        npending += len(found[0])
+        for part in found:
+            if isinstance(part, Expansion):
+                yield from part.chunks()
+            elif t == 0:  # id pairs, expanded on the worker
+                yield part
+            else:
+                pending.append(part)
+                npending += len(part[0])
         if npending >= resolve_entries:
-            yield resolve(tables[0], *_concat(pending))
+            yield from resolve(tables[0], *_concat(pending)).chunks()
             pending, npending = [], 0
     if pending:
-        yield resolve(tables[0], *_concat(pending))
+        yield from resolve(tables[0], *_concat(pending)).chunks()
 
 
 def _in_order(
     tasks: Iterator[tuple[int, _Task]],
-    work: Callable[[tuple[int, _Task]], Pairs],
+    work: Callable[[tuple[int, _Task]], list[Pairs | Expansion]],
     nthreads: int,
     progress: Callable[[int, int | None], None] | None,
     ntables: int,
-) -> Iterator[tuple[int, Pairs]]:
+) -> Iterator[tuple[int, list[Pairs | Expansion]]]:
     """``(table, work(task))`` for every task, in order, computed on ``nthreads`` threads with
     at most ``nthreads + 1`` in flight; ``progress`` after each table's last task."""
     reported = 0  # tables known to be complete
@@ -476,7 +494,7 @@ def _in_order(
         report(ntables)
         return
     pool = executor(nthreads)
-    queue: deque[tuple[int, Future[Pairs]]] = deque()
+    queue: deque[tuple[int, Future[list[Pairs | Expansion]]]] = deque()
     try:
         for item in tasks:
             queue.append((item[0], pool.submit(work, item)))
