@@ -41,6 +41,7 @@ from typing import Protocol
 import numpy as np
 
 from fpstore import _backend
+from fpstore.errors import InputError
 from fpstore.index import runs as runs_codec
 from fpstore.index.design import Design
 from fpstore.index.search import reached_earlier
@@ -125,7 +126,7 @@ class RunSource:
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self._ids is None:
-            raise TypeError("lookup needs a source of table 0")
+            raise InputError("lookup needs a source of table 0, which carries ids")
         ki, pos, _ = runs_codec.probe_batch_run(self._get, self.index, keys, 64, 0, positions=True)
         ids = self._ids(pos.astype(np.int64))
         return _live(ki.astype(np.int64), ids, self._keep)
@@ -153,7 +154,7 @@ class ArraySource:
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self._ids is None:
-            raise TypeError("lookup needs a source of table 0")
+            raise InputError("lookup needs a source of table 0, which carries ids")
         lo = self.keys.searchsorted(keys, side="left")
         counts = self.keys.searchsorted(keys, side="right") - lo
         ki = np.repeat(np.arange(len(keys), dtype=np.int64), counts)
