@@ -184,6 +184,31 @@ def test_iterator_holds_one_snapshot_until_closed(tmp_path):
         assert (min(new_ids), max(new_ids), 0) in as_set(s.iter_near_duplicate_pairs(0))
 
 
+def test_a_write_that_must_grow_the_map_under_an_open_iterator_is_refused(tmp_path):
+    """Growing the map remaps it; an iterator between batches still reads the old mapping. A
+    write from the iterating thread that needs more map is refused with StorageError (it used to
+    be a segfault waiting to happen), the store unchanged; once the iterator is closed it goes
+    through."""
+    from fpstore.errors import StorageError
+
+    rng = np.random.default_rng(9)
+    fps = rng.integers(0, 2**64, 2000, dtype=np.uint64)
+    fps[:1000] = fps[1000:]
+    with fpstore.open(tmp_path / "s", k=3, map_size=2 << 20) as s:  # 2 MiB: the next writes must grow it
+        s.add_many(list(range(2000)), fingerprints=fps, pipeline_id=s.pipeline.id)
+        assert s._storage.env.info()["map_size"] == 2 << 20
+        more = rng.integers(0, 2**64, 20_000, dtype=np.uint64)
+        it = s.iter_near_duplicate_pairs(0, batch_size=10)
+        assert len(next(it)[0]) == 10
+        with pytest.raises(StorageError, match="still holds a read"):
+            s.add_many([f"m{i}" for i in range(len(more))], fingerprints=more, pipeline_id=s.pipeline.id)
+        assert len(s) == 2000
+        rest = as_set(it)  # the iterator reads on, unharmed
+        assert len(rest) == 1000 - 10
+        s.add_many([f"m{i}" for i in range(len(more))], fingerprints=more, pipeline_id=s.pipeline.id)
+        assert len(s) == 22_000
+
+
 def test_clusters_from_the_stream_equal_components_of_brute_force(tmp_path, monkeypatch):
     """Store.clusters (a union-find over the stream, contracted every few edges here) equals
     the connected components of the brute-force pair graph, largest first, smallest id first."""

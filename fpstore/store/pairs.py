@@ -46,8 +46,10 @@ _search = _backend.load("search")
 
 #: Pairs per batch of :meth:`Store.iter_near_duplicate_pairs` by default.
 BATCH_SIZE = 65_536
-#: Peak bytes per document of the in-memory join (k above the design's): measured 190-280 at
-#: 10^6-10^7 documents (the permuted tables, their sort orders and the pairs), the upper end taken.
+#: Peak bytes per document of the in-memory join (k above the design's): its permuted tables,
+#: their sort orders and the pairs. tools/bench_pairs_stream.py measured 139-154 (peak RssAnon,
+#: 10^6 to 3 x 10^7, two threads, 1 % near pairs); issue 21 reports 190-280 at 10^8, where more
+#: tables are in flight and more pairs found: the upper end is taken.
 IN_MEMORY_BYTES_PER_DOC = 280
 #: Default budget of the in-memory join: stores whose estimate exceeds it are refused (8 GiB,
 #: about 30 million documents).

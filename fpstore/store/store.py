@@ -370,7 +370,9 @@ class Store(Closing):
         bytes (default :data:`fpstore.store.pairs.IN_MEMORY_BUDGET`). Arguments are checked on
         the call; the join runs in one snapshot while the batches are taken, from the calling
         thread, and holds its read transaction until exhausted or closed (``close()`` it, or
-        use ``contextlib.closing``, when stopping early). ``progress(tables joined, tables)``.
+        use ``contextlib.closing``, when stopping early): meanwhile a write of this thread that
+        must grow the map raises :class:`~fpstore.errors.StorageError`, and other threads' growth
+        waits. ``progress(tables joined, tables)``.
         """
         return pairs.iter_pairs(
             self._storage, self._cat, self.k if k is None else k, batch_size=batch_size, progress=progress, memory_budget=memory_budget
