@@ -85,8 +85,9 @@ def iter_pairs(
     ``batch_size`` rows: ``(id_a int64, id_b int64, distance uint8)`` with ``id_a < id_b``.
 
     Arguments are checked, and the in-memory join's budget too, before this returns; the join
-    runs as the batches are taken, in one read snapshot held until the iterator is exhausted or
-    closed. ``window_entries`` and ``threads`` override the stream's defaults (tests use them)."""
+    runs as the batches are taken. The stream reads one snapshot, held until the iterator is
+    exhausted or closed; the in-memory join reads its fingerprints in one and lets it go.
+    ``window_entries`` and ``threads`` override the stream's defaults (tests use them)."""
     kq = _check_k(k)
     size = _positive(batch_size, "batch_size")
     streamed = kq <= cat.design.k
@@ -117,18 +118,18 @@ def _iterate(
     window_entries: int | None,
     threads: int | None,
 ) -> Iterator[Pairs]:
-    with storage.read() as txn:
-        chunks: Iterable[Pairs]
-        if streamed:
-            tables = _sources(txn, cat, tables_needed(cat.design, k))
-            extra: dict[str, Any] = {} if window_entries is None else {"window_entries": window_entries}
-            chunks = stream_pairs(cat.design, k, tables, threads=threads, progress=progress, **extra)
-        else:
+    if not streamed:  # the in-memory join: the snapshot is needed only to read the fingerprints
+        with storage.read() as txn:
             fps, ids = cat.live_index(txn)
-            i, j, d = search.pairs_within(fps, k, progress)
-            a, b = ids[i], ids[j]
-            chunks = [(np.minimum(a, b), np.maximum(a, b), d)]
-        yield from _batched(chunks, batch_size)
+        i, j, d = search.pairs_within(fps, k, progress)
+        a, b = ids[i], ids[j]
+        del fps, i, j
+        yield from _batched([(np.minimum(a, b), np.maximum(a, b), d)], batch_size)
+        return
+    with storage.read() as txn:
+        tables = _sources(txn, cat, tables_needed(cat.design, k))
+        extra: dict[str, Any] = {} if window_entries is None else {"window_entries": window_entries}
+        yield from _batched(stream_pairs(cat.design, k, tables, threads=threads, progress=progress, **extra), batch_size)
 
 
 def _sources(txn: lmdb.Transaction, cat: Catalog, ntables: int) -> list[list[Source]]:
