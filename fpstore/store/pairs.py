@@ -38,9 +38,10 @@ from fpstore.index import search
 from fpstore.index.pairs_stream import ArraySource, RunSource, Source, stream_pairs, tables_needed
 from fpstore.index.tables import MAX_K
 from fpstore.store.catalog import Catalog
+from fpstore.store.results import Cluster
 from fpstore.store.storage import Storage
 
-__all__ = ["BATCH_SIZE", "IN_MEMORY_BUDGET", "IN_MEMORY_BYTES_PER_DOC", "components", "iter_pairs", "sorted_pairs"]
+__all__ = ["BATCH_SIZE", "IN_MEMORY_BUDGET", "IN_MEMORY_BYTES_PER_DOC", "clusters", "components", "iter_pairs", "sorted_pairs"]
 
 _search = _backend.load("search")
 
@@ -247,3 +248,16 @@ def components(batches: Iterable[Pairs]) -> list[np.ndarray]:
     groups = np.split(members, np.flatnonzero(np.diff(labels)) + 1)
     groups.sort(key=lambda g: (-len(g), int(g[0])))
     return groups
+
+
+def clusters(storage: Storage, cat: Catalog, batches: Iterable[Pairs]) -> list[Cluster]:
+    """:func:`components` of the pairs in ``batches``, as :class:`Cluster` records with their
+    members' keys (read in one snapshot): the canonical (smallest id) first, then by id."""
+    groups = components(batches)
+    with storage.read() as txn:
+        keys = iter(cat.keys_of(txn, [int(i) for g in groups for i in g]))
+        out = []
+        for g in groups:
+            members = [next(keys) for _ in range(len(g))]
+            out.append(Cluster(members[0], members, g))
+        return out

@@ -9,8 +9,7 @@ each document once: exactly what comparing with every stored fingerprint would r
 
 :class:`Store` is the facade: it checks input and owns transactions. Beside it: :mod:`.catalog`
 (the tables read together), :mod:`.writes`, :mod:`.incremental` and :mod:`.lsm` (the tiers),
-:mod:`.header`, :mod:`.keys`, :mod:`.results`, :mod:`.inspect`, :mod:`.pairs` (all pairs and
-clusters) and :mod:`.storage` (LMDB).
+:mod:`.header`, :mod:`.keys`, :mod:`.results`, :mod:`.inspect`, :mod:`.pairs` and :mod:`.storage` (LMDB).
 """
 
 from __future__ import annotations
@@ -57,6 +56,8 @@ from fpstore.store.storage import DATA_FILE, Storage
 from fpstore.store.writes import add_batch, add_group, compact, delete_one, load_run
 
 __all__ = ["AddResult", "Cluster", "Document", "Match", "Store"]
+
+Progress = Callable[[int, int | None], None] | None
 
 
 class Store(Closing):
@@ -352,61 +353,34 @@ class Store(Closing):
     # -- all pairs ------------------------------------------------------------------------------
 
     def iter_near_duplicate_pairs(
-        self,
-        k: int | None = None,
-        *,
-        batch_size: int = pairs.BATCH_SIZE,
-        progress: Callable[[int, int | None], None] | None = None,
-        memory_budget: int | None = None,
+        self, k: int | None = None, *, batch_size: int = pairs.BATCH_SIZE, progress: Progress = None, memory_budget: int | None = None
     ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Every pair of live documents within ``k`` bits, each exactly once, in batches of at
-        most ``batch_size`` rows: ``(id_a int64, id_b int64, distance uint8)``, ``id_a < id_b``.
-
-        Up to the design's k the join streams the store's sorted tables, table by table, a
-        window of entries at a time: its memory does not grow with the store (:mod:`.pairs`).
-        Batches come table by table (identical fingerprints and table 0's pairs first), in no
-        order within. Above the design's k it builds its own tables in memory and raises
-        :class:`~fpstore.errors.MemoryBudgetError` when that would exceed ``memory_budget``
-        bytes (default :data:`fpstore.store.pairs.IN_MEMORY_BUDGET`). Arguments are checked on
-        the call; the join runs in one snapshot while the batches are taken, from the calling
-        thread, and holds its read transaction until exhausted or closed (``close()`` it, or
-        use ``contextlib.closing``, when stopping early): meanwhile a write of this thread that
-        must grow the map raises :class:`~fpstore.errors.StorageError`, and other threads' growth
-        waits. ``progress(tables joined, tables)``.
-        """
+        """Every pair of live documents within ``k`` bits, each once, in batches of at most
+        ``batch_size``: ``(id_a int64, id_b int64, distance uint8)``, ``id_a < id_b``, table by table.
+        Up to the design's k it streams the store's sorted tables in one snapshot, held until the
+        iterator is exhausted or closed (take it from one thread; a write of that thread that must
+        grow the map raises StorageError meanwhile); above it the join is in memory and refused
+        beyond ``memory_budget`` bytes (MemoryBudgetError). Details: :mod:`fpstore.store.pairs`."""
         return pairs.iter_pairs(
             self._storage, self._cat, self.k if k is None else k, batch_size=batch_size, progress=progress, memory_budget=memory_budget
         )
 
     def near_duplicate_pairs(
-        self, k: int | None = None, *, progress: Callable[[int, int | None], None] | None = None, memory_budget: int | None = None
+        self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every pair of live documents within ``k`` bits, exactly once: ``(id_a, id_b, distance)``.
-
-        ``id_a < id_b``; identical fingerprints are included (distance 0); rows are sorted by
-        ``(id_a, id_b)``. Documents too short for near-duplicate matching take no part.
-        :meth:`iter_near_duplicate_pairs` in one set of arrays (the pairs are held; the join is not).
-        """
+        """Every pair of live documents within ``k`` bits, exactly once: ``(id_a, id_b, distance)``,
+        ``id_a < id_b``, identical fingerprints included, rows sorted by ``(id_a, id_b)``; short
+        documents take no part. :meth:`iter_near_duplicate_pairs` collected in one set of arrays."""
         return pairs.sorted_pairs(self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget))
 
-    def clusters(
-        self, k: int | None = None, *, progress: Callable[[int, int | None], None] | None = None, memory_budget: int | None = None
-    ) -> list[Cluster]:
-        """Connected components of the near-duplicate graph (size >= 2), largest first.
-
-        Each cluster's canonical member is the document with the smallest id (the oldest);
-        ``keys`` lists the canonical first, then the others by id. The components are built by a
-        union-find over the stream of :meth:`iter_near_duplicate_pairs` (same arguments), never
-        the whole list of pairs.
-        """
-        groups = pairs.components(self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget))
-        with self._storage.read() as txn:
-            keys = iter(self._cat.keys_of(txn, [int(i) for g in groups for i in g]))
-            out = []
-            for g in groups:
-                members = [next(keys) for _ in range(len(g))]
-                out.append(Cluster(members[0], members, g))
-            return out
+    def clusters(self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None) -> list[Cluster]:
+        """Connected components of the near-duplicate graph (size >= 2), largest first, by a
+        union-find over :meth:`iter_near_duplicate_pairs` (same arguments). Each cluster's canonical
+        member is the document with the smallest id (the oldest); ``keys`` lists it first, then the
+        others by id."""
+        return pairs.clusters(
+            self._storage, self._cat, self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget)
+        )
 
     def delete(self, key: Key) -> bool:
         """Delete a document; returns whether it existed. Durable when it returns."""
