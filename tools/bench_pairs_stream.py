@@ -22,8 +22,8 @@ parent has read the store's file once (so every variant starts with it in the pa
   held): the join itself;
 * **sorted**: ``Store.near_duplicate_pairs(3)``: the stream collected and sorted, as the API returns it.
 
-Each child reports wall seconds, the pairs and an order-free checksum of them (every variant must
-agree), ``VmHWM`` (peak resident set, from /proc/self/status: it counts the pages of the LMDB map
+Each child reports wall seconds, CPU seconds (all its threads: what the work costs whatever else
+runs on the machine), the pairs and an order-free checksum of them (every variant must agree), ``VmHWM`` (peak resident set, from /proc/self/status: it counts the pages of the LMDB map
 the child touched, which are the page cache), ``RssFile`` at the end (those mapped file pages), and
 the peak of ``RssAnon`` (the process's own memory, beyond the page cache) sampled every 5 ms by a
 thread. ``uptime`` before and after: the machine is shared, and its load changes the seconds.
@@ -112,7 +112,7 @@ def child_join(path: str, variant: str) -> dict[str, Any]:
 
     base_anon = status_kib("RssAnon")  # the interpreter, numpy and fpstore, imported
     peak = AnonPeak()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with fpstore.open(path, readonly=True) as s:
         if variant == "old":
             fps, ids = s.fingerprints()
@@ -130,11 +130,12 @@ def child_join(path: str, variant: str) -> dict[str, Any]:
         else:
             a, b, d = s.near_duplicate_pairs(K)
             count, total = len(a), checksum(a, b, d)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         rss_file = status_kib("RssFile")
     anon = peak.stop()
     return {
         "seconds": seconds,
+        "cpu_s": cpu,
         "pairs": count,
         "checksum": total,
         "vmhwm_mib": status_kib("VmHWM") / 1024,
@@ -194,6 +195,7 @@ def report(data: dict[str, Any]) -> str:
                 r["design"] + (f", {nruns} runs" if nruns > 1 else ""),
                 r["variant"],
                 f"{r['seconds']:.2f}",
+                f"{r['cpu_s']:.2f}",
                 f"{r['pairs']:,}",
                 f"{r['vmhwm_mib']:,.0f}",
                 f"{r['rss_file_mib']:,.0f}",
@@ -207,7 +209,7 @@ def report(data: dict[str, Any]) -> str:
     agree = all(len(v) == 1 for v in checks.values())
     text = bc.section(
         f"All pairs within k = {K}: the old in-memory join against the stream ({data['code']}; {data['uptime_before']}):",
-        ["n", "design", "variant", "seconds", "pairs", "VmHWM MiB", "RssFile MiB (end)", "RssAnon peak MiB", "RssAnon B/doc above imports"],
+        ["n", "design", "variant", "seconds", "CPU s", "pairs", "VmHWM MiB", "RssFile MiB (end)", "RssAnon peak MiB", "RssAnon B/doc above imports"],
         rows,
     )
     return text + f"\n\nEvery variant gave the same pairs (count and checksum): {'yes' if agree else 'NO'}. After: {data['uptime_after']}\n"
