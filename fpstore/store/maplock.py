@@ -58,6 +58,10 @@ class MapLock:
             with self._cond:
                 self._cond.notify_all()
 
+    def held(self) -> bool:
+        """Whether the calling thread holds a share: a transaction of its own is open."""
+        return bool(self._shares.get(threading.get_ident()))
+
     def _others(self, me: int) -> bool:
         return any(n for t, n in list(self._shares.items()) if t != me)
 

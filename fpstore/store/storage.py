@@ -640,7 +640,16 @@ class Storage:
         raise StorageError(f"could not start a read on {self.path} after map resizes")
 
     def _set_mapsize(self, size: int, action: str) -> None:
-        """Set the map size (0: adopt the file's) once no other thread of this process is in a transaction."""
+        """Set the map size (0: adopt the file's) once no other thread of this process is in a transaction.
+
+        A read this thread still holds open (a ``Store.reader()`` block, an all-pairs iterator
+        between batches) would be left reading an unmapped map: that is refused, not done."""
+        if self._map.held():
+            raise StorageError(
+                f"{self.path}: {action} needs the map remapped, but this thread still holds a read of the store open "
+                "(a store.reader() block, or an iter_near_duplicate_pairs iterator not exhausted or closed); "
+                "finish or close it, then write"
+            )
         with self._map.alone():
             try:
                 self.env.set_mapsize(size)

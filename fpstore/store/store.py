@@ -9,7 +9,7 @@ each document once: exactly what comparing with every stored fingerprint would r
 
 :class:`Store` is the facade: it checks input and owns transactions. Beside it: :mod:`.catalog`
 (the tables read together), :mod:`.writes`, :mod:`.incremental` and :mod:`.lsm` (the tiers),
-:mod:`.header`, :mod:`.keys`, :mod:`.results`, :mod:`.inspect` and :mod:`.storage` (LMDB).
+:mod:`.header`, :mod:`.keys`, :mod:`.results`, :mod:`.inspect`, :mod:`.pairs` and :mod:`.storage` (LMDB).
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from fpstore.errors import CorruptionError, DesignError, InputError, NotAStoreEr
 from fpstore.fingerprint.pipeline import DEFAULT_K, Fingerprints, Pipeline
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
-from fpstore.index import search
 from fpstore.index.design import DEFAULT_EXPECTED_SIZE, Design, design_for
-from fpstore.store import inspect
+from fpstore.store import inspect, pairs
 from fpstore.store.catalog import Catalog
 from fpstore.store.group import GroupCommit
 from fpstore.store.header import (
@@ -58,6 +57,8 @@ from fpstore.store.storage import DATA_FILE, Storage
 from fpstore.store.writes import add_batch, add_group, compact, delete_one, load_run
 
 __all__ = ["AddResult", "Cluster", "Document", "Match", "Store"]
+
+Progress = Callable[[int, int | None], None] | None
 
 
 class Store(Closing):
@@ -373,43 +374,35 @@ class Store(Closing):
 
     # -- all pairs ------------------------------------------------------------------------------
 
+    def iter_near_duplicate_pairs(
+        self, k: int | None = None, *, batch_size: int = pairs.BATCH_SIZE, progress: Progress = None, memory_budget: int | None = None
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Every pair of live documents within ``k`` bits, each once, in batches of at most
+        ``batch_size``: ``(id_a int64, id_b int64, distance uint8)``, ``id_a < id_b``, table by table.
+        Up to the design's k it streams the store's sorted tables in one snapshot, held until the
+        iterator is exhausted or closed (take it from one thread; a write of that thread that must
+        grow the map raises StorageError meanwhile); above it the join is in memory and refused
+        beyond ``memory_budget`` bytes (MemoryBudgetError). Details: :mod:`fpstore.store.pairs`."""
+        return pairs.iter_pairs(
+            self._storage, self._cat, self.k if k is None else k, batch_size=batch_size, progress=progress, memory_budget=memory_budget
+        )
+
     def near_duplicate_pairs(
-        self, k: int | None = None, *, progress: Callable[[int, int | None], None] | None = None
+        self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every pair of live documents within ``k`` bits, exactly once: ``(id_a, id_b, distance)``.
+        """Every pair of live documents within ``k`` bits, exactly once: ``(id_a, id_b, distance)``,
+        ``id_a < id_b``, identical fingerprints included, rows sorted by ``(id_a, id_b)``; short
+        documents take no part. :meth:`iter_near_duplicate_pairs` collected in one set of arrays."""
+        return pairs.sorted_pairs(self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget))
 
-        ``id_a < id_b``; identical fingerprints are included (distance 0); rows are sorted by
-        ``(id_a, id_b)``. Documents too short for near-duplicate matching take no part.
-        ``k`` may exceed the design's: the join builds its own tables in memory.
-        ``progress(tables joined, tables)`` is called as the join goes.
-        """
-        kq = self.k if k is None else k
-        if not isinstance(kq, int) or isinstance(kq, bool) or not 0 <= kq <= 10:
-            raise InputError(f"k must be an int in 0..10, got {kq!r}")
-        with self._storage.read() as txn:
-            fps, ids = self._cat.live_index(txn)
-        i, j, d = search.pairs_within(fps, kq, progress)
-        a, b = ids[i].astype(np.int64), ids[j].astype(np.int64)
-        lo, hi = np.minimum(a, b), np.maximum(a, b)
-        order = np.lexsort((hi, lo))
-        return lo[order], hi[order], d[order]
-
-    def clusters(self, k: int | None = None, *, progress: Callable[[int, int | None], None] | None = None) -> list[Cluster]:
-        """Connected components of the near-duplicate graph (size >= 2), largest first.
-
-        Each cluster's canonical member is the document with the smallest id (the oldest);
-        ``keys`` lists the canonical first, then the others by id. ``progress`` as for
-        :meth:`near_duplicate_pairs`.
-        """
-        a, b, _ = self.near_duplicate_pairs(k, progress=progress)
-        groups = search.components(a, b)
-        with self._storage.read() as txn:
-            keys = iter(self._cat.keys_of(txn, [int(i) for g in groups for i in g]))
-            out = []
-            for g in groups:
-                members = [next(keys) for _ in range(len(g))]
-                out.append(Cluster(members[0], members, g))
-            return out
+    def clusters(self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None) -> list[Cluster]:
+        """Connected components of the near-duplicate graph (size >= 2), largest first, by a
+        union-find over :meth:`iter_near_duplicate_pairs` (same arguments). Each cluster's canonical
+        member is the document with the smallest id (the oldest); ``keys`` lists it first, then the
+        others by id."""
+        return pairs.clusters(
+            self._storage, self._cat, self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget)
+        )
 
     def delete(self, key: Key) -> bool:
         """Delete a document; returns whether it existed. Durable when it returns."""
