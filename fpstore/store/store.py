@@ -47,7 +47,7 @@ from fpstore.store.header import (
 )
 from fpstore.store.inputs import OneAdd, batch_adds, prepare_add, prepare_batch, signatures
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
-from fpstore.store.lsm import FLUSH_ENTRIES, merge_group, runs_of
+from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
 from fpstore.store.merging import MERGE_MODES, Merger, clean_up
 from fpstore.store.reading import Reader
 from fpstore.store.redesign import switch_design
@@ -112,8 +112,6 @@ class Store(Closing):
             self._merges = Merger(self._storage, self, merges)
             if not readonly:
                 clean_up(self._storage, self._cat)  # what a merge that died left behind
-                with self._storage.read() as txn:  # tiers filled before this open merge after its first write
-                    self._cat.lsm.merge_due = bool(merge_group(self._cat.state(txn).runs, flush_entries or FLUSH_ENTRIES))
             self._storage.on_commit = [self._merges.after_commit]
         except BaseException:
             if self._storage.is_new:
