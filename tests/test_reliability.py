@@ -98,7 +98,7 @@ def _points(census: dict, rng: random.Random, rounds: int) -> list[tuple[int, st
             for at in sorted({1, max(1, m // 2), m}):
                 cases.append((op, f"put@{w}.{at}", w - 1))
         for r in range(1, census[op]["reserves"] + 1):
-            cases.append((op, f"after_reserve@{r}", r - 1))
+            cases.append((op, f"after_reserve@{r}", census[op]["reserved_after"][r - 1]))
         for _ in range(rounds - 1):  # longer runs: random mutations of random transactions
             w = rng.randint(1, n)
             cases.append((op, f"put@{w}.{rng.randint(1, max(1, writes[w - 1]))}", w - 1))

@@ -53,7 +53,9 @@ class CrashPoints(faults.Faults):
     """Counts writes, mutations, reservations and fsyncs (``census``), and dies at ``point``."""
 
     def __init__(self, point: str) -> None:
-        self.census: dict[str, Any] = {"writes": [], "reserves": 0, "fsyncs": 0}
+        # reserved_after: transactions committed before each map reservation (a bulk load reserves
+        # before each of its runs, a merge after the write that made it due).
+        self.census: dict[str, Any] = {"writes": [], "reserves": 0, "fsyncs": 0, "commits": 0, "reserved_after": []}
         self.death = signal.SIGKILL
         if point.startswith("stop:"):
             self.death = signal.SIGSTOP
@@ -65,7 +67,8 @@ class CrashPoints(faults.Faults):
 
     def reset(self) -> None:
         self.census["writes"].clear()
-        self.census["reserves"] = self.census["fsyncs"] = 0
+        self.census["reserved_after"].clear()
+        self.census["reserves"] = self.census["fsyncs"] = self.census["commits"] = 0
 
     def _die(self) -> None:
         sys.stdout.flush()
@@ -94,11 +97,13 @@ class CrashPoints(faults.Faults):
             self._die()
 
     def after_commit(self) -> None:
+        self.census["commits"] += 1
         if self._at("after_commit", len(self.census["writes"])):
             self._die()
 
     def after_reserve(self) -> None:
         self.census["reserves"] += 1
+        self.census["reserved_after"].append(self.census["commits"])
         if self._at("after_reserve", self.census["reserves"]):
             self._die()
 
