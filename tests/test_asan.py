@@ -66,7 +66,8 @@ def test_asan_kernels_survive_the_seed_corpus_and_its_mutations(toolchain, tmp_p
         assert t["outcomes"].get("ok", 0) > 0, f"{target} never answered: the target is not reached ({t['outcomes']})"
     called = {c for t in run["targets"].values() for c in t["kernel_calls"]}
     for kernel in ("_runs_c.decode_blocks", "_runs_c.probe_chunk", "_runs_c.probe_tables", "_runs_c.encode_chunk",
-                   "_search_c.unpack_bits", "_search_c.self_join", "_search_c.radix_sort", "_simhash_c.fingerprint"):
+                   "_search_c.unpack_bits", "_search_c.self_join", "_search_c.radix_sort", "_simhash_c.fingerprint",
+                   "_simhash_c.fingerprint_batch", "_simhash_c.nfkc"):
         assert kernel in called, f"no target reached {kernel}"
     total = sum(t["seeds"] + t["mutations"] for t in run["targets"].values())
     build = "cached" if run["build"]["cached"] else f"built in {run['build']['build_seconds']} s"

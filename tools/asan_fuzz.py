@@ -312,7 +312,8 @@ def _pipelines() -> list:
 
 
 def _fz_text(data: bytes) -> None:
-    """Arbitrary text through a pipeline: the fingerprint kernel, one text and a batch, must agree."""
+    """Arbitrary text through a pipeline: the fingerprint kernel, one text and a batch, must agree;
+    and the kernel's NFKC must equal unicodedata's."""
     if not data:
         return
     op, body = data[0], data[1:]
@@ -325,6 +326,13 @@ def _fz_text(data: bytes) -> None:
         text = "".join(chr(int.from_bytes(body[i : i + 3], "little") % 0x110000) for i in range(0, len(body) - 2, 3))
         if mode == 3:
             text = " ".join([text] * 3)
+    if isinstance(text, str):  # the kernel's NFKC (no GIL, its own tables) against unicodedata's
+        import unicodedata
+
+        from fpstore.fingerprint import text as _text
+
+        if _text.nfkc(text) != unicodedata.normalize("NFKC", text):
+            raise AssertionError("text.nfkc disagrees with unicodedata")
     pipe = _pipelines()[(op >> 2) % len(_pipelines())]
     sig = pipe.signature(text)
     half = text[: len(text) // 2]

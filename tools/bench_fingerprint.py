@@ -2,8 +2,9 @@
 
     cd /work/main && PYTHONPATH=/work/main python tools/bench_fingerprint.py --json /tmp/bench_fingerprint.json
 
-``--quick`` runs small sizes (a smoke run of about half a minute; the full run takes 2-3 minutes); ``--repeat N`` sets the repeats
-(at least 5; default 7). Results go to ``docs/benchmarks.md``, section "Fingerprinting".
+``--quick`` runs small sizes (a smoke run of about half a minute; the full run takes 3-4 minutes); ``--repeat N`` sets the repeats
+(at least 5; default 7); ``--only headline`` runs the headline section alone (about a minute).
+Results go to ``docs/benchmarks.md``, section "Fingerprinting".
 
 What it measures, all in one process so every ratio compares figures taken minutes apart on the
 same, possibly busy, machine:
@@ -31,10 +32,20 @@ same, possibly busy, machine:
   median rates to fpstore one thread on the same corpus; the thread speedup both as a ratio of
   medians (what a user gets on this machine now) and best repeat against best repeat (what the
   code does in the repeats where the other core happened to be free).
+* Headline, first: ``fingerprint_many`` of the default pipeline on 1 and 2 threads (the cores
+  available) on NFKC-rich real text (the real documents NFKC changes, such as the pydoc topics
+  with "…", replicated; and the real corpus with "ﬁ" at the start of every line), beside the
+  machine's own two-thread control: sha256 of the same UTF-8 bytes, cut into the same batches as
+  ``fingerprint_many`` cuts the texts, each batch hashed R times (R makes the control's one-thread
+  time about fpstore's), on 1 and 2 threads of a thread pool. The figure of merit is fpstore's
+  speedup over the control's (target >= 0.90). Beside it, fpstore on one thread against gaoya's
+  MinHash (``pip install gaoya``; 64 hashes of 32 bits over lowercased word 3-shingles, Rust, one
+  ``tokenize_and_minhash`` call per document) on the real corpus. Medians over 3 x ``--repeat``
+  repeats (the section is cheap), interleaved and rotated like the rest.
 * One text of 1, 10 and 100 MB (linear time); non-ASCII variants of the real corpus (NFKC cost);
-  a breakdown of ``fingerprint_many`` into its serial ``normalize`` pass and the kernel, and a
-  trivial GIL-free two-thread ``hashlib`` workload with the machine's load, to show what two
-  threads can do here.
+  a breakdown of ``fingerprint_many`` into its serial part (HTML check and decoding, under the
+  GIL) and the kernel (NFKC and fingerprint, without it), and a trivial GIL-free two-thread
+  ``hashlib`` workload with the machine's load, to show what two threads can do here.
 
 Benchmarks are scripts, not tests: nothing here is named for pytest to collect.
 """
@@ -55,6 +66,7 @@ import statistics
 import subprocess
 import sys
 import time
+import unicodedata
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -446,6 +458,153 @@ def contender_cases(corpus: Corpus, sub: Corpus, threads: int, peers, pipes: dic
     return cases
 
 
+def gaoya_contender() -> tuple[str, Callable[[list[str]], object]] | None:
+    """gaoya's MinHash signature of each document: (label, function of a list of texts), or None."""
+    try:
+        from gaoya.minhash import MinHashStringIndex
+    except ImportError:
+        note("gaoya is not installed (pip install gaoya, or the bench extra): its row is skipped")
+        return None
+    # 16 bands x 4 = 64 hashes, the nearest to fpstore's 64 one-bit values; lowercased word 3-shingles as fpstore's.
+    index = MinHashStringIndex(
+        hash_size=32, jaccard_threshold=0.5, num_bands=16, band_size=4, analyzer="word", lowercase=True, ngram_range=(3, 3)
+    )
+    one = index.minhash_index.tokenize_and_minhash
+    return "gaoya 0.2 MinHash, 64 × 32-bit hashes, lowercased word 3-shingles, 1 thread", lambda texts: [one(t) for t in texts]
+
+
+def batch_bytes(texts: list[str], threads: int) -> list[bytes]:
+    """The UTF-8 bytes of ``texts``, one bytes object per batch of ``fingerprint_many(texts, threads)``."""
+    n = len(texts)
+    size = _pipeline._BATCH if threads == 1 else max(16, min(_pipeline._BATCH, -(-n // (4 * threads))))
+    return [b"".join(t.encode("utf-8", "surrogatepass") for t in texts[lo : lo + size]) for lo in range(0, n, size)]
+
+
+def _sha_rounds(batch: bytes, rounds: int) -> None:
+    for _ in range(rounds):
+        hashlib.sha256(batch).digest()  # releases the GIL for buffers over 2 KB
+
+
+def headline_section(real: Corpus, rich: list[Corpus], threads: int, repeat: int) -> tuple[str, dict]:
+    """fingerprint_many on 1 and ``threads`` threads on NFKC-rich text beside the sha256 control
+    on the same bytes; fpstore on one thread beside gaoya on the real corpus."""
+    pipe = fpstore.Pipeline()
+    pool = ThreadPoolExecutor(threads)
+    cases: list[Case] = []
+    rounds: dict[str, int] = {}
+    for corpus in rich:
+        texts, name = corpus.texts, corpus.name
+        batches = batch_bytes(texts, threads)
+        pipe.fingerprint_many(texts, threads=1)  # warm, then time one run of each to size the control
+        t0 = time.perf_counter()
+        pipe.fingerprint_many(texts, threads=1)
+        t_fp = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for b in batches:
+            _sha_rounds(b, 1)
+        rounds[name] = r = max(1, round(t_fp / (time.perf_counter() - t0)))
+        cases += [
+            Case(f"{name}/fp1", name, "1 thread", lambda t=texts: pipe.fingerprint_many(t, threads=1), len(texts), corpus.nbytes),
+            Case(
+                f"{name}/fpN",
+                name,
+                f"{threads} threads",
+                lambda t=texts: pipe.fingerprint_many(t, threads=threads),
+                len(texts),
+                corpus.nbytes,
+            ),
+            Case(
+                f"{name}/sha1", name, "control, 1 thread", lambda b=batches, r=r: [_sha_rounds(x, r) for x in b], len(texts), corpus.nbytes
+            ),
+            Case(
+                f"{name}/shaN",
+                name,
+                f"control, {threads} threads",
+                lambda b=batches, r=r: list(pool.map(lambda x: _sha_rounds(x, r), b)),
+                len(texts),
+                corpus.nbytes,
+            ),
+        ]
+    peer = gaoya_contender()
+    cases.append(
+        Case("real/fp1", real.name, "fpstore 1 thread", lambda: pipe.fingerprint_many(real.texts, threads=1), len(real.texts), real.nbytes)
+    )
+    if peer is not None:
+        cases.append(Case("real/gaoya", real.name, peer[0], lambda: peer[1](real.texts), len(real.texts), real.nbytes))
+    with CpuMeter() as meter:
+        run_interleaved(cases, repeat)
+    pool.shutdown()
+    get = {c.key: c for c in cases}
+    out = [
+        f"| text | MB | docs | MB/s 1 thread | MB/s {threads} threads | speedup (medians / best) | control: sha256 of the same bytes, "
+        f"speedup (medians / best) | speedup ÷ control's speedup (medians) |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    data: dict = {"cases": [c.summary() for c in cases], "control_rounds": rounds}
+    for corpus in rich:
+        name = corpus.name
+        f1, fN, s1, sN = (get[f"{name}/{k}"] for k in ("fp1", "fpN", "sha1", "shaN"))
+        mine, control = speedup(f1, fN), speedup(s1, sN)
+        row = {
+            "mb": corpus.mb,
+            "docs": len(corpus.texts),
+            "mb_per_s_1": f1.summary()["mb_per_s"],
+            "mb_per_s_n": fN.summary()["mb_per_s"],
+            "speedup_medians_best": mine,
+            "control_speedup_medians_best": control,
+            "control_rounds": rounds[name],
+            "ratio_to_control": mine[0] / control[0],
+        }
+        data[name] = row
+        out.append(
+            f"| {corpus.description} | {corpus.mb:.1f} | {len(corpus.texts):,} | {fmt_rate(row['mb_per_s_1'])} | {fmt_rate(row['mb_per_s_n'])} | "
+            f"{fmt_speedup(mine)} | {fmt_speedup(control)} (× {rounds[name]}) | **{row['ratio_to_control']:.2f}** |"
+        )
+    m = meter.summary()
+    data["machine"] = m
+    out.append("")
+    out.append(
+        f"- target: {threads}-thread speedup ≥ 0.90 of the control's: "
+        + ", ".join(
+            f"{c.name} {data[c.name]['ratio_to_control']:.2f} ({'met' if data[c.name]['ratio_to_control'] >= 0.9 else 'not met'})"
+            for c in rich
+        )
+    )
+    r1 = get["real/fp1"].summary()
+    data["real_fp1_mb_per_s"] = r1["mb_per_s"]
+    if peer is not None:
+        g = get["real/gaoya"].summary()
+        ratio = r1["mb_per_s"] / g["mb_per_s"]
+        data["gaoya"] = {"label": peer[0], "mb_per_s": g["mb_per_s"], "fpstore_over_gaoya": ratio}
+        out.append(
+            f"- real corpus ({real.mb:.1f} MB), one thread: fpstore default {fmt_rate(r1['mb_per_s'])} MB/s (best {fmt_rate(r1['mb'] / r1['time_min_s'])}), "
+            f"{peer[0]} {fmt_rate(g['mb_per_s'])} MB/s (best {fmt_rate(g['mb'] / g['time_min_s'])}): **{ratio:.2f}×** "
+            f"(target ≥ 3.5×: {'met' if ratio >= 3.5 else 'not met'})"
+        )
+    out.append(
+        f"- during these runs ({len(cases)} cases × {repeat} repeats): this process {m['this_process_cores']:.2f} cores, other work "
+        f"{m['other_work_cores']:.2f} cores, steal {m['steal_cpu_s']:.1f} CPU-s; load average {m['loadavg_start'][0]:.2f} → {m['loadavg_end'][0]:.2f}"
+    )
+    return "\n".join(out), data
+
+
+def nfkc_rich_corpora(base_docs: list[str], target: int) -> list[Corpus]:
+    """The real documents NFKC changes, and the whole real corpus with "ﬁ" on every line."""
+    changed = [d for d in base_docs if unicodedata.normalize("NFKC", d) != d]
+    share = sum(len(d.encode()) for d in changed) / sum(len(d.encode()) for d in base_docs)
+    out = []
+    if changed:
+        out.append(
+            Corpus(
+                "real-nfkc",
+                replicate(changed, target),
+                f"real, the {len(changed)} documents NFKC changes ({share:.0%} of its bytes), replicated",
+            )
+        )
+    out.append(Corpus("real+ﬁ", replicate(inject_per_line(base_docs, "\ufb01"), target), "real + `ﬁ` (U+FB01) at the start of every line"))
+    return out
+
+
 # -- sections -----------------------------------------------------------------------------------
 
 
@@ -507,9 +666,15 @@ def big_text_section(base_docs: list[str], sizes_mb: list[int], repeat: int, pip
     return "\n".join(out), rows
 
 
+def serial_part(pipe: fpstore.Pipeline) -> Callable[..., str]:
+    """What fingerprint_many does per text under the GIL: HTML check and decoding (``_decoded``;
+    the kernel does NFKC), or in builds before that, ``prepare`` (NFKC included)."""
+    return getattr(pipe, "_decoded", None) or getattr(pipe, "prepare", _text.normalize)
+
+
 def nfkc_section(base_docs: list[str], target: int, threads: int, repeat: int) -> tuple[str, list[dict]]:
     pipe = fpstore.Pipeline()
-    prep = getattr(pipe, "prepare", _text.normalize)
+    prep = serial_part(pipe)
     variants = [
         ("real, ASCII-only (typographic quotes/dashes spelled in ASCII)", [d.translate(_ASCII_FOLD) for d in base_docs]),
         ("real, as found (some curly quotes, dashes, ellipses)", base_docs),
@@ -523,13 +688,13 @@ def nfkc_section(base_docs: list[str], target: int, threads: int, repeat: int) -
         cases += [
             Case(f"v{i}/fp1", label, "1 thread", lambda t=texts: pipe.fingerprint_many(t, threads=1), len(texts), nbytes),
             Case(f"v{i}/fpN", label, f"{threads} threads", lambda t=texts: pipe.fingerprint_many(t, threads=threads), len(texts), nbytes),
-            Case(f"v{i}/norm", label, "prepare only", lambda t=texts: [prep(x, index=j) for j, x in enumerate(t)], len(texts), nbytes),
+            Case(f"v{i}/norm", label, "serial part only", lambda t=texts: [prep(x, index=j) for j, x in enumerate(t)], len(texts), nbytes),
         ]
     run_interleaved(cases, repeat)
     out = [
         "| text | MB | MB/s 1 thread | MB/s "
         + str(threads)
-        + " threads | speedup (medians / best) | serial `prepare` (`normalize`) share of 1-thread time | × ASCII-only, 1 thread |",
+        + " threads | speedup (medians / best) | serial part (HTML check, decoding) share of 1-thread time | × ASCII-only, 1 thread |",
         "|---|--:|--:|--:|--:|--:|--:|",
     ]
     rows = []
@@ -565,8 +730,8 @@ def _hash_work(buf: bytes, rounds: int) -> None:
 def threads_section(corpora: list[Corpus], threads: int, repeat: int, quick: bool) -> tuple[str, dict]:
     """Where fingerprint_many's time goes, and what a trivial GIL-free workload gets from the threads."""
     pipe = fpstore.Pipeline()
-    prep = getattr(pipe, "prepare", _text.normalize)
-    kind = _kind_number(pipe)
+    prep = serial_part(pipe)
+    kind = _kind_number(pipe) + ((True,) if hasattr(pipe, "_decoded") else ())  # the kernel normalises
     kernel = _pipeline._kernel
     batch = _pipeline._BATCH
     pool = ThreadPoolExecutor(threads)
@@ -594,9 +759,7 @@ def threads_section(corpora: list[Corpus], threads: int, repeat: int, quick: boo
                 n,
                 corpus.nbytes,
             ),
-            Case(
-                f"{name}/norm", name, "prepare pass (serial)", lambda t=texts: [prep(x, index=i) for i, x in enumerate(t)], n, corpus.nbytes
-            ),
+            Case(f"{name}/norm", name, "serial pass", lambda t=texts: [prep(x, index=i) for i, x in enumerate(t)], n, corpus.nbytes),
             Case(f"{name}/k1", name, "kernel only, serial", lambda bs=bounds, k=kern: [k(b) for b in bs], n, corpus.nbytes),
             Case(
                 f"{name}/kN", name, f"kernel only, {threads}-thread pool", lambda bs=bounds, k=kern: list(pool.map(k, bs)), n, corpus.nbytes
@@ -628,7 +791,7 @@ def threads_section(corpora: list[Corpus], threads: int, repeat: int, quick: boo
     get = {c.key: c for c in cases}
     out = [
         "| work | 1 thread (median) | "
-        + f"{threads} threads (median) | speedup (medians / best) | serial `prepare` (`normalize`) pass | kernel serial | kernel on {threads}-thread pool (speedup medians / best) | Amdahl bound |",
+        + f"{threads} threads (median) | speedup (medians / best) | serial part (HTML check, decoding) | kernel (NFKC, fingerprint) serial | kernel on {threads}-thread pool (speedup medians / best) | Amdahl bound |",
         "|---|--:|--:|--:|--:|--:|--:|--:|",
     ]
     data: dict = {"cases": [c.summary() for c in cases]}
@@ -709,6 +872,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=7, help="repeats per measurement (>= 5; default 7)")
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     ap.add_argument("--json", metavar="PATH", help="also write every figure to PATH as JSON")
+    ap.add_argument("--only", choices=["headline"], help="run this section alone")
     args = ap.parse_args(argv)
     if args.repeat < 5:
         ap.error("--repeat must be at least 5: medians of fewer runs are noise on a shared machine")
@@ -776,6 +940,18 @@ def main(argv: list[str] | None = None) -> int:
         "corpora": [{"name": c.name, "docs": len(c.texts), "mb": c.mb, "description": c.description} for c in corpora],
         "subsets": {k: {"docs": len(s.texts), "mb": s.mb} for k, s in subs.items()},
     }
+
+    if real is not None:
+        print("\n## Headline: two threads on NFKC-rich real text; one thread against gaoya\n", flush=True)
+        rich = nfkc_rich_corpora(base_docs, real_target // 2)
+        for c in rich:
+            print(f"- **{c.name}**: {len(c.texts):,} docs, {c.mb:.2f} MB. {c.description}")
+        table, data = headline_section(real, rich, threads, 3 * repeat)
+        print(f"\n{pipe_label('default', pipes['default'])}, `fingerprint_many`, {3 * repeat} repeats:\n")
+        print(table, flush=True)
+        results["headline"] = data
+    if args.only == "headline":
+        return _write_json(args.json, results)
 
     print("\n## Throughput (paste into docs/benchmarks.md)\n", flush=True)
     cases: list[Case] = []
@@ -857,16 +1033,19 @@ def main(argv: list[str] | None = None) -> int:
         f"steal {mm['steal_cpu_s']:.1f} CPU-s; load average {mm['loadavg_start'][0]:.2f} → {mm['loadavg_end'][0]:.2f}"
     )
     print(
-        "- Amdahl bound = t(1 thread) / (t(prepare) + (t(1 thread) − t(prepare)) / min(threads, batches)); "
-        "`prepare` (HTML check + `fpstore.fingerprint.text.normalize`) runs serially, under the GIL, before any thread starts."
+        "- Amdahl bound = t(1 thread) / (t(serial) + (t(1 thread) − t(serial)) / min(threads, batches)), where the serial part "
+        "(the HTML check and decoding, `Pipeline._decoded`) holds the GIL and the kernel (NFKC and the fingerprint) does not."
     )
     results["threads"] = data
-    results["loadavg_end"] = os.getloadavg()
+    return _write_json(args.json, results)
 
-    if args.json:
-        with open(args.json, "w") as f:
+
+def _write_json(path: str | None, results: dict) -> int:
+    results["loadavg_end"] = os.getloadavg()
+    if path:
+        with open(path, "w") as f:
             json.dump(results, f, indent=1, default=float)
-        print(f"\nwrote {args.json}")
+        print(f"\nwrote {path}")
     return 0
 
 
