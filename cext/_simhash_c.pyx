@@ -11,7 +11,7 @@ memory safety needs; the GIL is released while texts are scanned.
 
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 from _nfkc cimport NF_DEFERRED, NF_LEN_SHIFT, NF_NOMEM, NF_OFF_SHIFT, NfkcTables, U32Buf, buf_room, nf_decompose, nf_finish
 
@@ -386,6 +386,26 @@ cdef int nfkc_stretch(const char_t* data, Py_ssize_t lo, Py_ssize_t hi, U32Buf* 
     return nf_finish(&_NF, out, base, tmp)
 
 
+cdef inline Py_ssize_t skip_ascii(const char_t* data, Py_ssize_t n, Py_ssize_t j) noexcept nogil:
+    """The first index from j on that is not ASCII (n if none), a word at a time: ASCII is never
+    active, and most non-ASCII text is mostly ASCII, so this keeps the search for runs cheap."""
+    cdef uint64_t w, mask
+    if char_t is uint8_t:
+        mask = 0x8080808080808080ULL
+    elif char_t is uint16_t:
+        mask = 0xFF80FF80FF80FF80ULL
+    else:
+        mask = 0xFFFFFF80FFFFFF80ULL
+    while j + <Py_ssize_t>(8 // sizeof(char_t)) <= n:
+        memcpy(&w, data + j, 8)
+        if w & mask:
+            break
+        j += 8 // sizeof(char_t)
+    while j < n and data[j] < 0x80:
+        j += 1
+    return j
+
+
 cdef inline Py_ssize_t next_run(const char_t* data, Py_ssize_t n, Py_ssize_t* i) noexcept nogil:
     """Advance i[0] past the next maximal run of active code points; returns its start (n: none).
 
@@ -393,7 +413,10 @@ cdef inline Py_ssize_t next_run(const char_t* data, Py_ssize_t n, Py_ssize_t* i)
     so each active run is normalised with the inert code point before it (a mark in the run may
     compose with it) and everything else is already in NFKC form."""
     cdef Py_ssize_t j = i[0], start
-    while j < n and not is_active(data[j]):
+    while j < n:
+        j = skip_ascii(data, n, j)
+        if j == n or is_active(data[j]):
+            break
         j += 1
     start = j
     while j < n and is_active(data[j]):
