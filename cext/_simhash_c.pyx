@@ -323,7 +323,8 @@ def set_nfkc_tables(stage1, stage2, pool, comp, fallback=None):
     ``fallback``: None, or a function str -> str applied to a whole text that holds a code point
     the tables call unassigned (set it when ``unicodedata`` is of a newer Unicode version, which
     may map such code points). Every index the tables imply is checked here, once, so that the
-    kernel can read them without checks and without the GIL."""
+    kernel can read them without checks and without the GIL. Like ``set_fold_table``, not to be
+    called while another thread runs the kernel (``fpstore.fingerprint.text`` calls it on import)."""
     global _NF_READY, _nf_keepalive, _nf_fallback
     cdef const uint16_t[::1] s1 = stage1
     cdef const uint32_t[::1] s2 = stage2
@@ -491,9 +492,10 @@ cdef Py_ssize_t nfkc_into_any(int kind, const void* data, Py_ssize_t n, U32Buf* 
     return nfkc_into(<const uint32_t*>data, n, out, tmp)
 
 
-def _check_nfkc():
+cdef int _check_nfkc() except -1:
     if _ACTIVE == NULL or not _NF_READY:
         raise RuntimeError("set_active_table() and set_nfkc_tables() first")
+    return 0
 
 
 def nfkc(str text):
