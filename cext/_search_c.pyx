@@ -59,6 +59,91 @@ def self_join(const uint64_t[::1] keys, int prefix_bits, int k):
         triples_free(&pb)
 
 
+cdef inline uint64_t _prefix(uint64_t key, int shift) noexcept nogil:
+    return (key >> shift) if shift < 64 else 0
+
+
+cdef Py_ssize_t _group_start(const uint64_t* keys, Py_ssize_t n, uint64_t target, int shift) noexcept nogil:
+    """First position of ``keys[:n]`` (sorted by prefix) whose prefix is >= ``target``."""
+    cdef Py_ssize_t lo = 0, hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if _prefix(keys[mid], shift) < target:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def prefix_join(const uint64_t[::1] a, const uint64_t[::1] b, int prefix_bits, const uint64_t[::1] masks, int k, bint same):
+    """Pairs (i, j) of ``a`` and ``b`` (both sorted by their top ``prefix_bits`` bits) whose
+    prefixes differ by one of ``masks`` (XOR values of the prefix, distinct) and whose keys are
+    within ``k`` bits. With ``same`` (``b`` is ``a``), mask 0 pairs i < j inside a group and any
+    other mask pairs a group only with the larger group it reaches, so each pair comes once.
+    Rows come by group of ``a``, then mask (in the order given), then i, then j."""
+    if not 0 <= prefix_bits <= 64:
+        raise ValueError("prefix_bits must be in 0..64")
+    if same and (a.shape[0] != b.shape[0]):
+        raise ValueError("same=True needs b to be a")
+    cdef Py_ssize_t na = a.shape[0], nb = b.shape[0], nm = masks.shape[0]
+    cdef Py_ssize_t start = 0, end, x, y, lo, hi, mi
+    cdef int shift = 64 - prefix_bits
+    cdef uint64_t group, target, m, va
+    cdef int d
+    cdef int failed = 0
+    cdef Triples pb
+    triples_init(&pb)
+    with nogil:
+        while start < na and not failed:
+            group = _prefix(a[start], shift)
+            end = start + 1
+            while end < na and _prefix(a[end], shift) == group:
+                end += 1
+            for mi in range(nm):
+                if failed:
+                    break
+                m = masks[mi]
+                target = group ^ m
+                if same and m == 0:
+                    for x in range(start, end):
+                        va = a[x]
+                        for y in range(x + 1, end):
+                            d = fps_popcount64(va ^ b[y])
+                            if d <= k and triples_push(&pb, x, <uint64_t>y, <uint8_t>d) != 0:
+                                failed = 1
+                                break
+                        if failed:
+                            break
+                    continue
+                if same and target < group:
+                    continue
+                lo = _group_start(&b[0], nb, target, shift) if nb else 0
+                hi = lo
+                while hi < nb and _prefix(b[hi], shift) == target:
+                    hi += 1
+                for x in range(start, end):
+                    va = a[x]
+                    for y in range(lo, hi):
+                        d = fps_popcount64(va ^ b[y])
+                        if d <= k and triples_push(&pb, x, <uint64_t>y, <uint8_t>d) != 0:
+                            failed = 1
+                            break
+                    if failed:
+                        break
+            start = end
+    try:
+        if failed:
+            raise MemoryError("prefix_join: out of memory for pairs")
+        out_i = np.empty(pb.n, np.int64)
+        out_j = np.empty(pb.n, np.int64)
+        out_d = np.empty(pb.n, np.uint8)
+        if pb.n:
+            _copy_pairs(&pb, out_i, out_j, out_d)
+        return out_i, out_j, out_d
+    finally:
+        triples_free(&pb)
+
+
 cdef void _copy_pairs(Triples* pb, int64_t[::1] oi, int64_t[::1] oj, uint8_t[::1] od) noexcept:
     # j is stored as the uint64 bits of a non-negative index: the same bytes as the int64.
     triples_copy(pb, &oi[0], &oj[0], &od[0])

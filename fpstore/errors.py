@@ -13,6 +13,7 @@ __all__ = [
     "FormatError",
     "FpstoreError",
     "InputError",
+    "MemoryBudgetError",
     "NotAStoreError",
     "PipelineMismatchError",
     "ReadOnlyError",
@@ -32,6 +33,11 @@ class InputError(FpstoreError, ValueError):
 
 class DesignError(FpstoreError, ValueError):
     """A table design cannot answer the request (for example k above the design's k)."""
+
+
+class MemoryBudgetError(DesignError):
+    """The work asked for would need more memory than its budget allows (for example all pairs
+    above the design's k, which builds its own tables in memory); the message says how much."""
 
 
 class PipelineMismatchError(FpstoreError, ValueError):

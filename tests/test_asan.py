@@ -80,6 +80,7 @@ def test_asan_kernels_survive_the_seed_corpus_and_its_mutations(toolchain, tmp_p
         "_runs_c.encode_chunk",
         "_search_c.unpack_bits",
         "_search_c.self_join",
+        "_search_c.prefix_join",
         "_search_c.radix_sort",
         "_simhash_c.fingerprint",
         "_simhash_c.fingerprint_batch",

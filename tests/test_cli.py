@@ -644,6 +644,39 @@ def test_errors_name_the_command_lines_flags_and_commands(built, tmp_path):
     assert r.code == 2 and "only read" in r.err and "readonly=True" not in r.err
 
 
+def test_redesign_lets_a_store_answer_the_radius_it_refused(tmp_path):
+    """A k=3 store refuses a k=5 query and names the redesign command; after it, the query answers as
+    an exhaustive scan does; with another process holding the store, redesign is refused unchanged."""
+    store = tmp_path / "small-k.fps"
+    assert cli("create", store, "-k", "3").code == 0
+    with fpstore.open(store) as s:
+        s.add_many([f"d{i}" for i in range(60)], texts=[synthetic(i % 20, 60 + i) for i in range(60)])
+    text = synthetic(3, 70).encode()
+    r = cli("query", store, "-k", "5", "--json", "-", stdin=text)
+    assert r.code == 2 and "fpstore-admin redesign STORE -k 5" in r.err and "store.redesign" not in r.err
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fpstore, sys, time; s = fpstore.open(sys.argv[1], readonly=True); print(len(s), flush=True); time.sleep(60)", str(store)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "60"
+        r = cli("redesign", store, "-k", "5")
+        assert r.code == 2 and "open in another process; a redesign needs it alone" in r.err, r.err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert cli("info", store, "--json").json()["k"] == 3
+    r = cli("redesign", store, "-k", "5", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["design_before"] == "r4" and r.json()["design_after"] == "r6" and r.json()["entries"] == 60
+    got = cli("query", store, "-k", "5", "--json", "-", stdin=text)
+    want = cli("query", store, "-k", "5", "--exhaustive", "--json", "-", stdin=text)
+    assert got.code == want.code == 0 and got.json()["matches"] == want.json()["matches"] != []
+    assert "nothing to do" in cli("redesign", store, "-k", "5").out
+
+
 def test_a_read_only_open_of_nothing_does_not_suggest_create_true(tmp_path):
     """create=True cannot apply to a read-only open: its error says so instead."""
     with pytest.raises(fpstore.errors.NotAStoreError, match="read-only open cannot make one"):

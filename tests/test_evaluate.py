@@ -291,7 +291,8 @@ def _has(mod: str) -> bool:
 def test_cli_calibrate_recommends_only_a_radius_a_store_accepts(tmp_path, capsys):
     """Families of near copies and nothing else: precision stays at 1 up to large k, so the
     largest k reaching the target is beyond the designs; calibrate recommends the largest radius a
-    store can be created with (it recommended k = 13, which `create` refuses) and names the command."""
+    store can be created with (it recommended k = 13, which `create` refuses) and names the commands
+    that apply it to a new store and to an existing one."""
     from fpstore.index.design import MAX_K as STORE_MAX_K
 
     rng = random.Random(6)
@@ -308,7 +309,8 @@ def test_cli_calibrate_recommends_only_a_radius_a_store_accepts(tmp_path, capsys
     out = capsys.readouterr().out
     k = json.loads((tmp_path / "r.json").read_text())["recommended_k"]
     assert all(v is not None and v <= STORE_MAX_K for v in k.values()), k
-    assert f"fpstore-admin create STORE -k {list(k.values())[0]}" in out
+    first = list(k.values())[0]
+    assert f"fpstore-admin create STORE -k {first}" in out and f"fpstore-admin redesign STORE -k {first}" in out
 
 
 def test_cli_calibrate_without_positive_pairs_does_not_contradict_itself(tmp_path, capsys):

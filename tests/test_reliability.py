@@ -2,9 +2,9 @@
 files, fuzzed decoders, format compatibility (docs/reliability.md's table; the random kill -9 test is in
 tests/test_crash.py, readers and locks in tests/test_concurrency.py).
 
-The oracle for the named-point tests is the scenario of tests/support/scenario.py: nine operations (every
+The oracle for the named-point tests is the scenario of tests/support/scenario.py: ten operations (every
 kind of write: add_many, a three-run bulk load, text adds, deletes that tombstone run entries,
-replacements across tiers, partial and full compaction, file compaction), each a few write
+replacements across tiers, a redesign, partial and full compaction, file compaction), each a few write
 transactions (or, for the file compaction, the steps of a file switch), with a
 model (key -> fingerprint, checkpoint) after every transaction. After a kill the store must equal
 the model after exactly the transactions that committed, answer every query and
@@ -31,7 +31,7 @@ import pytest
 import fpstore
 from tests.support.oracle import FEED, CheckFailed
 from tests.support.processes import Child, ForkServer
-from tests.support.scenario import SCENARIO_OPS, check_model, layout, model_after, model_steps, run_op
+from tests.support.scenario import SCENARIO_OPS, check_model, layout, leftovers, model_after, model_steps, run_op
 
 #: Minutes of kills, crash points and damaged files: the slow tier (docs/development.md).
 pytestmark = pytest.mark.slow
@@ -86,7 +86,8 @@ def _points(census: dict, rng: random.Random, rounds: int) -> list[tuple[int, st
             for fpoint in ("before_fsync@1", "after_fsync@1", "after_fsync@2", "before_replace", "after_replace", "after_fsync@3"):
                 cases.append((op, fpoint, 0))
             continue
-        picks = {1, n} | ({2} if n > 2 else set())
+        # Short operations at every commit (a merge's reserve, blob writes, switch and collection).
+        picks = set(range(1, n + 1)) if n <= 6 else {1, 2, n}
         if SCENARIO_OPS[op] == "texts_deletes":
             picks |= {4, 5, 8}  # last text, first delete (incremental), a delete that tombstones a run entry
         for w in sorted(picks):
@@ -122,7 +123,8 @@ def _check_after_kill(path: str, op: int, steps: int, scenario: dict, what: str)
     elif nwrites == 1:  # one transaction: the layout is exactly the old one or the new one
         want = scenario["layouts"][op + steps]
         assert got == want, f"{what}: layout {got}, expected {want} ({'new' if steps else 'old'} state)"
-    with fpstore.open(path) as store:  # recovery: run the whole operation again
+    with fpstore.open(path, merges="inline") as store:  # recovery: run the whole operation again
+        assert not leftovers(store), f"{what}: the writer's open left what a dead merge wrote: {leftovers(store)}"
         run_op(store, op)
         try:
             check_model(store, model_after(op))

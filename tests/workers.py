@@ -40,7 +40,7 @@ def crash_op(args: argparse.Namespace) -> int:
     """Run scenario operation --op on the store, with crash point --point; print the census."""
     import fpstore
 
-    store = fpstore.open(args.path)
+    store = fpstore.open(args.path, merges="inline")  # deterministic: the census counts every merge step
     crash = install_crash_point(args.point)
     say("running", SCENARIO_OPS[args.op], args.point)
     run_op(store, args.op)
@@ -58,13 +58,13 @@ def build_scenario(args: argparse.Namespace) -> int:
 
     work = os.path.join(args.path, "work")
     crash = install_crash_point("census")
-    fpstore.open(work, k=SCENARIO_K).close()
+    fpstore.open(work, k=SCENARIO_K, merges="inline").close()
     for op in range(len(SCENARIO_OPS) + 1):
         shutil.copytree(work, os.path.join(args.path, f"base{op}"), ignore=shutil.ignore_patterns("lock.mdb", "writer.lock"))
         if op == len(SCENARIO_OPS):
             break
         crash.reset()
-        with fpstore.open(work) as store:
+        with fpstore.open(work, merges="inline") as store:
             run_op(store, op)
         say(json.dumps({"op": op, **crash.census}))
     return 0

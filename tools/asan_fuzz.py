@@ -422,8 +422,8 @@ def _fz_run_encode(data: bytes) -> None:
 
 
 def _fz_search(data: bytes) -> None:
-    """Fingerprints made from the bytes: radix sort, stable argsort, pairs_within (against brute
-    force), and a packed column's round trip."""
+    """Fingerprints made from the bytes: radix sort, stable argsort, pairs_within and prefix_join
+    (against brute force), and a packed column's round trip."""
     import numpy as np
 
     from fpstore.index import search, tiers
@@ -446,6 +446,26 @@ def _fz_search(data: bytes) -> None:
         order = np.lexsort((j, i))
         if not (np.array_equal(i[order], a[keep]) and np.array_equal(j[order], b[keep]) and np.array_equal(d[order], dist[keep])):
             raise AssertionError(f"pairs_within(k={k}) != brute force")
+        # prefix_join (the streamed join's multi-probe kernel): one array with itself, and two halves.
+        p = op % 65
+        pre = fps >> np.uint64(64 - p) if p else np.zeros(len(fps), np.uint64)
+        srt, spre = fps[np.argsort(pre, kind="stable")], np.sort(pre)
+        masks = np.array(sorted({0, 1, (op >> 2) & 7}), np.uint64)
+        for same in (True, False):
+            a_keys, b_keys = (srt, srt) if same else (srt[::2].copy(), srt[1::2].copy())
+            a_pre, b_pre = (spre, spre) if same else (spre[::2], spre[1::2])
+            i, j, d = search._search.prefix_join(a_keys, b_keys, p, masks, k, same)
+            want = set()
+            for x in range(len(a_keys)):
+                for y in range(len(b_keys)):
+                    m = int(a_pre[x]) ^ int(b_pre[y])
+                    if same and (x == y or (m == 0 and y < x) or (m and a_pre[x] > b_pre[y])):
+                        continue
+                    dist_xy = (int(a_keys[x]) ^ int(b_keys[y])).bit_count()
+                    if m in masks.tolist() and dist_xy <= k:
+                        want.add((x, y, dist_xy))
+            if set(zip(i.tolist(), j.tolist(), d.tolist())) != want or len(want) != len(i):
+                raise AssertionError(f"prefix_join(p={p}, same={same}) != brute force")
     vals = fps >> np.uint64(op % 64)
     blobs, rec = tiers.packed_blobs(b"p", vals)
     if len(vals):

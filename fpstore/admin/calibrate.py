@@ -24,7 +24,7 @@ documents are near-duplicates when the Jaccard similarity of their word 3-shingl
 
 Prints precision, recall and F1 for k = 0..--max-k (byte-identical pairs left out, and all pairs),
 the recommended k (the largest k a store can be created with whose precision reaches
---target-precision, with the command that applies it), each stage of the work on stderr, and, when datasketch is
+--target-precision, with the commands that apply it to a new store and to an existing one), each stage of the work on stderr, and, when datasketch is
 installed, a 128-permutation MinHash reference at its own thresholds. Writes a PNG of precision and
 recall against k (needs matplotlib) and, with --json, every number.
 """
@@ -169,7 +169,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                 f"\nrecommended k = {k} (largest k with precision >= {args.target_precision}){capped}: precision "
                 f"{c.precision[i]:.3f}, recall {c.recall[i]:.3f}, F1 {c.f1[i]:.3f}; best F1 {bf:.3f} at k = {bk}"
             )
-            print(f"apply it to a new store: fpstore-admin create STORE -k {k} (and query an existing one with -k up to its design's k)")
+            print(f"apply it: fpstore-admin create STORE -k {k} (a new store), or fpstore-admin redesign STORE -k {k} (an existing one)")
             result["recommended_k"][c.name] = k
     for c in reference:
         bk, bf = c.best()

@@ -7,7 +7,7 @@ traceback. ``docs/cli.md`` documents every command.
 
 The commands live in modules of one job each: :mod:`fpstore.admin.output` (exit codes, JSON, notes,
 progress), :mod:`fpstore.admin.options` (checked arguments, opening stores),
-:mod:`fpstore.admin.inspection` (create, info, stats, verify), :mod:`fpstore.admin.data` (compact, query,
+:mod:`fpstore.admin.inspection` (create, info, stats, verify), :mod:`fpstore.admin.data` (compact, redesign, query,
 dedup, export, import), :mod:`fpstore.admin.ingesting` (ingest) and :mod:`fpstore.admin.demo`; this
 module builds the parser and runs a command.
 """
@@ -17,12 +17,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import fpstore
-from fpstore.admin.data import cmd_compact, cmd_dedup, cmd_dump, cmd_export, cmd_import, cmd_query
+from fpstore.admin.data import cmd_compact, cmd_dedup, cmd_dump, cmd_export, cmd_import, cmd_query, cmd_redesign
 from fpstore.admin.demo import cmd_demo
 from fpstore.admin.ingesting import cmd_ingest
 from fpstore.admin.inspection import cmd_create, cmd_info, cmd_stats, cmd_verify
@@ -111,6 +112,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--file",
         action="store_true",
         help="also rewrite the file without free pages (needs the store to itself: no other process may have it open)",
+    )
+    progress_options(p)
+
+    p = command("redesign", cmd_redesign)
+    p.add_argument("-k", type=int_arg(0, MAX_K), required=True, help=f"the new radius (at most {MAX_K})")
+    p.add_argument("--design", default="auto", help="design name (see docs/designs.md) or 'auto' (default)")
+    p.add_argument(
+        "--expected-size",
+        type=POSITIVE,
+        default=None,
+        metavar="N",
+        help="documents expected, to choose the design (default: the store's size, at least 10^6)",
     )
     progress_options(p)
 
@@ -209,20 +222,21 @@ def cmd_completion(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-#: The library's hints name Python arguments; on the command line they name flags and commands.
+#: The library's hints name Python arguments; on the command line they name flags and commands
+#: (regular expressions and their replacements).
 _CLI_WORDS = (
-    ("pass exhaustive=True to scan every fingerprint", "add --exhaustive to scan every fingerprint"),
-    ("or create a store with a larger k", "or create a store with a larger k (fpstore-admin create STORE -k N)"),
-    ("pass create=True to make one", "make one with: fpstore-admin create STORE"),
-    ("a read-only open cannot make one", "make one with: fpstore-admin create STORE"),
-    ("open with readonly=True to read", "commands that only read (info, query, dedup, export, verify) work beside it"),
+    (r"pass exhaustive=True to scan every fingerprint", "add --exhaustive to scan every fingerprint"),
+    (r"store\.redesign\((\d+)\)", r"fpstore-admin redesign STORE -k \1"),
+    (r"pass create=True to make one", "make one with: fpstore-admin create STORE"),
+    (r"a read-only open cannot make one", "make one with: fpstore-admin create STORE"),
+    (r"open with readonly=True to read", "commands that only read (info, query, dedup, export, verify) work beside it"),
 )
 
 
 def in_cli_words(message: str) -> str:
     """A library error's message with its hints put as the command line's flags and commands."""
     for library, cli in _CLI_WORDS:
-        message = message.replace(library, cli)
+        message = re.sub(library, cli, message)
     return message
 
 

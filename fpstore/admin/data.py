@@ -1,13 +1,16 @@
-"""``fpstore-admin`` commands that read or write a store's documents: compact, query, dedup, export,
-import."""
+"""``fpstore-admin`` commands that read or write a store's documents: compact, redesign, query, dedup,
+export, import."""
 
 from __future__ import annotations
 
 import argparse
 import csv
+import heapq
+import itertools
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -57,6 +60,27 @@ def cmd_compact(args: argparse.Namespace) -> int:
             print(f"file {mib(data['file_size'])} (rewritten without free pages)")
         else:
             print(f"file {mib(data['file_size'])}; freed pages are reused by later writes (--file shrinks the file)")
+    return EXIT_OK
+
+
+def cmd_redesign(args: argparse.Namespace) -> int:
+    """Index a store for another radius: rebuild its tables under a new design, in one transaction."""
+    with open_store(args.store, readonly=False) as store:
+        before = store.info()
+        stages("redesign", args)(f"indexing {before['documents']:,} documents again for k={args.k} (design {args.design}; one transaction)")
+        t0 = time.monotonic()
+        with Bar("redesign", "tables", want_progress(args)) as bar:
+            result = store.redesign(args.k, design=args.design, expected_size=args.expected_size, progress=bar)
+        data = {**result, "seconds": round(time.monotonic() - t0, 3), "file_size": store.info()["file_size"]}
+    if args.json:
+        print_json(data)
+    elif result["design_before"] == result["design_after"]:
+        print(f"{args.store} already has design {result['design_after']}: nothing to do (k is now {args.k})")
+    else:
+        print(
+            f"redesigned {args.store} from {result['design_before']} to {result['design_after']} (exact up to k={args.k}) "
+            f"in {data['seconds']:.2f} s: {result['entries']:,} documents; file {mib(data['file_size'])}"
+        )
     return EXIT_OK
 
 
@@ -132,31 +156,104 @@ def cmd_query(args: argparse.Namespace) -> int:
 # -- dedup ---------------------------------------------------------------------------------------------------
 
 
-def _chunks(n: int, size: int = 10000) -> Iterator[slice]:
-    for lo in range(0, n, size):
-        yield slice(lo, min(lo + size, n))
+class PairSpill:
+    """The pairs of a streamed join, held for output sorted by distance, then ``id_a``, then
+    ``id_b``, in bounded memory: up to :attr:`BUFFER` pairs are sorted in memory and written as one
+    sorted run to a temporary file per distance (16 bytes a pair, under ``TMPDIR``); reading back
+    merges a distance's runs."""
+
+    #: Pairs held in memory before they are sorted and written out (64 MiB).
+    BUFFER = 1 << 22
+
+    def __init__(self, k: int) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="fpstore-dedup-")
+        self._paths = [os.path.join(self._dir.name, f"d{d}.bin") for d in range(k + 1)]
+        self._held: list[list[np.ndarray]] = [[] for _ in range(k + 1)]
+        self._runs: list[list[tuple[int, int]]] = [[] for _ in range(k + 1)]  # (first row, rows) per run
+        self._written = [0] * (k + 1)
+        self._buffered = 0
+        self.count = 0
+
+    def add(self, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> None:
+        for dist in np.unique(d).tolist():
+            sel = d == dist
+            self._held[dist].append(np.stack([a[sel], b[sel]], axis=1).astype("<i8"))
+            n = int(sel.sum())
+            self.count += n
+            self._buffered += n
+        if self._buffered >= self.BUFFER:
+            self._spill()
+
+    def _spill(self) -> None:
+        for dist, held in enumerate(self._held):
+            if not held:
+                continue
+            rows = np.concatenate(held)
+            rows = rows[np.lexsort((rows[:, 1], rows[:, 0]))]
+            with open(self._paths[dist], "ab") as f:
+                rows.tofile(f)
+            self._runs[dist].append((self._written[dist], len(rows)))
+            self._written[dist] += len(rows)
+            self._held[dist] = []
+        self._buffered = 0
+
+    def chunks(self, size: int = 10000) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+        """``(id_a, id_b, distance)`` in chunks of at most ``size`` pairs, in output order."""
+        self._spill()
+        for dist, runs in enumerate(self._runs):
+            if not runs:
+                continue
+            rows = np.memmap(self._paths[dist], dtype="<i8", mode="r").reshape(-1, 2)
+            if len(runs) == 1:
+                for lo in range(0, len(rows), size):
+                    part = np.array(rows[lo : lo + size])
+                    yield part[:, 0], part[:, 1], dist
+                continue
+            merged = heapq.merge(*(_run_rows(rows[first : first + n]) for first, n in runs))
+            while chunk := list(itertools.islice(merged, size)):
+                part = np.array(chunk, dtype=np.int64)
+                yield part[:, 0], part[:, 1], dist
+            del rows
+
+    def close(self) -> None:
+        self._dir.cleanup()
+
+    def __enter__(self) -> PairSpill:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-Pairs = tuple[np.ndarray, np.ndarray, np.ndarray]
+def _run_rows(rows: np.ndarray, step: int = 65536) -> Iterator[tuple[int, int]]:
+    for lo in range(0, len(rows), step):
+        part = np.array(rows[lo : lo + step])
+        yield from zip(part[:, 0].tolist(), part[:, 1].tolist())
 
 
-def _dedup_join(store: Any, args: argparse.Namespace) -> tuple[int, list[Any] | None, Pairs | None]:
+def _dedup_join(store: Any, args: argparse.Namespace) -> tuple[int, list[Any] | None, PairSpill | None]:
     """``(k, clusters, None)`` with ``--clusters`` (those of at least ``--min-size``), else
-    ``(k, None, pairs)`` sorted by distance, then ids; the join draws a progress bar."""
+    ``(k, None, spill)``: the streamed pairs, to be read back sorted by distance, then ids (the
+    caller closes it). The join draws a progress bar."""
     k = store.k if args.k is None else args.k
     with Bar("join", "table", want_progress(args)) as bar:
         if args.clusters:
             return k, [c for c in store.clusters(k, progress=bar) if len(c.keys) >= args.min_size], None
-        a, b, d = store.near_duplicate_pairs(k, progress=bar)
-    order = np.lexsort((b, a, d))
-    return k, None, (a[order], b[order], d[order])
+        spill = PairSpill(k)
+        try:
+            for a, b, d in store.iter_near_duplicate_pairs(k, progress=bar):
+                spill.add(a, b, d)
+        except BaseException:
+            spill.close()
+            raise
+    return k, None, spill
 
 
-def _dedup_summary(k: int, clusters: list[Any] | None, pairs: Pairs | None) -> str:
+def _dedup_summary(k: int, clusters: list[Any] | None, pairs: PairSpill | None) -> str:
     if clusters is not None:
         return f"{len(clusters):,} clusters of {sum(len(c.keys) for c in clusters):,} documents within k={k}"
     assert pairs is not None  # one of the two is given
-    return f"{len(pairs[0]):,} pairs within k={k}"
+    return f"{pairs.count:,} pairs within k={k}"
 
 
 def cmd_dedup(args: argparse.Namespace) -> int:
@@ -165,6 +262,7 @@ def cmd_dedup(args: argparse.Namespace) -> int:
         return _dedup_parquet(args)
     out_path = args.output
     out = open(out_path, "w", encoding="utf-8", newline="") if out_path and out_path != "-" else sys.stdout  # noqa: SIM115 - or stdout; closed below
+    pairs: PairSpill | None = None
     try:
         with open_store(args.store) as store:
             k, clusters, pairs = _dedup_join(store, args)
@@ -186,27 +284,29 @@ def cmd_dedup(args: argparse.Namespace) -> int:
                         out.write(dumps(record) + "\n")
             else:
                 assert pairs is not None  # not --clusters
-                a, b, d = pairs
                 if writer:
                     writer.writerow(["a", "b", "distance"])
-                for sl in _chunks(len(a)):
-                    ka, kb = store.keys_of(a[sl].tolist()), store.keys_of(b[sl].tolist())
-                    for x, y, dist in zip(ka, kb, d[sl].tolist()):
+                for a, b, dist in pairs.chunks():
+                    ka, kb = store.keys_of(a.tolist()), store.keys_of(b.tolist())
+                    for x, y in zip(ka, kb):
                         if writer:
                             writer.writerow([key_text(x), key_text(y), dist])
                         else:
                             out.write(dumps({"a": key_out(x), "b": key_out(y), "distance": dist}) + "\n")
         out.flush()
+        note(_dedup_summary(k, clusters, pairs))
     finally:
+        if pairs is not None:
+            pairs.close()
         if out is not sys.stdout:
             out.close()
-    note(_dedup_summary(k, clusters, pairs))
     return EXIT_OK
 
 
 def _dedup_parquet(args: argparse.Namespace) -> int:
-    """:func:`cmd_dedup` as one Parquet table: pairs ``a, b, distance`` or clusters ``cluster,
-    canonical, key`` (keys as text, as in ``dump``)."""
+    """:func:`cmd_dedup` as one Parquet file: pairs ``a, b, distance`` (written a row group at a
+    time as they are read back) or clusters ``cluster, canonical, key`` (keys as text, as in
+    ``dump``)."""
     from fpstore.store.rows import key_column
 
     pq = _parquet()
@@ -215,6 +315,7 @@ def _dedup_parquet(args: argparse.Namespace) -> int:
         raise InputError("refusing to write Parquet to a terminal: pass -o FILE or redirect stdout")
     import pyarrow as pa
 
+    sink = sys.stdout.buffer if to_stdout else args.output
     with open_store(args.store) as store:
         k, clusters, pairs = _dedup_join(store, args)
         if clusters is not None:
@@ -227,13 +328,19 @@ def _dedup_parquet(args: argparse.Namespace) -> int:
                     "key": pa.array(keys, pa.string()),
                 }
             )
+            pq.write_table(table, sink)
         else:
             assert pairs is not None  # not --clusters
-            a, b, d = pairs
-            ka = [key_column(x)[0] for x in store.keys_of(a.tolist())]
-            kb = [key_column(x)[0] for x in store.keys_of(b.tolist())]
-            table = pa.table({"a": pa.array(ka, pa.string()), "b": pa.array(kb, pa.string()), "distance": pa.array(d, pa.uint8())})
-    pq.write_table(table, sys.stdout.buffer if to_stdout else args.output)
+            with pairs:
+                schema = pa.schema([("a", pa.string()), ("b", pa.string()), ("distance", pa.uint8())])
+                with pq.ParquetWriter(sink, schema) as writer:
+                    for a, b, dist in pairs.chunks(65536):
+                        ka = [key_column(x)[0] for x in store.keys_of(a.tolist())]
+                        kb = [key_column(x)[0] for x in store.keys_of(b.tolist())]
+                        distances = pa.array(np.full(len(ka), dist, np.uint8), pa.uint8())
+                        writer.write_table(
+                            pa.table({"a": pa.array(ka, pa.string()), "b": pa.array(kb, pa.string()), "distance": distances})
+                        )
     note(_dedup_summary(k, clusters, pairs))
     return EXIT_OK
 

@@ -2,6 +2,9 @@
 
 * :func:`self_join` — all pairs within one prefix group of a sorted key array whose Hamming
   distance is at most k (the inner loop of the all-pairs join, Manku §3.3).
+* :func:`prefix_join` — pairs of two key arrays whose prefixes differ by one of given XOR masks
+  and whose keys are within k (the all-pairs join of tables with multi-probe flips, and of two
+  windows of one table).
 * :func:`pack_bits` / :func:`unpack_bits` — fixed-width bit packing of uint64 values (the id and
   ordinal columns of runs): value i occupies bits [i*w, (i+1)*w) of a little-endian bit stream.
 * :func:`components` — connected components of a graph given as edge lists (union-find); each
@@ -9,6 +12,8 @@
 """
 
 from __future__ import annotations
+
+import bisect
 
 import numpy as np
 
@@ -37,6 +42,55 @@ def self_join(keys: np.ndarray, prefix_bits: int, k: int) -> tuple[np.ndarray, n
                 if d <= k:
                     out_i.append(a)
                     out_j.append(b)
+                    out_d.append(d)
+        start = end
+    return np.array(out_i, np.int64), np.array(out_j, np.int64), np.array(out_d, np.uint8)
+
+
+def prefix_join(
+    a: np.ndarray, b: np.ndarray, prefix_bits: int, masks: np.ndarray, k: int, same: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs (i, j) of ``a`` and ``b`` (both sorted by their top ``prefix_bits`` bits) whose
+    prefixes differ by one of ``masks`` (XOR values of the prefix, distinct) and whose keys are
+    within ``k`` bits. With ``same`` (``b`` is ``a``), mask 0 pairs i < j inside a group and any
+    other mask pairs a group only with the larger group it reaches, so each pair comes once.
+    Rows come by group of ``a``, then mask (in the order given), then i, then j."""
+    if not 0 <= prefix_bits <= 64:
+        raise ValueError("prefix_bits must be in 0..64")
+    if same and len(a) != len(b):
+        raise ValueError("same=True needs b to be a")
+    shift = 64 - prefix_bits
+
+    def prefix(v: int) -> int:
+        return v >> shift if shift < 64 else 0
+
+    va = [int(v) for v in a]
+    vb = [int(v) for v in b]
+    pb = [prefix(v) for v in vb]
+    out_i: list[int] = []
+    out_j: list[int] = []
+    out_d: list[int] = []
+    start = 0
+    while start < len(va):
+        group = prefix(va[start])
+        end = start + 1
+        while end < len(va) and prefix(va[end]) == group:
+            end += 1
+        for m in (int(x) for x in masks):
+            target = group ^ m
+            if same and m == 0:
+                pairs = [(x, y) for x in range(start, end) for y in range(x + 1, end)]
+            elif same and target < group:
+                continue
+            else:
+                lo = bisect.bisect_left(pb, target)
+                hi = bisect.bisect_right(pb, target)
+                pairs = [(x, y) for x in range(start, end) for y in range(lo, hi)]
+            for x, y in pairs:
+                d = (va[x] ^ vb[y]).bit_count()
+                if d <= k:
+                    out_i.append(x)
+                    out_j.append(y)
                     out_d.append(d)
         start = end
     return np.array(out_i, np.int64), np.array(out_j, np.int64), np.array(out_d, np.uint8)

@@ -49,6 +49,7 @@ __all__ = [
     "probe_batch_run",
     "probe_design",
     "probe_fingerprint",
+    "probe_positions",
     "probe_table",
     "probe_tables",
 ]
@@ -497,16 +498,23 @@ def probe(chunks_getter: ChunkGetter, index: RunIndex, lo: int, hi: int) -> np.n
     Decodes only the blocks whose key range meets ``[lo, hi]``; ``chunks_getter(i)`` returns chunk
     ``i``'s bytes and is called once per chunk needed (the caller owns the I/O).
     """
+    return probe_positions(chunks_getter, index, lo, hi)[1]
+
+
+def probe_positions(chunks_getter: ChunkGetter, index: RunIndex, lo: int, hi: int) -> tuple[int, np.ndarray]:
+    """:func:`probe`, and the position in the run of the first key returned (the keys are the
+    run's entries ``first .. first + len(keys) - 1``; 0 when none is returned)."""
     lo_v = int_in(lo, "lo", 0, _M64)
     hi_v = int_in(hi, "hi", 0, _M64)
     empty = np.zeros(0, np.uint64)
     if index.count == 0 or lo_v > hi_v or hi_v < int(index.first_keys[0]) or lo_v > index.last_key:
-        return empty
+        return 0, empty
     bounds = index._bounds
     # Scalar searches use the method with a numpy scalar: np.searchsorted(arr, int) costs 5x more.
     lo_u, hi_u = _U64(lo_v), _U64(hi_v)
     b0 = int(bounds[1:].searchsorted(lo_u, side="left"))
     b1 = int(bounds[:-1].searchsorted(hi_u, side="right"))  # one past the last block
+    first = int(index._entry_start[b0]) if b0 < b1 else 0
     parts = []
     while b0 < b1:
         c = int(index.chunk[b0])
@@ -517,11 +525,13 @@ def probe(chunks_getter: ChunkGetter, index: RunIndex, lo: int, hi: int) -> np.n
         parts.append(out)
         b0 = end
     if not parts:
-        return empty
+        return 0, empty
     keys = np.concatenate(parts) if len(parts) > 1 else parts[0]
     a = int(keys.searchsorted(lo_u, side="left"))
     z = int(keys.searchsorted(hi_u, side="right"))
-    return keys[a:z].copy() if (a, z) != (0, len(keys)) else keys
+    if a == z:
+        return 0, empty
+    return first + a, (keys[a:z].copy() if (a, z) != (0, len(keys)) else keys)
 
 
 def probe_table(index: RunIndex, names: list[bytes]) -> Any:

@@ -21,7 +21,17 @@ from fpstore.parallel import threads as thread_count
 
 _search = _backend.load("search")
 
-__all__ = ["argsort_u64", "batch_probe_runs", "components", "join_design", "pairs_within", "probe_runs", "sort_u64", "unique_rows"]
+__all__ = [
+    "argsort_u64",
+    "batch_probe_runs",
+    "components",
+    "join_design",
+    "pairs_within",
+    "probe_runs",
+    "reached_earlier",
+    "sort_u64",
+    "unique_rows",
+]
 
 _M64 = 0xFFFFFFFFFFFFFFFF
 
@@ -117,7 +127,7 @@ def batch_probe_runs(
             if t and len(qi):
                 # Report a (query, fingerprint) pair from the first table that reaches it only,
                 # so no global deduplication is needed (the rule of the all-pairs join).
-                fresh = ~_reached_earlier(design, t, queries[qi], found)
+                fresh = ~reached_earlier(design, t, queries[qi], found)
                 qi, found = qi[fresh], found[fresh]
             out.append((qi, found))
         return out
@@ -178,7 +188,7 @@ def argsort_u64(keys: np.ndarray) -> np.ndarray:
     return _search.radix_sort(np.ascontiguousarray(keys, dtype=np.uint64), True)[1]
 
 
-def _reached_earlier(design: Design, t: int, queries: np.ndarray, found: np.ndarray) -> np.ndarray:
+def reached_earlier(design: Design, t: int, queries: np.ndarray, found: np.ndarray) -> np.ndarray:
     """True where a table before ``t`` probes ``found`` for the query: the bits where they differ
     hit that table's prefix in at most its flips (one AND and popcount per table, no permutes)."""
     diff = queries ^ found
@@ -283,7 +293,7 @@ def pairs_within(
         ua, ub = porder[a], porder[b]
         if t and len(ua):
             # Keep a pair only in the first table whose prefix it shares.
-            keep = ~_reached_earlier(design, t, uniq[ua], uniq[ub])
+            keep = ~reached_earlier(design, t, uniq[ua], uniq[ub])
             ua, ub, d = ua[keep], ub[keep], d[keep]
         return ua, ub, d
 

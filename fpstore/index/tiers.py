@@ -269,6 +269,11 @@ class CodecRun:
         None, which the codec reports as damage."""
         return self._txn.get(self._names[c], db=self._db)
 
+    def views(self) -> list[Any]:
+        """Every chunk, as :meth:`get` reads it: a getter over this list (``views.__getitem__``)
+        reads the run from any thread while the transaction lasts."""
+        return [self.get(c) for c in range(self.index.nchunks)]
+
     @property
     def count(self) -> int:
         return self.index.count
@@ -331,6 +336,18 @@ class CodecRun:
 
 def read_packed(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedColumn, positions: np.ndarray) -> np.ndarray:
     """Values at ``positions`` of a packed column (see :func:`packed_blobs`)."""
+    return unpack_column(lambda c: txn.get(_chunk_key(prefix, b"P", c), db=db), prefix, rec, positions)
+
+
+def packed_chunks(txn: lmdb.Transaction, db: Any, rec: PackedColumn) -> list[Any]:
+    """Every chunk of a packed column as read in ``txn`` (views valid inside it; None for a
+    missing chunk, which :func:`unpack_column` reports as damage)."""
+    return [txn.get(_chunk_key(rec.prefix, b"P", c), db=db) for c in range(-(-rec.count // rec.per_chunk))]
+
+
+def unpack_column(get_chunk: Callable[[int], Any], prefix: bytes, rec: PackedColumn, positions: np.ndarray) -> np.ndarray:
+    """Values at ``positions`` of a packed column whose chunk ``c`` is ``get_chunk(c)`` (None:
+    missing). Every position and every chunk's length is checked before it is read."""
     count, per = rec.count, rec.per_chunk
     out = np.zeros(len(positions), np.uint64)
     if not len(positions):
@@ -340,7 +357,7 @@ def read_packed(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedColumn
     chunks = positions // per
     for c in np.unique(chunks).tolist():
         sel = chunks == c
-        raw = txn.get(_chunk_key(prefix, b"P", c), db=db)
+        raw = get_chunk(c)
         if raw is None:
             raise CorruptionError(f"packed column {prefix!r} lacks chunk {c}")
         n_in = min(per, count - c * per)
@@ -418,6 +435,29 @@ class Run(_Bound[RunMeta]):
         if len(out) and (int(out.max()) >= 1 << 63 or int(out.min()) == 0):
             raise CorruptionError(f"run {self.id} names a document id outside any this store assigns")
         return out
+
+    def id_reader(self) -> Callable[[np.ndarray], np.ndarray]:
+        """:meth:`ids_at` as a function that no longer needs this transaction's thread: the id
+        column's chunks are read now (views, valid while the transaction lasts), so worker
+        threads can map positions to ids. Positions and ids are checked as in :meth:`ids_at`."""
+        rec, count, run_id = self.meta.ids, self.count, self.id
+        base = self.meta.ids_base
+        # The count sizes the list of chunks: trust it only once table 0's bytes back it.
+        self.table(0).check_backed()
+        views = packed_chunks(self._txn, self._db, rec) if rec is not None else []
+
+        def ids(positions: np.ndarray) -> np.ndarray:
+            if rec is None:
+                if len(positions) and (positions.min() < 0 or positions.max() >= count):
+                    raise CorruptionError(f"position outside run {run_id}")
+                out = positions.astype(np.uint64) + np.uint64(base or 0)
+            else:
+                out = unpack_column(views.__getitem__, rec.prefix, rec, positions)
+            if len(out) and (int(out.max()) >= 1 << 63 or int(out.min()) == 0):
+                raise CorruptionError(f"run {run_id} names a document id outside any this store assigns")
+            return out
+
+        return ids
 
     def id_list(self, positions: list[int]) -> list[int]:
         """:meth:`ids_at` for a single query's few positions, in plain ints (numpy costs more here)."""

@@ -21,6 +21,7 @@ from fpstore.store.results import Document
 from fpstore.store.storage import Storage
 
 __all__ = [
+    "store_info",
     "MAX_PROBLEMS",
     "Problems",
     "counts",
@@ -307,4 +308,35 @@ def lmdb_figures(storage: Storage) -> dict[str, Any]:
         "max_readers": lmdb_info["max_readers"],
         "readers": _readers(lmdb_info["readers"], lmdb_info["last_txnid"]),
         "databases": sub,
+    }
+
+
+def store_info(store: Any, storage: Storage, merges: Any) -> dict[str, Any]:
+    """:meth:`Store.info`: header, design, counts, merges and storage figures, as plain data."""
+    figures = storage.info()
+    n = len(store)  # checks the counter against the ids given out
+    counts = store.counts()
+    design = store.design
+    return {
+        "path": store.path,
+        "format": store.header["format"],
+        "pipeline_id": store.pipeline.id,
+        "pipeline": store.pipeline.config,
+        "design": design.describe(max(n, 1)),
+        "design_detail": {
+            **design.config(),
+            "probes_per_query": design.probes_per_query(),
+            "expected_candidates": design.expected_candidates(max(n, 1)),
+        },
+        "k": store.k,
+        "documents": n,
+        "incremental_entries": counts["incremental_entries"],
+        "runs": counts["runs"],
+        "tombstones": counts["tombstones"],
+        "flush_entries": store.flush_entries,
+        "merges": {"mode": merges.mode, "done": merges.merged, "last_error": None if merges.error is None else str(merges.error)},
+        "file_size": figures["file_size"],
+        "map_size": figures["map_size"],
+        "created": store.header.get("created"),
+        "lmdb": lmdb_figures(storage),
     }

@@ -36,6 +36,7 @@ __all__ = [
     "Lsm",
     "encode_tables",
     "merge_group",
+    "owned_prefixes",
     "prepare_load",
     "runs_of",
     "take",
@@ -48,8 +49,9 @@ FLUSH_ENTRIES = 4096
 #: Runs of one size tier are merged when this many accumulate; tier t holds runs of
 #: ``flush_entries * FANOUT**t`` up to ``* FANOUT**(t+1)`` entries.
 MERGE_FANOUT = 4
-#: Runs this large are left to an explicit compact(): merging them would stall a write for seconds.
-MERGE_MAX_ENTRIES = 1 << 21
+#: Runs this large are left to an explicit compact(): a merge holds its runs in memory (about
+#: 40 bytes per entry while it encodes), so the largest merge makes runs of up to 4 × this.
+MERGE_MAX_ENTRIES = 1 << 24
 
 
 # -- policy --------------------------------------------------------------------------------------
@@ -183,11 +185,14 @@ def prepare_load(keys: KeyBatch, fps: np.ndarray) -> Load | None:
 # -- jobs ----------------------------------------------------------------------------------------
 
 
-def encode_tables(design: Design, sorted_fps: np.ndarray, prefixes: list[bytes]) -> tiers.Blobs:
+def encode_tables(
+    design: Design, sorted_fps: np.ndarray, prefixes: list[bytes], progress: Callable[[int, int | None], None] | None = None
+) -> tiers.Blobs:
     """Every table of a run, encoded under its prefix: permute, sort, Rice-code.
 
     The tables are independent and the permute, the radix sort and the encoder release the
-    GIL, so they run on all cores.
+    GIL, so they run on all cores. ``progress(tables encoded, tables)`` is called from this
+    thread as they finish.
     """
 
     def encode(t: int) -> tiers.Blobs:
@@ -196,10 +201,22 @@ def encode_tables(design: Design, sorted_fps: np.ndarray, prefixes: list[bytes])
 
     threads = thread_count(None)
     if threads > 1 and len(sorted_fps) >= 100_000:
-        parts = list(executor(threads).map(encode, range(len(prefixes))))
+        encoded: Iterable[tiers.Blobs] = executor(threads).map(encode, range(len(prefixes)))
     else:
-        parts = [encode(t) for t in range(len(prefixes))]
+        encoded = map(encode, range(len(prefixes)))
+    parts = []
+    for part in encoded:
+        parts.append(part)
+        if progress is not None:
+            progress(len(parts), len(prefixes))
     return [blob for part in parts for blob in part]
+
+
+def owned_prefixes(rec: RunMeta) -> list[bytes]:
+    """The blob prefixes run ``rec`` owns: its tables (a bulk load's table 0 belongs to its key
+    segment) and its id column."""
+    owned = [prefix for prefix in rec.tables if prefix.startswith(b"r")]
+    return owned + ([rec.ids.prefix] if rec.ids is not None else [])
 
 
 class Lsm:
@@ -209,6 +226,8 @@ class Lsm:
     def __init__(self, design: Design, meta: Any, blobs: Any, dead: Any, incremental: IncrementalTables, cache: TierCache) -> None:
         self.design, self.meta, self.blobs, self.dead = design, meta, blobs, dead
         self.incremental, self.cache = incremental, cache
+        #: Set by a flush that left a size tier full; cleared by the merger that takes it up.
+        self.merge_due = False
 
     def save_state(self, txn: lmdb.Transaction, state: State) -> None:
         txn.put(tiers.STATE_KEY, state.to_bytes(), db=self.meta)
@@ -222,86 +241,91 @@ class Lsm:
 
     def live_index(self, txn: lmdb.Transaction, state: State) -> tuple[np.ndarray, np.ndarray]:
         """(fingerprints uint64, ids uint64) of every indexed live document, from both tiers."""
-        pairs = self.incremental.table0(txn)
-        fps: list[np.ndarray] = [pairs[:, 0].astype(np.uint64)]
-        ids: list[np.ndarray] = [pairs[:, 1].astype(np.uint64)]
-        for rec in state.runs:
+        return self.read_entries(txn, state.runs, incremental=True)
+
+    def read_entries(self, txn: lmdb.Transaction, runs: Iterable[RunMeta], *, incremental: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(fingerprints uint64, ids uint64) of table 0 of ``runs`` (and of the incremental
+        tables, when ``incremental``), tombstoned ids left out; in no particular order."""
+        fps: list[np.ndarray] = []
+        ids: list[np.ndarray] = []
+        if incremental:
+            pairs = self.incremental.table0(txn)
+            fps.append(pairs[:, 0].astype(np.uint64))
+            ids.append(pairs[:, 1].astype(np.uint64))
+        for rec in runs:
             run = Run(txn, self.blobs, self.cache, rec)
             fps.append(run.table(0).all())
             ids.append(run.all_ids())
-        fp_all = np.concatenate(fps)
-        id_all = np.concatenate(ids)
+        fp_all = np.concatenate(fps) if fps else np.zeros(0, np.uint64)
+        id_all = np.concatenate(ids) if ids else np.zeros(0, np.uint64)
         dead = self.dead_ids(txn)
-        if len(dead):
+        if len(dead) and len(id_all):
             keep = ~np.isin(id_all, dead)
             fp_all, id_all = fp_all[keep], id_all[keep]
         return fp_all, id_all
 
-    def merge(self, txn: lmdb.Transaction, state: State, merged: list[RunMeta], *, incremental: bool) -> tuple[State, dict[str, int]]:
+    def encode_run(
+        self, run_id: int, fps: np.ndarray, ids: np.ndarray, progress: Callable[[int, int | None], None] | None = None
+    ) -> tuple[tiers.Blobs, RunMeta | None]:
+        """Run ``run_id`` of documents ``(fps, ids)`` (any order): its blobs and record, or
+        ``([], None)`` when there are none. ``progress`` as for :func:`encode_tables`."""
+        if not len(fps):
+            return [], None
+        order = search.argsort_u64(fps)
+        fps, ids = fps[order], ids[order]
+        tables = [tiers.run_prefix(run_id, t) for t in range(len(self.design.tables))]
+        blobs = encode_tables(self.design, fps, tables, progress)
+        id_blobs, id_rec = tiers.packed_blobs(tiers.run_prefix(run_id, 0xFFFF), ids)
+        return blobs + id_blobs, RunMeta(run_id, len(fps), tuple(tables), ids=id_rec)
+
+    def merge(
+        self,
+        txn: lmdb.Transaction,
+        state: State,
+        merged: list[RunMeta],
+        *,
+        incremental: bool,
+        rewrite: bool = False,
+        progress: Callable[[int, int | None], None] | None = None,
+    ) -> tuple[State, dict[str, int]]:
         """Replace runs ``merged`` (and the incremental tables, when ``incremental``) by one new
         run, dropping tombstoned entries, inside write transaction ``txn``; returns the new state
-        (``state`` itself when there was nothing to gain) and counts. The caller stores the state,
-        once per transaction: rewriting the multi-page state record in the same transaction makes
-        LMDB reuse its overflow pages in place, a shape LMDB accepts and its verifier does not."""
-        fps_parts: list[np.ndarray] = []
-        id_parts: list[np.ndarray] = []
-        n_incremental = 0
-        if incremental:
-            pairs = self.incremental.table0(txn)
-            fps_parts.append(pairs[:, 0].astype(np.uint64))
-            id_parts.append(pairs[:, 1].astype(np.uint64))
-            n_incremental = len(pairs)
-        for run in (Run(txn, self.blobs, self.cache, rec) for rec in merged):
-            fps_parts.append(run.table(0).all())
-            id_parts.append(run.all_ids())
-        fps = np.concatenate(fps_parts) if fps_parts else np.zeros(0, np.uint64)
-        ids = np.concatenate(id_parts) if id_parts else np.zeros(0, np.uint64)
-        dead = self.dead_ids(txn)
-        if len(dead) and len(ids):
-            keep = ~np.isin(ids, dead)
-            fps, ids = fps[keep], ids[keep]
-        if n_incremental == 0 and len(merged) <= 1 and len(fps) == sum(r.count for r in merged):
+        (``state`` itself when there was nothing to gain, unless ``rewrite``: a new design needs
+        even a lone run encoded again) and counts. The caller stores the state, once per
+        transaction: rewriting the multi-page state record in the same transaction makes LMDB
+        reuse its overflow pages in place, a shape LMDB accepts and its verifier does not.
+        ``progress`` as for :func:`encode_tables`."""
+        n_incremental = self.incremental.entries(txn) if incremental else 0
+        fps, ids = self.read_entries(txn, merged, incremental=incremental)
+        if not rewrite and n_incremental == 0 and len(merged) <= 1 and len(fps) == sum(r.count for r in merged):
             # Nothing to gain: rewriting would give the same run (or none). No write.
             return state, {"runs_merged": 0, "incremental": 0, "entries": int(sum(r.count for r in state.runs))}
-        run_id = state.next_run
-        new_runs = [r for r in state.runs if r not in merged]
-        blobs: tiers.Blobs = []
-        if len(fps):
-            order = search.argsort_u64(fps)
-            fps, ids = fps[order], ids[order]
-            tables = [tiers.run_prefix(run_id, t) for t in range(len(self.design.tables))]
-            blobs += encode_tables(self.design, fps, tables)
-            id_blobs, id_rec = tiers.packed_blobs(tiers.run_prefix(run_id, 0xFFFF), ids)
-            blobs += id_blobs
-            new_runs.append(RunMeta(run_id, len(fps), tuple(tables), ids=id_rec))
-        for rec in merged:
-            # Tables that belong to the run (a bulk load's table 0 belongs to its segment).
-            for prefix in rec.tables:
-                if prefix.startswith(b"r"):
-                    tiers.delete_prefix(txn, self.blobs, prefix)
-            if rec.ids is not None:
-                tiers.delete_prefix(txn, self.blobs, rec.ids.prefix)
+        blobs, rec = self.encode_run(state.next_run, fps, ids, progress)
+        for old in merged:
+            for prefix in owned_prefixes(old):
+                tiers.delete_prefix(txn, self.blobs, prefix)
         for name, value in blobs:
             txn.put(name, value, db=self.blobs)
         if incremental:
             self.incremental.clear(txn)
-        new_state = State(tuple(new_runs), state.segs, state.next_run + 1, state.next_seg)
+        new_runs = tuple(r for r in state.runs if r not in merged) + ((rec,) if rec is not None else ())
+        new_state = State(new_runs, state.segs, state.next_run + 1, state.next_seg)
         return new_state, {"runs_merged": len(merged), "incremental": n_incremental, "entries": int(len(fps))}
 
     def flush(self, txn: lmdb.Transaction, state: State, flush_entries: int) -> None:
         """After a write: once the incremental tables hold ``flush_entries`` documents, move
-        them into a run, then merge runs of one size tier whenever ``MERGE_FANOUT`` of them
-        accumulate (a log-structured merge), and store the state. Every B-tree insert dirties a
-        leaf page per table, so keeping the trees small keeps a commit's writes small; the tiers
-        keep the run count logarithmic, and each entry is rewritten about once per tier."""
+        them into a run and store the state. Every B-tree insert dirties a leaf page per table,
+        so keeping the trees small keeps a commit's writes small. When a size tier then holds
+        ``MERGE_FANOUT`` runs, :attr:`merge_due` is set: the merge runs in transactions of its
+        own (:mod:`fpstore.store.merging`), so that no write waits for it."""
         t0 = time.perf_counter()
         state, counts = self.merge(txn, state, [], incremental=True)
-        log.info("flushed %d documents of the incremental tables into a run", counts["incremental"])
-        while group := merge_group(state.runs, flush_entries):
-            state, counts = self.merge(txn, state, group, incremental=False)
-            log.info("merged %d runs into one of %d entries", counts["runs_merged"], counts["entries"])
         self.save_state(txn, state)
-        log.debug("flush took %.1f ms", (time.perf_counter() - t0) * 1e3)
+        if merge_group(state.runs, flush_entries):
+            self.merge_due = True
+        log.info(
+            "flushed %d documents of the incremental tables into a run in %.1f ms", counts["incremental"], (time.perf_counter() - t0) * 1e3
+        )
 
     def load_blobs(self, load: Load, state: State, base: int) -> tuple[tiers.Blobs, RunMeta, SegmentMeta]:
         """A bulk load's run and key segment, numbered from id ``base`` in fingerprint order:

@@ -17,7 +17,8 @@ class MapLock:
     reservation, adopting another process's growth) waits until the other threads' shares are
     gone. A thread's own shares do not block it, so a thread that reads and then writes never
     waits for itself. While a growth waits or runs, threads holding no share wait before taking
-    one: readers in a tight loop would otherwise keep a share out for ever.
+    one: readers in a tight loop would otherwise keep a share out for ever. The thread that holds
+    the map alone may take it alone again (a store switch grows the map as it writes).
 
     Every query takes a share, so the common case takes no lock: each thread counts its shares in
     its own slot of a dict (one slot per thread, so no two threads write the same entry; under
@@ -57,12 +58,19 @@ class MapLock:
             with self._cond:
                 self._cond.notify_all()
 
+    def held(self) -> bool:
+        """Whether the calling thread holds a share: a transaction of its own is open."""
+        return bool(self._shares.get(threading.get_ident()))
+
     def _others(self, me: int) -> bool:
         return any(n for t, n in list(self._shares.items()) if t != me)
 
     @contextlib.contextmanager
     def alone(self) -> Iterator[None]:
         me = threading.get_ident()
+        if self._grower == me:  # nested: a store switch that grows the map as it writes
+            yield
+            return
         with self._cond:
             self._pending += 1
             try:

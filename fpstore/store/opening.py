@@ -46,9 +46,16 @@ def open(path: str | os.PathLike[str], **options: Any) -> Store:
     store files from elsewhere: LMDB itself trusts its pages and can abort on a damaged one).
 
     ``flush_entries``: once this many documents sit in the incremental tables, the write that
-    reached it moves them into a run and merges small runs by size tiers (see docs/tuning.md).
-    The writes between flushes stay small and fast; the flushing write takes longer. 0 leaves
-    everything in the incremental tables until :meth:`Store.compact`.
+    reached it moves them into a run (see docs/tuning.md). The writes between flushes stay small
+    and fast; the flushing write takes longer. 0 leaves everything in the incremental tables until
+    :meth:`Store.compact`.
+
+    ``merges``: when runs of one size tier are merged into one (a log-structured merge that keeps
+    the run count logarithmic). ``"background"`` (the default): by a thread of the store, in
+    steps of a few MiB, each a transaction of its own, so that no write waits for a merge.
+    ``"inline"``: the same steps right after the write that made a merge due, in the writer's
+    thread (deterministic, for tests and batch jobs). ``"manual"``: only
+    :meth:`Store.merge_runs` and :meth:`Store.compact` merge.
 
     ``durability``: ``"full"`` (the default): an acknowledged write survives a process crash, a
     system crash and a power cut. ``"process"``: it survives a process crash; a system crash or a

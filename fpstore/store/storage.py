@@ -31,7 +31,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import lmdb
@@ -184,11 +184,14 @@ class Storage:
         self._lockless = False
         self._map = MapLock()
         #: One write transaction at a time in this process, begun and committed by one thread
-        #: (LMDB binds a write transaction to the thread that began it).
-        self._write_lock = threading.Lock()
+        #: (LMDB binds a write transaction to the thread that began it). Reentrant: a switch of
+        #: the whole store (:meth:`alone`) writes while holding it.
+        self._write_lock = threading.RLock()
         #: Called after a write transaction is aborted: caches of what it wrote must forget it
         #: (the ids it used are given out again by the next transaction).
         self.on_abort: list[Callable[[], None]] = []
+        #: Called after each write commits, once its locks are released (a merge it made due).
+        self.on_commit: list[Callable[[], None]] = []
         #: Directories and files this open created, removed by :meth:`discard` when creating fails.
         self._made_dirs: list[str] = []
         self._found: set[str] | None = None
@@ -375,6 +378,26 @@ class Storage:
         faults.active().fsync(dest)
         return os.path.getsize(copy)
 
+    @contextlib.contextmanager
+    def alone(self, what: str) -> Iterator[None]:
+        """The store to this thread alone, for work that changes what other openers hold
+        (the file, the table handles, the design): no other process may have the store open,
+        and no other thread of this one is in a transaction until the block ends. Writes inside
+        the block are allowed. Raises :class:`StorageError` naming ``what`` when another process
+        has the store open."""
+        self.check_writable()
+        if self._open_fd is None:
+            raise StorageError(f"{self.path}: no open lock to check that the store is unshared")
+        try:
+            fcntl.flock(self._open_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StorageError(f"{self.path} is open in another process; {what} needs it alone (close the readers first)") from None
+        try:
+            with self._write_lock, self._map.alone():
+                yield
+        finally:
+            fcntl.flock(self._open_fd, fcntl.LOCK_SH)
+
     def compact_file(self, reopen: Callable[[], None]) -> tuple[int, int]:
         """Rewrite data.mdb without free pages and switch to it atomically; returns sizes (before, after).
 
@@ -383,17 +406,8 @@ class Storage:
         fsynced: a crash before the rename leaves the old file, after it the new one.
         ``reopen`` re-opens sub-databases on the new environment.
         """
-        self.check_writable()
-        if self._open_fd is None:
-            raise StorageError(f"{self.path}: no open lock to check that the store is unshared")
-        try:
-            fcntl.flock(self._open_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StorageError(
-                f"{self.path} is open in another process; file compaction needs it alone (close the readers first)"
-            ) from None
         # The environment is closed and reopened: no other thread of this process may be in it.
-        with self._write_lock, self._map.alone():
+        with self.alone("file compaction"):
             data = os.path.join(self.path, DATA_FILE)
             before = os.path.getsize(data)
             tmp = make_compaction_dir(self.path)
@@ -417,7 +431,6 @@ class Storage:
                 reopen()
             finally:
                 remove_stale_compactions(self.path)  # this copy: it carries the marker
-                fcntl.flock(self._open_fd, fcntl.LOCK_SH)
         return before, after
 
     def _open_env(self, map_size: int) -> lmdb.Environment:
@@ -466,6 +479,27 @@ class Storage:
             raise NotAStoreError(f"{self.path} holds an LMDB environment that is not an fpstore store ({exc})") from exc
         except lmdb.Error as exc:
             raise translate(exc, f"opening {self.path}") from exc
+
+    def add_dbs(self, names: list[str]) -> None:
+        """Create sub-databases ``names`` that do not exist yet (empty, in one transaction) and
+        open them. An empty sub-database no table design names is harmless."""
+        self.check_writable()
+        env = self.env
+        with self._write_lock:
+            self._map.share()
+            try:
+                txn = env.begin(write=True)
+                try:
+                    opened = {name: env.open_db(name.encode(), txn=txn, create=True) for name in names}
+                    txn.commit()
+                except BaseException:
+                    txn.abort()
+                    raise
+            except lmdb.Error as exc:
+                raise translate(exc, f"creating tables in {self.path}") from exc
+            finally:
+                self._map.unshare()
+        self.dbs.update(opened)
 
     def create(self, names: list[str], fill: Callable[[lmdb.Transaction, dict[str, Any]], None]) -> None:
         """Create sub-databases ``names`` and run ``fill(txn, dbs)`` in the same write transaction."""
@@ -606,7 +640,16 @@ class Storage:
         raise StorageError(f"could not start a read on {self.path} after map resizes")
 
     def _set_mapsize(self, size: int, action: str) -> None:
-        """Set the map size (0: adopt the file's) once no other thread of this process is in a transaction."""
+        """Set the map size (0: adopt the file's) once no other thread of this process is in a transaction.
+
+        A read this thread still holds open (a ``Store.reader()`` block, an all-pairs iterator
+        between batches) would be left reading an unmapped map: that is refused, not done."""
+        if self._map.held():
+            raise StorageError(
+                f"{self.path}: {action} needs the map remapped, but this thread still holds a read of the store open "
+                "(a store.reader() block, or an iter_near_duplicate_pairs iterator not exhausted or closed); "
+                "finish or close it, then write"
+            )
         with self._map.alone():
             try:
                 self.env.set_mapsize(size)
@@ -658,7 +701,10 @@ class Storage:
                     raise
                 self._map.unshare()
                 fault_points.after_commit()
-                return result
+                break
+        for hook in self.on_commit:
+            hook()
+        return result
 
     def _abort(self, txn: lmdb.Transaction) -> None:
         """Abort a write transaction: what it made is gone, so are the caches of it."""

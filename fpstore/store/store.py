@@ -9,7 +9,7 @@ each document once: exactly what comparing with every stored fingerprint would r
 
 :class:`Store` is the facade: it checks input and owns transactions. Beside it: :mod:`.catalog`
 (the tables read together), :mod:`.writes`, :mod:`.incremental` and :mod:`.lsm` (the tiers),
-:mod:`.header`, :mod:`.keys`, :mod:`.results`, :mod:`.inspect` and :mod:`.storage` (LMDB).
+:mod:`.header`, :mod:`.keys`, :mod:`.results`, :mod:`.inspect`, :mod:`.pairs` and :mod:`.storage` (LMDB).
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from fpstore.errors import CorruptionError, DesignError, InputError, NotAStoreEr
 from fpstore.fingerprint.pipeline import DEFAULT_K, Fingerprints, Pipeline
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
-from fpstore.index import search
-from fpstore.index.design import Design, design_for
-from fpstore.store import inspect
+from fpstore.index.design import DEFAULT_EXPECTED_SIZE, Design, design_for
+from fpstore.store import inspect, pairs
 from fpstore.store.catalog import Catalog
 from fpstore.store.group import GroupCommit
 from fpstore.store.header import (
@@ -49,13 +48,17 @@ from fpstore.store.header import (
 from fpstore.store.inputs import OneAdd, batch_adds, prepare_add, prepare_batch, signatures
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
 from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
+from fpstore.store.merging import MERGE_MODES, Merger, clean_up
 from fpstore.store.reading import Reader
+from fpstore.store.redesign import switch_design
 from fpstore.store.results import AddResult, Cluster, Document, Match
 from fpstore.store.rows import arrow_batches, arrow_table
 from fpstore.store.storage import DATA_FILE, Storage
 from fpstore.store.writes import add_batch, add_group, compact, delete_one, load_run
 
 __all__ = ["AddResult", "Cluster", "Document", "Match", "Store"]
+
+Progress = Callable[[int, int | None], None] | None
 
 
 class Store(Closing):
@@ -76,11 +79,14 @@ class Store(Closing):
         verify: bool = False,
         flush_entries: int = FLUSH_ENTRIES,
         durability: str = "full",
+        merges: str = "background",
     ) -> None:
         if pipeline is not None and not isinstance(pipeline, Pipeline):
             raise InputError(f"pipeline must be a fpstore.Pipeline, not {type(pipeline).__name__}")
         if isinstance(flush_entries, bool) or not isinstance(flush_entries, int) or flush_entries < 0:
             raise InputError(f"flush_entries must be an int >= 0, got {flush_entries!r}")
+        if merges not in MERGE_MODES:
+            raise InputError(f"merges must be one of {', '.join(MERGE_MODES)}, got {merges!r}")
         #: Documents held in the incremental tables before a write moves them into a run (0: never).
         self.flush_entries = flush_entries
         self._adds: GroupCommit[OneAdd, AddResult] = GroupCommit(self._commit_adds)
@@ -103,6 +109,10 @@ class Store(Closing):
             else:
                 self._load(pipeline, design)
             self.k = self._check_k(self.design.k if k is None else k)
+            self._merges = Merger(self._storage, self, merges)
+            if not readonly:
+                clean_up(self._storage, self._cat)  # what a merge that died left behind
+            self._storage.on_commit = [self._merges.after_commit]
         except BaseException:
             if self._storage.is_new:
                 self._storage.discard()  # a store that could not be created leaves nothing behind
@@ -147,7 +157,7 @@ class Store(Closing):
         if k > self.design.k:
             raise DesignError(
                 f"k={k} is above the store's design ({self.design.name}, exact up to k={self.design.k}); "
-                "pass exhaustive=True to scan every fingerprint, or create a store with a larger k"
+                f"pass exhaustive=True to scan every fingerprint, or index the store for that radius: store.redesign({k})"
             )
         return k
 
@@ -162,7 +172,9 @@ class Store(Closing):
         return self._storage.readonly
 
     def close(self) -> None:
-        """Close the store (idempotent). Later use raises :class:`~fpstore.errors.ClosedError`."""
+        """Close the store (idempotent). Later use raises :class:`~fpstore.errors.ClosedError`.
+        A background merge in progress gives up (the next writer's open clears what it wrote)."""
+        self._merges.close()
         self._storage.close()
 
     def __repr__(self) -> str:
@@ -297,6 +309,15 @@ class Store(Closing):
         """
         return compact(self._storage, self._cat, full)
 
+    def merge_runs(self) -> dict[str, int]:
+        """Run the merges of full size tiers now, in this thread, and return their counts. With
+        ``merges="background"`` (the default) a thread of the store does this after the flushes
+        that make them due, and ``"inline"`` right after such a write; ``"manual"`` leaves them
+        to this call (or :meth:`compact`). Each merge is written in steps of a few MiB, each a
+        transaction of its own, so no write waits long for one (:mod:`fpstore.store.merging`)."""
+        self._storage.check_writable()
+        return self._merges.run()
+
     def compact_file(self) -> dict[str, int]:
         """Compact (see :meth:`compact`), then rewrite the file without its free pages.
 
@@ -311,48 +332,75 @@ class Store(Closing):
             self._storage.open_dbs(BASE_DBS + tables)
             self._bind_dbs()
 
-        before, after = self._storage.compact_file(reopen)
+        with self._merges.paused():
+            before, after = self._storage.compact_file(reopen)
         return {**result, "file_bytes_before": before, "file_bytes_after": after}
+
+    def redesign(
+        self,
+        k: int,
+        *,
+        design: str | Design = "auto",
+        expected_size: int | None = None,
+        progress: Callable[[int, int | None], None] | None = None,
+    ) -> dict[str, Any]:
+        """Index the store for radius ``k`` (a new table design; the documents stay as they are).
+
+        ``design`` and ``expected_size`` choose the design as :func:`fpstore.open` does for a new
+        store (``expected_size`` defaults to the store's size, at least 10^6). Every fingerprint
+        is indexed again and the store switches in one transaction: a crash leaves the old design
+        or the new one. Like :meth:`compact_file` it needs the store alone: another process with
+        it open makes it raise :class:`~fpstore.errors.StorageError` before anything changes.
+        Afterwards :attr:`k` is ``k``. ``progress(tables encoded, tables)`` as the tables are built.
+        """
+        self._storage.check_writable()
+        new = design_for(k, expected_size if expected_size is not None else max(len(self), DEFAULT_EXPECTED_SIZE), design)
+        before = self.design
+        with self._merges.paused(), self._storage.alone("a redesign"):
+            if new.config() == before.config():
+                counts = {"entries": len(self)}
+            else:
+                try:
+                    self.header, counts = switch_design(self._storage, self._cat, self.header, new, progress)
+                    self.design = new
+                finally:
+                    # Handles of tables an aborted write dropped are closed: open the design's again.
+                    self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))])
+                    self._bind_dbs()
+            self.k = k
+        return {"design_before": before.name, "design_after": new.name, "k": k, "entries": int(counts["entries"])}
 
     # -- all pairs ------------------------------------------------------------------------------
 
+    def iter_near_duplicate_pairs(
+        self, k: int | None = None, *, batch_size: int = pairs.BATCH_SIZE, progress: Progress = None, memory_budget: int | None = None
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Every pair of live documents within ``k`` bits, each once, in batches of at most
+        ``batch_size``: ``(id_a int64, id_b int64, distance uint8)``, ``id_a < id_b``, table by table.
+        Up to the design's k it streams the store's sorted tables in one snapshot, held until the
+        iterator is exhausted or closed (take it from one thread; a write of that thread that must
+        grow the map raises StorageError meanwhile); above it the join is in memory and refused
+        beyond ``memory_budget`` bytes (MemoryBudgetError). Details: :mod:`fpstore.store.pairs`."""
+        return pairs.iter_pairs(
+            self._storage, self._cat, self.k if k is None else k, batch_size=batch_size, progress=progress, memory_budget=memory_budget
+        )
+
     def near_duplicate_pairs(
-        self, k: int | None = None, *, progress: Callable[[int, int | None], None] | None = None
+        self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every pair of live documents within ``k`` bits, exactly once: ``(id_a, id_b, distance)``.
+        """Every pair of live documents within ``k`` bits, exactly once: ``(id_a, id_b, distance)``,
+        ``id_a < id_b``, identical fingerprints included, rows sorted by ``(id_a, id_b)``; short
+        documents take no part. :meth:`iter_near_duplicate_pairs` collected in one set of arrays."""
+        return pairs.sorted_pairs(self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget))
 
-        ``id_a < id_b``; identical fingerprints are included (distance 0); rows are sorted by
-        ``(id_a, id_b)``. Documents too short for near-duplicate matching take no part.
-        ``k`` may exceed the design's: the join builds its own tables in memory.
-        ``progress(tables joined, tables)`` is called as the join goes.
-        """
-        kq = self.k if k is None else k
-        if not isinstance(kq, int) or isinstance(kq, bool) or not 0 <= kq <= 10:
-            raise InputError(f"k must be an int in 0..10, got {kq!r}")
-        with self._storage.read() as txn:
-            fps, ids = self._cat.live_index(txn)
-        i, j, d = search.pairs_within(fps, kq, progress)
-        a, b = ids[i].astype(np.int64), ids[j].astype(np.int64)
-        lo, hi = np.minimum(a, b), np.maximum(a, b)
-        order = np.lexsort((hi, lo))
-        return lo[order], hi[order], d[order]
-
-    def clusters(self, k: int | None = None, *, progress: Callable[[int, int | None], None] | None = None) -> list[Cluster]:
-        """Connected components of the near-duplicate graph (size >= 2), largest first.
-
-        Each cluster's canonical member is the document with the smallest id (the oldest);
-        ``keys`` lists the canonical first, then the others by id. ``progress`` as for
-        :meth:`near_duplicate_pairs`.
-        """
-        a, b, _ = self.near_duplicate_pairs(k, progress=progress)
-        groups = search.components(a, b)
-        with self._storage.read() as txn:
-            keys = iter(self._cat.keys_of(txn, [int(i) for g in groups for i in g]))
-            out = []
-            for g in groups:
-                members = [next(keys) for _ in range(len(g))]
-                out.append(Cluster(members[0], members, g))
-            return out
+    def clusters(self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None) -> list[Cluster]:
+        """Connected components of the near-duplicate graph (size >= 2), largest first, by a
+        union-find over :meth:`iter_near_duplicate_pairs` (same arguments). Each cluster's canonical
+        member is the document with the smallest id (the oldest); ``keys`` lists it first, then the
+        others by id."""
+        return pairs.clusters(
+            self._storage, self._cat, self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget)
+        )
 
     def delete(self, key: Key) -> bool:
         """Delete a document; returns whether it existed. Durable when it returns."""
@@ -510,32 +558,8 @@ class Store(Closing):
             return inspect.counts(txn, self._cat)
 
     def info(self) -> dict[str, Any]:
-        """Header, design, counts and storage figures, as plain data."""
-        storage = self._storage.info()
-        n = len(self)  # checks the counter against the ids given out
-        counts = self.counts()
-        return {
-            "path": self.path,
-            "format": self.header["format"],
-            "pipeline_id": self.pipeline.id,
-            "pipeline": self.pipeline.config,
-            "design": self.design.describe(max(n, 1)),
-            "design_detail": {
-                **self.design.config(),
-                "probes_per_query": self.design.probes_per_query(),
-                "expected_candidates": self.design.expected_candidates(max(n, 1)),
-            },
-            "k": self.k,
-            "documents": n,
-            "incremental_entries": counts["incremental_entries"],
-            "runs": counts["runs"],
-            "tombstones": counts["tombstones"],
-            "flush_entries": self.flush_entries,
-            "file_size": storage["file_size"],
-            "map_size": storage["map_size"],
-            "created": self.header.get("created"),
-            "lmdb": inspect.lmdb_figures(self._storage),
-        }
+        """Header, design, counts, merges and storage figures, as plain data."""
+        return inspect.store_info(self, self._storage, self._merges)
 
     # -- inspection -----------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The scenario oracle: nine operations covering every kind of write, and a model of the store after
+"""The scenario oracle: ten operations covering every kind of write, and a model of the store after
 each of their transactions (``model_after``, ``check_model``: every answer against brute force).
 ``tools/make_golden_stores.py`` draws its data with the same ``near``."""
 
@@ -12,9 +12,11 @@ from tests.support.oracle import FEED, SEED, CheckFailed
 
 # -- the scenario: every kind of write, with a model of what the store must hold after each ------
 #
-# Seven operations, each made of one or more write transactions ("steps"): add_many, a bulk load of
+# Ten operations, each made of one or more write transactions ("steps"): add_many, a bulk load of
 # three runs, text adds and deletes (tombstones in runs), add_many replacing keys of both tiers, a
-# partial compaction, add_many of near-duplicates, a full compaction. The model after any prefix
+# partial compaction, add_many crossing the flush threshold, a redesign to a larger radius (runs,
+# incremental entries and tombstones into one run of the new design), add_many of near-duplicates
+# under it, a full compaction, a file compaction. The model after any prefix
 # of steps is a dict key -> fingerprint (and checkpoints); a crash inside step s must leave exactly
 # the model after s - 1 or s steps, whatever the store's internal layout.
 
@@ -65,8 +67,8 @@ def scenario_data() -> dict:
             "e": (e_keys, e_fps)}
 
 
-SCENARIO_OPS = ("add_many_a", "bulk_load_b", "texts_deletes", "add_many_c", "compact_partial", "add_many_flush", "add_many_d",
-                "compact_full", "compact_file")
+SCENARIO_OPS = ("add_many_a", "bulk_load_b", "texts_deletes", "add_many_c", "compact_partial", "add_many_flush", "redesign",
+                "add_many_d", "compact_full", "compact_file")
 BULK_MAX_RUN = 400
 
 
@@ -86,6 +88,8 @@ def run_op(store, op: int) -> None:
             store.delete(key)  # False when a resumed run already deleted it
     elif name == "add_many_c":
         store.add_many(data["c"][0], fingerprints=data["c"][1], pipeline_id=pid, checkpoint=(FEED, 1))
+    elif name == "redesign":
+        store.redesign(SCENARIO_K + 2)  # a larger radius: the later operations write under the new design
     elif name == "compact_partial":
         store.compact(full=False)
     elif name == "add_many_d":
@@ -130,7 +134,7 @@ def model_steps(op: int) -> list:
         return [put_all(*data["d"], 3)]
     if name == "add_many_flush":
         return [put_all(*data["e"], 2)]
-    return [lambda m: None]  # compaction changes no answer, only the layout
+    return [lambda m: None]  # compaction and redesign change no answer, only the layout
 
 
 def model_after(op: int, steps: int | None = None) -> dict:
@@ -145,10 +149,28 @@ def model_after(op: int, steps: int | None = None) -> dict:
 
 
 def layout(store) -> tuple:
-    """The store's internal shape in one snapshot: (runs, segments, incremental entries, tombstones, records)."""
+    """The store's internal shape in one snapshot: (design, runs, segments, incremental entries, tombstones, records)."""
     counts = store.counts()
-    return (len(counts["runs"]), len(counts["segments"]), counts["incremental_entries"], counts["tombstones"],
+    return (store.design.name, len(counts["runs"]), len(counts["segments"]), counts["incremental_entries"], counts["tombstones"],
             counts["records"])
+
+
+def leftovers(store) -> list[str]:
+    """What a dead merge could leave: its marker, a garbage list, blobs no live run or key segment
+    names (read in one snapshot of an open store)."""
+    from fpstore.store.merging import GARBAGE_KEY, MERGING_KEY
+
+    cat, found = store._cat, []
+    with store._storage.read() as txn:
+        for key in (MERGING_KEY, GARBAGE_KEY):
+            if txn.get(key, db=cat.meta) is not None:
+                found.append(f"meta/{key.decode()}")
+        state = cat.state(txn)
+        owners = {p[:5] for rec in state.runs for p in rec.tables} | {rec.ids.prefix[:5] for rec in state.runs if rec.ids}
+        owners |= {seg.fps[:5] for seg in state.segs}
+        stray = {bytes(key)[:5] for key in txn.cursor(db=cat.blobs).iternext(keys=True, values=False)} - owners
+        found += [f"blobs under {p!r}" for p in sorted(stray)]
+    return found
 
 
 def check_model(store, model: dict, k: int = SCENARIO_K) -> None:
@@ -184,7 +206,7 @@ def check_model(store, model: dict, k: int = SCENARIO_K) -> None:
     if got != want or len(a) != len(want):
         raise CheckFailed(f"near_duplicate_pairs differ from brute force: {len(got - want)} extra, {len(want - got)} missing")
     # Every stored fingerprint as a query.
-    q, found, qd = store.query_many(fps, pipeline_id=store.pipeline.id)
+    q, found, qd = store.query_many(fps, pipeline_id=store.pipeline.id, k=k)
     got_q = {(int(x), ids.get(int(y), ("unknown id", int(y))), int(z)) for x, y, z in zip(q, found, qd)}
     qi, qj = np.nonzero(dist <= k)
     want_q = {(int(i), keys[j], int(dist[i, j])) for i, j in zip(qi.tolist(), qj.tolist())}
@@ -193,7 +215,7 @@ def check_model(store, model: dict, k: int = SCENARIO_K) -> None:
     if got_q != want_q:
         raise CheckFailed(f"query_many differs from brute force: {len(got_q - want_q)} extra, {len(want_q - got_q)} missing")
     for i in range(0, len(keys), max(1, len(keys) // 25)):
-        got1 = {(m.key, m.distance) for m in store.query(fingerprint=int(fps[i]), pipeline_id=store.pipeline.id)}
+        got1 = {(m.key, m.distance) for m in store.query(fingerprint=int(fps[i]), pipeline_id=store.pipeline.id, k=k)}
         want1 = {(keys[j], int(dist[i, j])) for j in np.flatnonzero(dist[i] <= k).tolist()}
         if got1 != want1:
             raise CheckFailed(f"query of {keys[i]!r} differs from brute force: {got1 ^ want1}")

@@ -1,0 +1,417 @@
+"""Tier merges that no write waits for: runs of one size tier merged into one in bounded steps,
+each step a write transaction of its own.
+
+A flush (:meth:`fpstore.store.lsm.Lsm.flush`) moves the incremental tables into a run inside the
+write that fills them; when a size tier then holds ``MERGE_FANOUT`` runs, the merge is left to a
+:class:`Merger`: in a thread of its own (``merges="background"``, the default), right after the
+write that made it due (``"inline"``), or when asked (``"manual"``: :meth:`Store.merge_runs`).
+
+One merge, in the order of its transactions, each committed before the next begins:
+
+1. **reserve**: the merged runs must still be live; the next run id is taken (``state.next_run``
+   moves on) and written under ``meta/merging``. Nothing else changes.
+2. **write** (several): the new run's blobs, at most ``MERGE_STEP_BYTES`` per transaction, under
+   the reserved id. No state names them: readers never see them.
+3. **switch**: if every merged run is still live, the state replaces them by the new run, and
+   their blobs go on ``meta/garbage``; else (a compaction or a redesign replaced them meanwhile)
+   the new run's blobs go there instead. ``meta/merging`` is deleted.
+4. **collect** (several): the blobs listed on ``meta/garbage`` are deleted, at most
+   ``GARBAGE_STEP`` per transaction, and the list shortened with them.
+
+The new run is read and encoded outside any write transaction, from a read snapshot taken before
+step 1: runs are immutable, and tombstones are never removed, so a document deleted after the
+snapshot is still hidden by its tombstone. A crash at any point leaves a store that answers as
+before the merge or after it; what a dead merge wrote is named by ``meta/merging`` or
+``meta/garbage``, and the writer's next open deletes it (:func:`clean_up`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+import lmdb
+import msgpack
+import numpy as np
+
+from fpstore.errors import ClosedError, CorruptionError, FpstoreError
+from fpstore.index import tiers
+from fpstore.index.tiers import RunMeta, State
+from fpstore.store.catalog import Catalog
+from fpstore.store.header import U64
+from fpstore.store.lsm import FLUSH_ENTRIES, merge_group, owned_prefixes
+from fpstore.store.storage import Storage
+
+__all__ = ["GARBAGE_KEY", "GARBAGE_STEP", "MERGE_MODES", "MERGE_STEP_BYTES", "MERGING_KEY", "Merger", "clean_up", "merge_once"]
+
+log = logging.getLogger(__name__)
+
+#: How merges run (see the module's documentation).
+MERGE_MODES = ("background", "inline", "manual")
+#: Bytes of a new run's blobs written per transaction: a commit of a few MiB takes milliseconds.
+MERGE_STEP_BYTES = 4 << 20
+#: Blobs deleted per transaction while collecting garbage.
+GARBAGE_STEP = 256
+#: ``meta`` key: the run id a merge is writing (8 bytes), until its switch.
+MERGING_KEY = b"merging"
+#: ``meta`` key: msgpack list of blob prefixes to delete (runs merged away, or a merge abandoned).
+GARBAGE_KEY = b"garbage"
+
+
+def _garbage(txn: lmdb.Transaction, meta: Any) -> list[bytes]:
+    raw = txn.get(GARBAGE_KEY, db=meta)
+    if raw is None:
+        return []
+    try:
+        listed = msgpack.unpackb(bytes(raw), raw=False, max_array_len=1 << 20, max_bin_len=64)
+    except Exception as exc:
+        raise CorruptionError(f"the garbage list does not decode: {exc}") from None
+    # A prefix deletes every blob under it: only a run's own (``r`` + u32 id, optionally + u16 table).
+    if not isinstance(listed, list) or not all(isinstance(p, bytes) and len(p) in (5, 7) and p[:1] == b"r" for p in listed):
+        raise CorruptionError("the garbage list names something other than run blobs")
+    return listed
+
+
+def _put_garbage(txn: lmdb.Transaction, meta: Any, prefixes: list[bytes]) -> None:
+    if prefixes:
+        txn.put(GARBAGE_KEY, msgpack.packb(prefixes, use_bin_type=True), db=meta)
+    else:
+        txn.delete(GARBAGE_KEY, db=meta)
+
+
+def _reserved(txn: lmdb.Transaction, meta: Any) -> int | None:
+    raw = txn.get(MERGING_KEY, db=meta)
+    if raw is None:
+        return None
+    if len(raw) != 8:
+        raise CorruptionError(f"the merging marker is {len(raw)} bytes, expected 8")
+    return int(U64.unpack(raw)[0])
+
+
+def _run_blobs(run_id: int) -> bytes:
+    """The prefix of every blob a merge writes for run ``run_id`` (its tables and id column)."""
+    return tiers.run_prefix(run_id, 0)[:-2]
+
+
+def _live(state: State, runs: list[RunMeta]) -> bool:
+    return all(rec in state.runs for rec in runs)
+
+
+def collect(storage: Storage, cat: Catalog, stopping: Callable[[], bool] = lambda: False) -> int:
+    """Delete the blobs listed on ``meta/garbage``, ``GARBAGE_STEP`` per transaction; returns
+    how many were deleted (stops early when ``stopping()``)."""
+
+    def step(txn: lmdb.Transaction) -> int:
+        listed = _garbage(txn, cat.meta)
+        live = {rec.id for rec in cat.state(txn).runs}
+        if any(int.from_bytes(p[1:5], "big") in live for p in listed):
+            raise CorruptionError("the garbage list names blobs of a live run")
+        deleted = 0
+        cur = txn.cursor(db=cat.blobs)
+        while listed and deleted < GARBAGE_STEP:
+            prefix = listed[0]
+            if cur.set_range(prefix) and bytes(cur.key()).startswith(prefix):
+                cur.delete()
+                deleted += 1
+            else:
+                listed.pop(0)
+        _put_garbage(txn, cat.meta, listed)
+        return deleted if listed or deleted else -1
+
+    total = 0
+    while not stopping():
+        with storage.read() as txn:
+            if txn.get(GARBAGE_KEY, db=cat.meta) is None:
+                break
+        done = storage.write(step, action="deleting the blobs of merged runs")
+        if done < 0:
+            break
+        total += done
+    return total
+
+
+def clean_up(storage: Storage, cat: Catalog) -> None:
+    """At the writer's open: what a merge that died left behind goes on the garbage list, and the
+    list is collected."""
+
+    def forget(txn: lmdb.Transaction) -> None:
+        run_id = _reserved(txn, cat.meta)
+        if run_id is None:
+            return
+        txn.delete(MERGING_KEY, db=cat.meta)
+        if all(rec.id != run_id for rec in cat.state(txn).runs):
+            _put_garbage(txn, cat.meta, _garbage(txn, cat.meta) + [_run_blobs(run_id)])
+
+    with storage.read() as txn:
+        pending = txn.get(MERGING_KEY, db=cat.meta) is not None
+    if pending:
+        storage.write(forget, action="clearing an interrupted merge")
+    collect(storage, cat)
+
+
+def merge_once(storage: Storage, cat: Catalog, unit: int, stopping: Callable[[], bool] = lambda: False) -> dict[str, int] | None:
+    """Merge the runs of the smallest full size tier (see the module's documentation); returns
+    counts, or None when no tier is full or the merge was given up (another job replaced its
+    runs, or ``stopping()`` turned true)."""
+    t0 = time.perf_counter()
+    with storage.read() as txn:
+        group = merge_group(cat.state(txn).runs, unit)
+    if not group:
+        return None
+    # Room for the new run first: growing the map waits for every transaction of the process,
+    # this merge's long read included, so a write that had to grow it would wait for the read.
+    storage.reserve(sum(rec.count for rec in group) * 8 * (len(cat.design.tables) + 1))
+    with storage.read() as txn:
+        group = merge_group(cat.state(txn).runs, unit)
+        if not group:
+            return None
+        fps, ids = cat.lsm.read_entries(txn, group, incremental=False)
+
+    def reserve(txn: lmdb.Transaction) -> int | None:
+        state = cat.state(txn)
+        if not _live(state, group) or _reserved(txn, cat.meta) is not None:
+            return None
+        cat.lsm.save_state(txn, State(state.runs, state.segs, state.next_run + 1, state.next_seg))
+        txn.put(MERGING_KEY, U64.pack(state.next_run), db=cat.meta)
+        return state.next_run
+
+    run_id = storage.write(reserve, action="starting a merge of runs")
+    if run_id is None:
+        return None
+    try:
+        return _write_and_switch(storage, cat, group, run_id, fps, ids, stopping, t0)
+    except BaseException:
+        with contextlib.suppress(FpstoreError):  # a full disk, say: the marker must not block later merges
+            _give_up(storage, cat, run_id)
+        raise
+
+
+def _write_and_switch(
+    storage: Storage,
+    cat: Catalog,
+    group: list[RunMeta],
+    run_id: int,
+    fps: np.ndarray,
+    ids: np.ndarray,
+    stopping: Callable[[], bool],
+    t0: float,
+) -> dict[str, int] | None:
+    """Steps 2 to 4 of a merge whose run id is reserved."""
+    blobs, rec = cat.lsm.encode_run(run_id, fps, ids)
+    written = steps = 0
+    while written < len(blobs):
+        if stopping():
+            _give_up(storage, cat, run_id)
+            return None
+        step: tiers.Blobs = []
+        size = 0
+        while written < len(blobs) and (not step or size + len(blobs[written][1]) <= MERGE_STEP_BYTES):
+            step.append(blobs[written])
+            size += len(blobs[written][1])
+            written += 1
+        storage.write(functools.partial(_put_blobs, cat.blobs, step), action="writing a merged run")
+        steps += 1
+
+    def switch(txn: lmdb.Transaction) -> bool:
+        state = cat.state(txn)
+        if _reserved(txn, cat.meta) != run_id:
+            raise CorruptionError(f"the merging marker no longer names run {run_id}")
+        txn.delete(MERGING_KEY, db=cat.meta)
+        garbage = _garbage(txn, cat.meta)
+        if not _live(state, group):
+            _put_garbage(txn, cat.meta, garbage + [_run_blobs(run_id)])
+            return False
+        runs = tuple(r for r in state.runs if r not in group) + ((rec,) if rec is not None else ())
+        cat.lsm.save_state(txn, State(runs, state.segs, state.next_run, state.next_seg))
+        _put_garbage(txn, cat.meta, garbage + [p for old in group for p in owned_prefixes(old)])
+        return True
+
+    switched = storage.write(switch, action="switching to a merged run")
+    collect(storage, cat, stopping)
+    if not switched:
+        return None
+    seconds = time.perf_counter() - t0
+    log.info("merged %d runs into one of %d entries in %.2f s (%d steps of writes)", len(group), len(fps), seconds, steps)
+    return {"runs_merged": len(group), "entries": len(fps)}
+
+
+def _put_blobs(db: Any, blobs: tiers.Blobs, txn: lmdb.Transaction) -> None:
+    for name, value in blobs:
+        txn.put(name, value, db=db)
+
+
+def _give_up(storage: Storage, cat: Catalog, run_id: int) -> None:
+    def give_up(txn: lmdb.Transaction) -> None:
+        if _reserved(txn, cat.meta) == run_id:
+            txn.delete(MERGING_KEY, db=cat.meta)
+            _put_garbage(txn, cat.meta, _garbage(txn, cat.meta) + [_run_blobs(run_id)])
+
+    storage.write(give_up, action="giving up a merge")
+
+
+_mergers: weakref.WeakSet[Merger] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    # A child forked while a merge is inside LMDB inherits its locks held by a thread the child
+    # does not have, and hangs when it closes the inherited environment: fork between merges.
+    for merger in list(_mergers):
+        merger._hold()
+
+
+def _after_fork() -> None:
+    for merger in list(_mergers):
+        merger._release()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
+
+
+class Merger:
+    """Runs a store's due merges, one at a time, as its mode says (``MERGE_MODES``).
+
+    It reads the store's current catalog and flush size at each merge (a redesign replaces the
+    catalog) through a weak reference: a store dropped without ``close()`` is still collected,
+    and its merge thread then ends. :meth:`after_commit` is the storage's commit hook.
+    """
+
+    def __init__(self, storage: Storage, store: Any, mode: str) -> None:
+        self._storage, self._store, self.mode = storage, weakref.ref(store), mode
+        self._job = threading.Lock()  # one merge at a time, whoever runs it
+        self._wake = threading.Event()
+        self._stop = False
+        self._pausing = False  # a switch of the whole store waits: the merge in progress gives up
+        self._paused_by = 0  # the thread that paused merges (its own commits run none)
+        self._thread: threading.Thread | None = None
+        self._starting = threading.Lock()
+        #: The last error of a background merge (the merge is tried again at the next flush).
+        self.error: FpstoreError | None = None
+        self.merged = 0
+        self._held = False
+        _mergers.add(self)
+        weakref.finalize(self, self._wake.set)  # collected: the thread wakes and ends
+
+    def _catalog(self) -> Catalog:
+        store = self._store()
+        if store is None:
+            raise ClosedError("the store was dropped")
+        return cast(Catalog, store._cat)
+
+    def after_commit(self) -> None:
+        """After each commit: a flush that made a merge due wakes the merger."""
+        store = self._store()
+        if self._stop or store is None or not store._cat.lsm.merge_due or self.mode == "manual" or self._paused_by == threading.get_ident():
+            return
+        if self.mode == "inline":
+            try:
+                self.run()
+            except FpstoreError as exc:  # the write itself committed: its caller must not see an error
+                self.error = exc
+                log.warning("a merge after a write failed (tried again after the next flush): %s", exc)
+            return
+        self._wake.set()
+        # Started once: a commit of the merge thread itself must never start a second one (after
+        # close() it would take the wake-up that lets the first one end).
+        with self._starting:
+            if self._thread is None and not self._stop:
+                self._thread = threading.Thread(
+                    target=_merge_thread, args=(weakref.ref(self), self._wake), name=f"fpstore-merge {self._storage.path}", daemon=True
+                )
+                self._thread.start()
+
+    def run(self) -> dict[str, int]:
+        """Run every due merge now, in this thread; returns counts."""
+        counts = {"merges": 0, "runs_merged": 0, "entries": 0}
+        with self._job:
+            while not self._stop:
+                store = self._store()
+                if store is None:
+                    break
+                cat, unit = store._cat, store.flush_entries or FLUSH_ENTRIES
+                del store  # a store dropped meanwhile is collected (its storage once the merge ends)
+                cat.lsm.merge_due = False
+                done = merge_once(self._storage, cat, unit, lambda: self._stop or self._pausing)
+                if done is None:
+                    break
+                counts["merges"] += 1
+                counts["runs_merged"] += done["runs_merged"]
+                counts["entries"] += done["entries"]
+                self.merged += 1
+        return counts
+
+    def run_logged(self) -> None:
+        """:meth:`run` for the background thread: errors are logged and kept in :attr:`error`."""
+        try:
+            self.run()
+            self.error = None
+        except FpstoreError as exc:  # a full disk, say: writes go on, runs wait for the next try
+            self.error = exc
+            log.warning("a background merge failed (tried again after the next flush): %s", exc)
+        except Exception:  # a bug: log it rather than end the thread silently
+            log.exception("a background merge failed")
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No merge runs in the block (one in progress gives up after its current step): for
+        work that replaces the catalog or the environment (redesign, file compaction)."""
+        self._pausing = True
+        try:
+            with self._job:
+                self._pausing = False
+                self._paused_by = threading.get_ident()
+                try:
+                    yield
+                finally:
+                    self._paused_by = 0
+        finally:
+            self._pausing = False
+        self._catalog().lsm.merge_due = True  # what gave up is still due
+        if self.mode == "background":
+            self.after_commit()
+
+    def _hold(self) -> None:
+        """Wait for the merge in progress to give up, and start no other (until :meth:`_release`)."""
+        if self._thread is None or self._paused_by == threading.get_ident():
+            return
+        self._pausing = True
+        self._job.acquire()
+        self._held = True
+
+    def _release(self) -> None:
+        if self._held:
+            self._held = False
+            self._pausing = False
+            self._job.release()
+            store = self._store()
+            if store is not None:
+                store._cat.lsm.merge_due = True  # a merge that gave up runs after the next write
+
+    def close(self) -> None:
+        """Stop the thread (a merge in progress gives up after its current step)."""
+        with self._starting:
+            self._stop = True
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+
+def _merge_thread(ref: weakref.ref[Merger], wake: threading.Event) -> None:
+    """The background merger's thread: it holds its merger only while it merges, and looks at
+    its stop flag at least once a second whatever wakes it."""
+    while True:
+        woken = wake.wait(timeout=1.0)
+        merger = ref()
+        if merger is None or merger._stop:
+            return
+        if woken:
+            wake.clear()
+            merger.run_logged()
+        del merger

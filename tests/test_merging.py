@@ -1,0 +1,231 @@
+"""Tier merges in transactions of their own (fpstore/store/merging.py): every mode keeps answers
+exact and leaves no full tier behind; a merge that gives up or loses its runs to a compaction
+leaves nothing behind once collected; what a dead merge wrote is cleared by the writer's next
+open; a damaged garbage list is refused before anything is deleted. Kills at every step of a
+merge are in the named-point harness (tests/test_reliability.py: the scenario opens its stores
+with merges="inline"), and kill -9 at random instants of background merges in tests/test_crash.py."""
+
+from __future__ import annotations
+
+import time
+
+import msgpack
+import numpy as np
+import pytest
+
+import fpstore
+from fpstore.errors import CorruptionError, InputError
+from fpstore.store import merging
+from fpstore.store.lsm import MERGE_FANOUT, merge_group
+from tests.support.scenario import leftovers
+
+
+def brute(model: dict[int, int], queries: np.ndarray, k: int) -> set[tuple[int, int, int]]:
+    keys = np.array(list(model), dtype=np.int64)
+    fps = np.array([model[key] for key in keys.tolist()], dtype=np.uint64)
+    dist = np.bitwise_count(queries[:, None] ^ fps[None, :])
+    i, j = np.nonzero(dist <= k)
+    return {(int(a), int(keys[b]), int(dist[a, b])) for a, b in zip(i.tolist(), j.tolist())}
+
+
+def answers(store: fpstore.Store, queries: np.ndarray, k: int = 3) -> set[tuple[int, int, int]]:
+    q, ids, dist = store.query_many(queries, pipeline_id=store.pipeline.id, k=k)
+    return {(int(a), int(key), int(d)) for a, key, d in zip(q.tolist(), store.keys_of(ids), dist.tolist())}
+
+
+def full_tier(store: fpstore.Store) -> list:
+    with store._storage.read() as txn:
+        return merge_group(store._cat.state(txn).runs, store.flush_entries)
+
+
+def grow(store: fpstore.Store, rng: np.random.Generator, batches: int, size: int = 100, start: int = 0) -> dict[int, int]:
+    """``batches`` add_many calls of ``size`` documents, a tenth near earlier ones, and a few deletes."""
+    model: dict[int, int] = {}
+    fps = rng.integers(0, 2**64, size=batches * size, dtype=np.uint64)
+    fps[size::10] = fps[: len(fps[size::10])] ^ np.uint64(0b1001)
+    for b in range(batches):
+        keys = list(range(start + b * size, start + (b + 1) * size))
+        store.add_many(keys, fingerprints=fps[b * size : (b + 1) * size], pipeline_id=store.pipeline.id)
+        model.update(zip(keys, fps[b * size : (b + 1) * size].tolist()))
+        if b % 7 == 3:
+            store.delete(keys[0] - 50)
+            model.pop(keys[0] - 50, None)
+    return model
+
+
+@pytest.mark.parametrize("mode", ["inline", "background", "manual"])
+def test_every_mode_keeps_answers_exact_and_merges_every_full_tier(tmp_path, mode):
+    rng = np.random.default_rng(["inline", "background", "manual"].index(mode))
+    with fpstore.open(tmp_path / "s", k=3, flush_entries=200, merges=mode) as s:
+        model = grow(s, rng, 60)
+        queries = np.array(list(model.values())[::9], dtype=np.uint64) ^ np.uint64(1)
+        assert answers(s, queries) == brute(model, queries, 3)  # whatever merges are in flight
+        if mode == "inline":
+            assert full_tier(s) == []  # merged before the write that made it due returned
+        if mode == "manual":
+            assert full_tier(s) != [] and s.info()["merges"]["done"] == 0
+        counts = s.merge_runs()
+        assert full_tier(s) == [] and not leftovers(s)
+        assert mode != "manual" or counts["merges"] >= 1
+        assert s.info()["merges"]["done"] >= 1 and s.info()["merges"]["last_error"] is None
+        assert answers(s, queries) == brute(model, queries, 3)
+        assert len(s.counts()["runs"]) <= 3 * MERGE_FANOUT  # at most FANOUT - 1 per tier, three tiers here
+        assert s.verify() == []
+
+
+def test_background_merges_run_without_being_asked(tmp_path):
+    rng = np.random.default_rng(5)
+    with fpstore.open(tmp_path / "s", k=3, flush_entries=200) as s:
+        grow(s, rng, 40)
+        deadline = time.monotonic() + 60
+        while s.info()["merges"]["done"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.info()["merges"]["done"] >= 1, "no background merge ran within a minute"
+
+
+def test_close_during_background_merges_returns(tmp_path):
+    """close() stops the merge thread even when the thread's own commits come after it (a second
+    thread started then took the wake-up that ends the first: close() hung in join)."""
+    import threading
+
+    rng = np.random.default_rng(8)
+    for i in range(12):
+        s = fpstore.open(tmp_path / f"s{i}", k=3, flush_entries=50)
+        fps = rng.integers(0, 2**64, size=2000, dtype=np.uint64)
+        for lo in range(0, 2000, 100):
+            s.add_many(list(range(lo, lo + 100)), fingerprints=fps[lo : lo + 100], pipeline_id=s.pipeline.id)
+        closer = threading.Thread(target=s.close)
+        closer.start()
+        closer.join(timeout=60)
+        assert not closer.is_alive(), f"close() hung (store {i})"
+        assert not [t for t in threading.enumerate() if t.name.startswith(f"fpstore-merge {s.path}")]
+
+
+def test_unknown_merge_mode_is_refused(tmp_path):
+    with pytest.raises(InputError, match="merges must be one of background, inline, manual"):
+        fpstore.open(tmp_path / "s", merges="sometimes")
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_merge_that_gives_up_leaves_nothing_once_the_writer_reopens(tmp_path, monkeypatch):
+    """Stopped after its reservation and part of its blobs (as close() stops a background merge):
+    the store answers as before; the next writer's open deletes what it wrote."""
+    monkeypatch.setattr(merging, "MERGE_STEP_BYTES", 1)  # a step per blob: many steps
+    rng = np.random.default_rng(9)
+    path = tmp_path / "s"
+    with fpstore.open(path, k=3, flush_entries=200, merges="manual") as s:
+        model = grow(s, rng, 20)
+        runs_before = s.counts()["runs"]
+        calls = []
+
+        def stop_after_two_steps() -> bool:
+            calls.append(1)
+            return len(calls) > 2
+
+        assert merging.merge_once(s._storage, s._cat, s.flush_entries, stop_after_two_steps) is None
+        assert len(calls) == 3 and s.counts()["runs"] == runs_before
+        assert leftovers(s)  # its blobs, on the garbage list
+        queries = np.array(list(model.values())[::5], dtype=np.uint64)
+        assert answers(s, queries) == brute(model, queries, 3)
+    with fpstore.open(path, readonly=True) as r:
+        assert leftovers(r)  # a reader deletes nothing
+    with fpstore.open(path, merges="manual") as s:
+        assert not leftovers(s)
+        assert answers(s, queries) == brute(model, queries, 3)
+        s.merge_runs()
+        assert answers(s, queries) == brute(model, queries, 3) and s.verify() == []
+
+
+def test_a_merge_whose_runs_were_compacted_meanwhile_discards_its_run(tmp_path):
+    rng = np.random.default_rng(13)
+    with fpstore.open(tmp_path / "s", k=3, flush_entries=200, merges="manual") as s:
+        model = grow(s, rng, 20)
+        compacted = []
+
+        def compact_first() -> bool:
+            if not compacted:
+                compacted.append(s.compact())  # between the reservation and the blobs
+            return False
+
+        assert merging.merge_once(s._storage, s._cat, s.flush_entries, compact_first) is None
+        assert compacted and len(s.counts()["runs"]) == 1 and not leftovers(s)
+        queries = np.array(list(model.values())[::5], dtype=np.uint64) ^ np.uint64(2)
+        assert answers(s, queries) == brute(model, queries, 3) and s.verify() == []
+
+
+def test_what_a_dead_merge_reserved_is_cleared_at_the_writers_open(tmp_path):
+    """A merging marker naming a run no state holds (the process died before the switch), with
+    blobs under it: the writer's open deletes them; a marker naming a live run deletes nothing."""
+    from fpstore.index import tiers
+
+    path = tmp_path / "s"
+    rng = np.random.default_rng(17)
+    with fpstore.open(path, k=3, flush_entries=200, merges="manual") as s:
+        model = grow(s, rng, 10)
+        live = s.counts()["runs"]
+        with s._storage.read() as txn:
+            next_run = s._cat.state(txn).next_run
+
+        def died(txn):
+            txn.put(merging.MERGING_KEY, next_run.to_bytes(8, "big"), db=s._cat.meta)
+            txn.put(tiers.run_prefix(next_run, 0) + b"X\x00\x00\x00\x00", b"half a run", db=s._cat.blobs)
+
+        s._storage.write(died)
+        assert leftovers(s)
+    with fpstore.open(path, merges="manual") as s:
+        assert not leftovers(s) and s.counts()["runs"] == live
+        queries = np.array(list(model.values())[::3], dtype=np.uint64)
+        assert answers(s, queries) == brute(model, queries, 3)
+
+
+@pytest.mark.parametrize(
+    "listed",
+    [
+        [b"s\x00\x00\x00\x01f"],  # a key segment's blobs: never garbage
+        [b"r"],  # every run's blobs
+        [b"r\x00\x00\x00\x01"],  # the live bulk-loaded run's
+        [b"\x00"],
+        "not a list",
+        [1, 2],
+    ],
+)
+def test_a_damaged_garbage_list_is_refused_before_anything_is_deleted(tmp_path, listed):
+    path = tmp_path / "s"
+    with fpstore.open(path, k=3, merges="manual") as s:
+        pid = s.pipeline.id
+        s.bulk_load(np.arange(500), np.arange(500, dtype=np.uint64) * np.uint64(2**50), pipeline_id=pid)
+        s._storage.write(lambda txn: txn.put(merging.GARBAGE_KEY, msgpack.packb(listed), db=s._cat.meta))
+    with pytest.raises(CorruptionError, match="garbage list"):
+        fpstore.open(path)
+    with fpstore.open(path, readonly=True) as r:
+        assert len(r) == 500 and r.verify() == []
+
+
+@pytest.mark.slow
+def test_a_child_forked_during_background_merges_does_not_hang(tmp_path):
+    """A fork while the merge thread is inside LMDB gave the child locks no thread of it would
+    release: closing the inherited environment hung (1 child in 150 here). Forks wait for the
+    merge in progress to give up."""
+    import os
+    import signal
+
+    rng = np.random.default_rng(21)
+    hung = 0
+    with fpstore.open(tmp_path / "s", k=3, flush_entries=100) as s:
+        for i in range(150):
+            s.add_many(
+                list(range(i * 100, (i + 1) * 100)), fingerprints=rng.integers(0, 2**64, 100, dtype=np.uint64), pipeline_id=s.pipeline.id
+            )
+            child = os.fork()
+            if child == 0:  # the child's store raises ClosedError; it only has to get out
+                os._exit(0)
+            deadline = time.monotonic() + 10
+            while os.waitpid(child, os.WNOHANG) == (0, 0):
+                if time.monotonic() > deadline:
+                    os.kill(child, signal.SIGKILL)
+                    os.waitpid(child, 0)
+                    hung += 1
+                    break
+                time.sleep(0.005)
+        assert s.info()["merges"]["done"] > 0, "no merge ran: the test did not test forks during merges"
+    assert hung == 0, f"{hung} forked children hung"
