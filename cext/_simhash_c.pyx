@@ -4,19 +4,24 @@ The specification is ``fpstore/fingerprint/_simhash_py.py``.
 
 Reads a str's code points in place (PEP 393 storage, 1, 2 or 4 bytes per code point), folds them
 through the tokenizer table, hashes each token once, combines token hashes per shingle and counts
-bit votes. No I/O, no validation beyond what memory safety needs; the GIL is released while texts
-are scanned.
+bit votes. With ``nfkc`` set it first puts the text in NFKC form, stretch by stretch (see
+``nfkc``), so that the normalisation runs without the GIL too. No I/O, no validation beyond what
+memory safety needs; the GIL is released while texts are scanned.
 """
 
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
+
+from _nfkc cimport NF_DEFERRED, NF_LEN_SHIFT, NF_NOMEM, NF_OFF_SHIFT, NfkcTables, U32Buf, buf_room, nf_decompose, nf_finish
 
 cdef extern from "Python.h":
     int PyUnicode_READY(object o) except -1
     int PyUnicode_KIND(object o)
+    int PyUnicode_IS_ASCII(object o)
     void* PyUnicode_DATA(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
+    object PyUnicode_FromKindAndData(int kind, const void* buffer, Py_ssize_t size)
 
 cdef enum:
     MAX_SHINGLE = 16
@@ -105,6 +110,8 @@ cdef struct Acc:
     uint64_t filled                 # MinHash1: bit b set when bin b has a minimum
     uint64_t da
     uint64_t db
+    uint64_t h                      # FNV state of the token being read (a text may come in pieces)
+    bint in_token
     const uint64_t* idf_keys
     const uint16_t* idf_weights
     uint64_t idf_mask
@@ -272,9 +279,10 @@ def nfkc_active_runs(str text):
 
 
 cdef void scan(const char_t* data, Py_ssize_t n, Acc* acc) noexcept nogil:
-    cdef uint64_t h = FNV_OFFSET
+    # Token state lives in acc between calls, so a text can be scanned in pieces (see scan_nfkc).
+    cdef uint64_t h = acc.h
     cdef uint64_t seed = acc.seed
-    cdef bint in_token = False
+    cdef bint in_token = acc.in_token
     cdef uint32_t cp, folded
     cdef Py_ssize_t i
     for i in range(n):
@@ -290,8 +298,243 @@ cdef void scan(const char_t* data, Py_ssize_t n, Acc* acc) noexcept nogil:
             push_token(acc, fmix64(h ^ seed))
             h = FNV_OFFSET
             in_token = False
-    if in_token:
-        push_token(acc, fmix64(h ^ seed))
+    acc.h = h
+    acc.in_token = in_token
+
+
+cdef inline void scan_end(Acc* acc) noexcept nogil:
+    if acc.in_token:
+        push_token(acc, fmix64(acc.h ^ acc.seed))
+        acc.h = FNV_OFFSET
+        acc.in_token = False
+
+
+# -- NFKC without the GIL -------------------------------------------------------------------------
+
+cdef NfkcTables _NF
+cdef bint _NF_READY = False
+cdef object _nf_keepalive = None
+cdef object _nf_fallback = None
+
+
+def set_nfkc_tables(stage1, stage2, pool, comp, fallback=None):
+    """Install the NFKC tables of ``fpstore.fingerprint._nfkc_pack`` (its docstring has the layout).
+
+    ``fallback``: None, or a function str -> str applied to a whole text that holds a code point
+    the tables call unassigned (set it when ``unicodedata`` is of a newer Unicode version, which
+    may map such code points). Every index the tables imply is checked here, once, so that the
+    kernel can read them without checks and without the GIL. Like ``set_fold_table``, not to be
+    called while another thread runs the kernel (``fpstore.fingerprint.text`` calls it on import)."""
+    global _NF_READY, _nf_keepalive, _nf_fallback
+    cdef const uint16_t[::1] s1 = stage1
+    cdef const uint32_t[::1] s2 = stage2
+    cdef const uint32_t[::1] pl = pool
+    cdef const uint64_t[::1] cp = comp
+    cdef Py_ssize_t i, nblocks, length, off, bits = 0, empty = 0
+    cdef uint32_t r
+    if fallback is not None and not callable(fallback):
+        raise TypeError("fallback must be None or a function str -> str")
+    if s1.shape[0] != 0x110000 >> 7:
+        raise ValueError("stage1 must have 0x110000 >> 7 entries")
+    nblocks = s2.shape[0] >> 7
+    if nblocks == 0 or s2.shape[0] & 127:
+        raise ValueError("stage2 must hold whole blocks of 128 records")
+    for i in range(s1.shape[0]):
+        if s1[i] >= nblocks:
+            raise ValueError(f"stage1[{i}] names block {s1[i]} of {nblocks}")
+    for i in range(s2.shape[0]):
+        r = s2[i]
+        length = (r >> NF_LEN_SHIFT) & 31
+        off = r >> NF_OFF_SHIFT
+        if length and off + length > pl.shape[0]:
+            raise ValueError(f"stage2[{i}] points past the end of pool")
+    for i in range(pl.shape[0]):
+        if pl[i] > 0x10FFFF:
+            raise ValueError(f"pool[{i}] is not a code point")
+    if cp.shape[0] < 2 or cp.shape[0] & (cp.shape[0] - 1):
+        raise ValueError("comp must have a power-of-two number of slots")
+    while (<Py_ssize_t>1 << bits) < cp.shape[0]:
+        bits += 1
+    for i in range(cp.shape[0]):
+        if cp[i] == 0:
+            empty += 1
+        elif (cp[i] & 0x1FFFFF) == 0 or (cp[i] & 0x1FFFFF) > 0x10FFFF:
+            raise ValueError(f"comp[{i}] does not hold a code point")
+    if empty == 0:
+        raise ValueError("comp must have an empty slot (a lookup stops at one)")
+    _NF_READY = False
+    _nf_keepalive = (s1, s2, pl, cp)
+    _nf_fallback = fallback
+    _NF.stage1 = &s1[0]
+    _NF.stage2 = &s2[0]
+    _NF.pool = &pl[0] if pl.shape[0] else NULL
+    _NF.comp = &cp[0]
+    _NF.comp_mask = cp.shape[0] - 1
+    _NF.comp_shift = 64 - bits
+    _NF.defer_unassigned = fallback is not None
+    _NF_READY = True
+
+
+cdef int nfkc_stretch(const char_t* data, Py_ssize_t lo, Py_ssize_t hi, U32Buf* out, U32Buf* tmp) noexcept nogil:
+    """Append NFKC(data[lo:hi]) to out: 0, NF_NOMEM or NF_DEFERRED (out unchanged then)."""
+    cdef Py_ssize_t base = out.n, i
+    cdef int rc
+    for i in range(lo, hi):
+        rc = nf_decompose(&_NF, data[i], out)
+        if rc < 0:
+            out.n = base
+            return rc
+    return nf_finish(&_NF, out, base, tmp)
+
+
+cdef inline Py_ssize_t skip_ascii(const char_t* data, Py_ssize_t n, Py_ssize_t j) noexcept nogil:
+    """The first index from j on that is not ASCII (n if none), a word at a time: ASCII is never
+    active, and most non-ASCII text is mostly ASCII, so this keeps the search for runs cheap."""
+    cdef uint64_t w, mask
+    if char_t is uint8_t:
+        mask = 0x8080808080808080ULL
+    elif char_t is uint16_t:
+        mask = 0xFF80FF80FF80FF80ULL
+    else:
+        mask = 0xFFFFFF80FFFFFF80ULL
+    while j + <Py_ssize_t>(8 // sizeof(char_t)) <= n:
+        memcpy(&w, data + j, 8)
+        if w & mask:
+            break
+        j += 8 // sizeof(char_t)
+    while j < n and data[j] < 0x80:
+        j += 1
+    return j
+
+
+cdef inline Py_ssize_t next_run(const char_t* data, Py_ssize_t n, Py_ssize_t* i) noexcept nogil:
+    """Advance i[0] past the next maximal run of active code points; returns its start (n: none).
+
+    UAX #15: text splits into independently normalised stretches before every inert code point,
+    so each active run is normalised with the inert code point before it (a mark in the run may
+    compose with it) and everything else is already in NFKC form."""
+    cdef Py_ssize_t j = i[0], start
+    while j < n:
+        j = skip_ascii(data, n, j)
+        if j == n or is_active(data[j]):
+            break
+        j += 1
+    start = j
+    while j < n and is_active(data[j]):
+        j += 1
+    i[0] = j
+    return start
+
+
+cdef int scan_nfkc(const char_t* data, Py_ssize_t n, Acc* acc, U32Buf* seg, U32Buf* tmp) noexcept nogil:
+    """scan() of NFKC(data[0:n]): inert stretches in place, each active run through seg."""
+    cdef Py_ssize_t pos = 0, i = 0, start, lo
+    cdef int rc
+    while True:
+        start = next_run(data, n, &i)
+        if start == n:
+            break
+        lo = start - 1 if start > 0 else 0
+        scan(data + pos, lo - pos, acc)
+        seg.n = 0
+        rc = nfkc_stretch(data, lo, i, seg, tmp)
+        if rc < 0:
+            return rc
+        scan(<const uint32_t*>seg.p, seg.n, acc)
+        pos = i
+    scan(data + pos, n - pos, acc)
+    return 0
+
+
+cdef int scan_nfkc_any(int kind, const void* data, Py_ssize_t n, Acc* acc, U32Buf* seg, U32Buf* tmp) noexcept nogil:
+    if kind == 1:
+        return scan_nfkc(<const uint8_t*>data, n, acc, seg, tmp)
+    elif kind == 2:
+        return scan_nfkc(<const uint16_t*>data, n, acc, seg, tmp)
+    return scan_nfkc(<const uint32_t*>data, n, acc, seg, tmp)
+
+
+cdef Py_ssize_t nfkc_into(const char_t* data, Py_ssize_t n, U32Buf* out, U32Buf* tmp) noexcept nogil:
+    """NFKC(data[0:n]) into out (as code points); returns the number of active runs (0: the text
+    is its own NFKC form and out is left empty), NF_NOMEM or NF_DEFERRED."""
+    cdef Py_ssize_t pos = 0, i = 0, start, lo, j, runs = 0
+    cdef int rc
+    while True:
+        start = next_run(data, n, &i)
+        if start == n:
+            break
+        runs += 1
+        lo = start - 1 if start > 0 else 0
+        if buf_room(out, lo - pos) < 0:
+            return NF_NOMEM
+        for j in range(pos, lo):
+            out.p[out.n + j - pos] = data[j]
+        out.n += lo - pos
+        rc = nfkc_stretch(data, lo, i, out, tmp)
+        if rc < 0:
+            return rc
+        pos = i
+    if runs == 0:
+        return 0
+    if buf_room(out, n - pos) < 0:
+        return NF_NOMEM
+    for j in range(pos, n):
+        out.p[out.n + j - pos] = data[j]
+    out.n += n - pos
+    return runs
+
+
+cdef Py_ssize_t nfkc_into_any(int kind, const void* data, Py_ssize_t n, U32Buf* out, U32Buf* tmp) noexcept nogil:
+    if kind == 1:
+        return nfkc_into(<const uint8_t*>data, n, out, tmp)
+    elif kind == 2:
+        return nfkc_into(<const uint16_t*>data, n, out, tmp)
+    return nfkc_into(<const uint32_t*>data, n, out, tmp)
+
+
+cdef int _check_nfkc() except -1:
+    if _ACTIVE == NULL or not _NF_READY:
+        raise RuntimeError("set_active_table() and set_nfkc_tables() first")
+    return 0
+
+
+def nfkc(str text):
+    """``unicodedata.normalize("NFKC", text)`` for the tables' Unicode version, computed here (the
+    GIL released for long texts); ``text`` itself when it is its own NFKC form by the active-run
+    test. A text with a code point the tables call unassigned goes to the installed fallback."""
+    _check_nfkc()
+    PyUnicode_READY(text)
+    if PyUnicode_IS_ASCII(text):
+        return text
+    cdef int kind = PyUnicode_KIND(text)
+    cdef const void* data = PyUnicode_DATA(text)
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), rc
+    cdef U32Buf out, tmp
+    memset(&out, 0, sizeof(U32Buf))
+    memset(&tmp, 0, sizeof(U32Buf))
+    try:
+        if n > 4096:
+            with nogil:
+                rc = nfkc_into_any(kind, data, n, &out, &tmp)
+        else:
+            rc = nfkc_into_any(kind, data, n, &out, &tmp)
+        if rc == NF_NOMEM:
+            raise MemoryError()
+        if rc == NF_DEFERRED:
+            return _fallback(text)
+        if rc == 0:
+            return text
+        return PyUnicode_FromKindAndData(4, out.p, out.n)
+    finally:
+        free(out.p)
+        free(tmp.p)
+
+
+cdef str _fallback(str text):
+    result = _nf_fallback(text)
+    if type(result) is not str:
+        raise TypeError(f"the NFKC fallback returned {type(result).__name__}, not str")
+    return result
 
 
 cdef void acc_init(Acc* acc, uint64_t seed, int shingle, const uint64_t* idf_keys,
@@ -308,6 +551,7 @@ cdef void acc_init(Acc* acc, uint64_t seed, int shingle, const uint64_t* idf_key
     acc.idf_default = idf_default
     acc.da = DIGEST_A0 ^ seed
     acc.db = DIGEST_B0 ^ seed
+    acc.h = FNV_OFFSET
 
 
 cdef uint64_t minhash1_bits(Acc* acc) noexcept nogil:
@@ -339,6 +583,7 @@ cdef uint64_t minhash1_bits(Acc* acc) noexcept nogil:
 cdef void acc_finish(Acc* acc, uint64_t* fp, int64_t* ntok, uint64_t* da, uint64_t* db) noexcept nogil:
     cdef int w = acc.shingle
     cdef int b
+    scan_end(acc)
     if 0 < acc.ntok < w:
         # A short text is one shingle of all its tokens; they sit at the end of the ring.
         add_shingle(acc, w - acc.ntok, acc.ntok)
@@ -406,9 +651,12 @@ def _check(int shingle, int kind):
         raise ValueError(f"unknown fingerprint kind {kind}")
 
 
-def fingerprint(str text, uint64_t seed, int shingle, idf, int kind=0):
-    """Return ``(fingerprint, token_count, digest_a, digest_b)`` of a normalised text."""
+def fingerprint(str text, uint64_t seed, int shingle, idf, int kind=0, bint nfkc=False):
+    """Return ``(fingerprint, token_count, digest_a, digest_b)`` of a normalised text, or with
+    ``nfkc`` of a text normalised here (see ``nfkc``)."""
     _check(shingle, kind)
+    if nfkc:
+        _check_nfkc()
     cdef _Idf table = None if idf is None or kind != 0 else _Idf(idf)
     cdef const uint64_t* keys
     cdef const uint16_t* weights
@@ -416,29 +664,58 @@ def fingerprint(str text, uint64_t seed, int shingle, idf, int kind=0):
     cdef uint32_t default
     cdef int64_t ntok
     cdef Acc acc
+    cdef int rc = 0
+    cdef U32Buf seg, tmp
     _idf_pointers(table, &keys, &weights, &mask, &default)
     PyUnicode_READY(text)
     cdef int ukind = PyUnicode_KIND(text)
     cdef const void* data = PyUnicode_DATA(text)
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
+    cdef bint normalise = nfkc and not PyUnicode_IS_ASCII(text)
     acc_init(&acc, seed, shingle, keys, weights, mask, default, kind)
-    if n > 4096:
-        with nogil:
+    if normalise:
+        memset(&seg, 0, sizeof(U32Buf))
+        memset(&tmp, 0, sizeof(U32Buf))
+        if n > 4096:
+            with nogil:
+                rc = scan_nfkc_any(ukind, data, n, &acc, &seg, &tmp)
+        else:
+            rc = scan_nfkc_any(ukind, data, n, &acc, &seg, &tmp)
+        free(seg.p)
+        free(tmp.p)
+        if rc == NF_NOMEM:
+            raise MemoryError()
+        if rc == NF_DEFERRED:
+            text = _fallback(text)
+            PyUnicode_READY(text)
+            ukind = PyUnicode_KIND(text)
+            data = PyUnicode_DATA(text)
+            n = PyUnicode_GET_LENGTH(text)
+            acc_init(&acc, seed, shingle, keys, weights, mask, default, kind)
+            normalise = False
+    if not normalise:
+        if n > 4096:
+            with nogil:
+                scan_any(ukind, data, n, &acc)
+        else:
             scan_any(ukind, data, n, &acc)
-    else:
-        scan_any(ukind, data, n, &acc)
     acc_finish(&acc, &fp, &ntok, &da, &db)
     return fp, ntok, da, db
 
 
 def fingerprint_batch(list texts, Py_ssize_t lo, Py_ssize_t hi, uint64_t seed, int shingle, idf,
-                      uint64_t[::1] out_fp, int64_t[::1] out_tokens, uint64_t[:, ::1] out_digest, int kind=0):
-    """Fill ``out_fp[i]``, ``out_tokens[i]`` and ``out_digest[i, 0:2]`` for ``texts[lo:hi]``.
+                      uint64_t[::1] out_fp, int64_t[::1] out_tokens, uint64_t[:, ::1] out_digest, int kind=0,
+                      bint nfkc=False):
+    """Fill ``out_fp[i]``, ``out_tokens[i]`` and ``out_digest[i, 0:2]`` for ``texts[lo:hi]``, with
+    ``nfkc`` normalising each text first (see ``nfkc``).
 
     Pointers into the strs are gathered with the GIL held (``texts`` keeps them alive), then every
-    text is scanned with the GIL released, so several threads can run batches at once.
+    text is normalised and scanned with the GIL released, so several threads can run batches at
+    once. A text sent to the NFKC fallback is done after that, with the GIL.
     """
     _check(shingle, kind)
+    if nfkc:
+        _check_nfkc()
     if lo < 0 or hi > len(texts) or lo > hi:
         raise IndexError("bad batch bounds")
     if out_fp.shape[0] < hi or out_tokens.shape[0] < hi or out_digest.shape[0] < hi or out_digest.shape[1] != 2:
@@ -453,10 +730,15 @@ def fingerprint_batch(list texts, Py_ssize_t lo, Py_ssize_t hi, uint64_t seed, i
     cdef const void** datas = <const void**>malloc(max(count, 1) * sizeof(void*))
     cdef Py_ssize_t* lengths = <Py_ssize_t*>malloc(max(count, 1) * sizeof(Py_ssize_t))
     cdef int* kinds = <int*>malloc(max(count, 1) * sizeof(int))
-    cdef Py_ssize_t i
+    cdef Py_ssize_t* deferred = <Py_ssize_t*>malloc(max(count, 1) * sizeof(Py_ssize_t))
+    cdef Py_ssize_t i, j, ndeferred = 0
+    cdef int rc = 0
     cdef Acc acc
-    if datas == NULL or lengths == NULL or kinds == NULL:
-        free(datas); free(lengths); free(kinds)
+    cdef U32Buf seg, tmp
+    memset(&seg, 0, sizeof(U32Buf))
+    memset(&tmp, 0, sizeof(U32Buf))
+    if datas == NULL or lengths == NULL or kinds == NULL or deferred == NULL:
+        free(datas); free(lengths); free(kinds); free(deferred)
         raise MemoryError()
     try:
         for i in range(count):
@@ -466,14 +748,38 @@ def fingerprint_batch(list texts, Py_ssize_t lo, Py_ssize_t hi, uint64_t seed, i
             PyUnicode_READY(text)
             datas[i] = PyUnicode_DATA(text)
             lengths[i] = PyUnicode_GET_LENGTH(text)
-            kinds[i] = PyUnicode_KIND(text)
+            # A negative kind marks a text scanned as it is: ASCII (its own NFKC form), or nfkc off.
+            kinds[i] = PyUnicode_KIND(text) if nfkc and not PyUnicode_IS_ASCII(text) else -PyUnicode_KIND(text)
         with nogil:
             for i in range(count):
                 acc_init(&acc, seed, shingle, keys, weights, mask, default, kind)
-                scan_any(kinds[i], datas[i], lengths[i], &acc)
+                if kinds[i] > 0:
+                    rc = scan_nfkc_any(kinds[i], datas[i], lengths[i], &acc, &seg, &tmp)
+                    if rc == NF_NOMEM:
+                        break
+                    if rc == NF_DEFERRED:
+                        deferred[ndeferred] = i
+                        ndeferred += 1
+                        rc = 0
+                        continue
+                else:
+                    scan_any(-kinds[i], datas[i], lengths[i], &acc)
                 acc_finish(&acc, &out_fp[lo + i], &out_tokens[lo + i],
                            &out_digest[lo + i, 0], &out_digest[lo + i, 1])
+        if rc == NF_NOMEM:
+            raise MemoryError()
+        for j in range(ndeferred):
+            i = deferred[j]
+            text = _fallback(texts[lo + i])
+            PyUnicode_READY(text)
+            acc_init(&acc, seed, shingle, keys, weights, mask, default, kind)
+            scan_any(PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), &acc)
+            acc_finish(&acc, &out_fp[lo + i], &out_tokens[lo + i],
+                       &out_digest[lo + i, 0], &out_digest[lo + i, 1])
     finally:
         free(datas)
         free(lengths)
         free(kinds)
+        free(deferred)
+        free(seg.p)
+        free(tmp.p)

@@ -40,15 +40,23 @@ def run_script(tmp_path, *args: str, timeout: float = 600) -> subprocess.Complet
     """The script at -O0; its temporary files (kept after a failure) go under ``tmp_path``, the
     build cache stays where it was."""
     env = dict(os.environ, TMPDIR=str(tmp_path), FPSTORE_ASAN_BUILD=asan_fuzz.CACHE_ROOT)
-    return subprocess.run([sys.executable, SCRIPT, "--opt", "0", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, SCRIPT, "--opt", "0", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_asan_kernels_survive_the_seed_corpus_and_its_mutations(toolchain, tmp_path):
     """The ASan-built kernels, loaded in place of the package's, replay every committed seed and run seeded mutations of each target without an ASan report, a crash or an untyped exception."""
     t0 = time.perf_counter()
-    proc = run_script(tmp_path, "--iterations", str(ITERATIONS), "--seed", str(SEED), "--json", str(tmp_path / "run.json"),
-                      "--crash-dir", str(tmp_path / "crashes"))
+    proc = run_script(
+        tmp_path,
+        "--iterations",
+        str(ITERATIONS),
+        "--seed",
+        str(SEED),
+        "--json",
+        str(tmp_path / "run.json"),
+        "--crash-dir",
+        str(tmp_path / "crashes"),
+    )
     elapsed = time.perf_counter() - t0
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-12000:]}\n{proc.stderr[-4000:]}"
     run = json.loads((tmp_path / "run.json").read_text())
@@ -65,14 +73,26 @@ def test_asan_kernels_survive_the_seed_corpus_and_its_mutations(toolchain, tmp_p
         assert t["mutations"] == ITERATIONS, (target, t)
         assert t["outcomes"].get("ok", 0) > 0, f"{target} never answered: the target is not reached ({t['outcomes']})"
     called = {c for t in run["targets"].values() for c in t["kernel_calls"]}
-    for kernel in ("_runs_c.decode_blocks", "_runs_c.probe_chunk", "_runs_c.probe_tables", "_runs_c.encode_chunk",
-                   "_search_c.unpack_bits", "_search_c.self_join", "_search_c.prefix_join", "_search_c.radix_sort",
-                   "_simhash_c.fingerprint"):
+    for kernel in (
+        "_runs_c.decode_blocks",
+        "_runs_c.probe_chunk",
+        "_runs_c.probe_tables",
+        "_runs_c.encode_chunk",
+        "_search_c.unpack_bits",
+        "_search_c.self_join",
+        "_search_c.prefix_join",
+        "_search_c.radix_sort",
+        "_simhash_c.fingerprint",
+        "_simhash_c.fingerprint_batch",
+        "_simhash_c.nfkc",
+    ):
         assert kernel in called, f"no target reached {kernel}"
     total = sum(t["seeds"] + t["mutations"] for t in run["targets"].values())
     build = "cached" if run["build"]["cached"] else f"built in {run['build']['build_seconds']} s"
-    print(f"FIGURES asan: {total} inputs over {len(run['targets'])} targets in {run['seconds']} s under ASan, "
-          f"{elapsed:.1f} s in all (kernels {build}), 0 reports")
+    print(
+        f"FIGURES asan: {total} inputs over {len(run['targets'])} targets in {run['seconds']} s under ASan, "
+        f"{elapsed:.1f} s in all (kernels {build}), 0 reports"
+    )
 
 
 def test_an_asan_report_fails_the_run(toolchain, tmp_path):

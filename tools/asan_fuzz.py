@@ -93,8 +93,10 @@ def setup_py_facts() -> tuple[list[str], dict[str, object], int]:
         if isinstance(node, ast.keyword) and node.arg == "language_level":
             level = ast.literal_eval(node.value)
     if not kernels or directives is None or level is None:
-        raise RuntimeError("setup.py no longer states KERNELS, compiler_directives and language_level "
-                           "where tools/asan_fuzz.py reads them (setup_py_facts): update this script")
+        raise RuntimeError(
+            "setup.py no longer states KERNELS, compiler_directives and language_level "
+            "where tools/asan_fuzz.py reads them (setup_py_facts): update this script"
+        )
     return list(kernels), dict(directives), int(level)
 
 
@@ -122,8 +124,9 @@ def toolchain_problem() -> str | None:
         src = os.path.join(tmp, "probe.c")
         with open(src, "w") as f:
             f.write("int probe(const int *p) { return p[1]; }\n")
-        proc = subprocess.run(cc + ["-shared", "-fPIC", "-fsanitize=address", "-o", os.path.join(tmp, "probe.so"), src],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            cc + ["-shared", "-fPIC", "-fsanitize=address", "-o", os.path.join(tmp, "probe.so"), src], capture_output=True, text=True
+        )
         if proc.returncode:
             return f"{cc[0]} cannot build with -fsanitize=address: {proc.stderr.strip()[-300:]}"
     return None
@@ -143,8 +146,13 @@ def popcount_flags() -> list[str]:
 def compile_flags(opt: str) -> list[str]:
     """The interpreter's CFLAGS less optimisation and debug levels, setup.py's extra flags, ASan's."""
     base = [f for f in shlex.split(sysconfig.get_config_var("CFLAGS") or "") if not re.fullmatch(r"-O.*|-g.*", f)]
-    return (base + shlex.split(sysconfig.get_config_var("CCSHARED") or "-fPIC") + ["-fno-strict-aliasing"] + popcount_flags()
-            + ["-fsanitize=address", "-fno-omit-frame-pointer", opt, "-g", "-I" + sysconfig.get_paths()["include"]])
+    return (
+        base
+        + shlex.split(sysconfig.get_config_var("CCSHARED") or "-fPIC")
+        + ["-fno-strict-aliasing"]
+        + popcount_flags()
+        + ["-fsanitize=address", "-fno-omit-frame-pointer", opt, "-g", "-I" + sysconfig.get_paths()["include"]]
+    )
 
 
 def cython_command() -> list[str] | None:
@@ -175,7 +183,7 @@ def c_sources(cext: str, work: str, say) -> dict[str, str]:
         import fcntl
 
         # tools/build_inplace.sh rewrites cext/*.c under this lock: read them under it too.
-        lock = open("/tmp/fpstore-build.lock", "a")
+        lock = open("/tmp/fpstore-build.lock", "a")  # noqa: SIM115 - held until the finally below
         fcntl.flock(lock, fcntl.LOCK_SH)
     except OSError:
         lock = None
@@ -192,12 +200,19 @@ def c_sources(cext: str, work: str, say) -> dict[str, str]:
             else:
                 cmd = cython_command()
                 if cmd is None:
-                    raise RuntimeError(f"{c} is missing or older than {pyx}, and Cython is not installed here "
-                                       "(pip install Cython, or build the package once: pip install -e .)")
+                    raise RuntimeError(
+                        f"{c} is missing or older than {pyx}, and Cython is not installed here "
+                        "(pip install Cython, or build the package once: pip install -e .)"
+                    )
                 say(f"cythonizing {pyx} (no up-to-date {c})")
                 opts = ",".join(f"{k}={v}" for k, v in directives.items())
-                proc = subprocess.run(cmd + (["--cplus"] if ext == ".cpp" else []) + [f"-{level}", "-I", cext, "--module-name", f"fpstore.{name}", "-X", opts, "-o", dst, pyx],
-                                      capture_output=True, text=True)
+                proc = subprocess.run(
+                    cmd
+                    + (["--cplus"] if ext == ".cpp" else [])
+                    + [f"-{level}", "-I", cext, "--module-name", f"fpstore.{name}", "-X", opts, "-o", dst, pyx],
+                    capture_output=True,
+                    text=True,
+                )
                 if proc.returncode:
                     raise RuntimeError(f"Cython failed on {pyx}:\n{proc.stdout}{proc.stderr}")
             out[name] = dst
@@ -241,8 +256,12 @@ def build(opt: str = "-O1", cext: str | None = None, say=print) -> tuple[str, di
                 # Debug info names the C source where the cache keeps it, so a report's file:line opens.
                 remap = [f"-fdebug-prefix-map={work}={final}"]
                 cplus = ["-lstdc++"] if sources[name].endswith(".cpp") else []  # the driver compiles .cpp as C++
-                procs[name] = subprocess.Popen(cc + ["-shared"] + flags + remap + ["-o", so, sources[name]] + cplus,
-                                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                procs[name] = subprocess.Popen(
+                    cc + ["-shared"] + flags + remap + ["-o", so, sources[name]] + cplus,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
             for name, p in list(procs.items()):
                 if p.poll() is not None:
                     text = p.stdout.read()
@@ -252,8 +271,15 @@ def build(opt: str = "-O1", cext: str | None = None, say=print) -> tuple[str, di
                             q.kill()
                         raise RuntimeError(f"compiling {name} with ASan failed:\n{text[-4000:]}")
             time.sleep(0.05)
-        facts = {"opt": opt, "cc": cc, "cc_version": version, "flags": flags, "cext": cext,
-                 "kernels": {n: n + suffix for n in sorted(sources)}, "build_seconds": round(time.perf_counter() - t0, 1)}
+        facts = {
+            "opt": opt,
+            "cc": cc,
+            "cc_version": version,
+            "flags": flags,
+            "cext": cext,
+            "kernels": {n: n + suffix for n in sorted(sources)},
+            "build_seconds": round(time.perf_counter() - t0, 1),
+        }
         with open(os.path.join(work, "build.json"), "w") as f:
             json.dump(facts, f, indent=1)
         try:
@@ -312,7 +338,8 @@ def _pipelines() -> list:
 
 
 def _fz_text(data: bytes) -> None:
-    """Arbitrary text through a pipeline: the fingerprint kernel, one text and a batch, must agree."""
+    """Arbitrary text through a pipeline: the fingerprint kernel, one text and a batch, must agree;
+    and the kernel's NFKC must equal unicodedata's."""
     if not data:
         return
     op, body = data[0], data[1:]
@@ -325,6 +352,13 @@ def _fz_text(data: bytes) -> None:
         text = "".join(chr(int.from_bytes(body[i : i + 3], "little") % 0x110000) for i in range(0, len(body) - 2, 3))
         if mode == 3:
             text = " ".join([text] * 3)
+    if isinstance(text, str):  # the kernel's NFKC (no GIL, its own tables) against unicodedata's
+        import unicodedata
+
+        from fpstore.fingerprint import text as _text
+
+        if _text.nfkc(text) != unicodedata.normalize("NFKC", text):
+            raise AssertionError("text.nfkc disagrees with unicodedata")
     pipe = _pipelines()[(op >> 2) % len(_pipelines())]
     sig = pipe.signature(text)
     half = text[: len(text) // 2]
@@ -333,7 +367,7 @@ def _fz_text(data: bytes) -> None:
         raise AssertionError("fingerprint_many disagrees with signature/fingerprint")
 
 
-def _keys_from(data: bytes, op: int) -> "object":
+def _keys_from(data: bytes, op: int) -> object:
     import numpy as np
 
     n = len(data) // 8
@@ -368,7 +402,7 @@ def _fz_run_encode(data: bytes) -> None:
         return
     rng = random.Random(data)
     for _ in range(3):
-        a, b = sorted((int(rng.choice(keys)) ^ rng.getrandbits(rng.choice((0, 4, 16, 64))) for _ in range(2)))
+        a, b = sorted(int(rng.choice(keys)) ^ rng.getrandbits(rng.choice((0, 4, 16, 64))) for _ in range(2))
         want = keys[(keys >= np.uint64(a)) & (keys <= np.uint64(b))]
         if not np.array_equal(runs.probe(get, index, a, b), want):
             raise AssertionError(f"probe({a}, {b}) != brute force")
@@ -449,11 +483,17 @@ def extra_seeds() -> dict[str, list[bytes]]:
 
     rng = np.random.default_rng(20251201)
     texts = [
-        b"\x00" + "The quick brown fox jumps over the lazy dog. " .encode() * 3,
-        b"\x05" + b"<html><head><title>t</title></head><body><nav>menu</nav><article><p>"
-        + b"Crawled text with a paragraph long enough to be the main content of the page. " * 4 + b"</p></article></body></html>",
-        b"\x09" + "ﬁ ＡＢＣ Straße İstanbul e\u0301 한국어 日本語のテキスト \U0001F600 \u200b\u00ad".encode(),
-        b"\x0e" + b"".join(int(c).to_bytes(3, "little") for c in [0x61, 0x301, 0x20, 0xD800, 0x20, 0xAC00, 0x1100, 0x1161, 0x20, 0xFF21, 0x10FFFF, 0x20, 0xFDD0]),
+        b"\x00" + b"The quick brown fox jumps over the lazy dog. " * 3,
+        b"\x05"
+        + b"<html><head><title>t</title></head><body><nav>menu</nav><article><p>"
+        + b"Crawled text with a paragraph long enough to be the main content of the page. " * 4
+        + b"</p></article></body></html>",
+        b"\x09" + "ﬁ ＡＢＣ Straße İstanbul e\u0301 한국어 日本語のテキスト \U0001f600 \u200b\u00ad".encode(),
+        b"\x0e"
+        + b"".join(
+            int(c).to_bytes(3, "little")
+            for c in [0x61, 0x301, 0x20, 0xD800, 0x20, 0xAC00, 0x1100, 0x1161, 0x20, 0xFF21, 0x10FFFF, 0x20, 0xFDD0]
+        ),
         b"\x11" + bytes(range(256)),
         b"\x13" + ("word " * 200).encode(),
     ]
@@ -516,8 +556,25 @@ def read_corpus(directory: str, targets) -> dict[str, list[tuple[str, bytes]]]:
 # -- mutations ----------------------------------------------------------------------------------------
 
 _BYTES = (0, 1, 2, 0x7E, 0x7F, 0x80, 0x81, 0xFE, 0xFF)
-_WORDS = (0, 1, 2, 0x7F, 0xFF, 0x100, 0x7FFF, 0x8000, 0xFFFF, 0x10000, 0x7FFF_FFFF, 0x8000_0000, 0xFFFF_FFFF,
-          1 << 32, (1 << 63) - 1, 1 << 63, (1 << 64) - 1)
+_WORDS = (
+    0,
+    1,
+    2,
+    0x7F,
+    0xFF,
+    0x100,
+    0x7FFF,
+    0x8000,
+    0xFFFF,
+    0x10000,
+    0x7FFF_FFFF,
+    0x8000_0000,
+    0xFFFF_FFFF,
+    1 << 32,
+    (1 << 63) - 1,
+    1 << 63,
+    (1 << 64) - 1,
+)
 
 
 def mutate(seed: int, target: str, number: int, corpus: list[bytes]) -> bytes:
@@ -612,13 +669,24 @@ def child(args: argparse.Namespace) -> int:
         if os.path.realpath(mod.__file__) != os.path.realpath(path) or not instrumented:
             raise SystemExit(f"{name} was loaded from {mod.__file__}, not the ASan build {path}")
         kernels[name] = {"file": mod.__file__, "asan": instrumented}
-    users = {"runs._kernel": runs._kernel, "pipeline._kernel": pipeline._kernel, "search._search": search._search,
-             "text._kernel": getattr(text, "_kernel", None)}
+    users = {
+        "runs._kernel": runs._kernel,
+        "pipeline._kernel": pipeline._kernel,
+        "search._search": search._search,
+        "text._kernel": getattr(text, "_kernel", None),
+    }
     for where, mod in users.items():
         if mod is not None and mod.__name__ in paths and mod is not sys.modules[mod.__name__]:
             raise SystemExit(f"fpstore.{where} is not the ASan kernel")
-    _say("KERNELS", {"backend": fpstore.backend, "kernels": kernels, "asan_options": os.environ.get("ASAN_OPTIONS"),
-                     "pythonmalloc": os.environ.get("PYTHONMALLOC")})
+    _say(
+        "KERNELS",
+        {
+            "backend": fpstore.backend,
+            "kernels": kernels,
+            "asan_options": os.environ.get("ASAN_OPTIONS"),
+            "pythonmalloc": os.environ.get("PYTHONMALLOC"),
+        },
+    )
 
     from fpstore.errors import FpstoreError
     from tests.support.fuzz import fuzz_one
@@ -667,8 +735,16 @@ def child(args: argparse.Namespace) -> int:
             import traceback
 
             where = traceback.extract_tb(exc.__traceback__)[-1]
-            _say("FINDING", {"target": target, "input": label, "error": f"{type(exc).__name__}: {exc}"[:500],
-                             "at": f"{where.filename}:{where.lineno}", "data": data.hex()})
+            _say(
+                "FINDING",
+                {
+                    "target": target,
+                    "input": label,
+                    "error": f"{type(exc).__name__}: {exc}"[:500],
+                    "at": f"{where.filename}:{where.lineno}",
+                    "data": data.hex(),
+                },
+            )
             return "FINDING:" + type(exc).__name__
 
     corpus = read_corpus(args.corpus, args.targets)
@@ -684,9 +760,17 @@ def child(args: argparse.Namespace) -> int:
         while (args.iterations is None or i < args.iterations) and (per_target is None or time.perf_counter() - t0 < per_target):
             outcomes[run_one(target, f"mutation {i} of seed {args.seed}", mutate(args.seed, target, i, seeds))] += 1
             i += 1
-        _say("TARGET", {"target": target, "seeds": len(corpus[target]), "mutations": i,
-                        "seconds": round(time.perf_counter() - t0, 2), "outcomes": dict(outcomes),
-                        "kernel_calls": dict(calls.pop(target, {}))})
+        _say(
+            "TARGET",
+            {
+                "target": target,
+                "seeds": len(corpus[target]),
+                "mutations": i,
+                "seconds": round(time.perf_counter() - t0, 2),
+                "outcomes": dict(outcomes),
+                "kernel_calls": dict(calls.pop(target, {})),
+            },
+        )
     os.close(fd)
     _say("DONE", {})
     return 0
@@ -698,7 +782,7 @@ def child(args: argparse.Namespace) -> int:
 def asan_report(stderr: str) -> str:
     """ASan's report (from its ERROR line) and the Python stack after it, at most 200 lines."""
     m = re.search(r"^=+\d+=+ERROR: AddressSanitizer.*", stderr, re.M) or re.search(r"^.*AddressSanitizer.*$", stderr, re.M)
-    text = stderr[m.start():] if m else stderr[-6000:]
+    text = stderr[m.start() :] if m else stderr[-6000:]
     lines = text.splitlines()
     return "\n".join(lines[:200] + ([f"... ({len(lines) - 200} more lines)"] if len(lines) > 200 else []))
 
@@ -726,8 +810,10 @@ def run(args: argparse.Namespace) -> int:
     if args.corpus == SEED_DIR and not args.targets:
         stale = [t for t, seeds in all_seeds().items() if [d for _, d in read_corpus(corpus, [t])[t]] != seeds]
         if stale:
-            say(f"note: the committed corpus differs from the generators for {','.join(stale)} "
-                "(regenerate with --write-seeds if the format changed)")
+            say(
+                f"note: the committed corpus differs from the generators for {','.join(stale)} "
+                "(regenerate with --write-seeds if the format changed)"
+            )
     iterations = args.iterations if args.iterations is not None or args.seconds else 2000
     work = tempfile.mkdtemp(prefix="fpstore-asan-run-")
     current = os.path.join(work, "current-input")
@@ -737,15 +823,32 @@ def run(args: argparse.Namespace) -> int:
     env["ASAN_OPTIONS"] = ":".join(x for x in (ASAN_OPTIONS, os.environ.get("ASAN_OPTIONS")) if x)
     env["PYTHONMALLOC"] = "malloc"
     env["PYTHONPATH"] = os.pathsep.join(x for x in (ROOT, env.get("PYTHONPATH")) if x)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--build", build_dir, "--corpus", corpus, "--current", current,
-           "--seed", str(args.seed), "--targets", ",".join(targets), "--seconds", str(args.seconds or 0)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        "--build",
+        build_dir,
+        "--corpus",
+        corpus,
+        "--current",
+        current,
+        "--seed",
+        str(args.seed),
+        "--targets",
+        ",".join(targets),
+        "--seconds",
+        str(args.seconds or 0),
+    ]
     if iterations is not None:
         cmd += ["--iterations", str(iterations)]
     if args.selftest_overflow:
         cmd.append("--selftest-overflow")
-    say(f"LD_PRELOAD={env['LD_PRELOAD']} ASAN_OPTIONS={env['ASAN_OPTIONS']} PYTHONMALLOC=malloc; seed {args.seed}, "
-        f"{'%d mutations' % iterations if iterations is not None else 'no mutation limit'}"
-        f"{', %g s' % args.seconds if args.seconds else ''} per run over {len(targets)} targets")
+    say(
+        f"LD_PRELOAD={env['LD_PRELOAD']} ASAN_OPTIONS={env['ASAN_OPTIONS']} PYTHONMALLOC=malloc; seed {args.seed}, "
+        f"{f'{iterations} mutations' if iterations is not None else 'no mutation limit'}"
+        f"{f', {args.seconds:g} s' if args.seconds else ''} per run over {len(targets)} targets"
+    )
     stderr_path = os.path.join(work, "stderr")
     results: dict = {"targets": {}, "findings": [], "kernels": None}
     t0 = time.perf_counter()
@@ -769,8 +872,10 @@ def run(args: argparse.Namespace) -> int:
                     results["targets"][obj["target"]] = obj
                     calls = ", ".join(f"{k} {v:,}" for k, v in sorted(obj["kernel_calls"].items())) or "none"
                     outs = ", ".join(f"{k} {v:,}" for k, v in sorted(obj["outcomes"].items(), key=lambda kv: -kv[1]))
-                    say(f"{obj['target']:>13}: {obj['seeds']} seeds + {obj['mutations']:,} mutations in {obj['seconds']} s; "
-                        f"{outs}; kernel calls: {calls}")
+                    say(
+                        f"{obj['target']:>13}: {obj['seeds']} seeds + {obj['mutations']:,} mutations in {obj['seconds']} s; "
+                        f"{outs}; kernel calls: {calls}"
+                    )
                 elif tag == "FINDING":
                     results["findings"].append(obj)
                     say(f"FINDING {obj['target']} ({obj['input']}): {obj['error']} at {obj['at']}")
@@ -792,8 +897,15 @@ def run(args: argparse.Namespace) -> int:
         err.seek(0)
         stderr = err.read()
     elapsed = time.perf_counter() - t0
-    results.update(seconds=round(elapsed, 1), returncode=proc.returncode, build=facts, build_dir=build_dir, seed=args.seed,
-                   iterations=iterations, asan_options=env["ASAN_OPTIONS"])
+    results.update(
+        seconds=round(elapsed, 1),
+        returncode=proc.returncode,
+        build=facts,
+        build_dir=build_dir,
+        seed=args.seed,
+        iterations=iterations,
+        asan_options=env["ASAN_OPTIONS"],
+    )
     crashed = proc.returncode != 0 or not results.get("done")
     total = sum(t["seeds"] + t["mutations"] for t in results["targets"].values())
     status = 0
@@ -817,8 +929,10 @@ def run(args: argparse.Namespace) -> int:
             say(f"\nthe input that was running: target {target_s}, {label.decode()}, {len(data)} bytes, saved as {saved}")
             say(f"  {data[:200].hex()}{'...' if len(data) > 200 else ''}")
             cext = f" --cext {args.cext}" if args.cext else ""
-            say(f"replay it: python tools/asan_fuzz.py --corpus {os.path.dirname(crash_dir)} --targets {target_s} --iterations 0 "
-                f"--opt {args.opt[2:]}{cext}")
+            say(
+                f"replay it: python tools/asan_fuzz.py --corpus {os.path.dirname(crash_dir)} --targets {target_s} --iterations 0 "
+                f"--opt {args.opt[2:]}{cext}"
+            )
     if results["findings"]:
         status = 1
         if args.crash_dir:
@@ -827,9 +941,11 @@ def run(args: argparse.Namespace) -> int:
                 os.makedirs(d, exist_ok=True)
                 with open(os.path.join(d, f"finding-{n}.bin"), "wb") as out:
                     out.write(bytes.fromhex(f["data"]))
-    say(f"\n{total:,} inputs over {len(results['targets'])} completed targets in {elapsed:.1f} s under ASan "
+    say(
+        f"\n{total:,} inputs over {len(results['targets'])} completed targets in {elapsed:.1f} s under ASan "
         f"({time.perf_counter() - t_all:.1f} s with the build): {'1 ASan report/crash' if crashed else '0 ASan reports'}, "
-        f"{len(results['findings'])} findings")
+        f"{len(results['findings'])} findings"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
@@ -847,8 +963,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="the mutations are a pure function of this, the target and their number")
     parser.add_argument("--targets", default=None, help="comma-separated (default: all)")
     parser.add_argument("--corpus", default=SEED_DIR, help="directory of <target>/*.bin inputs replayed and mutated")
-    parser.add_argument("--opt", default="1", type=lambda v: "-O" + v.removeprefix("-O"),
-                        help="optimisation level of the ASan build: 1 (the default) or 0 (builds 4x faster)")
+    parser.add_argument(
+        "--opt",
+        default="1",
+        type=lambda v: "-O" + v.removeprefix("-O"),
+        help="optimisation level of the ASan build: 1 (the default) or 0 (builds 4x faster)",
+    )
     parser.add_argument("--cext", default=None, help="build the kernels from this directory instead of cext/ (a scratch copy)")
     parser.add_argument("--crash-dir", default=None, help="save the crashing input and findings here (default: the run's temp dir)")
     parser.add_argument("--json", default=None, help="write the run's figures here")

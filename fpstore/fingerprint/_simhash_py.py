@@ -1,8 +1,10 @@
 """Pure-Python twin of ``cext/_simhash_c.pyx``: the specification of both fingerprint kinds.
 
 Every function here has a compiled counterpart with the same signature and the same results, bit
-for bit; tests compare the two on generated text. The text reaching these functions is already
-normalised by :func:`fpstore.fingerprint.text.normalize` (type checked, decoded, NFKC). ``kind`` selects the
+for bit; tests compare the two on generated text. The text reaching these functions is type checked
+and decoded (:func:`fpstore.fingerprint.text.decode`), and in NFKC form unless ``nfkc`` asks them to
+put it there (:func:`nfkc`: here with ``unicodedata``, in the compiled kernel from tables generated
+from it). ``kind`` selects the
 fingerprint: ``KIND_SIMHASH64`` (0, the default: SimHash scheme 1) or ``KIND_MINHASH1`` (1: 1-bit
 one-permutation MinHash scheme 1). Token hashes, shingle hashes and the content digest are the
 same for both.
@@ -43,6 +45,8 @@ optimal densification). Each distinct shingle counts once: repetition changes no
 
 from __future__ import annotations
 
+import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -102,6 +106,50 @@ def nfkc_active_runs(text: str) -> list[int]:
     if start >= 0:
         out += [start, len(text)]
     return out
+
+
+def set_nfkc_tables(
+    stage1: np.ndarray, stage2: np.ndarray, pool: np.ndarray, comp: np.ndarray, fallback: Callable[[str], str] | None = None
+) -> None:
+    """Accept the compiled kernel's NFKC tables (``fpstore.fingerprint._nfkc_pack``) and check their
+    shapes as it does. This twin normalises with ``unicodedata`` and reads none of them: the tables
+    are generated from it, and the tests check that both give the same results."""
+    if fallback is not None and not callable(fallback):
+        raise TypeError("fallback must be None or a function str -> str")
+    if len(stage1) != 0x110000 >> 7:
+        raise ValueError("stage1 must have 0x110000 >> 7 entries")
+    if not len(stage2) or len(stage2) % 128:
+        raise ValueError("stage2 must hold whole blocks of 128 records")
+    if int(np.max(stage1)) >= len(stage2) // 128:
+        raise ValueError(f"stage1 names block {int(np.max(stage1))} of {len(stage2) // 128}")
+    if len(comp) < 2 or len(comp) & (len(comp) - 1):
+        raise ValueError("comp must have a power-of-two number of slots")
+    if np.all(np.asarray(comp) != 0):
+        raise ValueError("comp must have an empty slot (a lookup stops at one)")
+
+
+def nfkc(text: str) -> str:
+    """``unicodedata.normalize("NFKC", text)``, applied to the active runs only (see
+    ``fpstore.fingerprint.text.nfkc``); ``text`` itself when no run changes."""
+    if text.isascii():
+        return text
+    runs = nfkc_active_runs(text)
+    if not runs or unicodedata.is_normalized("NFKC", text):
+        return text
+    if len(runs) > len(text) // 32:  # dense: one call beats a call per run
+        return unicodedata.normalize("NFKC", text)
+    parts: list[str] = []
+    last = 0
+    for j in range(0, len(runs), 2):
+        start = runs[j] - 1 if runs[j] > 0 else 0
+        parts.append(text[last:start])
+        parts.append(unicodedata.normalize("NFKC", text[start : runs[j + 1]]))
+        last = runs[j + 1]
+    parts.append(text[last:])
+    return "".join(parts)
+
+
+_nfkc = nfkc  # fingerprint()'s parameter of that name hides the function
 
 
 def _rotl(x: int, r: int) -> int:
@@ -179,12 +227,15 @@ def _digests(th: list[int], seed: int) -> tuple[int, int]:
     return fmix64(da ^ n), fmix64((db + n * GOLDEN) & M64)
 
 
-def fingerprint(text: str, seed: int, shingle: int, idf: Any, kind: int = KIND_SIMHASH64) -> tuple[int, int, int, int]:
-    """Return ``(fingerprint, token_count, digest_a, digest_b)`` of a normalised text.
+def fingerprint(text: str, seed: int, shingle: int, idf: Any, kind: int = KIND_SIMHASH64, nfkc: bool = False) -> tuple[int, int, int, int]:
+    """Return ``(fingerprint, token_count, digest_a, digest_b)`` of a normalised text, or with
+    ``nfkc`` of a text normalised here.
 
     ``seed`` is a uint64, ``shingle`` in 1..16, ``idf`` None (tf weighting) or an idf table (SimHash
     only: MinHash1 ignores it), ``kind`` ``KIND_SIMHASH64`` or ``KIND_MINHASH1``.
     """
+    if nfkc:
+        text = _nfkc(text)
     th = _token_hashes(text, seed)
     n = len(th)
     start = fmix64((seed + GOLDEN) & M64)
@@ -241,10 +292,12 @@ def fingerprint_batch(
     out_tokens: np.ndarray,
     out_digest: np.ndarray,
     kind: int = KIND_SIMHASH64,
+    nfkc: bool = False,
 ) -> None:
-    """Fill ``out_fp[i]``, ``out_tokens[i]`` and ``out_digest[i, 0:2]`` for ``texts[lo:hi]``."""
+    """Fill ``out_fp[i]``, ``out_tokens[i]`` and ``out_digest[i, 0:2]`` for ``texts[lo:hi]``, with
+    ``nfkc`` normalising each text first."""
     for i in range(lo, hi):
-        fp, n, da, db = fingerprint(texts[i], seed, shingle, idf, kind)
+        fp, n, da, db = fingerprint(texts[i], seed, shingle, idf, kind, nfkc)
         out_fp[i] = fp
         out_tokens[i] = n
         out_digest[i, 0] = da

@@ -377,26 +377,30 @@ class Pipeline:
 
         HTML is detected and parsed before NFKC, so full-width ``＜`` in text never becomes markup.
         """
+        return _text.normalize(self._decoded(text, index=index), index=index)
+
+    def _decoded(self, text: Text, *, index: int | None = None) -> str:
+        # prepare() less its NFKC step, which the kernel does (nfkc=True) without the GIL.
         if self.html != "off":
             if isinstance(text, (bytes, bytearray, memoryview)):
                 text = bytes(text).decode("utf-8", errors="replace")
             if isinstance(text, str) and _html.looks_like_html(text):
                 text = _html.main_text(text)
-        return _text.normalize(text, index=index)
+        return _text.decode(text, index=index)
 
     def signature(self, text: Text) -> Signature:
         """Fingerprint, token count, short flag and content hash of one text.
 
         ``text`` is str or UTF-8 bytes (invalid sequences become U+FFFD); anything else raises
         ``TypeError``. Linear time; memory beyond the text itself is constant (plus one NFKC copy
-        for non-ASCII text).
+        of the longest stretch that NFKC can change, for non-ASCII text).
         """
-        fp, ntok, da, db = _kernel.fingerprint(self.prepare(text), self.seed, self.shingle, self._idf_kernel, self._kind)
+        fp, ntok, da, db = _kernel.fingerprint(self._decoded(text), self.seed, self.shingle, self._idf_kernel, self._kind, True)
         return Signature(fp, ntok, ntok < self.min_tokens, da.to_bytes(8, "big") + db.to_bytes(8, "big"))
 
     def fingerprint(self, text: Text) -> int:
         """The 64-bit fingerprint of ``text`` as an int (see :meth:`signature` for the input rules)."""
-        return _kernel.fingerprint(self.prepare(text), self.seed, self.shingle, self._idf_kernel, self._kind)[0]
+        return _kernel.fingerprint(self._decoded(text), self.seed, self.shingle, self._idf_kernel, self._kind, True)[0]
 
     def signatures(self, texts: Sequence[Text], threads: int | None = None) -> Fingerprints:
         """Signatures of many texts, columnar, computed on ``threads`` threads (None: all cores).
@@ -421,16 +425,17 @@ class Pipeline:
         bounds = [(lo, min(lo + size, n)) for lo in range(0, n, size)]
 
         def run(bound: tuple[int, int]) -> None:
-            # Preparation (HTML extraction, NFKC) holds the GIL, the kernel releases it: doing
-            # both per chunk on the workers overlaps one chunk's Python with another's kernel.
+            # HTML extraction and decoding hold the GIL; the kernel releases it for NFKC and the
+            # fingerprint. Doing both per chunk on the workers overlaps one chunk's Python with
+            # another's kernel.
             lo, hi = bound
             # ASCII text that does not open with "<" is its own prepared form: skip the calls.
-            prepared = [
-                t if t.__class__ is str and t.isascii() and t.lstrip(_html.LEADING_SPACE)[:1] != "<" else self.prepare(t, index=i)
+            decoded = [
+                t if t.__class__ is str and t.isascii() and t.lstrip(_html.LEADING_SPACE)[:1] != "<" else self._decoded(t, index=i)
                 for i, t in zip(range(lo, hi), texts[lo:hi])
             ]
             _kernel.fingerprint_batch(
-                prepared, 0, hi - lo, self.seed, self.shingle, self._idf_kernel, fps[lo:hi], ntok[lo:hi], digests[lo:hi], self._kind
+                decoded, 0, hi - lo, self.seed, self.shingle, self._idf_kernel, fps[lo:hi], ntok[lo:hi], digests[lo:hi], self._kind, True
             )
 
         if threads == 1 or len(bounds) < 2:

@@ -13,23 +13,31 @@ The rule, applied to every text before it is fingerprinted:
 4. Each token code point is replaced by its simple lowercase mapping.
 
 Steps 3 and 4 use the table in ``fpstore/fingerprint/_unicode_v1.py`` (Unicode 14.0), committed with the code so
-that fingerprints do not change with the Python that computes them. Step 2 uses Python's
-``unicodedata``; Unicode's normalisation stability policy keeps NFKC fixed for assigned characters.
+that fingerprints do not change with the Python that computes them. Step 2 is computed by the
+compiled kernel from ``fpstore/fingerprint/_nfkc_v1.py``, generated from Python's ``unicodedata``
+of the same Unicode version, so that it can run without the GIL; it equals
+``unicodedata.normalize("NFKC", text)``: Unicode's normalisation stability policy keeps NFKC fixed
+for assigned characters, and a text holding a code point unassigned in the tables goes to
+``unicodedata`` itself when this Python's database is of another version (which may assign it).
+The pure-Python backend uses ``unicodedata`` throughout.
 """
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 
 import numpy as np
 
 from fpstore import _backend
-from fpstore.fingerprint import _unicode_v1
+from fpstore.fingerprint import _nfkc_pack, _nfkc_v1, _unicode_v1
 
-__all__ = ["FOLD", "TOKENIZER_VERSION", "UNICODE_VERSION", "Text", "normalize", "tokens"]
+__all__ = ["FOLD", "TOKENIZER_VERSION", "UNICODE_VERSION", "Text", "decode", "nfkc", "normalize", "tokens"]
 
 TOKENIZER_VERSION = 1
 UNICODE_VERSION: str = _unicode_v1.UNICODE_VERSION
+if _nfkc_v1.UNICODE_VERSION != UNICODE_VERSION:  # tools/gen_unicode_tables.py writes both at once
+    raise ImportError(f"_nfkc_v1 is of Unicode {_nfkc_v1.UNICODE_VERSION}, _unicode_v1 of {UNICODE_VERSION}: regenerate both")
 
 #: A text as the rule takes it (step 1): ``str``, or UTF-8 in ``bytes``, ``bytearray`` or ``memoryview``.
 Text = str | bytes | bytearray | memoryview
@@ -55,20 +63,19 @@ def normalize(text: object, *, index: int | None = None) -> str:
 
     ``index`` names the position of ``text`` in a batch, for the error message.
     """
+    text = decode(text, index=index)
+    return text if text.isascii() else _kernel.nfkc(text)
+
+
+def decode(text: object, *, index: int | None = None) -> str:
+    """Apply step 1 of the rule: check the type, decode bytes (the pipeline leaves step 2 to the
+    kernel, which runs it without the GIL)."""
     if isinstance(text, str):
-        pass
-    elif isinstance(text, (bytes, bytearray, memoryview)):
-        text = bytes(text).decode("utf-8", errors="replace")
-    else:
-        where = f" at index {index}" if index is not None else ""
-        raise TypeError(f"text{where} must be str or UTF-8 bytes, not {type(text).__name__}")
-    if not text.isascii():
-        # Text whose non-ASCII characters are all inert (curly quotes, dashes, most letters)
-        # is already NFKC: one pass in the kernel decides, before the slower library check.
-        runs = _kernel.nfkc_active_runs(text)
-        if runs and not unicodedata.is_normalized("NFKC", text):
-            text = _nfkc_runs(text, runs)
-    return text
+        return text
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        return bytes(text).decode("utf-8", errors="replace")
+    where = f" at index {index}" if index is not None else ""
+    raise TypeError(f"text{where} must be str or UTF-8 bytes, not {type(text).__name__}")
 
 
 def _build_active_bits() -> np.ndarray:
@@ -84,6 +91,10 @@ ACTIVE_BITS: np.ndarray = _build_active_bits()
 _kernel = _backend.load("simhash")
 _kernel.set_fold_table(FOLD)
 _kernel.set_active_table(ACTIVE_BITS)
+# A database of another Unicode version may map code points the tables call unassigned: texts
+# holding one are normalised by it, as they were before the kernel computed NFKC.
+_NFKC_FALLBACK = None if unicodedata.unidata_version == UNICODE_VERSION else functools.partial(unicodedata.normalize, "NFKC")
+_kernel.set_nfkc_tables(*_nfkc_pack.pack(), fallback=_NFKC_FALLBACK)
 
 
 def nfkc(text: str) -> str:
@@ -95,24 +106,10 @@ def nfkc(text: str) -> str:
     independently. So each run of other ("active") characters, with the inert character before
     it (a following mark may compose with it), is normalised on its own and the rest is copied.
     Same result, many times faster on real text: a page full of curly quotes (inert) and one "…"
-    normalises one short stretch. Code points unassigned in the table's Unicode version count as
-    active, so a newer ``unicodedata`` is still applied to everything it might change.
+    normalises one short stretch. The compiled kernel does this from the tables of
+    ``_nfkc_v1`` without the GIL; the pure-Python one with ``unicodedata``.
     """
-    return _nfkc_runs(text, _kernel.nfkc_active_runs(text))
-
-
-def _nfkc_runs(text: str, runs: list[int]) -> str:
-    if len(runs) > len(text) // 32:  # dense: one call beats a call per run
-        return unicodedata.normalize("NFKC", text)
-    parts: list[str] = []
-    last = 0
-    for j in range(0, len(runs), 2):
-        start = runs[j] - 1 if runs[j] > 0 else 0
-        parts.append(text[last:start])
-        parts.append(unicodedata.normalize("NFKC", text[start : runs[j + 1]]))
-        last = runs[j + 1]
-    parts.append(text[last:])
-    return "".join(parts)
+    return _kernel.nfkc(text)
 
 
 def tokens(text: object) -> list[str]:
