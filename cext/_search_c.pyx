@@ -18,45 +18,12 @@ MAX_WIDTH = 64
 def self_join(const uint64_t[::1] keys, int prefix_bits, int k):
     """Pairs (i, j), i < j, of ``keys`` sharing the top ``prefix_bits`` bits, within ``k``. The keys
     must be grouped by that prefix (sorted by it, as ``radix_sort(keys, top_bits=prefix_bits)``
-    leaves them); the order inside a group is free."""
-    if not 0 <= prefix_bits <= 64:
-        raise ValueError("prefix_bits must be in 0..64")
-    cdef Py_ssize_t n = keys.shape[0]
-    cdef Py_ssize_t start = 0, end, a, b
-    cdef int shift = 64 - prefix_bits
-    cdef uint64_t group, va
-    cdef int d
-    cdef int failed = 0
-    cdef Triples pb
-    triples_init(&pb)
-    with nogil:
-        while start < n and not failed:
-            group = (keys[start] >> shift) if shift < 64 else 0
-            end = start + 1
-            while end < n and ((keys[end] >> shift) if shift < 64 else 0) == group:
-                end += 1
-            for a in range(start, end):
-                va = keys[a]
-                for b in range(a + 1, end):
-                    d = fps_popcount64(va ^ keys[b])
-                    if d <= k:
-                        if triples_push(&pb, a, <uint64_t>b, <uint8_t>d) != 0:
-                            failed = 1
-                            break
-                if failed:
-                    break
-            start = end
-    try:
-        if failed:
-            raise MemoryError("self_join: out of memory for pairs")
-        out_i = np.empty(pb.n, np.int64)
-        out_j = np.empty(pb.n, np.int64)
-        out_d = np.empty(pb.n, np.uint8)
-        if pb.n:
-            _copy_pairs(&pb, out_i, out_j, out_d)
-        return out_i, out_j, out_d
-    finally:
-        triples_free(&pb)
+    leaves them); the order inside a group is free. :func:`prefix_join` of the keys with
+    themselves at mask 0 (which never searches, so grouping is enough)."""
+    return prefix_join(keys, keys, prefix_bits, _MASK_ZERO, k, True)
+
+
+_MASK_ZERO = np.zeros(1, np.uint64)
 
 
 cdef inline uint64_t _prefix(uint64_t key, int shift) noexcept nogil:

@@ -32,6 +32,7 @@ from fpstore.admin.output import (
     stages,
     want_progress,
 )
+from fpstore.closing import Closing
 from fpstore.errors import CorruptionError, InputError
 
 
@@ -156,7 +157,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 # -- dedup ---------------------------------------------------------------------------------------------------
 
 
-class PairSpill:
+class PairSpill(Closing):
     """The pairs of a streamed join, held for output sorted by distance, then ``id_a``, then
     ``id_b``, in bounded memory: up to :attr:`BUFFER` pairs are sorted in memory and written as one
     sorted run to a temporary file per distance (16 bytes a pair, under ``TMPDIR``); reading back
@@ -217,12 +218,6 @@ class PairSpill:
 
     def close(self) -> None:
         self._dir.cleanup()
-
-    def __enter__(self) -> PairSpill:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _run_rows(rows: np.ndarray, step: int = 65536) -> Iterator[tuple[int, int]]:

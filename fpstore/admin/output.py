@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from fpstore.closing import Closing
 from fpstore.store.keys import Key
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -57,7 +58,7 @@ def mib(n: float) -> str:
     return f"{n / (1 << 20):,.1f} MiB"
 
 
-class Bar:
+class Bar(Closing):
     """A progress bar on stderr (tqdm: done, total, rate, ETA), drawn only when ``enabled``; called
     as every library ``progress=`` callback is, ``bar(done, total)``."""
 
@@ -80,12 +81,6 @@ class Bar:
 
     def close(self) -> None:
         self._bar.close()
-
-    def __enter__(self) -> Bar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def want_progress(args: argparse.Namespace) -> bool:

@@ -23,28 +23,7 @@ MAX_WIDTH = 64
 def self_join(keys: np.ndarray, prefix_bits: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pairs (i, j), i < j, of uint64 ``keys`` (grouped by their top ``prefix_bits`` bits) sharing that prefix and
     within ``k`` bits of each other; returns (i int64, j int64, distance uint8) ordered by i, j."""
-    n = len(keys)
-    shift = 64 - prefix_bits
-    vals = [int(v) for v in keys]
-    out_i: list[int] = []
-    out_j: list[int] = []
-    out_d: list[int] = []
-    start = 0
-    while start < n:
-        group = vals[start] >> shift if shift < 64 else 0
-        end = start + 1
-        while end < n and (vals[end] >> shift if shift < 64 else 0) == group:
-            end += 1
-        for a in range(start, end):
-            va = vals[a]
-            for b in range(a + 1, end):
-                d = (va ^ vals[b]).bit_count()
-                if d <= k:
-                    out_i.append(a)
-                    out_j.append(b)
-                    out_d.append(d)
-        start = end
-    return np.array(out_i, np.int64), np.array(out_j, np.int64), np.array(out_d, np.uint8)
+    return prefix_join(keys, keys, prefix_bits, np.zeros(1, np.uint64), k, True)
 
 
 def prefix_join(

@@ -483,25 +483,14 @@ class Storage:
     def add_dbs(self, names: list[str]) -> None:
         """Create sub-databases ``names`` that do not exist yet (empty, in one transaction) and
         open them. An empty sub-database no table design names is harmless."""
-        self.check_writable()
-        env = self.env
         with self._write_lock:
             self._map.share()
             try:
-                txn = env.begin(write=True)
-                try:
-                    opened = {name: env.open_db(name.encode(), txn=txn, create=True) for name in names}
-                    txn.commit()
-                except BaseException:
-                    txn.abort()
-                    raise
-            except lmdb.Error as exc:
-                raise translate(exc, f"creating tables in {self.path}") from exc
+                self.create(names, lambda txn, dbs: None, action=f"creating tables in {self.path}")
             finally:
                 self._map.unshare()
-        self.dbs.update(opened)
 
-    def create(self, names: list[str], fill: Callable[[lmdb.Transaction, dict[str, Any]], None]) -> None:
+    def create(self, names: list[str], fill: Callable[[lmdb.Transaction, dict[str, Any]], None], *, action: str = "") -> None:
         """Create sub-databases ``names`` and run ``fill(txn, dbs)`` in the same write transaction."""
         self.check_writable()
         env = self.env
@@ -512,7 +501,7 @@ class Storage:
             txn.commit()
         except lmdb.Error as exc:
             txn.abort()
-            raise translate(exc, f"creating a store in {self.path}") from exc
+            raise translate(exc, action or f"creating a store in {self.path}") from exc
         except BaseException:
             txn.abort()
             raise
