@@ -205,3 +205,53 @@ def test_map_lock_growth_waits_for_other_threads_and_blocks_new_shares():
         events.append("own")
     lock.unshare()
     assert events[-1] == "own" and lock._shares == {}
+
+
+@pytest.mark.parametrize("merges", ["inline", "background"])
+def test_bulk_load_beside_a_concurrent_write_takes_fresh_ids(tmp_path, monkeypatch, merges):
+    """A bulk load encodes its run outside the write lock; a write committed meanwhile by another
+    thread (an add that flushes, and the tier merge that flush makes due) takes the run id and
+    document ids the load read. The load must number its run and documents from what its own
+    write transaction reads, or two runs share blobs and two documents share an id."""
+    from fpstore.store.storage import Storage
+
+    s = fpstore.open(tmp_path / "s", k=K, flush_entries=1, merges=merges)
+    pid = s.pipeline.id
+    rng = np.random.default_rng(5)
+    stored: dict[str, int] = {}
+    for i in range(3):  # three runs of one entry: the next flush makes a merge due
+        fp = int(rng.integers(0, 2**63))
+        s.add(f"a{i}", fingerprint=fp, pipeline_id=pid)
+        stored[f"a{i}"] = fp
+    if merges == "background":
+        s.merge_runs()
+    real_reserve = Storage.reserve
+    meddled = []
+
+    def reserve_after_a_concurrent_add(self, nbytes):
+        if not meddled:
+            meddled.append(1)
+            fp = int(rng.integers(0, 2**63))
+            t = threading.Thread(target=lambda: s.add("late", fingerprint=fp, pipeline_id=pid))
+            t.start()
+            t.join()
+            stored["late"] = fp
+            s.merge_runs()
+        return real_reserve(self, nbytes)
+
+    monkeypatch.setattr(Storage, "reserve", reserve_after_a_concurrent_add)
+    fps = rng.integers(0, 2**63, size=50).astype(np.uint64)
+    s.bulk_load([f"b{i}" for i in range(50)], fps, pipeline_id=pid)
+    monkeypatch.setattr(Storage, "reserve", real_reserve)
+    assert meddled
+    stored.update({f"b{i}": int(f) for i, f in enumerate(fps.tolist())})
+    s.merge_runs()
+    try:
+        assert len(s) == len(stored)
+        assert {key: s[key].fingerprint for key in stored} == stored
+        assert len({s[key].id for key in stored}) == len(stored)
+        for key, fp in stored.items():
+            assert key in {m.key for m in s.query(fingerprint=fp, pipeline_id=pid, k=0)}
+        assert s.verify() == []
+    finally:
+        s.close()

@@ -296,7 +296,7 @@ class Store(Closing):
             chunks, total = cast(Iterable[tuple[KeyBatch, RawFingerprints | Fingerprints]], keys), None
         done = 0
         for keys_run, fps_run in runs_of(chunks, max_run, lambda ck, cf: signatures(self.pipeline, len(ck), None, cf, pipeline_id).values):
-            done += load_run(self._storage, self._cat, keys_run, fps_run, lambda: len(self) > 0)
+            done += load_run(self._storage, self._cat, keys_run, fps_run)
             if progress is not None:
                 progress(done, total)
         return done

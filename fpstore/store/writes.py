@@ -5,7 +5,7 @@ transaction, the flush that follows a write, a bulk load's run and compaction (t
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import lmdb
 import numpy as np
@@ -173,23 +173,29 @@ def add_batch(cat: Catalog, txn: lmdb.Transaction, batch: Batch, flush_entries: 
     return ids
 
 
-def load_run(storage: Storage, cat: Catalog, keys: KeyBatch, fps: np.ndarray, has_documents: Callable[[], bool]) -> int:
-    """Write one bulk-load run and its key segment in one transaction; returns its documents.
-    ``has_documents()`` says whether the store holds any (else no key can be replaced)."""
+def load_run(storage: Storage, cat: Catalog, keys: KeyBatch, fps: np.ndarray) -> int:
+    """Write one bulk-load run and its key segment in one transaction; returns its documents."""
     load = prepare_load(keys, fps)
     if load is None:
         return 0
     m = len(load.fps)
+    # The run is encoded before the write lock is taken, numbered from what a read sees now; a
+    # write committed meanwhile by another thread (an add, a merge's reservation) may take those
+    # numbers, and then the write encodes the run again from its own reading.
     with storage.read() as txn:
         state = cat.state(txn)
         base = cat.meta_int(txn, H_NEXT_ID)
-    blobs, run_rec, seg_rec = cat.lsm.load_blobs(load, state, base)
-    storage.reserve(tiers.blobs_size(blobs))
-    check_existing = bool(state.segs) or has_documents()
+    prepared = (state.next_run, state.next_seg, base), cat.lsm.load_blobs(load, state, base)
+    storage.reserve(tiers.blobs_size(prepared[1][0]))
 
     def work(txn: lmdb.Transaction) -> int:
+        state = cat.state(txn)
+        base = cat.meta_int(txn, H_NEXT_ID)
+        numbers, (blobs, run_rec, seg_rec) = prepared
+        if numbers != (state.next_run, state.next_seg, base):
+            blobs, run_rec, seg_rec = cat.lsm.load_blobs(load, state, base)
         replaced = 0
-        if check_existing:
+        if state.segs or cat.meta_int(txn, H_COUNT):  # else no key can be replaced
             for old in cat.ids_of_many(txn, load.typed_keys(), load.hashes):
                 if old is not None:
                     cat.remove(txn, old)
