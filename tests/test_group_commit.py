@@ -225,3 +225,37 @@ def test_add_each_of_an_empty_batch_still_records_its_checkpoint(tmp_path):
         assert store.checkpoint("feed") == 7
         store.add_many([], fingerprints=[], pipeline_id=pid, checkpoint=("feed", 8))
         assert store.checkpoint("feed") == 8
+
+
+def test_callers_that_come_back_together_are_committed_together(monkeypatch):
+    """Four threads add in a loop through commits of 5 ms. Once a group is done its callers come
+    back at once; the first of them must not lead a group of its own and leave the other three to
+    the next commit (groups of 1 and 3 in turn, half the throughput): the leader waits a bounded
+    while for as many callers as its last group held."""
+    from fpstore.store import group
+
+    monkeypatch.setattr(group, "GATHER_FRACTION", 100.0)  # generous bounds: scheduling never decides
+    monkeypatch.setattr(group, "GATHER_MAX_S", 0.5)
+    sizes: list[int] = []
+
+    def commit(requests):
+        time.sleep(0.005)
+        sizes.append(len(requests))
+        return list(requests)
+
+    gc = group.GroupCommit(commit)
+    start = threading.Barrier(4)
+
+    def caller(t: int) -> None:
+        start.wait()
+        for j in range(12):
+            assert gc.submit((t, j)) == (t, j)
+
+    threads = [threading.Thread(target=caller, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert sum(sizes) == 48
+    steady = sizes[2:-2]  # the first groups form as the threads start, the last as they stop
+    assert steady and sum(size == 4 for size in steady) >= 0.8 * len(steady), sizes
