@@ -85,9 +85,19 @@ def test_clusters_are_connected_components(store):
         assert c.canonical == c.keys[0] and store[c.canonical].id == min(ids)
 
 
+@pytest.fixture(params=["merge", "each"])
+def batch_path(request, monkeypatch):
+    """query_many's two ways through the runs: the merge of the sorted batch with every table, and
+    one probe per query (small batches); each must equal brute force on its own."""
+    from fpstore.store import catalog
+
+    monkeypatch.setattr(catalog, "SMALL_BATCH_PER_CHUNK", 0 if request.param == "merge" else 10**9)
+    return request.param
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["random", "clustered"])
-def test_query_many_over_runs_and_increments_equals_brute_force(tmp_path, kind):
+def test_query_many_over_runs_and_increments_equals_brute_force(tmp_path, kind, batch_path):
     """Batch queries over several runs, incremental tables and tombstones equal brute force at every k'."""
     n = 30_000
     fps = data(kind, n, seed=5)
@@ -114,7 +124,7 @@ def test_query_many_over_runs_and_increments_equals_brute_force(tmp_path, kind):
 
 
 @pytest.mark.parametrize("design", ["r2f1", "r3f2"])
-def test_flip_designs_are_exact_in_batch_and_single_queries(tmp_path, design):
+def test_flip_designs_are_exact_in_batch_and_single_queries(tmp_path, design, batch_path):
     """Multi-probe designs (flipped prefixes) answer exactly, over runs and increments."""
     k = 3 if design == "r2f1" else 8
     fps = data("clustered", 6000, seed=12)

@@ -67,6 +67,27 @@ def probe_runs(runs: Iterable[Run], design: object, fp: int, k: int) -> list[tup
     return out
 
 
+def probe_runs_each(runs: Iterable[Run], design: object, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`batch_probe_runs`'s answer from one :func:`probe_runs` per query: a small batch
+    reads a few blocks per query where the merge reads every chunk of every table."""
+    runs = [r for r in runs if r.count]
+    rows: list[tuple[int, int, int, int]] = []
+    if runs:
+        tables = [pt for run in runs for pt in run.probe_tables()]
+        fetch = runs[0].chunk_reader()  # every run's chunks live in one table of one transaction
+        for q, fp in enumerate(fps.tolist()):
+            by_run: dict[int, list[tuple[int, int]]] = {}
+            for r, f, pos in runs_codec.probe_fingerprint(design, tables, fetch, fp, k):
+                by_run.setdefault(r, []).append((pos, f))
+            for r, entries in by_run.items():
+                ids = runs[r].id_list([pos for pos, _ in entries])
+                rows += [(q, doc_id, (f ^ fp).bit_count(), f) for doc_id, (_, f) in zip(ids, entries)]
+    if not rows:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64)
+    q_, id_, d_, f_ = zip(*rows)
+    return np.array(q_, np.int64), np.array(id_, np.int64), np.array(d_, np.uint8), np.array(f_, np.uint64)
+
+
 def flip_variants(design: Design, t: int, perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Probe keys for table ``t``: each query's key XOR every flip mask of the table's prefix.
 
@@ -101,8 +122,18 @@ def batch_probe_runs(
     if not runs or not len(queries):
         return empty
     ntab = len(design.tables)
-    # Everything the workers read, fetched here: (index, chunk views) per run and table.
-    fetched = [[(tab.index, [tab.get(c) for c in range(tab.index.nchunks)]) for tab in (run.table(t) for t in range(ntab))] for run in runs]
+    nthreads = thread_count(threads)
+    threaded = nthreads > 1 and len(queries) >= 20_000 and ntab > 1
+    # (index, chunk getter) per run and table. Worker threads cannot read the transaction: for
+    # them every chunk is fetched here first; this thread reads only the chunks the merge reaches
+    # (a batch of a few hundred queries reaches a fraction of a large run's chunks).
+    fetched = [
+        [
+            (tab.index, [tab.get(c) for c in range(tab.index.nchunks)].__getitem__ if threaded else tab.get)
+            for tab in (run.table(t) for t in range(ntab))
+        ]
+        for run in runs
+    ]
 
     def table_work(t: int) -> list[tuple[np.ndarray, np.ndarray]]:
         table = design.tables[t]
@@ -117,8 +148,8 @@ def batch_probe_runs(
         kk = min(64, k + table.flips)
         out = []
         for per_run in fetched:
-            index, chunks = per_run[t]
-            qpos, stored, _ = runs_codec.probe_batch_run(chunks.__getitem__, index, sorted_variants, table.prefix_bits, kk)
+            index, get_chunk = per_run[t]
+            qpos, stored, _ = runs_codec.probe_batch_run(get_chunk, index, sorted_variants, table.prefix_bits, kk)
             qi = origin[qpos]
             if table.flips:
                 keep = np.bitwise_count(stored ^ perm[qi]) <= k
@@ -132,8 +163,7 @@ def batch_probe_runs(
             out.append((qi, found))
         return out
 
-    nthreads = thread_count(threads)
-    if nthreads > 1 and len(queries) >= 20_000 and ntab > 1:
+    if threaded:
         per_table = list(executor(nthreads).map(table_work, range(ntab)))
     else:
         per_table = [table_work(t) for t in range(ntab)]

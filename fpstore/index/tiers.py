@@ -406,6 +406,19 @@ class _Bound(Generic[MetaT]):
         self._txn, self._db, self._cache = txn, db, cache
 
 
+class _ChunkMemo(dict[bytes, Any]):
+    """Chunk views by name (None: absent), each read from the transaction on first use (``__getitem__`` is a C slot:
+    a hit costs no Python frame)."""
+
+    def __init__(self, txn: lmdb.Transaction, db: Any) -> None:
+        super().__init__()
+        self._txn, self._db = txn, db
+
+    def __missing__(self, name: bytes) -> Any:
+        view = self[name] = self._txn.get(name, db=self._db)
+        return view
+
+
 class Run(_Bound[RunMeta]):
     """A run of the store (see the module docstring), bound to a transaction."""
 
@@ -488,6 +501,11 @@ class Run(_Bound[RunMeta]):
         ``tables`` are the probe tables of runs of the same transaction."""
         txn, db = self._txn, self._db
         return runs.probe_fingerprint(design, tables, lambda name: txn.get(name, db=db), fp, k)
+
+    def chunk_reader(self) -> Callable[[bytes], Any]:
+        """A chunk getter for :func:`fpstore.index.runs.probe_fingerprint` that reads each chunk
+        of this transaction once (many queries in a row reach the same chunks)."""
+        return _ChunkMemo(self._txn, self._db).__getitem__
 
     def ids_of(self, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For sorted unique fingerprints: (fingerprint index, id) of every entry holding each."""

@@ -27,6 +27,11 @@ from fpstore.store.keys import FLAG_SHORT, MAX_RAW_KEY, Key, lookup_key, unpack_
 from fpstore.store.lsm import Lsm
 from fpstore.store.results import AddResult, Document, Match, sort_matches
 
+#: A batch of queries is probed one query at a time (:func:`search.probe_runs_each`) while it holds
+#: fewer than this many queries per chunk of the runs' table 0: the merge's cost grows with the
+#: chunks it reaches, a single probe's does not (``tools/bench_probe_crossover.py``, "query_many").
+SMALL_BATCH_PER_CHUNK = 16
+
 __all__ = ["ITER_BATCH", "Catalog", "live_canonical", "new_canonical", "read_u64"]
 
 #: Documents per snapshot when iterating over a store (no transaction spans a yield).
@@ -417,7 +422,11 @@ class Catalog:
     def probe_many(self, txn: lmdb.Transaction, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every live (query index int64, id int64, distance uint8, fingerprint uint64) within
         ``k`` of ``fps``, sorted by query index, then distance, then id (see :meth:`Store.query_many`)."""
-        rq, rid, rd, rfp = search.batch_probe_runs(self.runs(txn), self.design, fps, k)
+        runs = self.runs(txn)
+        if len(fps) < SMALL_BATCH_PER_CHUNK * sum(run.table(0).index.nchunks for run in runs):
+            rq, rid, rd, rfp = search.probe_runs_each(runs, self.probe_design, fps, k)
+        else:
+            rq, rid, rd, rfp = search.batch_probe_runs(runs, self.design, fps, k)
         dead = self.lsm.dead_ids(txn)
         if len(dead) and len(rid):
             keep = ~np.isin(rid.astype(np.uint64), dead)
