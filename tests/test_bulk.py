@@ -358,3 +358,31 @@ def test_warm_reads_the_index_and_changes_nothing(tmp_path):
     with fpstore.open(tmp_path / "s", readonly=True) as r:
         assert r.warm() > 20_000 * 8 * len(r.design.tables) * 0.5
         assert [r.query(fingerprint=int(f), pipeline_id=pid) for f in fps[::997]] == before
+
+
+def test_keys_of_over_segments_of_both_key_kinds_records_and_tombstones(tmp_path):
+    """keys_of maps ids to keys wherever the key lives: bulk segments of integer keys and of
+    string keys (read from decoded key blocks), incremental records; in any order, repeated; a
+    tombstoned id names no key; read twice (the second time from the cache of decoded blocks)."""
+    rng = np.random.default_rng(21)
+    with fpstore.open(tmp_path / "s", k=3) as s:
+        pid = s.pipeline.id
+        s.bulk_load(np.arange(1000, 1700), rng.integers(0, 2**64, 700, dtype=np.uint64), pipeline_id=pid)
+        s.bulk_load([f"u{i}" for i in range(600)], rng.integers(0, 2**64, 600, dtype=np.uint64), pipeline_id=pid)
+        s.add_many([b"raw", "txt", 7], fingerprints=rng.integers(0, 2**64, 3, dtype=np.uint64), pipeline_id=pid)
+        keys = list(range(1000, 1700)) + [f"u{i}" for i in range(600)] + [b"raw", "txt", 7]
+        ids = {key: s[key].id for key in keys}
+        order = rng.permutation(len(keys)).tolist()
+        picked = [keys[i] for i in order] + keys[:5]
+        for _ in range(2):
+            assert s.keys_of([ids[key] for key in picked]) == picked
+        s.delete(1003)
+        s.delete("u5")
+        for gone in (1003, "u5"):
+            with pytest.raises(CorruptionError):
+                s.keys_of([ids[1004], ids[gone]])
+        assert s.keys_of([ids[1004], ids["u6"], ids[7]]) == [1004, "u6", 7]
+        with pytest.raises(CorruptionError):
+            s.keys_of([0])
+        with pytest.raises(CorruptionError):
+            s.keys_of([2**63])

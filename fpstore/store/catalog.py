@@ -351,31 +351,48 @@ class Catalog:
         return out
 
     def keys_of(self, txn: lmdb.Transaction, ids: list[int], state: State | None = None) -> list[Key]:
-        """Keys of many ids: incremental records by lookup, bulk ones a key block at a time."""
+        """Keys of many ids: incremental records by lookup, bulk ones a key block at a time
+        (integer keys gathered as arrays, without a bytes object per key)."""
         if not ids:
             return []
-        typed: dict[int, bytes] = {}
+        try:
+            uniq = np.unique(np.array(ids, dtype=np.int64))
+        except OverflowError:
+            uniq = np.zeros(1, np.int64)  # an id of 2**63 or more: reported below
+        if int(uniq[0]) <= 0:
+            bad = next(i for i in ids if not 0 < i < 1 << 63)
+            raise CorruptionError(f"an index names document id {bad}, outside any id this store assigns")
+        keys: dict[int, Key] = {}
         segments = self.segments(txn, state)
-        in_segment: dict[int, list[int]] = {}
-        any_dead = bool(segments) and txn.stat(self.dead)["entries"] > 0
-        for doc_id in set(ids):
-            if not 0 < doc_id < 1 << 63:
-                raise CorruptionError(f"an index names document id {doc_id}, outside any id this store assigns")
+        rest = uniq
+        if segments:
             # A bulk load numbers its documents in one range of ids, which no record shares.
-            seg_no = next((j for j, seg in enumerate(segments) if seg.holds(doc_id)), -1)
-            if seg_no >= 0:
-                if not (any_dead and self.is_dead(txn, doc_id)):
-                    in_segment.setdefault(seg_no, []).append(doc_id)
-                continue
+            order = np.argsort([seg.base for seg in segments], kind="stable")
+            segments = [segments[i] for i in order]
+            bases = np.array([seg.base for seg in segments], np.int64)
+            ends = bases + np.array([seg.count for seg in segments], np.int64)
+            j = np.searchsorted(bases, uniq, side="right") - 1
+            inside = (j >= 0) & (uniq < ends[np.maximum(j, 0)])
+            rest = uniq[~inside]
+            held, seg_of = uniq[inside], j[inside]
+            if len(held) and txn.stat(self.dead)["entries"]:
+                if len(held) < 64:
+                    alive = np.array([not self.is_dead(txn, i) for i in held.tolist()], dtype=bool)
+                else:
+                    alive = ~np.isin(held.astype(np.uint64), self.lsm.dead_ids(txn))
+                held, seg_of = held[alive], seg_of[alive]  # dead: no key, reported below
+            for seg_no in np.unique(seg_of).tolist():
+                seg = segments[seg_no]
+                mine = held[seg_of == seg_no]
+                ordinals = (mine - seg.base).tolist()
+                ints = seg.int_keys_at(ordinals)
+                keys.update(zip(mine.tolist(), ints if ints is not None else map(untyped_key, seg.keys_at(ordinals))))
+        for doc_id in rest.tolist():
             raw = txn.get(U64.pack(doc_id), db=self.docs)
             if raw is not None:
-                typed[doc_id] = unpack_record(raw)[0]
-        for seg_no, mine in in_segment.items():
-            seg = segments[seg_no]
-            mine.sort()
-            typed.update(zip(mine, seg.keys_at([i - seg.base for i in mine])))
+                keys[doc_id] = untyped_key(unpack_record(raw)[0])
         try:
-            return [untyped_key(typed[i]) for i in ids]
+            return [keys[i] for i in ids]
         except KeyError as exc:
             raise CorruptionError(f"an index entry names document {exc.args[0]}, which has no record") from None
 
