@@ -376,11 +376,11 @@ class Store(Closing):
         self, k: int | None = None, *, batch_size: int = pairs.BATCH_SIZE, progress: Progress = None, memory_budget: int | None = None
     ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Every pair of live documents within ``k`` bits, each once, in batches of at most
-        ``batch_size``: ``(id_a int64, id_b int64, distance uint8)``, ``id_a < id_b``, table by table.
-        Up to the design's k it streams the store's sorted tables in one snapshot, held until the
-        iterator is exhausted or closed (take it from one thread; a write of that thread that must
-        grow the map raises StorageError meanwhile); above it the join is in memory and refused
-        beyond ``memory_budget`` bytes (MemoryBudgetError). Details: :mod:`fpstore.store.pairs`."""
+        ``batch_size``: ``(id_a int64, id_b int64, distance uint8)``, ``id_a < id_b``, table by table, then
+        the short documents' (exact duplicates: one content hash). Up to the design's k it streams the store's
+        sorted tables in one snapshot, held until the iterator is exhausted or closed (take it from one thread;
+        a write of that thread that must grow the map raises StorageError meanwhile); above it the join is in
+        memory and refused beyond ``memory_budget`` bytes (MemoryBudgetError). Details: :mod:`fpstore.store.pairs`."""
         return pairs.iter_pairs(
             self._storage, self._cat, self.k if k is None else k, batch_size=batch_size, progress=progress, memory_budget=memory_budget
         )
@@ -390,7 +390,7 @@ class Store(Closing):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every pair of live documents within ``k`` bits, exactly once: ``(id_a, id_b, distance)``,
         ``id_a < id_b``, identical fingerprints included, rows sorted by ``(id_a, id_b)``; short
-        documents take no part. :meth:`iter_near_duplicate_pairs` collected in one set of arrays."""
+        documents pair by content hash. :meth:`iter_near_duplicate_pairs` collected in one set of arrays."""
         return pairs.sorted_pairs(self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget))
 
     def clusters(self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None) -> list[Cluster]:
