@@ -8,6 +8,7 @@ deleted documents, documents stored by fingerprint only, bulk loads and the in-m
 from __future__ import annotations
 
 import json
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -206,3 +207,47 @@ def test_pairs_module_reads_short_pairs_in_its_snapshot(tmp_path):
         s.add("c", text=SOFT_404)
         rest = list(it)
         assert len(first[0]) + sum(len(x[0]) for x in rest) == 1
+
+
+def _peak(fn) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_short_pairs_memory_does_not_grow_with_the_content_table(tmp_path, monkeypatch):
+    """Peak traced memory of the short pairs' pass over 2 x 10^4 against 2 x 10^5 documents with
+    content hashes (a few short groups among them), reading 1,000 keys at a time: flat, while
+    reading the whole table at once grows with it (the measure sees growth)."""
+    from fpstore.store import exact_pairs
+
+    peaks = {}
+    for n in (20_000, 200_000):
+        rng = np.random.default_rng(n)
+        hashes = rng.integers(0, 2**64, (n, 2), dtype=np.uint64)
+        hashes[: n // 100] = hashes[n // 100 : n // 50]  # 1 % of the hashes held twice
+        short = np.zeros(n, bool)
+        short[: n // 50] = True
+        fps = rng.integers(0, 2**64, n, dtype=np.uint64)
+        fps[: n // 100] = fps[n // 100 : n // 50]
+        with fpstore.open(tmp_path / f"s{n}", k=3) as s:
+            s.add_many(list(range(n)), fingerprints=Fingerprints(fps, s.pipeline.id, np.full(n, 5), short, hashes))
+        with fpstore.open(tmp_path / f"s{n}", readonly=True) as s:
+            found: list[int] = []
+
+            def run(store: fpstore.Store = s, found: list[int] = found) -> None:
+                with store._storage.read() as txn:
+                    found.append(sum(len(a) for a, _, _ in exact_pairs.pairs_of(exact_pairs.groups(txn, store._cat), 3)))
+
+            monkeypatch.setattr(exact_pairs, "READ_ENTRIES", 1000)
+            batched = _peak(run)
+            monkeypatch.setattr(exact_pairs, "READ_ENTRIES", 1 << 30)
+            whole = _peak(run)
+            assert found[0] == found[1] == n // 100
+            peaks[n] = (batched, whole)
+    (small, small_whole), (large, large_whole) = peaks[20_000], peaks[200_000]
+    assert large < 2 * small, peaks
+    assert large_whole > 5 * small_whole and large_whole > 10 * large, peaks
