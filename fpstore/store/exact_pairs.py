@@ -16,7 +16,9 @@ at a time, and reads the records (fingerprint, flags) of the hashes held by two 
 more; :func:`pairs_of` expands the groups with a short member about
 :data:`~fpstore.index.pairs_stream.EXPAND_ROWS` candidate rows at a time. Memory: one read of
 keys (24 bytes each), the members of a hash that goes on past it, and the rows being expanded;
-never the table.
+never the table. Time: the keys are read at about 0.5 µs each, and the records of documents
+whose hash is held more than once at a few µs each (a loaded two-core machine: 0.56 s for
+300,000 keys, 60,000 of them in such groups).
 """
 
 from __future__ import annotations
@@ -62,12 +64,17 @@ def groups(txn: lmdb.Transaction, cat: Catalog) -> Iterator[Groups]:
     keys = txn.cursor(db=cat.content).iternext(keys=True, values=False)
     carry = np.zeros(0, _ENTRY)
     while True:
-        read = list(itertools.islice(keys, READ_ENTRIES))
-        raw = b"".join(read)
-        if len(raw) != _ENTRY.itemsize * len(read):
+        # Each key (a view into the map) is copied and let go at once: a list of views makes
+        # the cyclic garbage collector scan them over and over (several times slower).
+        raw = bytearray()
+        count = 0
+        for key in itertools.islice(keys, READ_ENTRIES):
+            raw += key
+            count += 1
+        if len(raw) != _ENTRY.itemsize * count:
             raise CorruptionError("content table entry has the wrong length")
         entries = np.concatenate([carry, np.frombuffer(raw, _ENTRY)]) if len(carry) else np.frombuffer(raw, _ENTRY)
-        last = len(read) < READ_ENTRIES
+        last = count < READ_ENTRIES
         if not len(entries):
             return
         h = entries["hash"]
@@ -93,13 +100,11 @@ def _members(txn: lmdb.Transaction, cat: Catalog, entries: np.ndarray, starts: n
     chosen = entries[np.repeat(multi, sizes)]
     sizes = sizes[multi]
     ids = chosen["id"].astype(np.uint64)
-    packed = [U64.pack(i) for i in ids.tolist()]
-    records = dict(txn.cursor(db=cat.docs).getmulti(sorted(set(packed))))
     fps = np.zeros(len(ids), np.uint64)
     short = np.zeros(len(ids), bool)
     hashes = chosen["hash"].astype(">u8").tobytes()  # the keys' own bytes (a concatenation may make them native)
-    for n, key in enumerate(packed):
-        raw = records.get(key)
+    for n, doc_id in enumerate(ids.tolist()):
+        raw = txn.get(U64.pack(doc_id), db=cat.docs)
         if raw is None:
             raise CorruptionError(f"the content table names document {int(ids[n])}, which has no record")
         _typed, fp, stored_hash, _canonical, flags = unpack_record(raw)
