@@ -14,6 +14,7 @@ from fpstore.errors import FpstoreError
 from fpstore.fingerprint.pipeline import Fingerprints, IdfTable, Pipeline, Signature
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import hamming, hamming_many
+from fpstore.store.explain import Explanation
 from fpstore.store.keys import Key
 from fpstore.store.opening import open
 from fpstore.store.results import AddResult, Cluster, Document, Match
@@ -40,6 +41,7 @@ __all__ = [
     "AddResult",
     "Cluster",
     "Document",
+    "Explanation",
     "Fingerprints",
     "FpstoreError",
     "IdfTable",

@@ -19,6 +19,7 @@ __all__ = [
     "ReadOnlyError",
     "StorageError",
     "StoreFullError",
+    "UnknownKeyError",
     "WriterLockedError",
 ]
 
@@ -54,6 +55,14 @@ class NotAStoreError(FormatError):
 
 class CorruptionError(FpstoreError, ValueError):
     """On-disk bytes failed a check (length, checksum, ordering): the data is damaged."""
+
+
+class UnknownKeyError(FpstoreError, KeyError):
+    """A key that is not stored, where a stored document is needed (:meth:`Store.explain`)."""
+
+    def __str__(self) -> str:
+        # KeyError's own str() is the repr of its argument: a message would print in quotes.
+        return str(self.args[0]) if self.args else ""
 
 
 class ReadOnlyError(FpstoreError, PermissionError):

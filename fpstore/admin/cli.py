@@ -8,8 +8,8 @@ traceback. ``docs/cli.md`` documents every command.
 The commands live in modules of one job each: :mod:`fpstore.admin.output` (exit codes, JSON, notes,
 progress), :mod:`fpstore.admin.options` (checked arguments, opening stores),
 :mod:`fpstore.admin.inspection` (create, info, stats, verify), :mod:`fpstore.admin.data` (compact, redesign, query,
-dedup, export, import), :mod:`fpstore.admin.ingesting` (ingest) and :mod:`fpstore.admin.demo`; this
-module builds the parser and runs a command.
+dedup, export, import), :mod:`fpstore.admin.explaining` (explain), :mod:`fpstore.admin.ingesting` (ingest) and
+:mod:`fpstore.admin.demo`; this module builds the parser and runs a command.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 import fpstore
 from fpstore.admin.data import cmd_compact, cmd_dedup, cmd_dump, cmd_export, cmd_import, cmd_query, cmd_redesign
 from fpstore.admin.demo import cmd_demo
+from fpstore.admin.explaining import KEY_TYPES, cmd_explain
 from fpstore.admin.ingesting import cmd_ingest
 from fpstore.admin.inspection import cmd_create, cmd_info, cmd_stats, cmd_verify
 from fpstore.admin.options import NON_NEGATIVE, POSITIVE, Damaged, add_design_options, add_pipeline_options, int_arg
@@ -136,6 +137,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=POSITIVE, default=None, metavar="N", help="print at most N matches")
     p.add_argument("--parquet", metavar="FILE", default=None, help="also write the matches to FILE as Parquet (needs pyarrow)")
 
+    p = command("explain", cmd_explain)
+    p.add_argument("key_a", metavar="KEY_A", help="a stored document's key")
+    p.add_argument("key_b", metavar="KEY_B", help="another stored document's key")
+    p.add_argument("--text-a", metavar="FILE", default=None, help="KEY_A's text, for the exact Jaccard of the shingle sets (with --text-b)")
+    p.add_argument("--text-b", metavar="FILE", default=None, help="KEY_B's text (with --text-a)")
+    p.add_argument(
+        "--key-type",
+        choices=KEY_TYPES,
+        default="auto",
+        help="read the keys as str, int (decimal) or bytes (hex); auto (default): the one stored among them",
+    )
+    p.add_argument("--sample", type=NON_NEGATIVE, default=5, metavar="N", help="shingles shown of each kind (default 5)")
+
     p = command("dedup", cmd_dedup, json_out=False)
     p.add_argument("-k", type=int_arg(0, MAX_K), default=None, help=f"radius (default: the store's k; at most {MAX_K})")
     p.add_argument("--clusters", action="store_true", help="print clusters (connected components) instead of pairs")
@@ -229,7 +243,7 @@ _CLI_WORDS = (
     (r"store\.redesign\((\d+)\)", r"fpstore-admin redesign STORE -k \1"),
     (r"pass create=True to make one", "make one with: fpstore-admin create STORE"),
     (r"a read-only open cannot make one", "make one with: fpstore-admin create STORE"),
-    (r"open with readonly=True to read", "commands that only read (info, query, dedup, export, verify) work beside it"),
+    (r"open with readonly=True to read", "commands that only read (info, query, explain, dedup, export, verify) work beside it"),
 )
 
 

@@ -17,6 +17,10 @@ the windows in flight (``threads + 1`` of them, about 40 bytes an entry):
 
 None of this grows with the store's size except the indexes, the views and the tombstones.
 
+Short documents (below the pipeline's ``min_tokens``) are in no table: after the tables, the same
+snapshot's content table gives their pairs, exact duplicates by content hash, read a batch of
+keys at a time (:mod:`fpstore.store.exact_pairs`).
+
 Above the design's k the store's tables cannot answer, and the join builds its own in memory
 (:func:`fpstore.index.search.pairs_within` over every live fingerprint): about
 :data:`IN_MEMORY_BYTES_PER_DOC` bytes per document at its peak. It refuses, with
@@ -26,6 +30,7 @@ Above the design's k the store's tables cannot answer, and the join builds its o
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -37,6 +42,7 @@ from fpstore.errors import CorruptionError, InputError, MemoryBudgetError
 from fpstore.index import search
 from fpstore.index.pairs_stream import ArraySource, RunSource, Source, stream_pairs, tables_needed
 from fpstore.index.tables import MAX_K
+from fpstore.store import exact_pairs
 from fpstore.store.catalog import Catalog
 from fpstore.store.results import Cluster
 from fpstore.store.storage import Storage
@@ -82,8 +88,10 @@ def iter_pairs(
     window_entries: int | None = None,
     threads: int | None = None,
 ) -> Iterator[Pairs]:
-    """Every pair of live indexed documents within ``k``, each once, in batches of at most
-    ``batch_size`` rows: ``(id_a int64, id_b int64, distance uint8)`` with ``id_a < id_b``.
+    """Every pair of live documents within ``k``, each once, in batches of at most ``batch_size``
+    rows: ``(id_a int64, id_b int64, distance uint8)`` with ``id_a < id_b``. The pairs of indexed
+    documents come table by table, then those of short documents: exact duplicates by content
+    hash (:mod:`fpstore.store.exact_pairs`).
 
     Arguments are checked, and the in-memory join's budget too, before this returns; the join
     runs as the batches are taken. The stream reads one snapshot, held until the iterator is
@@ -122,15 +130,17 @@ def _iterate(
     if not streamed:  # the in-memory join: the snapshot is needed only to read the fingerprints
         with storage.read() as txn:
             fps, ids = cat.live_index(txn)
+            short = list(exact_pairs.groups(txn, cat))  # the groups with a short member: few
         i, j, d = search.pairs_within(fps, k, progress)
         a, b = ids[i], ids[j]
         del fps, i, j
-        yield from _batched([(np.minimum(a, b), np.maximum(a, b), d)], batch_size)
+        yield from _batched(itertools.chain([(np.minimum(a, b), np.maximum(a, b), d)], exact_pairs.pairs_of(short, k)), batch_size)
         return
     with storage.read() as txn:
         tables = _sources(txn, cat, tables_needed(cat.design, k))
         extra: dict[str, Any] = {} if window_entries is None else {"window_entries": window_entries}
-        yield from _batched(stream_pairs(cat.design, k, tables, threads=threads, progress=progress, **extra), batch_size)
+        found = stream_pairs(cat.design, k, tables, threads=threads, progress=progress, **extra)
+        yield from _batched(itertools.chain(found, exact_pairs.pairs_of(exact_pairs.groups(txn, cat), k)), batch_size)
 
 
 def _sources(txn: lmdb.Transaction, cat: Catalog, ntables: int) -> list[list[Source]]:

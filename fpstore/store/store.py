@@ -9,7 +9,7 @@ each document once: exactly what comparing with every stored fingerprint would r
 
 :class:`Store` is the facade: it checks input and owns transactions. Beside it: :mod:`.catalog`
 (the tables read together), :mod:`.writes`, :mod:`.incremental` and :mod:`.lsm` (the tiers),
-:mod:`.header`, :mod:`.keys`, :mod:`.results`, :mod:`.inspect`, :mod:`.pairs` and :mod:`.storage` (LMDB).
+:mod:`.header`, :mod:`.keys`, :mod:`.results`, :mod:`.inspect`, :mod:`.pairs`, :mod:`.explain` and :mod:`.storage` (LMDB).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from fpstore.hamming import RawFingerprints
 from fpstore.index.design import DEFAULT_EXPECTED_SIZE, Design, design_for
 from fpstore.store import inspect, pairs
 from fpstore.store.catalog import Catalog
+from fpstore.store.explain import Explanation, explain
 from fpstore.store.group import GroupCommit
 from fpstore.store.header import (
     BASE_DBS,
@@ -56,7 +57,7 @@ from fpstore.store.rows import arrow_batches, arrow_table
 from fpstore.store.storage import DATA_FILE, Storage
 from fpstore.store.writes import add_batch, add_group, compact, delete_one, load_run
 
-__all__ = ["AddResult", "Cluster", "Document", "Match", "Store"]
+__all__ = ["AddResult", "Cluster", "Document", "Explanation", "Match", "Store"]
 
 Progress = Callable[[int, int | None], None] | None
 
@@ -376,11 +377,11 @@ class Store(Closing):
         self, k: int | None = None, *, batch_size: int = pairs.BATCH_SIZE, progress: Progress = None, memory_budget: int | None = None
     ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Every pair of live documents within ``k`` bits, each once, in batches of at most
-        ``batch_size``: ``(id_a int64, id_b int64, distance uint8)``, ``id_a < id_b``, table by table.
-        Up to the design's k it streams the store's sorted tables in one snapshot, held until the
-        iterator is exhausted or closed (take it from one thread; a write of that thread that must
-        grow the map raises StorageError meanwhile); above it the join is in memory and refused
-        beyond ``memory_budget`` bytes (MemoryBudgetError). Details: :mod:`fpstore.store.pairs`."""
+        ``batch_size``: ``(id_a int64, id_b int64, distance uint8)``, ``id_a < id_b``, table by table, then
+        the short documents' (exact duplicates: one content hash). Up to the design's k it streams the store's
+        sorted tables in one snapshot, held until the iterator is exhausted or closed (take it from one thread;
+        a write of that thread that must grow the map raises StorageError meanwhile); above it the join is in
+        memory and refused beyond ``memory_budget`` bytes (MemoryBudgetError). Details: :mod:`fpstore.store.pairs`."""
         return pairs.iter_pairs(
             self._storage, self._cat, self.k if k is None else k, batch_size=batch_size, progress=progress, memory_budget=memory_budget
         )
@@ -390,7 +391,7 @@ class Store(Closing):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every pair of live documents within ``k`` bits, exactly once: ``(id_a, id_b, distance)``,
         ``id_a < id_b``, identical fingerprints included, rows sorted by ``(id_a, id_b)``; short
-        documents take no part. :meth:`iter_near_duplicate_pairs` collected in one set of arrays."""
+        documents pair by content hash. :meth:`iter_near_duplicate_pairs` collected in one set of arrays."""
         return pairs.sorted_pairs(self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget))
 
     def clusters(self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None) -> list[Cluster]:
@@ -448,6 +449,15 @@ class Store(Closing):
         """
         with self.reader() as r:
             return r.query(text=text, fingerprint=fingerprint, pipeline_id=pipeline_id, k=k, exhaustive=exhaustive)
+
+    def explain(self, key_a: Key, key_b: Key, *, text_a: Text | None = None, text_b: Text | None = None, sample: int = 5) -> Explanation:
+        """Why two stored documents match or not (:class:`~fpstore.store.explain.Explanation`): the Hamming distance
+        of their fingerprints, the Jaccard similarity it estimates (MinHash pipelines; SimHash gives none), whether they
+        are exact duplicates (one content hash) and paired at the store's k; given both texts, the exact Jaccard similarity
+        of their shingle sets under the store's pipeline and up to ``sample`` shingles shared and only in each. A key not
+        stored raises :class:`~fpstore.errors.UnknownKeyError` (a KeyError)."""
+        with self.reader() as r:
+            return explain(r, self.pipeline, self.k, key_a, key_b, text_a, text_b, sample)
 
     def reader(self) -> Reader:
         """A read context for a burst of reads in one snapshot, for one thread:
