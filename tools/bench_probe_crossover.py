@@ -7,6 +7,10 @@
   entries (E = 256, 1,024, 4,096: ``flush_entries`` is 4,096 by default) and batches of m random
   fingerprints, the median time of ``IncrementalTables.probe`` once per fingerprint against
   ``IncrementalTables.scan_batch`` (table 0 read once, the other orders sorted in memory).
+* **query_many** (``fpstore.store.catalog.SMALL_BATCH_BASE`` and ``SMALL_BATCH_PER_CHUNK``): on stores of
+  ``--query-many-n`` bulk-loaded fingerprints, ``Catalog.probe_many`` for m = 16 .. 8,192 with one
+  probe per query against the merge of the sorted batch with every table; the crossover is
+  reported per chunk of the runs' table 0 (the merge's cost grows with the chunks it reaches).
 * **both tiers** (``fpstore.store.ordered._BATCH_PROBE``): on a store of ``--n`` bulk-loaded
   fingerprints plus 2,000 incremental ones, ``Catalog.probe`` once per fingerprint against one
   ``Catalog.probe_many``, for m = 4 .. 512.
@@ -81,17 +85,55 @@ def both_tiers(tmp: str, n: int, repeat: int, rng: np.random.Generator) -> None:
         print("| " + " | ".join(cells) + " |")
 
 
+def query_many_paths(tmp: str, sizes_n: list[int], repeat: int, rng: np.random.Generator) -> None:
+    """``Catalog.probe_many``'s two ways through bulk-loaded runs, forced in turn: one probe per
+    query (``search.probe_runs_each``) and the merge (``search.batch_probe_runs``)."""
+    from fpstore.store import catalog
+
+    sizes = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+    print("\nquery_many through the runs: ms per batch (one probe per query / the merge); the last column "
+          "is where the probes stop paying, per chunk of the runs' table 0")
+    print("| n | chunks | " + " | ".join(f"m = {m}" for m in sizes) + " | crossover per chunk |")
+    print("|---" * (len(sizes) + 3) + "|")
+    saved = catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK
+    catalog.SMALL_BATCH_PER_CHUNK = 0
+    try:
+        for n in sizes_n:
+            with tempfile.TemporaryDirectory(dir=tmp) as d, fpstore.open(Path(d) / "s", k=3, expected_size=n) as store:
+                pid, cat = store.pipeline.id, store._cat
+                store.bulk_load(np.arange(n), rng.integers(0, 2**64 - 1, n, dtype=np.uint64), pipeline_id=pid)
+                store.warm()
+                cells, cross = [], None
+                with store._storage.read() as txn:
+                    chunks = sum(run.table(0).index.nchunks for run in cat.runs(txn))
+                    for m in sizes:
+                        catalog.SMALL_BATCH_BASE = 10**9
+                        each = median_ms(lambda f: cat.probe_many(txn, f, 3), m, repeat, rng)
+                        catalog.SMALL_BATCH_BASE = 0
+                        merge = median_ms(lambda f: cat.probe_many(txn, f, 3), m, repeat, rng)
+                        cells.append(f"{each:.2f} / {merge:.2f}")
+                        if cross is None and each > merge:
+                            cross = m / chunks
+                print(f"| {n:,} | {chunks} | " + " | ".join(cells) + f" | {cross if cross is None else round(cross, 1)} |")
+    finally:
+        catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK = saved
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--n", type=float, default=1e6, help="fingerprints bulk-loaded for the both-tiers table")
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--query-many-n", type=float, nargs="*", default=[1e5, 1e6, 1e7], help="store sizes of the query_many table")
+    ap.add_argument("--only-query-many", action="store_true", help="only the query_many table")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tmp", default=bc.DEFAULT_TMP)
     args = ap.parse_args()
     Path(args.tmp).mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(args.seed)
-    incremental(args.tmp, args.repeat, rng)
-    both_tiers(args.tmp, int(args.n), args.repeat, rng)
+    if not args.only_query_many:
+        incremental(args.tmp, args.repeat, rng)
+        both_tiers(args.tmp, int(args.n), args.repeat, rng)
+    query_many_paths(args.tmp, [int(x) for x in args.query_many_n], args.repeat, rng)
 
 
 if __name__ == "__main__":

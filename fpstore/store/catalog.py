@@ -28,9 +28,11 @@ from fpstore.store.lsm import Lsm
 from fpstore.store.results import AddResult, Document, Match, sort_matches
 
 #: A batch of queries is probed one query at a time (:func:`search.probe_runs_each`) while it holds
-#: fewer than this many queries per chunk of the runs' table 0: the merge's cost grows with the
-#: chunks it reaches, a single probe's does not (``tools/bench_probe_crossover.py``, "query_many").
-SMALL_BATCH_PER_CHUNK = 16
+#: fewer than ``SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * c`` queries, c the chunks of the runs'
+#: table 0: the merge's cost grows with the chunks it reaches, a single probe's does not. Fitted to
+#: the crossovers ``tools/bench_probe_crossover.py`` measures ("query_many": ~300 queries at 10^5,
+#: ~1,000 at 10^6).
+SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK = 190, 37
 
 __all__ = ["ITER_BATCH", "Catalog", "live_canonical", "new_canonical", "read_u64"]
 
@@ -440,7 +442,7 @@ class Catalog:
         """Every live (query index int64, id int64, distance uint8, fingerprint uint64) within
         ``k`` of ``fps``, sorted by query index, then distance, then id (see :meth:`Store.query_many`)."""
         runs = self.runs(txn)
-        if len(fps) < SMALL_BATCH_PER_CHUNK * sum(run.table(0).index.nchunks for run in runs):
+        if runs and len(fps) < SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * sum(run.table(0).index.nchunks for run in runs):
             rq, rid, rd, rfp = search.probe_runs_each(runs, self.probe_design, fps, k)
         else:
             rq, rid, rd, rfp = search.batch_probe_runs(runs, self.design, fps, k)
