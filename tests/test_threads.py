@@ -121,7 +121,7 @@ def test_sixteen_threads_add_and_query_through_map_growth_and_flushes(tmp_path, 
 
 def test_read_cache_survives_concurrent_eviction():
     """Threads hitting a tiny cache with overlapping keys: every lookup returns its own entry."""
-    cache = TierCache(max_entries=4)
+    cache = TierCache(max_bytes=4 * 200)  # an entry here is ~180 bytes: room for about four
 
     def worker(seed: int):
         def run():
@@ -255,3 +255,28 @@ def test_bulk_load_beside_a_concurrent_write_takes_fresh_ids(tmp_path, monkeypat
         assert s.verify() == []
     finally:
         s.close()
+
+
+def test_a_store_of_many_runs_reads_each_run_index_once(tmp_path, monkeypatch):
+    """The read cache holds what a probe of every run needs: a store of 80 bulk loads (80 runs of
+    4 tables, 80 key segments) must not rebuild run indexes on every add, as a cache bounded at a
+    few hundred entries did (an add took 135 ms at 64 runs of 10^6 documents in all)."""
+    from fpstore.index import runs as runs_codec
+
+    rng = np.random.default_rng(8)
+    with fpstore.open(tmp_path / "s", k=K, design="r4") as s:
+        pid = s.pipeline.id
+        for b in range(80):
+            s.bulk_load([f"b{b}-{i}" for i in range(40)], rng.integers(0, 2**64, 40, dtype=np.uint64), pipeline_id=pid)
+        s.add("warm", fingerprint=1, pipeline_id=pid)
+        built = []
+        real = runs_codec.RunIndex.from_bytes
+
+        def counting(raw):
+            built.append(1)
+            return real(raw)
+
+        monkeypatch.setattr(runs_codec.RunIndex, "from_bytes", staticmethod(counting))
+        s.add("second", fingerprint=2, pipeline_id=pid)
+        s.query(fingerprint=3, pipeline_id=pid)
+        assert built == [], f"{len(built)} run indexes read again"

@@ -192,19 +192,38 @@ def delete_prefix(txn: lmdb.Transaction, db: Any, prefix: bytes) -> None:
 # -- reading -------------------------------------------------------------------------------------------
 
 
+def _nbytes(obj: Any) -> int:
+    """A cache entry's size, roughly: its arrays and byte strings (a kernel probe table shares
+    the arrays of the run index it was built from, and counts as a small object)."""
+    if isinstance(obj, np.ndarray):
+        return int(obj.nbytes)
+    if isinstance(obj, (bytes, bytearray)):
+        return len(obj) + 33
+    if isinstance(obj, (tuple, list)):
+        return 56 + 8 * len(obj) + sum(_nbytes(o) for o in obj)
+    fields = getattr(obj, "__dict__", None)
+    if fields:
+        return 64 + sum(_nbytes(v) for v in fields.values())
+    return 64
+
+
 class TierCache:
     """What reading a run costs to rebuild, kept per store: validated run indexes (with their chunk
     names) by blob prefix, and the kernel's probe tables by prefix and by run. Committed runs are
     immutable and their prefixes and ids never reused, so such an entry never goes stale; a write
     transaction that made and read a run and then aborted leaves its id to be given out again, so
-    the store clears the cache on every abort (``Storage.on_abort``). The cache is bounded (least
-    recently used out) so a reader's memory does not grow with the store. Threads share it: the
+    the store clears the cache on every abort (``Storage.on_abort``). The cache is bounded in bytes
+    (512 MiB by default, least recently used out) so a reader's memory does not grow with the
+    store beyond that. Threads share it: the
     table is locked, and an entry is built outside the lock (two threads may build the same one;
     the first stored wins, and both are equal)."""
 
-    def __init__(self, max_entries: int = 512, max_key_bytes: int = 32 << 20) -> None:
-        self._entries: OrderedDict[object, Any] = OrderedDict()
-        self._max = max_entries
+    def __init__(self, max_bytes: int = 512 << 20, max_key_bytes: int = 32 << 20) -> None:
+        # entry -> (value, estimated bytes). Bounded in bytes, not entries: a probe needs every
+        # table of every run, and a count that fits 10 runs thrashes at 80 (indexes rebuilt at
+        # every add). The indexes of every run take ~2 % of the runs' own bytes.
+        self._entries: OrderedDict[object, tuple[Any, int]] = OrderedDict()
+        self._bytes, self._max_bytes = 0, max_bytes
         self._lock = threading.Lock()
         # Decoded key blocks, apart: there are thousands, and they must not push out run indexes.
         self._key_blocks: OrderedDict[tuple[bytes, int], tuple[tuple[bytes, Any], int]] = OrderedDict()
@@ -214,6 +233,7 @@ class TierCache:
         """Forget every entry (a write transaction that read runs it made was aborted)."""
         with self._lock:
             self._entries.clear()
+            self._bytes = 0
             self._key_blocks.clear()
             self._key_bytes = 0
 
@@ -242,14 +262,18 @@ class TierCache:
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
-                return entry
+                return entry[0]
         made = make()
+        size = _nbytes(made)
         with self._lock:
-            entry = self._entries.setdefault(key, made)
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = (made, size)
+                self._bytes += size
             self._entries.move_to_end(key)
-            if len(self._entries) > self._max:
-                self._entries.popitem(last=False)
-        return entry
+            while self._bytes > self._max_bytes and len(self._entries) > 1:
+                self._bytes -= self._entries.popitem(last=False)[1][1]
+        return entry[0]
 
     def get(self, txn: lmdb.Transaction, db: Any, prefix: bytes) -> tuple[runs.RunIndex, list[bytes]]:
         def load() -> tuple[runs.RunIndex, list[bytes]]:
@@ -538,6 +562,26 @@ class Run(_Bound[RunMeta]):
         return ki, self.ids_at(pos)
 
 
+def find_in_segments(segments: list[KeySegment], typed: bytes) -> tuple[int, int] | None:
+    """(index in ``segments``, id) of ``typed`` in the last segment holding it, or None: every
+    segment's sorted key hashes are probed in one kernel call (a key no segment holds, a
+    crawler's new page, costs a block search per segment, not a Python lookup per segment)."""
+    if not segments:
+        return None
+    h = key_hash(typed)
+    fetch = _ChunkMemo(segments[0]._txn, segments[0]._db).__getitem__
+    tables = [seg.hash_table() for seg in segments]
+    hits = runs.probe_tables(tables, fetch, [(i, h, h, h) for i in range(len(segments))], 0)
+    by_segment: dict[int, list[int]] = {}
+    for i, _, pos in hits:
+        by_segment.setdefault(i, []).append(pos)
+    for i in sorted(by_segment, reverse=True):
+        doc_id = segments[i].find_at(typed, by_segment[i])
+        if doc_id is not None:
+            return i, doc_id
+    return None
+
+
 class KeySegment(_Bound[SegmentMeta]):
     """A bulk load's documents: keys, fingerprints and the key-hash index, bound to a transaction."""
 
@@ -642,13 +686,17 @@ class KeySegment(_Bound[SegmentMeta]):
                     break
         return out
 
-    def find(self, typed: bytes) -> int | None:
-        """Id of ``typed`` in this segment (dead or alive), or None."""
-        h = key_hash(typed)
+    def hash_table(self) -> Any:
+        """The kernel's probe table of this segment's sorted key hashes (cached)."""
         hashes = CodecRun(self._txn, self._db, self._cache, self.meta.hashes)
-        _, pos = hashes.positions(np.array([h], np.uint64))
-        if not len(pos):
+        return self._cache.probe_table(hashes.prefix, hashes.index, hashes._names)
+
+    def find_at(self, typed: bytes, positions: list[int]) -> int | None:
+        """Id of ``typed`` among the keys at ``positions`` of the sorted key hashes (the positions
+        holding its hash), or None."""
+        if not positions:
             return None
+        pos = np.array(positions, np.int64)
         ordinals = read_packed(self._txn, self._db, self.meta.ordinals.prefix, self.meta.ordinals, pos)
         for ordinal in ordinals.tolist():
             if ordinal >= self.count:

@@ -10,6 +10,7 @@ in ``meta`` names the live runs and key segments (:class:`fpstore.index.tiers.St
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -28,11 +29,11 @@ from fpstore.store.lsm import Lsm
 from fpstore.store.results import AddResult, Document, Match, sort_matches
 
 #: A batch of queries is probed one query at a time (:func:`search.probe_runs_each`) while it holds
-#: fewer than ``SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * c`` queries, c the chunks of the runs'
-#: table 0: the merge's cost grows with the chunks it reaches, a single probe's does not. Fitted to
-#: the crossovers ``tools/bench_probe_crossover.py`` measures ("query_many": ~300 queries at 10^5,
-#: ~1,000 at 10^6).
-SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK = 190, 37
+#: fewer than ``SMALL_BATCH_SCALE * sqrt(c)`` queries, c the chunks of the runs' table 0: the
+#: merge's cost grows with the chunks it reaches, a single probe's does not. Fitted to the
+#: crossovers ``tools/bench_probe_crossover.py`` measures ("query_many": ~300 queries at 10^5
+#: (3 chunks), ~1,000 at 10^6 (22), ~2,800 at 10^7 (202)).
+SMALL_BATCH_SCALE = 200
 
 __all__ = ["ITER_BATCH", "Catalog", "live_canonical", "new_canonical", "read_u64"]
 
@@ -114,13 +115,12 @@ class Catalog:
         doc_id = self.id_of_incremental(txn, typed)
         if doc_id is not None:
             return doc_id
-        for seg in reversed(self.segments(txn)):
-            doc_id = seg.find(typed)
-            if doc_id is not None:
-                # Loading or adding a key again tombstones its older copies, so the newest copy
-                # decides: dead means deleted.
-                return None if self.is_dead(txn, doc_id) else doc_id
-        return None
+        found = tiers.find_in_segments(self.segments(txn), typed)
+        if found is None:
+            return None
+        # Loading or adding a key again tombstones its older copies, so the newest copy decides:
+        # dead means deleted.
+        return None if self.is_dead(txn, found[1]) else found[1]
 
     def ids_of_many(self, txn: lmdb.Transaction, typed: list[bytes], hashes: np.ndarray | None = None) -> list[int | None]:
         """:meth:`id_of` for many keys, with the key segments searched in batches."""
@@ -442,7 +442,7 @@ class Catalog:
         """Every live (query index int64, id int64, distance uint8, fingerprint uint64) within
         ``k`` of ``fps``, sorted by query index, then distance, then id (see :meth:`Store.query_many`)."""
         runs = self.runs(txn)
-        if runs and len(fps) < SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * sum(run.table(0).index.nchunks for run in runs):
+        if runs and len(fps) < SMALL_BATCH_SCALE * math.sqrt(sum(run.table(0).index.nchunks for run in runs)):
             rq, rid, rd, rfp = search.probe_runs_each(runs, self.probe_design, fps, k)
         else:
             rq, rid, rd, rfp = search.batch_probe_runs(runs, self.design, fps, k)
