@@ -25,7 +25,7 @@ import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import lmdb
 import msgpack
@@ -302,6 +302,13 @@ class TierCache:
 
         return self._cached(("run", run.id), build)
 
+    def segment_hash_tables(self, segments: list[KeySegment]) -> list[Any]:
+        """The kernel's probe tables of the key hashes of ``segments``, cached as one list."""
+        return cast(
+            list[Any],
+            self._cached(("segments", tuple(seg.meta.hashes for seg in segments)), lambda: [seg.hash_table() for seg in segments]),
+        )
+
 
 class CodecRun:
     """One stored codec run (sorted uint64 keys), read inside a transaction."""
@@ -570,7 +577,7 @@ def find_in_segments(segments: list[KeySegment], typed: bytes) -> tuple[int, int
         return None
     h = key_hash(typed)
     fetch = _ChunkMemo(segments[0]._txn, segments[0]._db).__getitem__
-    tables = [seg.hash_table() for seg in segments]
+    tables = segments[0]._cache.segment_hash_tables(segments)
     hits = runs.probe_tables(tables, fetch, [(i, h, h, h) for i in range(len(segments))], 0)
     by_segment: dict[int, list[int]] = {}
     for i, _, pos in hits:
