@@ -91,7 +91,8 @@ def batch_path(request, monkeypatch):
     one probe per query (small batches); each must equal brute force on its own."""
     from fpstore.store import catalog
 
-    monkeypatch.setattr(catalog, "SMALL_BATCH_SCALE", 0 if request.param == "merge" else 10**9)
+    monkeypatch.setattr(catalog, "SMALL_BATCH_BASE", 0 if request.param == "merge" else 10**9)
+    monkeypatch.setattr(catalog, "SMALL_BATCH_PER_CHUNK", 0)
     return request.param
 
 

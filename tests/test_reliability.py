@@ -915,12 +915,13 @@ def test_fuzzed_decoders_raise_only_typed_errors():
 # -- what the oracle found -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("per_chunk", [0, 10**9])  # the merge, and one probe per query (SMALL_BATCH_SCALE)
+@pytest.mark.parametrize("per_chunk", [0, 10**9])  # the merge, and one probe per query (SMALL_BATCH_BASE)
 def test_query_many_reports_each_match_once_when_a_run_holds_repeated_fingerprints(tmp_path, monkeypatch, per_chunk):
     """query_many returns each (query, document) pair once, also when a run holds two documents with the same fingerprint."""
     from fpstore.store import catalog
 
-    monkeypatch.setattr(catalog, "SMALL_BATCH_SCALE", per_chunk)
+    monkeypatch.setattr(catalog, "SMALL_BATCH_BASE", per_chunk)
+    monkeypatch.setattr(catalog, "SMALL_BATCH_PER_CHUNK", 0)
     with fpstore.open(tmp_path / "s", k=3) as store:
         pid = store.pipeline.id
         store.add_many(["x", "y", "z"], fingerprints=[5, 5, 0xFFFF_FFFF_0000_0000], pipeline_id=pid)

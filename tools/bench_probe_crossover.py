@@ -7,11 +7,11 @@
   entries (E = 256, 1,024, 4,096: ``flush_entries`` is 4,096 by default) and batches of m random
   fingerprints, the median time of ``IncrementalTables.probe`` once per fingerprint against
   ``IncrementalTables.scan_batch`` (table 0 read once, the other orders sorted in memory).
-* **query_many** (``fpstore.store.catalog.SMALL_BATCH_SCALE``): on stores of
+* **query_many** (``fpstore.store.catalog.SMALL_BATCH_BASE`` and ``SMALL_BATCH_PER_CHUNK``): on stores of
   ``--query-many-n`` bulk-loaded fingerprints, ``Catalog.probe_many`` for m = 16 .. 8,192 with one
   probe per query against the merge of the sorted batch with every table; the crossover m is
-  reported with m / sqrt(c), c the chunks of the runs' table 0 (the merge's cost grows with the
-  chunks it reaches).
+  reported with c, the chunks of the runs' table 0 (the merge's cost grows with the chunks it
+  reaches).
 * **both tiers** (``fpstore.store.ordered._BATCH_PROBE``): on a store of ``--n`` bulk-loaded
   fingerprints plus 2,000 incremental ones, ``Catalog.probe`` once per fingerprint against one
   ``Catalog.probe_many``, for m = 4 .. 512.
@@ -93,10 +93,11 @@ def query_many_paths(tmp: str, sizes_n: list[int], repeat: int, rng: np.random.G
 
     sizes = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
     print("\nquery_many through the runs: ms per batch (one probe per query / the merge); the last column "
-          "is the first m where the probes stop paying, and m / sqrt(chunks)")
-    print("| n | chunks | " + " | ".join(f"m = {m}" for m in sizes) + " | crossover m (m / sqrt(chunks)) |")
+          "is the first m where the probes stop paying")
+    print("| n | chunks | " + " | ".join(f"m = {m}" for m in sizes) + " | crossover m |")
     print("|---" * (len(sizes) + 3) + "|")
-    saved = catalog.SMALL_BATCH_SCALE
+    saved = catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK
+    catalog.SMALL_BATCH_PER_CHUNK = 0
     try:
         for n in sizes_n:
             with tempfile.TemporaryDirectory(dir=tmp) as d, fpstore.open(Path(d) / "s", k=3, expected_size=n) as store:
@@ -107,16 +108,16 @@ def query_many_paths(tmp: str, sizes_n: list[int], repeat: int, rng: np.random.G
                 with store._storage.read() as txn:
                     chunks = sum(run.table(0).index.nchunks for run in cat.runs(txn))
                     for m in sizes:
-                        catalog.SMALL_BATCH_SCALE = 10**9
+                        catalog.SMALL_BATCH_BASE = 10**9
                         each = median_ms(lambda f: cat.probe_many(txn, f, 3), m, repeat, rng)
-                        catalog.SMALL_BATCH_SCALE = 0
+                        catalog.SMALL_BATCH_BASE = 0
                         merge = median_ms(lambda f: cat.probe_many(txn, f, 3), m, repeat, rng)
                         cells.append(f"{each:.2f} / {merge:.2f}")
                         if cross is None and each > merge:
                             cross = m
-                print(f"| {n:,} | {chunks} | " + " | ".join(cells) + f" | {cross} ({'-' if cross is None else round(cross / chunks**0.5)}) |")
+                print(f"| {n:,} | {chunks} | " + " | ".join(cells) + f" | {cross} |")
     finally:
-        catalog.SMALL_BATCH_SCALE = saved
+        catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK = saved
 
 
 def main() -> None:

@@ -10,7 +10,6 @@ in ``meta`` names the live runs and key segments (:class:`fpstore.index.tiers.St
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -29,11 +28,11 @@ from fpstore.store.lsm import Lsm
 from fpstore.store.results import AddResult, Document, Match, sort_matches
 
 #: A batch of queries is probed one query at a time (:func:`search.probe_runs_each`) while it holds
-#: fewer than ``SMALL_BATCH_SCALE * sqrt(c)`` queries, c the chunks of the runs' table 0: the
-#: merge's cost grows with the chunks it reaches, a single probe's does not. Fitted to the
-#: crossovers ``tools/bench_probe_crossover.py`` measures ("query_many": ~300 queries at 10^5
-#: (3 chunks), ~1,000 at 10^6 (22), ~2,800 at 10^7 (202)).
-SMALL_BATCH_SCALE = 200
+#: fewer than ``SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * c`` queries, c the chunks of the runs'
+#: table 0: the merge's cost grows with the chunks it reaches, a single probe's does not. Fitted to
+#: the crossovers ``tools/bench_probe_crossover.py`` measures ("query_many", idle machine: 256-512
+#: queries at 10^5 (3 chunks), ~1,000 at 10^6 (22), 4,096-8,192 at 10^7 (202)).
+SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK = 280, 28
 
 __all__ = ["ITER_BATCH", "Catalog", "live_canonical", "new_canonical", "read_u64"]
 
@@ -442,7 +441,7 @@ class Catalog:
         """Every live (query index int64, id int64, distance uint8, fingerprint uint64) within
         ``k`` of ``fps``, sorted by query index, then distance, then id (see :meth:`Store.query_many`)."""
         runs = self.runs(txn)
-        if runs and len(fps) < SMALL_BATCH_SCALE * math.sqrt(sum(run.table(0).index.nchunks for run in runs)):
+        if runs and len(fps) < SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * sum(run.table(0).index.nchunks for run in runs):
             rq, rid, rd, rfp = search.probe_runs_each(runs, self.probe_design, fps, k)
         else:
             rq, rid, rd, rfp = search.batch_probe_runs(runs, self.design, fps, k)
