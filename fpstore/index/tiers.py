@@ -703,9 +703,8 @@ class KeySegment(_Bound[SegmentMeta]):
         holding its hash), or None."""
         if not positions:
             return None
-        pos = np.array(positions, np.int64)
-        ordinals = read_packed(self._txn, self._db, self.meta.ordinals.prefix, self.meta.ordinals, pos)
-        for ordinal in ordinals.tolist():
+        # A key's hash is held by one position, rarely a few: plain ints, not numpy's fixed costs.
+        for ordinal in read_packed_list(self._txn, self._db, self.meta.ordinals.prefix, self.meta.ordinals, positions):
             if ordinal >= self.count:
                 raise CorruptionError(f"segment {self.meta.id} key index points past its keys")
             if self.key_at(ordinal) == typed:
