@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fpstore
-from fpstore.store import ordered
+from fpstore.store import catalog
 from fpstore.store.inputs import prepare_add
 from fpstore.store.ordered import segments
 from fpstore.store.writes import add_group
@@ -52,9 +52,10 @@ def _state(store):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(plan=_plan(), flush_entries=st.sampled_from([0, 2, 5]), batch_probe=st.sampled_from([1, 10**6]))
+@given(plan=_plan(), flush_entries=st.sampled_from([0, 2, 5]), batch_probe=st.sampled_from([0, 10**6]))
 def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_entries, batch_probe):
-    """Both ways of finding the stored neighbours (one batch probe, a probe per add) give it."""
+    """Both ways of finding the stored neighbours (the merge of the batch with every table, a
+    probe per add) give it."""
     bulk, before, group = plan
     root = tmp_path_factory.mktemp("ordered")
     stores = [fpstore.open(root / name, k=K, flush_entries=flush_entries) for name in ("group", "serial")]
@@ -69,11 +70,12 @@ def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_ent
             prepare_add(together.pipeline, key, text, fp, None if text else together.pipeline.id, "skip" if skip else "insert", None)
             for key, text, fp, skip in group
         ]
-        saved, ordered._BATCH_PROBE = ordered._BATCH_PROBE, batch_probe
+        saved = catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK
+        catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK = batch_probe, 0
         try:
             got = together._storage.write(lambda txn: add_group(together._cat, txn, adds, K, flush_entries))
         finally:
-            ordered._BATCH_PROBE = saved
+            catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK = saved
         want = [_serial(serial, op) for op in group]
         assert [_verdict(r) for r in got] == [_verdict(r) for r in want]
         assert _state(together) == _state(serial)

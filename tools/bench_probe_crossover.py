@@ -1,5 +1,5 @@
 """Where a batch of verdict probes should switch from one probe per fingerprint to one batch
-(docs/benchmarks.md, section "The crawler's write path"): the two thresholds the write path uses.
+(docs/benchmarks.md, section "The crawler's write path"): the thresholds the read and write paths use.
 
     cd /work/main && python tools/bench_probe_crossover.py
 
@@ -12,7 +12,7 @@
   probe per query against the merge of the sorted batch with every table; the crossover m is
   reported with c, the chunks of the runs' table 0 (the merge's cost grows with the chunks it
   reaches).
-* **both tiers** (``fpstore.store.ordered._BATCH_PROBE``): on a store of ``--n`` bulk-loaded
+* **both tiers** (what a group of adds pays to find its stored neighbours): on a store of ``--n`` bulk-loaded
   fingerprints plus 2,000 incremental ones, ``Catalog.probe`` once per fingerprint against one
   ``Catalog.probe_many``, for m = 4 .. 512.
 

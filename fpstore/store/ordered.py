@@ -34,11 +34,6 @@ MAX_SEGMENT = 4096
 #: Below this many fingerprints the segment's self-join compares every pair directly.
 _DIRECT_JOIN = 96
 
-#: From this many fingerprints the store is probed in one batch: a batch probe's set-up (every
-#: run table's chunks, numpy) costs as much as tens of single probes (measured by
-#: ``tools/bench_probe_crossover.py``: the crossover lies between 64 and 96 at 10^6).
-_BATCH_PROBE = 80
-
 Record = tuple[bytes, int, bytes | None, int, int]
 
 
@@ -75,17 +70,7 @@ def _stored_neighbours(
     """The stored neighbours of ``fps[indexed]``: ``bounds`` (add i's are rows bounds[i] to
     bounds[i + 1]) and the rows' ids, distances and fingerprints, in any order per add."""
     m = len(fps)
-    if len(indexed) < _BATCH_PROBE:
-        bounds, ids, dist, found = [0] * (m + 1), [], [], []
-        wanted = set(indexed.tolist())
-        for i in range(m):
-            if i in wanted:
-                for doc_id, (d, f) in cat.probe(txn, int(fps[i]), k).items():
-                    ids.append(doc_id)
-                    dist.append(d)
-                    found.append(f)
-            bounds[i + 1] = len(ids)
-        return bounds, ids, dist, found
+    # probe_many chooses between a probe per fingerprint and the merge by the batch's size.
     q, hit_ids, hit_d, hit_fps = cat.probe_many(txn, fps[indexed], k)
     bounds = np.searchsorted(indexed[q], np.arange(m + 1)).tolist()
     return bounds, hit_ids.tolist(), hit_d.tolist(), hit_fps.tolist()
