@@ -68,8 +68,9 @@ def probe_runs(runs: Iterable[Run], design: object, fp: int, k: int) -> list[tup
 
 
 def probe_runs_each(runs: Iterable[Run], design: object, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`batch_probe_runs`'s answer from one :func:`probe_runs` per query: a small batch
-    reads a few blocks per query where the merge reads every chunk of every table."""
+    """:func:`batch_probe_runs`'s answer from one kernel probe per query (as :func:`probe_runs`
+    makes), each chunk read once for the batch: a small batch reads a few blocks per query where
+    the merge reaches every chunk of every table."""
     runs = [r for r in runs if r.count]
     rows: list[tuple[int, int, int, int]] = []
     if runs:

@@ -463,8 +463,8 @@ class _Bound(Generic[MetaT]):
 
 
 class _ChunkMemo(dict[bytes, Any]):
-    """Chunk views by name (None: absent), each read from the transaction on first use (``__getitem__`` is a C slot:
-    a hit costs no Python frame)."""
+    """Chunk views by name (None: absent), each read from the transaction on first use
+    (``__getitem__`` is a C slot: a hit costs no Python frame)."""
 
     def __init__(self, txn: lmdb.Transaction, db: Any) -> None:
         super().__init__()

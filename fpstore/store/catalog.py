@@ -353,7 +353,7 @@ class Catalog:
 
     def keys_of(self, txn: lmdb.Transaction, ids: list[int], state: State | None = None) -> list[Key]:
         """Keys of many ids: incremental records by lookup, bulk ones a key block at a time
-        (integer keys gathered as arrays, without a bytes object per key)."""
+        (integer keys read straight from the decoded blocks, no typed key built per id)."""
         if not ids:
             return []
         try:
