@@ -25,7 +25,7 @@ from fpstore.index.design import Design
 from fpstore.index.tiers import Run, RunMeta, SegmentMeta, State, TierCache
 from fpstore.parallel import executor
 from fpstore.parallel import threads as thread_count
-from fpstore.store.incremental import IncrementalTables
+from fpstore.store.incremental import IncrementalTables, table_keys
 from fpstore.store.keys import KeyBatch, typed_key
 
 __all__ = [
@@ -234,7 +234,7 @@ class Lsm:
 
     def dead_ids(self, txn: lmdb.Transaction) -> np.ndarray:
         """Tombstoned ids (uint64, sorted)."""
-        raw = b"".join(txn.cursor(db=self.dead).iternext(keys=True, values=False))
+        raw = table_keys(txn, self.dead)
         if len(raw) % 8:
             raise CorruptionError("the tombstone table holds keys of the wrong length")
         return np.frombuffer(raw, dtype=">u8").astype(np.uint64)
