@@ -491,7 +491,7 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
         for r in data["results"]:
             for d in r["designs"]:
                 by.setdefault(d.get("design", d["design_arg"]), []).append(d)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 4.8))
     for i, (name, ds) in enumerate(sorted(by.items())):
         ds = sorted(ds, key=lambda d: d["n"])
         color = f"C{i}"
@@ -511,6 +511,11 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
                     color=color,
                     label=f"{name} {'bulk load' if phase == 'load' else 'all pairs'} RssAnon peak",
                 )
+        for phase, style in (("load", "o-"), ("pairs", "s--")):
+            ps = [d for d in ds if phase in d]
+            if ps:
+                label = f"{name} {'bulk load' if phase == 'load' else 'all pairs (streamed)'}"
+                ax3.plot([d["n"] for d in ps], [d[phase]["cpu_s"] for d in ps], style, color=color, label=label)
         ls = [d for d in ds if "load" in d]
         if ls:
             ax2.plot(
@@ -518,7 +523,8 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
             )
     ax1.set(xscale="log", yscale="log", xlabel="documents n", ylabel="µs", title="Latency (after warm())")
     ax2.set(xscale="log", yscale="log", xlabel="documents n", ylabel="MiB", title="Memory and disk")
-    for ax in (ax1, ax2):
+    ax3.set(xscale="log", yscale="log", xlabel="documents n", ylabel="CPU s (all threads)", title="Work")
+    for ax in (ax1, ax2, ax3):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     codes = sorted({data["code"].split(" ")[1] for data in runs if data.get("code", "").startswith("commit")})
