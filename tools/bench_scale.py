@@ -346,6 +346,13 @@ def load1(s: str) -> str:
     return s.split()[0]
 
 
+def fmt_n(n: int) -> str:
+    """10^7, 3 × 10^7, or the number."""
+    e = len(str(n)) - 1
+    m, r = divmod(n, 10**e)
+    return bc.fmt_n(n) if m == 1 or r else f"{m} × 10^{e}"
+
+
 def run_seconds(ld: dict[str, Any]) -> str:
     """How many runs the load wrote, and the wall seconds of each (from bulk_load's progress)."""
     marks = ld.get("runs_done", [])
@@ -366,7 +373,7 @@ def report(runs: list[dict[str, Any]]) -> str:
         for r in data["results"]:
             for d in r["designs"]:
                 ld, q, p = d.get("load"), d.get("query"), d.get("pairs")
-                cells = [bc.fmt_n(d["n"]), d["design_arg"]]
+                cells = [fmt_n(d["n"]), d["design_arg"]]
                 if ld:
                     b = ld["bytes"]
                     cells += [
@@ -385,11 +392,12 @@ def report(runs: list[dict[str, Any]]) -> str:
                     cells += [f"{p['seconds']:.1f} ({p['cpu_s']:.1f})", f"{p['vmhwm_mib']:,.0f} / {p['anon_peak_mib']:,.0f}"]
                 else:
                     cells += ["–"] * 2
-                cells.append(" / ".join(load1(x[k]) for x in (ld, q, p) if x for k in ("load_before", "load_after")))
+                loads = [float(load1(x[k])) for x in (ld, q, p) if x for k in ("load_before", "load_after")]
+                cells.append(f"{min(loads):.2f}–{max(loads):.2f}" if loads else "–")
                 rows.append(cells)
                 detail.append(
                     [
-                        bc.fmt_n(d["n"]),
+                        fmt_n(d["n"]),
                         d["design_arg"],
                         run_seconds(ld) if ld else "–",
                         f"{ld['cpu_s']:.1f} / {ld['gen_s']:.1f}" if ld else "–",
@@ -418,7 +426,7 @@ def report(runs: list[dict[str, Any]]) -> str:
                 "query_many q/s (10^6 batches)",
                 "all pairs s (CPU s)",
                 "all pairs peak MiB: VmHWM / RssAnon",
-                "load avg (1 min) before / after: load, query, pairs",
+                "load avg (1 min) over the phases",
             ],
             rows,
         )
@@ -452,13 +460,13 @@ def report(runs: list[dict[str, Any]]) -> str:
             if f is None:
                 continue
             if "skipped" in f:
-                frows.append([bc.fmt_n(r["n"]), "–", f"not run: {f['skipped']}", "–", "–", "–", "–"])
+                frows.append([fmt_n(r["n"]), "–", f"not run: {f['skipped']}", "–", "–", "–", "–"])
                 continue
             for c in f.get("configs", []):
                 lat = c["single"]
                 frows.append(
                     [
-                        bc.fmt_n(r["n"]),
+                        fmt_n(r["n"]),
                         c["config"],
                         f"{c['build_s']:.1f} ({bc.fmt_rate(c['build_rate'])}/s)",
                         f"{c['ram_per_fp']:.0f}",
@@ -468,7 +476,7 @@ def report(runs: list[dict[str, Any]]) -> str:
                     ]
                 )
             for why in f.get("too_big", []):
-                frows.append([bc.fmt_n(r["n"]), why.split(":")[0], "not run: does not fit" + why[why.index(":") :], "–", "–", "–", "–"])
+                frows.append([fmt_n(r["n"]), why.split(":")[0], "not run: does not fit" + why[why.index(":") :], "–", "–", "–", "–"])
     if frows:
         out.append(
             bc.section(
