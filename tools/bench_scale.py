@@ -294,17 +294,20 @@ def run_child(kind: str, args: dict[str, Any]) -> dict[str, Any]:
 # -- driver ----------------------------------------------------------------------------------------
 
 
-def measure_n(n: int, args: argparse.Namespace) -> dict[str, Any]:
+def measure_n(n: int, args: argparse.Namespace, res: dict[str, Any], save: Any) -> None:
+    """Every phase at ``n`` into ``res`` (``{"n": n, "designs": []}``), calling ``save()`` after each
+    phase, so that a run stopped in the middle keeps the phases it finished."""
     common = {"n": n, "seed": args.seed, "chunk": args.chunk, "single": args.single}
-    res: dict[str, Any] = {"n": n, "designs": []}
     for label, design in bc.distinct_designs(K, n, args.designs):
         path = bc.fresh_dir(Path(args.tmp) / f"scale-{n}-{design}")
         d: dict[str, Any] = {"n": n, "design_arg": label}
+        res["designs"].append(d)
         try:
             if "load" in args.phases:
                 bc.note(f"n={n:,} {label}: load ({bc.loadavg()})")
                 d["load"] = run_child("load", {**common, "path": path, "design": design, "max_run": args.max_run})
                 d["design"] = d["load"]["design"]
+                save()
                 bc.note(
                     f"  {d['load']['rate']:,.0f} docs/s, {d['load']['seconds']:.1f} s, RssAnon peak {d['load']['anon_peak_mib']:,.0f} MiB"
                 )
@@ -312,18 +315,19 @@ def measure_n(n: int, args: argparse.Namespace) -> dict[str, Any]:
                 bc.note(f"n={n:,} {label}: query ({bc.loadavg()})")
                 d["query"] = run_child("query", {**common, "path": path, "batch": args.batch, "batches": args.batches})
                 q = d["query"]
+                save()
                 bc.note(f"  p50 {q['single']['p50']:.1f} µs, p99 {q['single']['p99']:.1f} µs, query_many {q['batch_rate']:,.0f}/s")
             if "pairs" in args.phases:
                 bc.warm_file(os.path.join(path, "data.mdb"))
                 bc.note(f"n={n:,} {label}: pairs ({bc.loadavg()})")
                 d["pairs"] = run_child("pairs", {"path": path})
+                save()
                 bc.note(
                     f"  {d['pairs']['seconds']:.1f} s, {d['pairs']['pairs']:,} pairs, RssAnon peak {d['pairs']['anon_peak_mib']:,.0f} MiB"
                 )
         finally:
             if not args.keep:
                 bc.remove(path)
-        res["designs"].append(d)
     if "faiss" in args.phases:
         why = bc.faiss_available()
         if why is not None:
@@ -336,7 +340,7 @@ def measure_n(n: int, args: argparse.Namespace) -> dict[str, Any]:
                 res["faiss"].update(
                     run_child("faiss", {**common, "configs": fits, "faiss_batch": args.faiss_batch, "faiss_verify": args.faiss_verify})
                 )
-    return res
+        save()
 
 
 # -- report ----------------------------------------------------------------------------------------
@@ -584,7 +588,11 @@ def main() -> None:
             "cpus": bc.pin_cpus(None),
             "load_before": bc.uptime(),
         }
-        data["results"] = [measure_n(n, args) for n in parse_sizes(args.n)]
+        data["results"] = []
+        data["load_after"] = "(unfinished)"
+        for n in parse_sizes(args.n):
+            data["results"].append({"n": n, "designs": []})
+            measure_n(n, args, data["results"][-1], lambda: bc.write_json(args.json, data))
         data["load_after"] = bc.uptime()
         bc.write_json(args.json, data)
         runs = [data]
