@@ -298,7 +298,8 @@ def measure_n(n: int, args: argparse.Namespace, res: dict[str, Any], save: Any) 
     """Every phase at ``n`` into ``res`` (``{"n": n, "designs": []}``), calling ``save()`` after each
     phase, so that a run stopped in the middle keeps the phases it finished."""
     common = {"n": n, "seed": args.seed, "chunk": args.chunk, "single": args.single}
-    for label, design in bc.distinct_designs(K, n, args.designs):
+    store_phases = any(p in args.phases for p in ("load", "query", "pairs"))
+    for label, design in bc.distinct_designs(K, n, args.designs) if store_phases else []:
         path = bc.fresh_dir(Path(args.tmp) / f"scale-{n}-{design}")
         d: dict[str, Any] = {"n": n, "design_arg": label}
         res["designs"].append(d)
@@ -377,6 +378,8 @@ def report(runs: list[dict[str, Any]]) -> str:
         for r in data["results"]:
             for d in r["designs"]:
                 ld, q, p = d.get("load"), d.get("query"), d.get("pairs")
+                if not (ld or q or p):
+                    continue
                 cells = [fmt_n(d["n"]), d["design_arg"]]
                 if ld:
                     b = ld["bytes"]
