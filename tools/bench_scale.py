@@ -40,7 +40,7 @@ kernel keeps no high-water mark of it) belong to that phase alone (writing 5 to
 * **faiss**: ``IndexBinaryMultiHash`` in its two exact configurations (``_bench_common.faiss_peer``,
   one thread; single queries, a batch of ``--faiss-batch`` and recall against brute force on
   ``--faiss-verify`` queries), in its own process, once per n, when ``import faiss`` works and
-  the estimated index (the RAM per fingerprint measured in the runs section, 90 and 190 B) plus
+  the estimated index (``FAISS_RAM_PER_FP``: 60 and 195 B per fingerprint, measured here) plus
   the fingerprints fit in half of ``MemAvailable``; otherwise the JSON and the table say why not.
 
 The 1-minute load average (/proc/loadavg) is recorded before and after each phase: the machine is
@@ -72,9 +72,10 @@ import bench_pairs_stream as bps  # noqa: E402
 
 K = 3
 PHASES = ("load", "query", "pairs", "faiss")
-#: faiss IndexBinaryMultiHash RAM per fingerprint (bytes) measured by tools/bench_runs.py at 10^6-10^7
-#: (docs/benchmarks.md): the estimate that decides whether a configuration fits in memory here.
-FAISS_RAM_PER_FP = {(4, 16, 0): 90, (2, 32, 1): 190}
+#: faiss IndexBinaryMultiHash RAM per fingerprint (bytes), from this benchmark's runs (docs/benchmarks.md):
+#: 4 x 16 takes 209 / 88 / 69 / 48 B at 10^5 / 10^6 / 10^7 / 3 x 10^7 (its buckets are a fixed cost),
+#: 2 x 32 about 190 throughout. The estimate that decides whether a configuration fits in memory here.
+FAISS_RAM_PER_FP = {(4, 16, 0): 60, (2, 32, 1): 195}
 DEFAULT_PLOT = bc.ROOT / "docs" / "img" / "scale.png"
 
 
