@@ -158,6 +158,20 @@ def test_bulk_load_replaces_existing_keys_and_last_copy_wins(store):
     assert sorted(store, key=str) == ["a", "b", "c", "d"]
 
 
+def test_bulk_load_replaces_keys_of_earlier_loads_in_a_store_of_loads_only(store):
+    """With no incremental key at all (the keys table empty), a later load still finds the keys of
+    every earlier load's segment and replaces them."""
+    pid = store.pipeline.id
+    store.bulk_load(["a", "b"], np.array([1, 2], np.uint64), pipeline_id=pid)
+    store.bulk_load(["c"], np.array([3], np.uint64), pipeline_id=pid)
+    store.bulk_load(["a", "c", "e"], np.array([10, 30, 50], np.uint64), pipeline_id=pid)
+    assert store.counts()["keys"] == 0
+    assert len(store) == 4
+    assert {k: store[k].fingerprint for k in "abce"} == {"a": 10, "b": 2, "c": 30, "e": 50}
+    assert [m.key for m in store.query(fingerprint=1, pipeline_id=pid, k=0)] == []
+    assert [m.key for m in store.query(fingerprint=3, pipeline_id=pid, k=0)] == []
+
+
 def test_bulk_load_refuses_stale_or_bad_input_and_writes_nothing(store):
     """Wrong pipeline, bad dtypes, mismatched lengths and negative int keys raise before any write."""
     pid = store.pipeline.id

@@ -17,8 +17,9 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -96,6 +97,55 @@ def pin_cpus(n: int | None) -> int:
     return len(os.sched_getaffinity(0))
 
 
+def status_kib(field: str) -> int:
+    """A field of /proc/self/status in KiB (``VmHWM``, ``RssAnon``, ``RssFile``; 0 if missing)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def loadavg() -> str:
+    """/proc/loadavg's three load averages (1, 5 and 15 minutes), as one string."""
+    try:
+        with open("/proc/loadavg") as fh:
+            return " ".join(fh.read().split()[:3])
+    except OSError:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+class AnonPeak:
+    """The largest RssAnon (KiB) seen by a thread polling /proc/self/status every ``interval`` s:
+    the kernel keeps a high-water mark of the whole resident set (VmHWM, which counts the pages of
+    a mapped file too), not of the process's own memory."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        import threading
+
+        self.peak = status_kib("RssAnon")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def _poll(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self.peak = max(self.peak, status_kib("RssAnon"))
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, status_kib("RssAnon"))
+        return self.peak
+
+
+def warm_file(path: str | os.PathLike[str]) -> None:
+    """Read a file once, so that the process measured next finds it in the page cache."""
+    with open(path, "rb") as fh:
+        while fh.read(16 << 20):
+            pass
+
+
 def rss_anon() -> int:
     """Anonymous resident memory of this process in bytes (file-backed pages, such as an LMDB
     map in the page cache, are left out)."""
@@ -157,6 +207,12 @@ def planted_fps(n: int, rng: np.random.Generator, near_frac: float = 0.01, dup_f
     fps[n_near:base] = fps[src[n_near:]]
     rng.shuffle(fps)
     return fps
+
+
+def floor_bits(n: int) -> float:
+    """The entropy floor of a sorted table of ``n`` uniform 64-bit values, in bits per value:
+    64 - log2 n + 1.44 (log2 of C(2^64, n), divided by n)."""
+    return 64 - math.log2(n) + 1.44
 
 
 # -- brute force --------------------------------------------------------------------------------

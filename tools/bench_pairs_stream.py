@@ -38,7 +38,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -52,34 +51,6 @@ import _bench_common as bc  # noqa: E402
 
 K = 3
 VARIANTS = ("old", "stream", "sorted")
-
-
-def status_kib(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-class AnonPeak:
-    """The largest RssAnon seen by a thread polling /proc/self/status every ``interval`` s."""
-
-    def __init__(self, interval: float = 0.005) -> None:
-        self.peak = status_kib("RssAnon")
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, args=(interval,), daemon=True)
-        self._thread.start()
-
-    def _poll(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            self.peak = max(self.peak, status_kib("RssAnon"))
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, status_kib("RssAnon"))
-        return self.peak
 
 
 def checksum(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> int:
@@ -110,8 +81,8 @@ def child_join(path: str, variant: str) -> dict[str, Any]:
     import fpstore
     from fpstore.index import search
 
-    base_anon = status_kib("RssAnon")  # the interpreter, numpy and fpstore, imported
-    peak = AnonPeak()
+    base_anon = bc.status_kib("RssAnon")  # the interpreter, numpy and fpstore, imported
+    peak = bc.AnonPeak()
     t0, c0 = time.perf_counter(), time.process_time()
     with fpstore.open(path, readonly=True) as s:
         if variant == "old":
@@ -131,27 +102,18 @@ def child_join(path: str, variant: str) -> dict[str, Any]:
             a, b, d = s.near_duplicate_pairs(K)
             count, total = len(a), checksum(a, b, d)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-        rss_file = status_kib("RssFile")
+        rss_file = bc.status_kib("RssFile")
     anon = peak.stop()
     return {
         "seconds": seconds,
         "cpu_s": cpu,
         "pairs": count,
         "checksum": total,
-        "vmhwm_mib": status_kib("VmHWM") / 1024,
+        "vmhwm_mib": bc.status_kib("VmHWM") / 1024,
         "rss_file_mib": rss_file / 1024,
         "anon_peak_mib": anon / 1024,
         "anon_before_mib": base_anon / 1024,
     }
-
-
-def warm_file(path: str) -> None:
-    """Read the file once (here, not in the measured child), so that every variant starts with the
-    store in the page cache: otherwise the first to read the tables the old join never touches
-    pays their disk reads."""
-    with open(path, "rb") as fh:
-        while fh.read(16 << 20):
-            pass
 
 
 def run_child(*args: str) -> dict[str, Any]:
@@ -176,7 +138,7 @@ def measure(sizes: list[int], designs: list[str], variants: list[str], tmp: str,
             built = run_child("build", path, str(n), design, str(max_run))
             bc.note(f"  {built}")
             for variant in variants:
-                warm_file(os.path.join(path, "data.mdb"))
+                bc.warm_file(os.path.join(path, "data.mdb"))
                 r = run_child("join", path, variant)
                 bc.note(f"  {variant}: {r}")
                 out["runs"].append({"n": n, "design_arg": design, **built, "variant": variant, **r})

@@ -54,10 +54,8 @@ deleted after each measurement. Not collected by pytest.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -69,13 +67,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _bench_common as bc  # noqa: E402
 
 import fpstore  # noqa: E402
-from fpstore.index import runs as runs_codec, tiers  # noqa: E402
+from fpstore.index import runs as runs_codec  # noqa: E402
+from fpstore.index import tiers  # noqa: E402
 
 K = 3
-
-
-def floor_bits(n: int) -> float:
-    return 64 - math.log2(n) + 1.44
 
 
 def load_find_all(path: str) -> tuple[Any, str]:
@@ -113,7 +108,7 @@ def table_bytes(store: Any, n: int) -> dict[str, Any]:
         p = tiers.seg_prefix(seg["id"], part)
         g = groups.get(p, {"value": 0, "name": 0})
         other[part.decode()] = (g["value"] + g["name"]) / n
-    fl = floor_bits(n) / 8
+    fl = bc.floor_bits(n) / 8
     return {
         "per_table": per_table,
         "floor_bytes": fl,
@@ -222,7 +217,7 @@ def bench_find_all(simhash: Any, fps: np.ndarray, blocks: list[int]) -> tuple[li
 
 def run_n(n: int, args: argparse.Namespace, rng: np.random.Generator, simhash: Any) -> dict[str, Any]:
     bc.note(f"n={n:,}: {bc.uptime()}")
-    res: dict[str, Any] = {"n": n, "load_before": bc.uptime(), "floor_bits": floor_bits(n)}
+    res: dict[str, Any] = {"n": n, "load_before": bc.uptime(), "floor_bits": bc.floor_bits(n)}
     fps = bc.planted_fps(n, rng)
     data: dict[str, Any] = {
         "single": bc.make_queries(fps, args.single, rng),

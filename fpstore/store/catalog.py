@@ -124,6 +124,10 @@ class Catalog:
     def ids_of_many(self, txn: lmdb.Transaction, typed: list[bytes], hashes: np.ndarray | None = None) -> list[int | None]:
         """:meth:`id_of` for many keys, with the key segments searched in batches."""
         out: list[int | None] = [None] * len(typed)
+        if not txn.stat(self.keys)["entries"]:
+            # No incremental key (a store filled by bulk loads): every key goes to the segments.
+            # Looking up each key here first costs seconds per million keys, for nothing.
+            return self._ids_in_segments(txn, typed, hashes, out, list(range(len(typed))))
         pending: list[int] = []
         lookup = [lookup_key(t) for t in typed]
         # One C-level pass over the keys table for the whole batch (getmulti wants sorted keys).
@@ -141,6 +145,13 @@ class Catalog:
                 out[i] = doc_id
             else:
                 pending.append(i)
+        return self._ids_in_segments(txn, typed, hashes, out, pending)
+
+    def _ids_in_segments(
+        self, txn: lmdb.Transaction, typed: list[bytes], hashes: np.ndarray | None, out: list[int | None], pending: list[int]
+    ) -> list[int | None]:
+        """:meth:`ids_of_many`'s search of the key segments for the keys ``pending`` (indices into
+        ``typed``), newest segment first; fills ``out`` and returns it."""
         segments = self.segments(txn)
         if not pending or not segments:
             return out
