@@ -10,6 +10,7 @@ in ``meta`` names the live runs and key segments (:class:`fpstore.index.tiers.St
 
 from __future__ import annotations
 
+import bisect
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -367,39 +368,33 @@ class Catalog:
         (integer keys read straight from the decoded blocks, no typed key built per id)."""
         if not ids:
             return []
-        try:
-            uniq = np.unique(np.array(ids, dtype=np.int64))
-        except OverflowError:
-            uniq = np.zeros(1, np.int64)  # an id of 2**63 or more: reported below
-        if int(uniq[0]) <= 0:
+        uniq = set(ids)
+        if not all(0 < i < 1 << 63 for i in uniq):
             bad = next(i for i in ids if not 0 < i < 1 << 63)
             raise CorruptionError(f"an index names document id {bad}, outside any id this store assigns")
         keys: dict[int, Key] = {}
-        segments = self.segments(txn, state)
-        rest = uniq
+        # A bulk load numbers its documents in one range of ids, which no record shares.
+        segments = sorted(self.segments(txn, state), key=lambda seg: seg.base)
+        held: dict[int, list[int]] = {}
+        rest: list[int] = []
         if segments:
-            # A bulk load numbers its documents in one range of ids, which no record shares.
-            order = np.argsort([seg.base for seg in segments], kind="stable")
-            segments = [segments[i] for i in order]
-            bases = np.array([seg.base for seg in segments], np.int64)
-            ends = bases + np.array([seg.count for seg in segments], np.int64)
-            j = np.searchsorted(bases, uniq, side="right") - 1
-            inside = (j >= 0) & (uniq < ends[np.maximum(j, 0)])
-            rest = uniq[~inside]
-            held, seg_of = uniq[inside], j[inside]
-            if len(held) and txn.stat(self.dead)["entries"]:
-                if len(held) < 64:
-                    alive = np.array([not self.is_dead(txn, i) for i in held.tolist()], dtype=bool)
-                else:
-                    alive = ~np.isin(held.astype(np.uint64), self.lsm.dead_ids(txn))
-                held, seg_of = held[alive], seg_of[alive]  # dead: no key, reported below
-            for seg_no in np.unique(seg_of).tolist():
-                seg = segments[seg_no]
-                mine = held[seg_of == seg_no]
-                ordinals = (mine - seg.base).tolist()
-                ints = seg.int_keys_at(ordinals)
-                keys.update(zip(mine.tolist(), ints if ints is not None else map(untyped_key, seg.keys_at(ordinals))))
-        for doc_id in rest.tolist():
+            bases = [seg.base for seg in segments]
+            dead = txn.stat(self.dead)["entries"] > 0
+            dead_ids = set(self.lsm.dead_ids(txn).tolist()) if dead and len(uniq) >= 64 else None
+            for doc_id in sorted(uniq):
+                j = bisect.bisect_right(bases, doc_id) - 1
+                if j < 0 or doc_id >= bases[j] + segments[j].count:
+                    rest.append(doc_id)
+                elif not dead or not (doc_id in dead_ids if dead_ids is not None else self.is_dead(txn, doc_id)):
+                    held.setdefault(j, []).append(doc_id)  # dead: no key, reported below
+        else:
+            rest = list(uniq)
+        for j, mine in held.items():
+            seg = segments[j]
+            ordinals = [i - seg.base for i in mine]
+            ints = seg.int_keys_at(ordinals)
+            keys.update(zip(mine, ints if ints is not None else map(untyped_key, seg.keys_at(ordinals))))
+        for doc_id in rest:
             raw = txn.get(U64.pack(doc_id), db=self.docs)
             if raw is not None:
                 keys[doc_id] = untyped_key(unpack_record(raw)[0])
