@@ -396,6 +396,17 @@ def _codes(fps: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(fps, dtype="<u8").view(np.uint8).reshape(-1, 8)
 
 
+def faiss_index(fps: np.ndarray, nhash: int, bits: int, nflip: int) -> Any:
+    """faiss ``IndexBinaryMultiHash`` of ``fps`` (one OpenMP thread), ``nhash`` x ``bits``."""
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+    index = faiss.IndexBinaryMultiHash(64, nhash, bits)
+    index.nflip = nflip
+    index.add(_codes(fps))
+    return index
+
+
 def faiss_peer(
     stored: np.ndarray,
     k: int,
@@ -410,17 +421,11 @@ def faiss_peer(
     (anonymous RSS delta), single-query latency (one ``range_search`` call per query), batch
     rate, and recall / extra matches against brute force ``truth`` for ``verify``.
     faiss's range search keeps distances strictly below the radius, so the radius is k + 1."""
-    import faiss
-
-    faiss.omp_set_num_threads(1)
     rows = []
-    codes = _codes(stored)
     for nhash, bits, nflip in configs:
         trim_heap()
         rss0 = rss_anon()
-        index = faiss.IndexBinaryMultiHash(64, nhash, bits)
-        index.nflip = nflip
-        _, build_s, _ = timed(lambda: index.add(codes))
+        index, build_s, _ = timed(lambda: faiss_index(stored, nhash, bits, nflip))
         trim_heap()
         ram = rss_anon() - rss0
         qs = _codes(single)

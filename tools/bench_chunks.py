@@ -45,16 +45,6 @@ K = 3
 CHUNKS = (16, 64, 256, 1024, 4096, 8192)
 
 
-def faiss_index(fps: np.ndarray, nhash: int, bits: int, nflip: int) -> Any:
-    import faiss
-
-    faiss.omp_set_num_threads(1)
-    index = faiss.IndexBinaryMultiHash(64, nhash, bits)
-    index.nflip = nflip
-    index.add(bc._codes(fps))
-    return index
-
-
 def triples_fpstore(store: Any, pid: str, chunk: np.ndarray) -> set[tuple[int, int, int]]:
     qi, ids, dist = store.query_many(chunk, pipeline_id=pid, k=K)
     return set(zip(qi.tolist(), store.keys_of(ids), dist.tolist()))
@@ -84,7 +74,7 @@ def run_n(n: int, args: argparse.Namespace, rng: np.random.Generator) -> dict[st
             if n * nhash * 16 > args.faiss_ram * 2**30:
                 bc.note(f"n={n}: faiss {nhash}x{bits} skipped (over --faiss-ram)")
                 continue
-            indexes[f"faiss {nhash}x{bits} nflip={nflip}"] = faiss_index(fps, nhash, bits, nflip)
+            indexes[f"faiss {nhash}x{bits} nflip={nflip}"] = bc.faiss_index(fps, nhash, bits, nflip)
         queries = bc.make_queries(fps, max(20 * max(args.chunks), args.min_queries), rng)
         for c in args.chunks:
             m = max(20 * c, args.min_queries)

@@ -8,6 +8,7 @@ permutations preserve Hamming distance, so a distance computed on permuted keys 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -56,9 +57,15 @@ def probe_runs(runs: Iterable[Run], design: object, fp: int, k: int) -> list[tup
     runs = [r for r in runs if r.count]
     if not runs:
         return []
-    tables = [pt for run in runs for pt in run.probe_tables()]
+    return _probe_one(runs, [pt for run in runs for pt in run.probe_tables()], runs[0].chunk_reader(), design, fp, k)
+
+
+def _probe_one(
+    runs: list[Run], tables: list[Any], fetch: Callable[[bytes], Any], design: object, fp: int, k: int
+) -> list[tuple[int, int, int]]:
+    """:func:`probe_runs` with the runs' probe tables and a chunk getter given."""
     by_run: dict[int, list[tuple[int, int]]] = {}
-    for r, f, pos in runs[0].probe_fingerprint(design, tables, fp, k):
+    for r, f, pos in runs_codec.probe_fingerprint(design, tables, fetch, fp, k):
         by_run.setdefault(r, []).append((pos, f))
     out: list[tuple[int, int, int]] = []
     for r, entries in by_run.items():
@@ -68,21 +75,16 @@ def probe_runs(runs: Iterable[Run], design: object, fp: int, k: int) -> list[tup
 
 
 def probe_runs_each(runs: Iterable[Run], design: object, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`batch_probe_runs`'s answer from one kernel probe per query (as :func:`probe_runs`
-    makes), each chunk read once for the batch: a small batch reads a few blocks per query where
-    the merge reaches every chunk of every table."""
+    """:func:`batch_probe_runs`'s answer from one :func:`probe_runs` per query, each chunk read
+    once for the batch: a small batch reads a few blocks per query where the merge reaches every
+    chunk of every table."""
     runs = [r for r in runs if r.count]
     rows: list[tuple[int, int, int, int]] = []
     if runs:
         tables = [pt for run in runs for pt in run.probe_tables()]
         fetch = runs[0].chunk_reader()  # every run's chunks live in one table of one transaction
         for q, fp in enumerate(fps.tolist()):
-            by_run: dict[int, list[tuple[int, int]]] = {}
-            for r, f, pos in runs_codec.probe_fingerprint(design, tables, fetch, fp, k):
-                by_run.setdefault(r, []).append((pos, f))
-            for r, entries in by_run.items():
-                ids = runs[r].id_list([pos for pos, _ in entries])
-                rows += [(q, doc_id, (f ^ fp).bit_count(), f) for doc_id, (_, f) in zip(ids, entries)]
+            rows += [(q, doc_id, d, f) for doc_id, d, f in _probe_one(runs, tables, fetch, design, fp, k)]
     if not rows:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64)
     q_, id_, d_, f_ = zip(*rows)

@@ -207,6 +207,38 @@ def _nbytes(obj: Any) -> int:
     return 64
 
 
+class _BytesLru:
+    """Least-recently-used entries bounded by their estimated bytes; the caller holds the lock."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._entries: OrderedDict[object, tuple[Any, int]] = OrderedDict()
+        self._bytes, self._max = 0, max_bytes
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._bytes = 0
+
+    def get(self, key: object) -> Any:
+        """The entry (None when absent), now the most recently used."""
+        hit = self._entries.get(key)
+        if hit is None:
+            return None
+        self._entries.move_to_end(key)
+        return hit[0]
+
+    def put(self, key: object, value: Any, size: int) -> Any:
+        """Store ``value`` unless an entry is there already (another thread built it first);
+        returns the entry kept, after evicting beyond the bound."""
+        kept = self.get(key)
+        if kept is None:
+            kept = value
+            self._entries[key] = (value, size)
+            self._bytes += size
+        while self._bytes > self._max and len(self._entries) > 1:
+            self._bytes -= self._entries.popitem(last=False)[1][1]
+        return kept
+
+
 class TierCache:
     """What reading a run costs to rebuild, kept per store: validated run indexes (with their chunk
     names) by blob prefix, and the kernel's probe tables by prefix and by run. Committed runs are
@@ -219,61 +251,42 @@ class TierCache:
     the first stored wins, and both are equal)."""
 
     def __init__(self, max_bytes: int = 512 << 20, max_key_bytes: int = 32 << 20) -> None:
-        # entry -> (value, estimated bytes). Bounded in bytes, not entries: a probe needs every
-        # table of every run, and a count that fits 10 runs thrashes at 80 (indexes rebuilt at
-        # every add). The indexes of every run take ~2 % of the runs' own bytes.
-        self._entries: OrderedDict[object, tuple[Any, int]] = OrderedDict()
-        self._bytes, self._max_bytes = 0, max_bytes
-        self._lock = threading.Lock()
+        # Bounded in bytes, not entries: a probe needs every table of every run, and a count that
+        # fits 10 runs thrashes at 80 (indexes rebuilt at every add). The indexes of every run
+        # take ~2 % of the runs' own bytes.
+        self._entries = _BytesLru(max_bytes)
         # Decoded key blocks, apart: there are thousands, and they must not push out run indexes.
-        self._key_blocks: OrderedDict[tuple[bytes, int], tuple[tuple[bytes, Any], int]] = OrderedDict()
-        self._key_bytes, self._max_key_bytes = 0, max_key_bytes
+        self._key_blocks = _BytesLru(max_key_bytes)
+        self._lock = threading.Lock()
 
     def clear(self) -> None:
         """Forget every entry (a write transaction that read runs it made was aborted)."""
         with self._lock:
             self._entries.clear()
-            self._bytes = 0
             self._key_blocks.clear()
-            self._key_bytes = 0
 
     def key_block(self, prefix: bytes, block: int, decode: Callable[[], tuple[bytes, Any]]) -> tuple[bytes, Any]:
         """Key block ``block`` of the segment whose keys live under ``prefix``, decoded (a zstd
         frame costs ~10 µs a lookup); least recently used out beyond ``max_key_bytes``."""
-        name = (prefix, block)
-        with self._lock:
-            hit = self._key_blocks.get(name)
-            if hit is not None:
-                self._key_blocks.move_to_end(name)
-                return hit[0]
-        decoded = decode()
-        tag, body = decoded
-        size = len(body) + 64 if tag == b"I" else sum(len(k) for k in body) + 64 * (len(body) + 1)
-        with self._lock:
-            if name not in self._key_blocks:
-                self._key_blocks[name] = (decoded, size)
-                self._key_bytes += size
-                while self._key_bytes > self._max_key_bytes and len(self._key_blocks) > 1:
-                    self._key_bytes -= self._key_blocks.popitem(last=False)[1][1]
-        return decoded
+
+        def size(decoded: tuple[bytes, Any]) -> int:
+            tag, body = decoded
+            return len(body) + 64 if tag == b"I" else sum(len(k) for k in body) + 64 * (len(body) + 1)
+
+        return cast(tuple[bytes, Any], self._lookup(self._key_blocks, (prefix, block), decode, size))
 
     def _cached(self, key: object, make: Callable[[], Any]) -> Any:
+        return self._lookup(self._entries, key, make, _nbytes)
+
+    def _lookup(self, table: _BytesLru, key: object, make: Callable[[], Any], size: Callable[[Any], int]) -> Any:
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                self._entries.move_to_end(key)
-                return entry[0]
-        made = make()
-        size = _nbytes(made)
+            hit = table.get(key)
+        if hit is not None:
+            return hit
+        made = make()  # outside the lock: two threads may build the same entry, the first kept
+        nbytes = size(made)
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                entry = self._entries[key] = (made, size)
-                self._bytes += size
-            self._entries.move_to_end(key)
-            while self._bytes > self._max_bytes and len(self._entries) > 1:
-                self._bytes -= self._entries.popitem(last=False)[1][1]
-        return entry[0]
+            return table.put(key, made, nbytes)
 
     def get(self, txn: lmdb.Transaction, db: Any, prefix: bytes) -> tuple[runs.RunIndex, list[bytes]]:
         def load() -> tuple[runs.RunIndex, list[bytes]]:
@@ -552,15 +565,10 @@ class Run(_Bound[RunMeta]):
         """The kernel's probe tables of this run, one per table (cached)."""
         return self._cache.probe_tables(self)
 
-    def probe_fingerprint(self, design: Any, tables: list[Any], fp: int, k: int) -> list[tuple[int, int, int]]:
-        """:func:`fpstore.index.runs.probe_fingerprint` reading chunks in this run's transaction:
-        ``tables`` are the probe tables of runs of the same transaction."""
-        txn, db = self._txn, self._db
-        return runs.probe_fingerprint(design, tables, lambda name: txn.get(name, db=db), fp, k)
-
     def chunk_reader(self) -> Callable[[bytes], Any]:
         """A chunk getter for :func:`fpstore.index.runs.probe_fingerprint` that reads each chunk
-        of this transaction once (many queries in a row reach the same chunks)."""
+        of this run's transaction once (many queries in a row reach the same chunks; the chunks
+        of every run of the transaction can be read through it)."""
         return _ChunkMemo(self._txn, self._db).__getitem__
 
     def ids_of(self, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
