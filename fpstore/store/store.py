@@ -9,7 +9,7 @@ each document once: exactly what comparing with every stored fingerprint would r
 
 :class:`Store` is the facade: it checks input and owns transactions. Beside it: :mod:`.catalog`
 (the tables read together), :mod:`.writes`, :mod:`.incremental` and :mod:`.lsm` (the tiers),
-:mod:`.header`, :mod:`.keys`, :mod:`.results`, :mod:`.inspect`, :mod:`.pairs`, :mod:`.explain` and :mod:`.storage` (LMDB).
+:mod:`.header`, :mod:`.keys`, :mod:`.sketches`, :mod:`.results`, :mod:`.inspect`, :mod:`.pairs`, :mod:`.explain` and :mod:`.storage` (LMDB).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from fpstore.store.header import (
     H_IDF,
     H_NEXT_ID,
     checkpoint_key,
+    column_dbs,
     decode_checkpoint,
     decode_header,
     encode_checkpoint,
@@ -46,7 +47,7 @@ from fpstore.store.header import (
     stored_design_and_pipeline,
     table_name,
 )
-from fpstore.store.inputs import OneAdd, batch_adds, prepare_add, prepare_batch, signatures
+from fpstore.store.inputs import OneAdd, batch_adds, load_columns, prepare_add, prepare_batch
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
 from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
 from fpstore.store.merging import MERGE_MODES, Merger, clean_up
@@ -127,7 +128,7 @@ class Store(Closing):
         self.design = design
         self.pipeline = pipeline
         self.header = header = new_header(design, pipeline)
-        names = BASE_DBS + [table_name(t) for t in range(len(self.design.tables))]
+        names = BASE_DBS + [table_name(t) for t in range(len(self.design.tables))] + column_dbs(pipeline)
 
         self._storage.create(names, lambda txn, dbs: fill_meta(txn, dbs["meta"], header, pipeline.idf))
         self._bind_dbs()
@@ -144,11 +145,11 @@ class Store(Closing):
             raise NotAStoreError(f"{path} has no fpstore header")
         self.header = header = decode_header(raw, path)
         self.design, self.pipeline = stored_design_and_pipeline(header, idf_raw, path, pipeline, design)
-        self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))])
+        self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))] + column_dbs(self.pipeline))
         self._bind_dbs()
 
     def _bind_dbs(self) -> None:
-        self._cat = Catalog(self._storage.dbs, self.design)
+        self._cat = Catalog(self._storage.dbs, self.design, self.pipeline.sketch_bits // 64)
         # A run read inside a transaction that then aborts has an id the next one gives out again.
         self._storage.on_abort = [self._cat.cache.clear]
 
@@ -296,7 +297,7 @@ class Store(Closing):
                 raise InputError("bulk_load takes keys and fingerprints, or an iterable of (keys, fingerprints) chunks")
             chunks, total = cast(Iterable[tuple[KeyBatch, RawFingerprints | Fingerprints]], keys), None
         done = 0
-        for keys_run, fps_run in runs_of(chunks, max_run, lambda ck, cf: signatures(self.pipeline, len(ck), None, cf, pipeline_id).values):
+        for keys_run, fps_run in runs_of(chunks, max_run, lambda ck, cf: load_columns(self.pipeline, len(ck), cf, pipeline_id)):
             done += load_run(self._storage, self._cat, keys_run, fps_run)
             if progress is not None:
                 progress(done, total)
@@ -440,15 +441,18 @@ class Store(Closing):
         pipeline_id: str | None = None,
         k: int | None = None,
         exhaustive: bool = False,
+        threshold: float | None = None,
     ) -> list[Match]:
         """Stored documents within ``k`` bits (default: the store's k), sorted by distance then key.
 
         Exact: the same set a comparison with every stored fingerprint gives. ``k`` above the
         design's needs ``exhaustive=True``, which compares with every fingerprint (O(n)). A short
-        text (below ``min_tokens``) matches only documents with the same content hash.
+        text (below ``min_tokens``) matches only documents with the same content hash. In a store
+        whose pipeline has a sketch, a text's matches carry their estimated ``similarity``, and
+        ``threshold`` keeps only those at or above it (verified candidates).
         """
         with self.reader() as r:
-            return r.query(text=text, fingerprint=fingerprint, pipeline_id=pipeline_id, k=k, exhaustive=exhaustive)
+            return r.query(text=text, fingerprint=fingerprint, pipeline_id=pipeline_id, k=k, exhaustive=exhaustive, threshold=threshold)
 
     def explain(self, key_a: Key, key_b: Key, *, text_a: Text | None = None, text_b: Text | None = None, sample: int = 5) -> Explanation:
         """Why two stored documents match or not (:class:`~fpstore.store.explain.Explanation`): the Hamming distance
