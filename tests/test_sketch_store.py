@@ -167,3 +167,40 @@ def test_sketches_span_blocks_and_replacements(tmp_path):
         store.add("d0", text=texts[-1])  # replaces d0: same text as the last document
         got = {m.key: m.similarity for m in store.query(text=texts[-1])}
         assert got["d0"] == 1.0 and got[f"d{len(texts) - 1}"] == 1.0
+
+
+@pytest.mark.parametrize("k", [K, K + 2])  # streamed from the tables, and the in-memory join above the design
+def test_pairs_and_clusters_under_a_threshold_equal_brute_force(filled, k):
+    store, texts, keys = filled
+    sigs = PIPE.signatures(texts)
+    assert sigs.sketches is not None
+    ids = np.array([store.get(key).id for key in keys])
+    i, j = np.triu_indices(len(texts), 1)
+    d = np.bitwise_count(sigs.values[i] ^ sigs.values[j])
+    sims = sketch_similarity(sigs.sketches[i], sigs.sketches[j])
+    for theta in (0.6, 0.85):
+        a, b, dist = store.near_duplicate_pairs(k, threshold=theta)
+        want = {(min(ids[x], ids[y]), max(ids[x], ids[y])) for x, y in zip(i[(d <= k) & (sims >= theta)], j[(d <= k) & (sims >= theta)])}
+        assert set(zip(a.tolist(), b.tolist())) == want
+        pairs_all = store.near_duplicate_pairs(k)
+        assert len(a) <= len(pairs_all[0])
+        clustered = {frozenset(c.keys) for c in store.clusters(k, threshold=theta)}
+        assert all(len(c) >= 2 for c in clustered)
+        assert sum(len(c) for c in clustered) <= len({x for pair in want for x in pair})
+    with pytest.raises(InputError, match="threshold"):
+        store.near_duplicate_pairs(k, threshold=-0.1)
+
+
+def test_pairs_threshold_needs_a_sketch(tmp_path):
+    with fpstore.open(tmp_path / "s", pipeline=fpstore.Pipeline(html="off")) as store:
+        with pytest.raises(InputError, match="sketch"):
+            store.near_duplicate_pairs(threshold=0.8)
+
+
+def test_sketches_survive_file_compaction_and_redesign(filled):
+    store, texts, keys = filled
+    before = store.query(text=texts[3], threshold=0.7)
+    store.compact_file()
+    assert store.query(text=texts[3], threshold=0.7) == before
+    store.redesign(6)
+    assert store.query(text=texts[3], threshold=0.7) == [m for m in before if m.distance <= 6]

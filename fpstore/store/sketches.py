@@ -74,14 +74,22 @@ class Sketches:
         out = np.empty((len(ids), self.words), dtype=np.uint64)
         if len(ids) == 0:
             return out
-        blocks = ids // BLOCK
-        for block in np.unique(blocks).tolist():
-            values = self._block(txn, block)
-            if values is None:
-                raise CorruptionError(f"the sketch of document {int(ids[blocks == block][0])} is missing (block {block})")
-            at = blocks == block
-            out[at] = values[ids[at] % BLOCK]
+        blocks, where = np.unique(ids // BLOCK, return_inverse=True)
+        values = np.empty((len(blocks), BLOCK, self.words), dtype=np.uint64)
+        for j, block in enumerate(blocks.tolist()):
+            got = self._block(txn, block)
+            if got is None:
+                raise CorruptionError(f"the sketch of document {int(ids[where == j][0])} is missing (block {block})")
+            values[j] = got
+        out[:] = values[where, ids % BLOCK]
         return out
+
+    def verify_pairs(self, txn: lmdb.Transaction, a: np.ndarray, b: np.ndarray, threshold: float) -> np.ndarray:
+        """A boolean mask of the pairs ``(a[i], b[i])`` whose sketches estimate a similarity of at
+        least ``threshold``."""
+        if len(a) == 0:
+            return np.zeros(0, dtype=bool)
+        return sketch_similarity(self.get(txn, a), self.get(txn, b)) >= threshold
 
 
 def check_threshold(threshold: object) -> float | None:

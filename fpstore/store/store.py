@@ -331,7 +331,7 @@ class Store(Closing):
         tables = [table_name(t) for t in range(len(self.design.tables))]
 
         def reopen() -> None:
-            self._storage.open_dbs(BASE_DBS + tables)
+            self._storage.open_dbs(BASE_DBS + tables + column_dbs(self.pipeline))
             self._bind_dbs()
 
         with self._merges.paused():
@@ -367,7 +367,7 @@ class Store(Closing):
                     self.design = new
                 finally:
                     # Handles of tables an aborted write dropped are closed: open the design's again.
-                    self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))])
+                    self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))] + column_dbs(self.pipeline))
                     self._bind_dbs()
             self.k = k
         return {"design_before": before.name, "design_after": new.name, "k": k, "entries": int(counts["entries"])}
@@ -375,34 +375,50 @@ class Store(Closing):
     # -- all pairs ------------------------------------------------------------------------------
 
     def iter_near_duplicate_pairs(
-        self, k: int | None = None, *, batch_size: int = pairs.BATCH_SIZE, progress: Progress = None, memory_budget: int | None = None
+        self,
+        k: int | None = None,
+        *,
+        batch_size: int = pairs.BATCH_SIZE,
+        progress: Progress = None,
+        memory_budget: int | None = None,
+        threshold: float | None = None,
     ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Every pair of live documents within ``k`` bits, each once, in batches of at most
         ``batch_size``: ``(id_a int64, id_b int64, distance uint8)``, ``id_a < id_b``, table by table, then
         the short documents' (exact duplicates: one content hash). Up to the design's k it streams the store's
         sorted tables in one snapshot, held until the iterator is exhausted or closed (take it from one thread;
         a write of that thread that must grow the map raises StorageError meanwhile); above it the join is in
-        memory and refused beyond ``memory_budget`` bytes (MemoryBudgetError). Details: :mod:`fpstore.store.pairs`."""
+        memory and refused beyond ``memory_budget`` bytes (MemoryBudgetError). ``threshold`` (stores with a sketch) keeps
+        the pairs whose sketches estimate at least that similarity. Details: :mod:`fpstore.store.pairs`."""
         return pairs.iter_pairs(
-            self._storage, self._cat, self.k if k is None else k, batch_size=batch_size, progress=progress, memory_budget=memory_budget
+            self._storage,
+            self._cat,
+            self.k if k is None else k,
+            batch_size=batch_size,
+            progress=progress,
+            memory_budget=memory_budget,
+            threshold=threshold,
         )
 
     def near_duplicate_pairs(
-        self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None
+        self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None, threshold: float | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every pair of live documents within ``k`` bits, exactly once: ``(id_a, id_b, distance)``,
         ``id_a < id_b``, identical fingerprints included, rows sorted by ``(id_a, id_b)``; short
         documents pair by content hash. :meth:`iter_near_duplicate_pairs` collected in one set of arrays."""
-        return pairs.sorted_pairs(self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget))
+        return pairs.sorted_pairs(
+            self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget, threshold=threshold)
+        )
 
-    def clusters(self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None) -> list[Cluster]:
+    def clusters(
+        self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None, threshold: float | None = None
+    ) -> list[Cluster]:
         """Connected components of the near-duplicate graph (size >= 2), largest first, by a
         union-find over :meth:`iter_near_duplicate_pairs` (same arguments). Each cluster's canonical
         member is the document with the smallest id (the oldest); ``keys`` lists it first, then the
         others by id."""
-        return pairs.clusters(
-            self._storage, self._cat, self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget)
-        )
+        batches = self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget, threshold=threshold)
+        return pairs.clusters(self._storage, self._cat, batches)
 
     def delete(self, key: Key) -> bool:
         """Delete a document; returns whether it existed. Durable when it returns."""
