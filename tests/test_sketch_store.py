@@ -231,3 +231,42 @@ def test_query_by_fingerprint_and_sketch_and_query_many_under_a_threshold(filled
     narrow = fpstore.Fingerprints(sigs.values, PIPE.id, sketches=sigs.sketches[:, :2].copy())
     with pytest.raises(InputError, match="bits"):
         store.query_many(narrow, threshold=0.8)
+
+
+def test_a_store_opened_with_a_threshold_verifies_every_answer(tmp_path):
+    """open(threshold=) picks the sketch pipeline and the candidate radius, records the threshold,
+    and add verdicts, queries, pairs and clusters follow it; each equals brute force."""
+    from fpstore.store.sketches import CANDIDATE_K, DEFAULT_SKETCH_BITS
+
+    texts = _corpus(5)
+    with fpstore.open(tmp_path / "s", threshold=0.8) as store:
+        assert store.pipeline.sketch_bits == DEFAULT_SKETCH_BITS and store.k == CANDIDATE_K and store.threshold == 0.8
+        pipe, k = store.pipeline, store.k
+        sigs = pipe.signatures(texts)
+        assert sigs.sketches is not None
+        results = [store.add(f"a{i}", text=t) for i, t in enumerate(texts[:30])]
+        results += store.add_each([f"a{i}" for i in range(30, len(texts))], texts=texts[30:])
+        for i, r in enumerate(results):  # each verdict: the earlier documents within k and at or above 0.8
+            d = np.bitwise_count(sigs.values[:i] ^ sigs.values[i])
+            sims = sketch_similarity(sigs.sketches[:i], sigs.sketches[i][None, :])
+            want = {f"a{j}" for j in np.flatnonzero((d <= k) & (sims >= 0.8))}
+            assert {m.key for m in r.near_duplicates} == want, i
+            assert all(m.similarity >= 0.8 for m in r.near_duplicates)
+        unverified = store.query(text=texts[0], threshold=0)
+        verified_ = store.query(text=texts[0])
+        assert {m.key for m in verified_} < {m.key for m in unverified}
+        a, _, _ = store.near_duplicate_pairs()
+        a0, _, _ = store.near_duplicate_pairs(threshold=0)
+        assert len(a) < len(a0)
+        with pytest.raises(InputError, match="threshold"):
+            store.query(fingerprint=int(sigs.values[0]), pipeline_id=pipe.id)  # no sketch to verify with
+        assert store.query(fingerprint=int(sigs.values[0]), pipeline_id=pipe.id, threshold=0)
+    with fpstore.open(tmp_path / "s") as store:
+        assert store.threshold == 0.8 and store.query(text=texts[0]) == verified_
+    with fpstore.open(tmp_path / "s", threshold=0.5) as store:
+        assert store.threshold == 0.5
+    with pytest.raises(InputError, match="sketch"):
+        fpstore.open(tmp_path / "t", threshold=0.8, pipeline=fpstore.Pipeline())
+    assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir())
+    with pytest.raises(InputError, match="threshold"):
+        fpstore.open(tmp_path / "u", threshold=2)

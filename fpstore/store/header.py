@@ -73,9 +73,10 @@ def column_dbs(pipeline: Pipeline) -> list[str]:
     return ["sketches"] if pipeline.sketch_bits else []
 
 
-def new_header(design: Design, pipeline: Pipeline) -> dict[str, Any]:
-    """A new store's header (stored as msgpack under ``meta/header``)."""
-    return {
+def new_header(design: Design, pipeline: Pipeline, threshold: float | None = None) -> dict[str, Any]:
+    """A new store's header (stored as msgpack under ``meta/header``); ``threshold``, the
+    verification threshold of a store with sketches, is recorded only when given."""
+    header = {
         "magic": MAGIC,
         "format": FORMAT_VERSION,
         "features": features_of(pipeline),
@@ -90,6 +91,9 @@ def new_header(design: Design, pipeline: Pipeline) -> dict[str, Any]:
             "time": int(time.time()),
         },
     }
+    if threshold is not None:
+        header["threshold"] = threshold
+    return header
 
 
 def fill_meta(txn: lmdb.Transaction, meta: Any, header: dict[str, Any], idf: IdfTable | None) -> None:

@@ -25,7 +25,7 @@ from fpstore.store.header import H_COUNT, H_NEXT_ID, U64
 from fpstore.store.inputs import OneAdd
 from fpstore.store.keys import FLAG_SHORT, Key, lookup_key, pack_record, untyped_key
 from fpstore.store.results import AddResult, Match, sort_matches
-from fpstore.store.sketches import verdict_similarities
+from fpstore.store.sketches import verdict_similarities, verify_near
 
 __all__ = ["MAX_SEGMENT", "add_segment", "segments"]
 
@@ -140,6 +140,7 @@ def add_segment(cat: Catalog, txn: lmdb.Transaction, adds: Sequence[OneAdd], k: 
     count = cat.meta_int(txn, H_COUNT)
     removed: set[int] = set()
     created: list[int | None] = [None] * m  # the id each add's new document got
+    pending: dict[int, np.ndarray] = {}  # their sketches, written after the segment
     by_hash: dict[bytes, list[int]] = {}  # content hash → the segment's new documents, in order
     results: list[AddResult] = []
     for i, a in enumerate(adds):
@@ -161,6 +162,7 @@ def add_segment(cat: Catalog, txn: lmdb.Transaction, adds: Sequence[OneAdd], k: 
                 new_id = created[lo]
                 if new_id is not None:
                     near[new_id] = (d, adds[lo].fp)
+            near = verify_near(cat.sketches, txn, near, a.sketch, cat.threshold, pending)
         key = untyped_key(a.typed)
         exact = view.key(exact_ids[0]) if exact_ids else None
         matches = sort_matches([Match(view.key(x), d, f, x) for x, (d, f) in near.items()])
@@ -185,6 +187,8 @@ def add_segment(cat: Catalog, txn: lmdb.Transaction, adds: Sequence[OneAdd], k: 
         canonical = view.key(canonical_id) if canonical_id else None
         view.new[doc_id] = (a.typed, a.fp, a.content_hash, canonical_id, a.flags)
         created[i] = doc_id
+        if a.sketch is not None:
+            pending[doc_id] = a.sketch
         if a.content_hash is not None:
             by_hash.setdefault(a.content_hash, []).append(doc_id)
         results.append(AddResult(doc_id, key, a.fp, a.short, exact, matches, canonical))

@@ -102,7 +102,7 @@ def iter_pairs(
     ``window_entries`` and ``threads`` override the stream's defaults (tests use them)."""
     kq = _check_k(k)
     size = _positive(batch_size, "batch_size")
-    theta = check_threshold(threshold)
+    theta = check_threshold(threshold) or None  # every estimate is >= 0: a threshold of 0 keeps all
     if theta is not None and cat.sketches is None:
         raise InputError("threshold= needs a store whose pipeline has a verification sketch (sketch_bits)")
     streamed = kq <= cat.design.k

@@ -71,7 +71,7 @@ class Reader:
                 raise InputError("sketch= goes with fingerprint=; a text's sketch is computed from it")
             text_sketch = check_sketch(store.pipeline.sketch_bits // 64, sketch)
         sketch = text_sketch
-        threshold = check_threshold(threshold)
+        threshold = store.threshold if threshold is None else check_threshold(threshold)
         sketches = store._cat.sketches
         if threshold is not None and (sketches is None or sketch is None):
             verified(sketches, txn, [], sketch, threshold)  # raises: nothing to verify with
@@ -105,8 +105,8 @@ class Reader:
         store, txn = self._store, self._open_txn()
         sigs = signatures(store.pipeline, None, None, fingerprints, pipeline_id)
         kq = store._check_k(store.k if k is None else k)
-        theta = check_threshold(threshold)
-        if theta is not None:
+        theta = store.threshold if threshold is None else check_threshold(threshold)
+        if theta:
             verified_columns(store._cat.sketches, txn, (np.zeros(0, np.int64),) * 3, sigs.sketches, theta)  # refuses early
         q, ids, dist, _ = store._cat.probe_many(txn, np.ascontiguousarray(sigs.values), kq)
         return verified_columns(store._cat.sketches, txn, (q, ids, dist), sigs.sketches, theta)

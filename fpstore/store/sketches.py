@@ -21,11 +21,31 @@ from fpstore.fingerprint.pipeline import sketch_similarity
 from fpstore.store.header import U64
 from fpstore.store.results import AddResult, Match
 
-__all__ = ["BLOCK", "DB_NAME", "Sketches", "check_sketch", "check_threshold", "verdict_similarities", "verified", "verified_columns"]
+__all__ = [
+    "BLOCK",
+    "CANDIDATE_K",
+    "DB_NAME",
+    "DEFAULT_SKETCH_BITS",
+    "NEEDS_SKETCH",
+    "Sketches",
+    "check_sketch",
+    "check_threshold",
+    "stored_threshold",
+    "verdict_similarities",
+    "verified",
+    "verified_columns",
+    "verify_near",
+]
 
 DB_NAME = "sketches"
 #: Documents per block.
 BLOCK = 64
+#: A store opened with ``threshold=`` and no pipeline gets ``Pipeline(sketch_bits=DEFAULT_SKETCH_BITS)``,
+#: and without ``k`` the candidate radius CANDIDATE_K (docs/tuning.md, "Verified similarity": at
+#: θ = 0.8 and 256 bits, F1 rises with the radius up to 8 and hardly beyond).
+DEFAULT_SKETCH_BITS = 256
+CANDIDATE_K = 8
+NEEDS_SKETCH = "threshold= needs a pipeline with a verification sketch, such as fpstore.Pipeline(sketch_bits=256)"
 
 
 class Sketches:
@@ -121,12 +141,45 @@ def check_threshold(threshold: object) -> float | None:
     return float(threshold)
 
 
+def stored_threshold(header: dict[str, Any], path: str) -> float | None:
+    """The verification threshold a store's header records (None: answers by radius alone)."""
+    value = header.get("threshold")
+    try:
+        return check_threshold(value)
+    except InputError:
+        raise CorruptionError(f"{path}: the header's threshold {value!r} is not a number in [0, 1]") from None
+
+
+def verify_near(
+    sketches: Sketches | None,
+    txn: lmdb.Transaction,
+    near: dict[int, tuple[int, int]],
+    sketch: np.ndarray | None,
+    threshold: float | None,
+    pending: dict[int, np.ndarray] | None = None,
+) -> dict[int, tuple[int, int]]:
+    """The candidates of an add (``{id: (distance, fingerprint)}``) whose sketches reach
+    ``threshold``; ``pending`` holds the sketches of documents this transaction has not written
+    yet (an add group's earlier documents)."""
+    if not threshold or sketches is None or sketch is None or not near:
+        return near
+    ids = list(near)
+    stored = [i for i in ids if not pending or i not in pending]
+    got = dict(zip(stored, sketches.get(txn, np.array(stored, dtype=np.int64)))) if stored else {}
+    rows = np.array([pending[i] if pending and i in pending else got[i] for i in ids], dtype=np.uint64)
+    sims = sketch_similarity(rows, np.asarray(sketch, dtype=np.uint64)[None, :])
+    return {i: near[i] for i, s in zip(ids, sims.tolist()) if s >= threshold}
+
+
 def verified(
     sketches: Sketches | None, txn: lmdb.Transaction, matches: list[Match], sketch: np.ndarray | None, threshold: float | None
 ) -> list[Match]:
     """``matches`` with their estimated similarity to a query of sketch ``sketch`` filled in, and
     with ``threshold``, only those at or above it (order kept). Without a sketch on either side
-    the matches come back as they are, and a threshold cannot be applied: InputError."""
+    the matches come back as they are, and a threshold above 0 cannot be applied: InputError
+    (every estimate is at least 0, so a threshold of 0 keeps everything)."""
+    if not threshold:
+        threshold = None
     if sketches is None or sketch is None:
         if threshold is not None:
             raise InputError(
@@ -164,7 +217,7 @@ def verified_columns(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``query_many``'s ``(query index, id, distance)`` rows, with ``threshold``, only those whose
     stored sketch and their query's (``query_sketches[query index]``) reach it."""
-    if threshold is None:
+    if not threshold:
         return columns
     if sketches is None or query_sketches is None:
         raise InputError(

@@ -55,6 +55,7 @@ from fpstore.store.reading import Reader
 from fpstore.store.redesign import switch_design
 from fpstore.store.results import AddResult, Cluster, Document, Match
 from fpstore.store.rows import arrow_batches, arrow_table
+from fpstore.store.sketches import CANDIDATE_K, DEFAULT_SKETCH_BITS, NEEDS_SKETCH, check_threshold, stored_threshold
 from fpstore.store.storage import DATA_FILE, Storage
 from fpstore.store.writes import add_batch, add_group, compact, delete_one, load_run
 
@@ -82,6 +83,7 @@ class Store(Closing):
         flush_entries: int = FLUSH_ENTRIES,
         durability: str = "full",
         merges: str = "background",
+        threshold: float | None = None,
     ) -> None:
         if pipeline is not None and not isinstance(pipeline, Pipeline):
             raise InputError(f"pipeline must be a fpstore.Pipeline, not {type(pipeline).__name__}")
@@ -94,7 +96,11 @@ class Store(Closing):
         self._adds: GroupCommit[OneAdd, AddResult] = GroupCommit(self._commit_adds)
         # A new store's arguments are checked before anything is made on disk.
         creating = create and not readonly and not os.path.exists(os.path.join(os.fspath(path), DATA_FILE))
-        planned = design_for(DEFAULT_K if k is None else k, expected_size, design) if creating else None
+        self.threshold = check_threshold(threshold)
+        new_k = (DEFAULT_K if self.threshold is None else CANDIDATE_K) if k is None else k
+        if self.threshold is not None and pipeline is None:
+            pipeline = Pipeline(sketch_bits=DEFAULT_SKETCH_BITS) if creating else None
+        planned = design_for(new_k, expected_size, design) if creating else None
         self._storage = Storage(
             path,
             BASE_DBS,
@@ -107,7 +113,7 @@ class Store(Closing):
         )
         try:
             if self._storage.is_new:
-                self._create(planned or design_for(DEFAULT_K if k is None else k, expected_size, design), pipeline or Pipeline())
+                self._create(planned or design_for(new_k, expected_size, design), pipeline or Pipeline())
             else:
                 self._load(pipeline, design)
             self.k = self._check_k(self.design.k if k is None else k)
@@ -127,7 +133,9 @@ class Store(Closing):
     def _create(self, design: Design, pipeline: Pipeline) -> None:
         self.design = design
         self.pipeline = pipeline
-        self.header = header = new_header(design, pipeline)
+        if self.threshold is not None and not pipeline.sketch_bits:
+            raise InputError(NEEDS_SKETCH)
+        self.header = header = new_header(design, pipeline, self.threshold)
         names = BASE_DBS + [table_name(t) for t in range(len(self.design.tables))] + column_dbs(pipeline)
 
         self._storage.create(names, lambda txn, dbs: fill_meta(txn, dbs["meta"], header, pipeline.idf))
@@ -145,11 +153,14 @@ class Store(Closing):
             raise NotAStoreError(f"{path} has no fpstore header")
         self.header = header = decode_header(raw, path)
         self.design, self.pipeline = stored_design_and_pipeline(header, idf_raw, path, pipeline, design)
+        if self.threshold is not None and not self.pipeline.sketch_bits:
+            raise InputError(NEEDS_SKETCH)
+        self.threshold = stored_threshold(header, path) if self.threshold is None else self.threshold
         self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))] + column_dbs(self.pipeline))
         self._bind_dbs()
 
     def _bind_dbs(self) -> None:
-        self._cat = Catalog(self._storage.dbs, self.design, self.pipeline.sketch_bits // 64)
+        self._cat = Catalog(self._storage.dbs, self.design, self.pipeline.sketch_bits // 64, self.threshold)
         # A run read inside a transaction that then aborts has an id the next one gives out again.
         self._storage.on_abort = [self._cat.cache.clear]
 
@@ -397,7 +408,7 @@ class Store(Closing):
             batch_size=batch_size,
             progress=progress,
             memory_budget=memory_budget,
-            threshold=threshold,
+            threshold=self.threshold if threshold is None else threshold,
         )
 
     def near_duplicate_pairs(

@@ -18,7 +18,7 @@ from fpstore.store.keys import FLAG_SHORT, FLAG_TEXT, KeyBatch, lookup_key, pack
 from fpstore.store.lsm import prepare_load
 from fpstore.store.ordered import add_segment, segments
 from fpstore.store.results import AddResult
-from fpstore.store.sketches import verdict_similarities
+from fpstore.store.sketches import verdict_similarities, verify_near
 from fpstore.store.storage import Storage
 
 __all__ = ["add_batch", "add_group", "add_one", "compact", "delete_one", "flush", "load_run"]
@@ -46,9 +46,9 @@ def _add_one(cat: Catalog, txn: lmdb.Transaction, add: OneAdd, k: int) -> AddRes
     if old_id is not None:
         old = cat.record(txn, old_id)
         if old is not None and old[1] == fp and old[2] == content_hash and old[4] == flags:
-            return cat.verdict(txn, old_id, typed, fp, content_hash, short, k)
+            return cat.verdict(txn, old_id, typed, fp, content_hash, short, k, add.sketch)
     exact_ids = [i for i in cat.content_ids(txn, content_hash) if i != old_id] if content_hash else []
-    near = {} if short else cat.probe(txn, fp, k, exclude=old_id or 0)
+    near = {} if short else verify_near(cat.sketches, txn, cat.probe(txn, fp, k, exclude=old_id or 0), add.sketch, cat.threshold)
     result = cat.verdict_from(txn, None, typed, fp, short, exact_ids, near)
     if add.on_duplicate == "skip" and result.duplicate_of is not None:
         return result
