@@ -108,12 +108,13 @@ def test_eval_sketch_tool_on_a_small_corpus(tmp_path, capsys):
     path = tmp_path / "c.jsonl"
     path.write_text("".join(json.dumps({"id": i, "text": t, "group": i % 2}) + "\n" for i, t in enumerate(docs)))
     out = tmp_path / "r.json"
-    assert eval_sketch.main(["--corpus", str(path), "--corpus", f"{path}:group=0", "--kc", "4", "6", "--m", "1", "2",
-                             "--r", "3", "--json", str(out)]) == 0
+    assert eval_sketch.main(["--corpus", str(path), "--corpus", f"{path}:group=0", "--truth-text", str(path), "--kc", "4", "6",
+                             "--m", "1", "2", "--r", "3", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "Verified, best θ per row" in text and "Best configurations" in text
     res = json.loads(out.read_text())
-    assert len(res["corpora"]) == 2 and res["corpora"][1]["documents"] == len(docs) // 2 + len(docs) % 2
+    assert len(res["corpora"]) == 3 and res["corpora"][1]["documents"] == len(docs) // 2 + len(docs) % 2
+    assert res["corpora"][2]["corpus"].endswith("truth text fingerprinted")
     first = res["corpora"][0]
     assert {(v["kc"], v["bits"]) for v in first["verified"]} == {(k, b) for k in (4, 6) for b in (128, 256, 512)}
     for v in first["verified"]:
