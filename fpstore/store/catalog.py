@@ -27,6 +27,8 @@ from fpstore.store.incremental import IncrementalTables
 from fpstore.store.keys import FLAG_SHORT, MAX_RAW_KEY, Key, lookup_key, unpack_record, untyped_key
 from fpstore.store.lsm import Lsm
 from fpstore.store.results import AddResult, Document, Match, sort_matches
+from fpstore.store.sketches import DB_NAME as SKETCH_DB
+from fpstore.store.sketches import Sketches
 
 #: A batch of queries is probed one query at a time (:func:`search.probe_runs_each`) while it holds
 #: fewer than ``SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * c`` queries, c the chunks of the runs'
@@ -76,8 +78,10 @@ def new_canonical(canonical_field: Callable[[int], int | None], exact_ids: list[
 class Catalog:
     """The tables of one open store (``dbs``: LMDB databases by name) and the design they follow."""
 
-    def __init__(self, dbs: dict[str, Any], design: Design) -> None:
+    def __init__(self, dbs: dict[str, Any], design: Design, sketch_words: int = 0) -> None:
         self.design = design
+        #: The sketch column, when the store's pipeline has a verification sketch.
+        self.sketches = Sketches(dbs[SKETCH_DB], sketch_words) if sketch_words else None
         self.meta, self.docs, self.keys, self.content = dbs["meta"], dbs["docs"], dbs["keys"], dbs["content"]
         self.blobs, self.dead = dbs["blobs"], dbs["dead"]
         self.tables = [dbs[table_name(t)] for t in range(len(design.tables))]

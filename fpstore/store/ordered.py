@@ -25,6 +25,7 @@ from fpstore.store.header import H_COUNT, H_NEXT_ID, U64
 from fpstore.store.inputs import OneAdd
 from fpstore.store.keys import FLAG_SHORT, Key, lookup_key, pack_record, untyped_key
 from fpstore.store.results import AddResult, Match, sort_matches
+from fpstore.store.sketches import verdict_similarities
 
 __all__ = ["MAX_SEGMENT", "add_segment", "segments"]
 
@@ -189,6 +190,11 @@ def add_segment(cat: Catalog, txn: lmdb.Transaction, adds: Sequence[OneAdd], k: 
         results.append(AddResult(doc_id, key, a.fp, a.short, exact, matches, canonical))
 
     _write(cat, txn, view.new)
+    if cat.sketches is not None:
+        new_ids = [i for i in created if i is not None]
+        if new_ids:
+            cat.sketches.put(txn, np.array(new_ids), np.array([a.sketch for a, i in zip(adds, created) if i is not None], dtype=np.uint64))
+        results = verdict_similarities(cat.sketches, txn, results, [a.sketch for a in adds])
     txn.put(H_NEXT_ID, U64.pack(next_id), db=cat.meta)
     txn.put(H_COUNT, U64.pack(count), db=cat.meta)
     return results

@@ -12,9 +12,10 @@ from fpstore.errors import ClosedError, InputError
 from fpstore.fingerprint.pipeline import Fingerprints
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
-from fpstore.store.inputs import fingerprint_of, signatures
+from fpstore.store.inputs import signature_of, signatures
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, typed_key
 from fpstore.store.results import Document, Match
+from fpstore.store.sketches import check_threshold, verified
 
 if TYPE_CHECKING:
     from fpstore.store.store import Store
@@ -59,10 +60,15 @@ class Reader:
         pipeline_id: str | None = None,
         k: int | None = None,
         exhaustive: bool = False,
+        threshold: float | None = None,
     ) -> list[Match]:
         """:meth:`Store.query` in this reader's snapshot."""
         store, txn = self._store, self._open_txn()
-        fp, short, text_hash = fingerprint_of(store.pipeline, text, fingerprint, pipeline_id)
+        fp, short, text_hash, sketch = signature_of(store.pipeline, text, fingerprint, pipeline_id)
+        threshold = check_threshold(threshold)
+        sketches = store._cat.sketches
+        if threshold is not None and (sketches is None or sketch is None):
+            verified(sketches, txn, [], sketch, threshold)  # raises: nothing to verify with
         kq = store.k if k is None else k
         if exhaustive:
             if not isinstance(kq, int) or isinstance(kq, bool) or not 0 <= kq <= 64:
@@ -78,8 +84,8 @@ class Reader:
         else:
             # One state read serves the probe and the key lookups of this snapshot.
             state = cat.state(txn)
-            return cat.matches(txn, cat.probe(txn, fp, kq, state=state), state)
-        return cat.matches(txn, found)
+            return verified(sketches, txn, cat.matches(txn, cat.probe(txn, fp, kq, state=state), state), sketch, threshold)
+        return verified(sketches, txn, cat.matches(txn, found), sketch, threshold)
 
     def query_many(
         self, fingerprints: RawFingerprints | Fingerprints, *, pipeline_id: str | None = None, k: int | None = None

@@ -9,7 +9,7 @@ each document once: exactly what comparing with every stored fingerprint would r
 
 :class:`Store` is the facade: it checks input and owns transactions. Beside it: :mod:`.catalog`
 (the tables read together), :mod:`.writes`, :mod:`.incremental` and :mod:`.lsm` (the tiers),
-:mod:`.header`, :mod:`.keys`, :mod:`.results`, :mod:`.inspect`, :mod:`.pairs`, :mod:`.explain` and :mod:`.storage` (LMDB).
+:mod:`.header`, :mod:`.keys`, :mod:`.sketches`, :mod:`.results`, :mod:`.inspect`, :mod:`.pairs`, :mod:`.explain` and :mod:`.storage` (LMDB).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from fpstore.store.header import (
     H_IDF,
     H_NEXT_ID,
     checkpoint_key,
+    column_dbs,
     decode_checkpoint,
     decode_header,
     encode_checkpoint,
@@ -46,7 +47,7 @@ from fpstore.store.header import (
     stored_design_and_pipeline,
     table_name,
 )
-from fpstore.store.inputs import OneAdd, batch_adds, prepare_add, prepare_batch, signatures
+from fpstore.store.inputs import OneAdd, batch_adds, load_columns, prepare_add, prepare_batch
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
 from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
 from fpstore.store.merging import MERGE_MODES, Merger, clean_up
@@ -127,7 +128,7 @@ class Store(Closing):
         self.design = design
         self.pipeline = pipeline
         self.header = header = new_header(design, pipeline)
-        names = BASE_DBS + [table_name(t) for t in range(len(self.design.tables))]
+        names = BASE_DBS + [table_name(t) for t in range(len(self.design.tables))] + column_dbs(pipeline)
 
         self._storage.create(names, lambda txn, dbs: fill_meta(txn, dbs["meta"], header, pipeline.idf))
         self._bind_dbs()
@@ -144,11 +145,11 @@ class Store(Closing):
             raise NotAStoreError(f"{path} has no fpstore header")
         self.header = header = decode_header(raw, path)
         self.design, self.pipeline = stored_design_and_pipeline(header, idf_raw, path, pipeline, design)
-        self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))])
+        self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))] + column_dbs(self.pipeline))
         self._bind_dbs()
 
     def _bind_dbs(self) -> None:
-        self._cat = Catalog(self._storage.dbs, self.design)
+        self._cat = Catalog(self._storage.dbs, self.design, self.pipeline.sketch_bits // 64)
         # A run read inside a transaction that then aborts has an id the next one gives out again.
         self._storage.on_abort = [self._cat.cache.clear]
 
@@ -296,7 +297,7 @@ class Store(Closing):
                 raise InputError("bulk_load takes keys and fingerprints, or an iterable of (keys, fingerprints) chunks")
             chunks, total = cast(Iterable[tuple[KeyBatch, RawFingerprints | Fingerprints]], keys), None
         done = 0
-        for keys_run, fps_run in runs_of(chunks, max_run, lambda ck, cf: signatures(self.pipeline, len(ck), None, cf, pipeline_id).values):
+        for keys_run, fps_run in runs_of(chunks, max_run, lambda ck, cf: load_columns(self.pipeline, len(ck), cf, pipeline_id)):
             done += load_run(self._storage, self._cat, keys_run, fps_run)
             if progress is not None:
                 progress(done, total)
@@ -330,7 +331,7 @@ class Store(Closing):
         tables = [table_name(t) for t in range(len(self.design.tables))]
 
         def reopen() -> None:
-            self._storage.open_dbs(BASE_DBS + tables)
+            self._storage.open_dbs(BASE_DBS + tables + column_dbs(self.pipeline))
             self._bind_dbs()
 
         with self._merges.paused():
@@ -366,7 +367,7 @@ class Store(Closing):
                     self.design = new
                 finally:
                     # Handles of tables an aborted write dropped are closed: open the design's again.
-                    self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))])
+                    self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))] + column_dbs(self.pipeline))
                     self._bind_dbs()
             self.k = k
         return {"design_before": before.name, "design_after": new.name, "k": k, "entries": int(counts["entries"])}
@@ -374,34 +375,50 @@ class Store(Closing):
     # -- all pairs ------------------------------------------------------------------------------
 
     def iter_near_duplicate_pairs(
-        self, k: int | None = None, *, batch_size: int = pairs.BATCH_SIZE, progress: Progress = None, memory_budget: int | None = None
+        self,
+        k: int | None = None,
+        *,
+        batch_size: int = pairs.BATCH_SIZE,
+        progress: Progress = None,
+        memory_budget: int | None = None,
+        threshold: float | None = None,
     ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Every pair of live documents within ``k`` bits, each once, in batches of at most
         ``batch_size``: ``(id_a int64, id_b int64, distance uint8)``, ``id_a < id_b``, table by table, then
         the short documents' (exact duplicates: one content hash). Up to the design's k it streams the store's
         sorted tables in one snapshot, held until the iterator is exhausted or closed (take it from one thread;
         a write of that thread that must grow the map raises StorageError meanwhile); above it the join is in
-        memory and refused beyond ``memory_budget`` bytes (MemoryBudgetError). Details: :mod:`fpstore.store.pairs`."""
+        memory and refused beyond ``memory_budget`` bytes (MemoryBudgetError). ``threshold`` (stores with a sketch) keeps
+        the pairs whose sketches estimate at least that similarity. Details: :mod:`fpstore.store.pairs`."""
         return pairs.iter_pairs(
-            self._storage, self._cat, self.k if k is None else k, batch_size=batch_size, progress=progress, memory_budget=memory_budget
+            self._storage,
+            self._cat,
+            self.k if k is None else k,
+            batch_size=batch_size,
+            progress=progress,
+            memory_budget=memory_budget,
+            threshold=threshold,
         )
 
     def near_duplicate_pairs(
-        self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None
+        self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None, threshold: float | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every pair of live documents within ``k`` bits, exactly once: ``(id_a, id_b, distance)``,
         ``id_a < id_b``, identical fingerprints included, rows sorted by ``(id_a, id_b)``; short
         documents pair by content hash. :meth:`iter_near_duplicate_pairs` collected in one set of arrays."""
-        return pairs.sorted_pairs(self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget))
+        return pairs.sorted_pairs(
+            self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget, threshold=threshold)
+        )
 
-    def clusters(self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None) -> list[Cluster]:
+    def clusters(
+        self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None, threshold: float | None = None
+    ) -> list[Cluster]:
         """Connected components of the near-duplicate graph (size >= 2), largest first, by a
         union-find over :meth:`iter_near_duplicate_pairs` (same arguments). Each cluster's canonical
         member is the document with the smallest id (the oldest); ``keys`` lists it first, then the
         others by id."""
-        return pairs.clusters(
-            self._storage, self._cat, self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget)
-        )
+        batches = self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget, threshold=threshold)
+        return pairs.clusters(self._storage, self._cat, batches)
 
     def delete(self, key: Key) -> bool:
         """Delete a document; returns whether it existed. Durable when it returns."""
@@ -440,15 +457,18 @@ class Store(Closing):
         pipeline_id: str | None = None,
         k: int | None = None,
         exhaustive: bool = False,
+        threshold: float | None = None,
     ) -> list[Match]:
         """Stored documents within ``k`` bits (default: the store's k), sorted by distance then key.
 
         Exact: the same set a comparison with every stored fingerprint gives. ``k`` above the
         design's needs ``exhaustive=True``, which compares with every fingerprint (O(n)). A short
-        text (below ``min_tokens``) matches only documents with the same content hash.
+        text (below ``min_tokens``) matches only documents with the same content hash. In a store
+        whose pipeline has a sketch, a text's matches carry their estimated ``similarity``, and
+        ``threshold`` keeps only those at or above it (verified candidates).
         """
         with self.reader() as r:
-            return r.query(text=text, fingerprint=fingerprint, pipeline_id=pipeline_id, k=k, exhaustive=exhaustive)
+            return r.query(text=text, fingerprint=fingerprint, pipeline_id=pipeline_id, k=k, exhaustive=exhaustive, threshold=threshold)
 
     def explain(self, key_a: Key, key_b: Key, *, text_a: Text | None = None, text_b: Text | None = None, sample: int = 5) -> Explanation:
         """Why two stored documents match or not (:class:`~fpstore.store.explain.Explanation`): the Hamming distance
