@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fpstore.errors import InputError
+from fpstore.fingerprint.pipeline import sketch_distance
 from fpstore.quality.evaluate import Curve, Truth, close_pairs
 
 __all__ = [
@@ -53,11 +54,12 @@ def sketch_distances(sketches: np.ndarray, pairs: np.ndarray) -> np.ndarray:
     pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
     if not len(pairs):
         return np.zeros(0, np.int64)
-    return np.bitwise_count(s[pairs[:, 0]] ^ s[pairs[:, 1]]).sum(axis=1, dtype=np.int64)
+    return sketch_distance(s[pairs[:, 0]], s[pairs[:, 1]])
 
 
 def estimated_jaccard(distance: np.ndarray, bits: int) -> np.ndarray:
-    """float64: ``1 - 2 d / bits``, the Jaccard estimate of a sketch distance (may be below 0)."""
+    """float64: ``1 - 2 d / bits``, the Jaccard estimate of a sketch distance; unlike
+    :func:`fpstore.fingerprint.pipeline.sketch_similarity` not clipped at 0 (no threshold reported here is below 0.5)."""
     if bits <= 0:
         raise InputError(f"bits must be positive, got {bits}")
     return 1.0 - 2.0 * np.asarray(distance, np.float64) / bits
