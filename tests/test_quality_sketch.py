@@ -115,7 +115,8 @@ def test_eval_sketch_tool_on_a_small_corpus(tmp_path, capsys):
     res = json.loads(out.read_text())
     assert len(res["corpora"]) == 3 and res["corpora"][1]["documents"] == len(docs) // 2 + len(docs) % 2
     assert res["corpora"][2]["corpus"].endswith("truth text fingerprinted")
-    acc = res["corpora"][2]["accuracy"]
+    first, *acc = res["corpora"][2]["accuracy"]
+    assert first["words"] == 9 and 0 <= first["max_abs_error_correlation"] <= 1
     assert {a["bits"] for a in acc} == {64, 128, 256, 512} and all(abs(a["bias"]) < 0.2 for a in acc)
     first = res["corpora"][0]
     assert {(v["kc"], v["bits"]) for v in first["verified"]} == {(k, b) for k in (4, 6) for b in (128, 256, 512)}

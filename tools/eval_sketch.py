@@ -156,22 +156,33 @@ def evaluate(name: str, corpus: ev.Corpus, args: argparse.Namespace, say, on_tru
                              "best": _row(c), "fixed": _row(c, args.theta), "curve": c.to_dict()})
     if on_truth:
         say(f"{name}: the estimates' error against the exact Jaccard (pairs at J >= 0.5)")
-        out["accuracy"] = accuracy(sets, keys, sketches)
+        out["accuracy"] = accuracy(sets, keys, sketches, texts)
     out["seconds"] = time.perf_counter() - t0
     return out
 
 
-def accuracy(sets: list[np.ndarray], keys: np.ndarray, sketches: dict[int, np.ndarray]) -> list[dict[str, Any]]:
+def accuracy(sets: list[np.ndarray], keys: np.ndarray, sketches: dict[int, np.ndarray], texts: list[str]) -> list[dict[str, Any]]:
     """Bias and spread of each estimate of J (the key's ``1 - d / 32``, each sketch's) against the
     exact Jaccard of every pair with 0.5 <= J < 1, by band of J, beside the spread of independent
     bits (``sqrt(mean(4 q (1 - q) / bits))``, q = (1 - J) / 2). Meaningful only when the text
     fingerprinted is the truth text (the same shingles)."""
     t = ev.truth_pairs(sets, 0.5)
-    keep = t.jaccard < 1 - 1e-12
+    keep = (t.jaccard >= 0.5 - 1e-12) & (t.jaccard < 1 - 1e-12)  # the filter's candidates include pairs below 0.5
     pairs, jac = t.pairs[keep], t.jaccard[keep]
     estimates = {64: 1 - ev.distances(keys, pairs) / 32}
     estimates.update({b: sk.estimated_jaccard(sk.sketch_distances(s, pairs), b) for b, s in sketches.items()})
-    rows = []
+    # Words that were not independent would show as correlated errors of their one-word estimates.
+    big = max(sketches)
+    words = [keys] + [sketches[big][:, w] for w in range(sketches[big].shape[1])]
+    def max_corr(columns: list[np.ndarray]) -> float:
+        errors = np.stack([1 - ev.distances(w, pairs) / 32 - jac for w in columns])
+        return float(np.abs(np.corrcoef(errors) - np.eye(len(columns))).max())
+
+    # The same for as many fingerprints of independent seeds: what chance gives with these pairs
+    # (pairs share documents, so they are not independent samples).
+    seeded = [Pipeline(seed=s).fingerprint_many(texts) for s in range(1, len(words) + 1)]
+    rows: list[dict[str, Any]] = [{"bits": big, "words": len(words), "pairs": len(pairs), "max_abs_error_correlation": max_corr(words),
+                                   "max_abs_error_correlation_seeds": max_corr(seeded)}]
     for bits, est in estimates.items():
         for lo, hi in ((0.5, 0.7), (0.7, 0.9), (0.9, 1.0)):
             m = (jac >= lo) & (jac < hi)
@@ -223,9 +234,13 @@ def markdown(res: dict[str, Any], theta: float) -> str:
     if res.get("accuracy"):
         lines += ["", "The estimates' error against the exact Jaccard, every pair at 0.5 <= J < 1 (64 bits: the key, 1 - d / 32):", "",
                   "| bits | J | pairs | bias | sd | sd of independent bits |", "|---:|---|---:|---:|---:|---:|"]
-        for a in res["accuracy"]:
+        first, *bands = res["accuracy"]
+        for a in bands:
             lines.append(f"| {a['bits']} | {a['band'][0]:.1f}-{a['band'][1]:.1f} | {a['pairs']:,} | {a['bias']:+.4f} | {a['sd']:.4f} | "
                          f"{a['sd_independent_bits']:.4f} |")
+        lines += ["", f"Largest |correlation| between the errors of one-word estimates (the key and the {first['words'] - 1} words of "
+                  f"the {first['bits']}-bit sketch, {first['pairs']:,} pairs): {first['max_abs_error_correlation']:.3f}; "
+                  f"between {first['words']} fingerprints of independent seeds: {first['max_abs_error_correlation_seeds']:.3f}."]
     return "\n".join(lines)
 
 
