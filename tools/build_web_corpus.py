@@ -275,7 +275,7 @@ class Page:
     note: str = ""  # template line inside the article area (syndication attribution, teaser link)
 
 
-def _comments_html(site: Site, comments: list[tuple[str, str, str]]) -> str:
+def _comments_html(comments: list[tuple[str, str, str]]) -> str:
     if not comments:
         return ""
     items = "".join(
@@ -294,7 +294,7 @@ def render(site: Site, page: Page, rng: random.Random) -> str:
     share = f"Share this: {' '.join(rng.sample(['Twitter', 'Facebook', 'LinkedIn', 'Email', 'Reddit', 'Print', 'WhatsApp'], 4))}"
     meta = f"By {page.author} \u00b7 {page.date} \u00b7 {rng.randint(2, 25)} min read"
     note = f'<p class="note">{_e(page.note)}</p>' if page.note else ""
-    comments = _comments_html(site, page.comments)
+    comments = _comments_html(page.comments)
     head = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(t)} | {_e(site.name)}</title>"
             f'<meta name="description" content="{html.escape(site.tagline)}"><link rel="stylesheet" href="/static/{_slug(site.name)}.css">'
             f"<style>body{{font-family:sans-serif}} .cookie{{position:fixed;bottom:0}}</style>"
