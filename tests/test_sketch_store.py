@@ -204,3 +204,30 @@ def test_sketches_survive_file_compaction_and_redesign(filled):
     assert store.query(text=texts[3], threshold=0.7) == before
     store.redesign(6)
     assert store.query(text=texts[3], threshold=0.7) == [m for m in before if m.distance <= 6]
+
+
+def test_query_by_fingerprint_and_sketch_and_query_many_under_a_threshold(filled):
+    store, texts, keys = filled
+    sigs = PIPE.signatures(texts)
+    assert sigs.sketches is not None
+    for qi in (0, 13, 40):
+        by_text = store.query(text=texts[qi], threshold=0.75)
+        by_fp = store.query(fingerprint=int(sigs.values[qi]), pipeline_id=PIPE.id, sketch=sigs.sketches[qi], threshold=0.75)
+        by_list = store.query(fingerprint=int(sigs.values[qi]), pipeline_id=PIPE.id, sketch=[int(w) for w in sigs.sketches[qi]])
+        assert by_fp == by_text and {m.key for m in by_text} <= {m.key for m in by_list}
+    q, ids, d = store.query_many(sigs, threshold=0.75)
+    all_q, all_ids, _ = store.query_many(sigs)
+    index_of = {store.get(key).id: i for i, key in enumerate(keys)}
+    sims = sketch_similarity(sigs.sketches[all_q], sigs.sketches[[index_of[i] for i in all_ids.tolist()]])
+    want = set(zip(all_q[sims >= 0.75].tolist(), all_ids[sims >= 0.75].tolist()))
+    assert set(zip(q.tolist(), ids.tolist())) == want and len(want) < len(all_q)
+    for bad in ([1, 2], np.zeros(5, np.uint64), ["x"] * 4, [-1, 0, 0, 0]):
+        with pytest.raises(InputError, match="sketch"):
+            store.query(fingerprint=1, pipeline_id=PIPE.id, sketch=bad)
+    with pytest.raises(InputError, match="sketch"):
+        store.query(text=texts[0], sketch=sigs.sketches[0])
+    with pytest.raises(InputError, match="threshold"):
+        store.query_many(fpstore.Fingerprints(sigs.values, PIPE.id), threshold=0.8)
+    narrow = fpstore.Fingerprints(sigs.values, PIPE.id, sketches=sigs.sketches[:, :2].copy())
+    with pytest.raises(InputError, match="bits"):
+        store.query_many(narrow, threshold=0.8)

@@ -15,7 +15,7 @@ from fpstore.hamming import RawFingerprints
 from fpstore.store.inputs import signature_of, signatures
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, typed_key
 from fpstore.store.results import Document, Match
-from fpstore.store.sketches import check_threshold, verified
+from fpstore.store.sketches import check_sketch, check_threshold, verified, verified_columns
 
 if TYPE_CHECKING:
     from fpstore.store.store import Store
@@ -61,10 +61,16 @@ class Reader:
         k: int | None = None,
         exhaustive: bool = False,
         threshold: float | None = None,
+        sketch: Any = None,
     ) -> list[Match]:
         """:meth:`Store.query` in this reader's snapshot."""
         store, txn = self._store, self._open_txn()
-        fp, short, text_hash, sketch = signature_of(store.pipeline, text, fingerprint, pipeline_id)
+        fp, short, text_hash, text_sketch = signature_of(store.pipeline, text, fingerprint, pipeline_id)
+        if sketch is not None:
+            if text is not None:
+                raise InputError("sketch= goes with fingerprint=; a text's sketch is computed from it")
+            text_sketch = check_sketch(store.pipeline.sketch_bits // 64, sketch)
+        sketch = text_sketch
         threshold = check_threshold(threshold)
         sketches = store._cat.sketches
         if threshold is not None and (sketches is None or sketch is None):
@@ -88,14 +94,22 @@ class Reader:
         return verified(sketches, txn, cat.matches(txn, found), sketch, threshold)
 
     def query_many(
-        self, fingerprints: RawFingerprints | Fingerprints, *, pipeline_id: str | None = None, k: int | None = None
+        self,
+        fingerprints: RawFingerprints | Fingerprints,
+        *,
+        pipeline_id: str | None = None,
+        k: int | None = None,
+        threshold: float | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`Store.query_many` in this reader's snapshot."""
-        store = self._store
+        store, txn = self._store, self._open_txn()
         sigs = signatures(store.pipeline, None, None, fingerprints, pipeline_id)
         kq = store._check_k(store.k if k is None else k)
-        q, ids, dist, _ = store._cat.probe_many(self._open_txn(), np.ascontiguousarray(sigs.values), kq)
-        return q, ids, dist
+        theta = check_threshold(threshold)
+        if theta is not None:
+            verified_columns(store._cat.sketches, txn, (np.zeros(0, np.int64),) * 3, sigs.sketches, theta)  # refuses early
+        q, ids, dist, _ = store._cat.probe_many(txn, np.ascontiguousarray(sigs.values), kq)
+        return verified_columns(store._cat.sketches, txn, (q, ids, dist), sigs.sketches, theta)
 
     def get(self, key: Key, default: Any = None) -> Document | Any:
         """:meth:`Store.get` in this reader's snapshot."""

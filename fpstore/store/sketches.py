@@ -21,7 +21,7 @@ from fpstore.fingerprint.pipeline import sketch_similarity
 from fpstore.store.header import U64
 from fpstore.store.results import AddResult, Match
 
-__all__ = ["BLOCK", "DB_NAME", "Sketches", "check_threshold", "verdict_similarities", "verified"]
+__all__ = ["BLOCK", "DB_NAME", "Sketches", "check_sketch", "check_threshold", "verdict_similarities", "verified", "verified_columns"]
 
 DB_NAME = "sketches"
 #: Documents per block.
@@ -92,6 +92,26 @@ class Sketches:
         return sketch_similarity(self.get(txn, a), self.get(txn, b)) >= threshold
 
 
+def check_sketch(words: int, sketch: object) -> np.ndarray:
+    """A query's sketch as given with a raw fingerprint: ``words`` uint64 values (an array or a
+    sequence of ints), in a store that keeps sketches of that length."""
+    if words == 0:
+        raise InputError("sketch= is for stores whose pipeline has a verification sketch (sketch_bits)")
+    if isinstance(sketch, np.ndarray):
+        values = sketch.tolist() if sketch.ndim == 1 and sketch.dtype.kind in "iu" else None
+    elif isinstance(sketch, (list, tuple)):
+        values = list(sketch)
+    else:
+        values = None
+    if values is None or len(values) != words or not all(_is_word(w) for w in values):
+        raise InputError(f"sketch must be {words} uint64 words (the store's pipeline makes {64 * words}-bit sketches), got {sketch!r:.80}")
+    return np.array([int(w) for w in values], dtype=np.uint64)
+
+
+def _is_word(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and 0 <= int(value) < 1 << 64
+
+
 def check_threshold(threshold: object) -> float | None:
     """A similarity threshold as given to a query: None, or a number in [0, 1]."""
     if threshold is None:
@@ -133,3 +153,27 @@ def verdict_similarities(
             result = dataclasses.replace(result, near_duplicates=verified(sketches, txn, result.near_duplicates, sketch, None))
         out.append(result)
     return out
+
+
+def verified_columns(
+    sketches: Sketches | None,
+    txn: lmdb.Transaction,
+    columns: tuple[np.ndarray, np.ndarray, np.ndarray],
+    query_sketches: np.ndarray | None,
+    threshold: float | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``query_many``'s ``(query index, id, distance)`` rows, with ``threshold``, only those whose
+    stored sketch and their query's (``query_sketches[query index]``) reach it."""
+    if threshold is None:
+        return columns
+    if sketches is None or query_sketches is None:
+        raise InputError(
+            "threshold= needs a verification sketch on both sides: a store whose pipeline has sketch_bits, and Fingerprints with sketches"
+        )
+    if query_sketches.shape[1] != sketches.words:
+        raise InputError(f"the queries' sketches have {64 * query_sketches.shape[1]} bits; this store keeps {64 * sketches.words}")
+    q, ids, dist = columns
+    if len(q) == 0:
+        return columns
+    keep = sketch_similarity(sketches.get(txn, ids), query_sketches[q]) >= threshold
+    return q[keep], ids[keep], dist[keep]

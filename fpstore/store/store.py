@@ -458,17 +458,21 @@ class Store(Closing):
         k: int | None = None,
         exhaustive: bool = False,
         threshold: float | None = None,
+        sketch: Any = None,
     ) -> list[Match]:
         """Stored documents within ``k`` bits (default: the store's k), sorted by distance then key.
 
         Exact: the same set a comparison with every stored fingerprint gives. ``k`` above the
         design's needs ``exhaustive=True``, which compares with every fingerprint (O(n)). A short
         text (below ``min_tokens``) matches only documents with the same content hash. In a store
-        whose pipeline has a sketch, a text's matches carry their estimated ``similarity``, and
-        ``threshold`` keeps only those at or above it (verified candidates).
+        whose pipeline has a sketch, the matches of a text (or of a fingerprint given with its
+        ``sketch``, uint64 words) carry their estimated ``similarity``, and ``threshold`` keeps
+        only those at or above it (verified candidates).
         """
         with self.reader() as r:
-            return r.query(text=text, fingerprint=fingerprint, pipeline_id=pipeline_id, k=k, exhaustive=exhaustive, threshold=threshold)
+            return r.query(
+                text=text, fingerprint=fingerprint, pipeline_id=pipeline_id, k=k, exhaustive=exhaustive, threshold=threshold, sketch=sketch
+            )
 
     def explain(self, key_a: Key, key_b: Key, *, text_a: Text | None = None, text_b: Text | None = None, sample: int = 5) -> Explanation:
         """Why two stored documents match or not (:class:`~fpstore.store.explain.Explanation`): the Hamming distance
@@ -487,15 +491,21 @@ class Store(Closing):
         return Reader(self)
 
     def query_many(
-        self, fingerprints: RawFingerprints | Fingerprints, *, pipeline_id: str | None = None, k: int | None = None
+        self,
+        fingerprints: RawFingerprints | Fingerprints,
+        *,
+        pipeline_id: str | None = None,
+        k: int | None = None,
+        threshold: float | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All matches of many fingerprints in one snapshot, columnar (Manku's batch mode).
 
         Returns ``(query_index int64, id int64, distance uint8)``, sorted by query index, then
-        distance, then id. Keys of ids come from :meth:`keys_of`.
+        distance, then id. Keys of ids come from :meth:`keys_of`. ``threshold`` (a store with
+        sketches, ``Fingerprints`` with theirs) keeps the rows whose sketches reach it.
         """
         with self.reader() as r:
-            return r.query_many(fingerprints, pipeline_id=pipeline_id, k=k)
+            return r.query_many(fingerprints, pipeline_id=pipeline_id, k=k, threshold=threshold)
 
     def keys_of(self, ids: Iterable[int]) -> list[Key]:
         """The keys of document ids (as returned by :meth:`query_many`), in one snapshot."""
