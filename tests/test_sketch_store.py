@@ -270,3 +270,29 @@ def test_a_store_opened_with_a_threshold_verifies_every_answer(tmp_path):
     assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir())
     with pytest.raises(InputError, match="threshold"):
         fpstore.open(tmp_path / "u", threshold=2)
+
+
+def test_explain_reports_the_sketch_estimate_and_the_threshold(tmp_path):
+    texts = _family(np.random.default_rng(6), 2, 60)
+    with fpstore.open(tmp_path / "s", threshold=0.95) as store:
+        store.add_many(["a", "b"], texts=texts)
+        sigs = store.pipeline.signatures(texts)
+        assert sigs.sketches is not None
+        want = float(sketch_similarity(sigs.sketches[0], sigs.sketches[1]))
+        found = store.explain("a", "b")
+        assert found.sketch_similarity == pytest.approx(want) and found.threshold == 0.95
+        d = int(np.bitwise_count(sigs.values[0] ^ sigs.values[1]))
+        assert found.paired == (d <= store.k and want >= 0.95)
+        assert found.paired == bool(len(store.near_duplicate_pairs()[0]))
+    with fpstore.open(tmp_path / "s", threshold=0.0) as store:
+        assert store.explain("a", "b").paired == (d <= store.k)
+
+
+def test_exhaustive_under_a_threshold_applies_the_rule_to_every_document(filled):
+    store, texts, keys = filled
+    sigs = PIPE.signatures(texts)
+    assert sigs.sketches is not None
+    for qi in (2, 50):
+        sims = sketch_similarity(sigs.sketches, sigs.sketches[qi][None, :])
+        got = store.query(text=texts[qi], k=64, exhaustive=True, threshold=0.6)
+        assert {m.key for m in got} == {keys[i] for i in np.flatnonzero(sims >= 0.6)}

@@ -116,6 +116,16 @@ class Reader:
         doc = self._store._cat.get(self._open_txn(), typed_key(key, LOOKUP_KEY_BYTES), key)
         return default if doc is None else doc
 
+    @property
+    def threshold(self) -> float | None:
+        """The store's verification threshold (:attr:`Store.threshold`)."""
+        return self._store.threshold
+
+    def sketches_of(self, ids: Iterable[int]) -> np.ndarray | None:
+        """The stored sketches of document ids (uint64[n, W]), or None in a store without sketches."""
+        sketches = self._store._cat.sketches
+        return None if sketches is None else sketches.get(self._open_txn(), np.array([int(i) for i in ids], dtype=np.int64))
+
     def keys_of(self, ids: Iterable[int]) -> list[Key]:
         """:meth:`Store.keys_of` in this reader's snapshot."""
         return self._store._cat.keys_of(self._open_txn(), [int(i) for i in ids])
