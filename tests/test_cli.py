@@ -872,3 +872,41 @@ def test_query_writes_parquet(built, tmp_path):
     want = [(str(m["key"]), m["distance"], m["fingerprint"]) for m in r.json()["matches"]]
     got = [(row["key"], row["distance"], row["fingerprint"]) for row in pq.read_table(tmp_path / "m.parquet").to_pylist()]
     assert got == want and want
+
+
+def test_a_verifying_store_on_the_command_line(tmp_path):
+    """create --threshold makes a store with a sketch (256 bits, k 8); ingest, query and dedup
+    follow its threshold, report similarities, and take their own; a fingerprint needs --threshold 0."""
+    import numpy as np
+
+    rng = np.random.default_rng(9)
+    base = rng.integers(0, 3000, 300)
+    lines = []
+    for i in range(12):
+        t = base.copy()
+        e = 3 * i
+        t[rng.integers(0, 300, e)] = rng.integers(0, 3000, e)
+        lines.append(json.dumps({"id": f"v{i}", "text": " ".join(f"w{x}" for x in t)}))
+    src = tmp_path / "docs.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    store = tmp_path / "s"
+    r = cli("create", store, "--threshold", "0.9", "--json")
+    assert r.code == 0, r.err
+    info = json.loads(r.out)
+    assert info["threshold"] == 0.9 and info["pipeline"]["sketch_bits"] == 256 and info["k"] == 8
+    assert cli("ingest", store, src).code == 0
+    text = json.loads(lines[0])["text"]
+    strict = json.loads(cli("query", store, text, "--json").out)["matches"]
+    loose = json.loads(cli("query", store, text, "--json", "--threshold", "0").out)["matches"]
+    assert strict and all(m["similarity"] >= 0.9 for m in strict) and len(loose) > len(strict)
+    assert "J~" in cli("query", store, text).out
+    pairs_strict = cli("dedup", store).out.strip().splitlines()
+    pairs_loose = cli("dedup", store, "--threshold", "0").out.strip().splitlines()
+    assert 0 < len(pairs_strict) < len(pairs_loose)
+    fp = json.loads(cli("query", store, text, "--json").out)["fingerprint"]
+    refused = cli("query", store, "--fingerprint", fp)
+    assert refused.code == 2 and "threshold" in refused.err
+    assert cli("query", store, "--fingerprint", fp, "--threshold", "0").code == 0
+    assert cli("create", tmp_path / "t", "--threshold", "2").code == 2
+    no_sketch = cli("create", tmp_path / "u", "--threshold", "0.8", "--sketch-bits", "0")
+    assert no_sketch.code == 2 and "sketch" in no_sketch.err

@@ -112,13 +112,15 @@ def cmd_query(args: argparse.Namespace) -> int:
                 raise InputError(f"--fingerprint wants up to 16 hex digits, got {args.fingerprint!r}") from None
             if not 0 <= fp < 1 << 64:
                 raise InputError("--fingerprint must fit in 64 bits")
-            matches = store.query(fingerprint=fp, pipeline_id=store.pipeline.id, k=args.k, exhaustive=args.exhaustive)
+            matches = store.query(
+                fingerprint=fp, pipeline_id=store.pipeline.id, k=args.k, exhaustive=args.exhaustive, threshold=args.threshold
+            )
             info["fingerprint"] = f"{fp:016x}"
         else:
             assert text is not None  # no --fingerprint: _read_text read the text
             sig = store.pipeline.signature(text)
             info.update({"fingerprint": f"{sig.fingerprint:016x}", "tokens": sig.tokens, "short": sig.short})
-            matches = store.query(text=text, k=args.k, exhaustive=args.exhaustive)
+            matches = store.query(text=text, k=args.k, exhaustive=args.exhaustive, threshold=args.threshold)
         k = store.k if args.k is None else args.k
     if args.limit is not None:
         matches = matches[: args.limit]
@@ -134,6 +136,7 @@ def cmd_query(args: argparse.Namespace) -> int:
                 "key_type": pa.array([key_column(m.key)[1] for m in matches], pa.string()),
                 "distance": pa.array([m.distance for m in matches], pa.uint8()),
                 "fingerprint": pa.array([f"{m.fingerprint:016x}" for m in matches], pa.string()),
+                "similarity": pa.array([m.similarity for m in matches], pa.float64()),
             }
         )
         pq.write_table(table, args.parquet)
@@ -143,14 +146,18 @@ def cmd_query(args: argparse.Namespace) -> int:
             {
                 **info,
                 "k": k,
-                "matches": [{"key": key_out(m.key), "distance": m.distance, "fingerprint": f"{m.fingerprint:016x}"} for m in matches],
+                "matches": [
+                    {"key": key_out(m.key), "distance": m.distance, "fingerprint": f"{m.fingerprint:016x}", "similarity": m.similarity}
+                    for m in matches
+                ],
             }
         )
     else:
         short = " (short text: exact matches only)" if info.get("short") else ""
         print(f"fingerprint {info['fingerprint']}{short}: {len(matches)} match{'es' * (len(matches) != 1)} within k={k}")
         for m in matches:
-            print(f"  d={m.distance:2d}  {m.fingerprint:016x}  {key_text(m.key)}")
+            similarity = "" if m.similarity is None else f"  J~{m.similarity:.3f}"
+            print(f"  d={m.distance:2d}{similarity}  {m.fingerprint:016x}  {key_text(m.key)}")
     return EXIT_OK if matches else EXIT_FINDINGS
 
 
@@ -233,10 +240,10 @@ def _dedup_join(store: Any, args: argparse.Namespace) -> tuple[int, list[Any] | 
     k = store.k if args.k is None else args.k
     with Bar("join", "table", want_progress(args)) as bar:
         if args.clusters:
-            return k, [c for c in store.clusters(k, progress=bar) if len(c.keys) >= args.min_size], None
+            return k, [c for c in store.clusters(k, progress=bar, threshold=args.threshold) if len(c.keys) >= args.min_size], None
         spill = PairSpill(k)
         try:
-            for a, b, d in store.iter_near_duplicate_pairs(k, progress=bar):
+            for a, b, d in store.iter_near_duplicate_pairs(k, progress=bar, threshold=args.threshold):
                 spill.add(a, b, d)
         except BaseException:
             spill.close()

@@ -329,6 +329,7 @@ def store_info(store: Any, storage: Storage, merges: Any) -> dict[str, Any]:
             "expected_candidates": design.expected_candidates(max(n, 1)),
         },
         "k": store.k,
+        "threshold": store.threshold,
         "documents": n,
         "incremental_entries": counts["incremental_entries"],
         "runs": counts["runs"],
