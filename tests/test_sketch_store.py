@@ -13,7 +13,7 @@ import fpstore
 from fpstore.errors import CorruptionError, FormatError, InputError
 from fpstore.fingerprint.pipeline import sketch_similarity
 from fpstore.store.header import H_HEADER
-from fpstore.store.sketches import BLOCK
+from fpstore.store.sketches import block_size
 
 PIPE = fpstore.Pipeline(sketch_bits=256, html="off")
 K = 8
@@ -158,7 +158,8 @@ def test_a_damaged_sketch_block_is_a_corruption_error(tmp_path):
 
 
 def test_sketches_span_blocks_and_replacements(tmp_path):
-    """Ids cross several 64-document blocks, and a replaced key's new document gets its own sketch."""
+    """Ids cross several blocks, and a replaced key's new document gets its own sketch."""
+    BLOCK = block_size(PIPE.sketch_bits // 64)
     rng = np.random.default_rng(4)
     texts = _family(rng, 3 * BLOCK + 5, 60)
     with fpstore.open(tmp_path / "s", pipeline=PIPE, k=K) as store:

@@ -1,8 +1,11 @@
-"""The sketch column: every document's verification sketch, by id, in blocks of 64 documents.
+"""The sketch column: every document's verification sketch, by id, in blocks of documents.
 
 A store whose pipeline has ``sketch_bits`` keeps each document's sketch (W = sketch_bits / 64
-words) in the ``sketches`` sub-database, keyed by the block number ``id // 64`` (8 bytes,
-big-endian); a block's value is 64 × W little-endian uint64 words, slot ``id % 64`` first to last.
+words) in the ``sketches`` sub-database, keyed by the block number ``id // B`` (8 bytes,
+big-endian), B = :func:`block_size` (W) = 4080 // (8 W) documents; a block's value is B × W
+little-endian uint64 words, slot ``id % B`` first to last. 4,080 bytes is what one 4 KiB LMDB
+overflow page holds after its header: a block of 64 sketches of 256 bits (2,048 bytes) was just
+too large to sit in a leaf and took a page of its own, twice its bytes.
 Ids are given out in increasing order, so a bulk load fills whole blocks and an add rewrites one
 small block. The column does not depend on the index layout: merges, flushes and redesigns leave
 it alone, and a replaced or deleted document's slot is simply never read again.
@@ -22,12 +25,13 @@ from fpstore.store.header import U64
 from fpstore.store.results import AddResult, Match
 
 __all__ = [
-    "BLOCK",
+    "BLOCK_BYTES",
     "CANDIDATE_K",
     "DB_NAME",
     "DEFAULT_SKETCH_BITS",
     "NEEDS_SKETCH",
     "Sketches",
+    "block_size",
     "check_sketch",
     "check_threshold",
     "stored_threshold",
@@ -38,8 +42,15 @@ __all__ = [
 ]
 
 DB_NAME = "sketches"
-#: Documents per block.
-BLOCK = 64
+#: Bytes of sketches per block at most: one 4 KiB overflow page less its 16-byte header.
+BLOCK_BYTES = 4080
+
+
+def block_size(words: int) -> int:
+    """Documents per block of sketches of ``words`` words (510 for 1 word, 127 for 4, 63 for 8)."""
+    return BLOCK_BYTES // (8 * words)
+
+
 #: A store opened with ``threshold=`` and no pipeline gets ``Pipeline(sketch_bits=DEFAULT_SKETCH_BITS)``,
 #: and without ``k`` the candidate radius CANDIDATE_K (docs/tuning.md, "Verified similarity": at
 #: θ = 0.8 and 256 bits, F1 rises with the radius up to 8 and hardly beyond).
@@ -54,7 +65,8 @@ class Sketches:
     def __init__(self, db: Any, words: int) -> None:
         self.db = db
         self.words = words
-        self._block_bytes = BLOCK * words * 8
+        self.block = block_size(words)
+        self._block_bytes = self.block * words * 8
 
     def _block(self, txn: lmdb.Transaction, block: int) -> np.ndarray | None:
         raw = txn.get(U64.pack(block), db=self.db)
@@ -62,7 +74,7 @@ class Sketches:
             return None
         if len(raw) != self._block_bytes:
             raise CorruptionError(f"sketch block {block} holds {len(raw)} bytes, expected {self._block_bytes}")
-        return np.frombuffer(raw, dtype="<u8").reshape(BLOCK, self.words)
+        return np.frombuffer(raw, dtype="<u8").reshape(self.block, self.words)
 
     def put(self, txn: lmdb.Transaction, ids: np.ndarray, sketches: np.ndarray) -> None:
         """Store ``sketches[i]`` (uint64[n, words]) as the sketch of ``ids[i]``."""
@@ -71,18 +83,19 @@ class Sketches:
             return
         order = np.argsort(ids, kind="stable")
         ids, sketches = ids[order], np.asarray(sketches, dtype=np.uint64)[order]
-        blocks = ids // BLOCK
+        size = self.block
+        blocks = ids // size
         starts = np.flatnonzero(np.r_[True, blocks[1:] != blocks[:-1]])
         ends = np.r_[starts[1:], len(ids)]
         items = []
         for lo, hi in zip(starts.tolist(), ends.tolist()):
             block = int(blocks[lo])
-            slots = ids[lo:hi] % BLOCK
-            if hi - lo == BLOCK:  # a whole block (a bulk load): nothing to keep from before
-                values = np.empty((BLOCK, self.words), dtype="<u8")
+            slots = ids[lo:hi] % size
+            if hi - lo == size:  # a whole block (a bulk load): nothing to keep from before
+                values = np.empty((size, self.words), dtype="<u8")
             else:
                 old = self._block(txn, block)
-                values = np.zeros((BLOCK, self.words), dtype="<u8") if old is None else old.copy()
+                values = np.zeros((size, self.words), dtype="<u8") if old is None else old.copy()
             values[slots] = sketches[lo:hi]
             items.append((U64.pack(block), values.tobytes()))
         txn.cursor(db=self.db).putmulti(items)
@@ -94,14 +107,14 @@ class Sketches:
         out = np.empty((len(ids), self.words), dtype=np.uint64)
         if len(ids) == 0:
             return out
-        blocks, where = np.unique(ids // BLOCK, return_inverse=True)
-        values = np.empty((len(blocks), BLOCK, self.words), dtype=np.uint64)
+        blocks, where = np.unique(ids // self.block, return_inverse=True)
+        values = np.empty((len(blocks), self.block, self.words), dtype=np.uint64)
         for j, block in enumerate(blocks.tolist()):
             got = self._block(txn, block)
             if got is None:
                 raise CorruptionError(f"the sketch of document {int(ids[where == j][0])} is missing (block {block})")
             values[j] = got
-        out[:] = values[where, ids % BLOCK]
+        out[:] = values[where, ids % self.block]
         return out
 
     def verify_pairs(self, txn: lmdb.Transaction, a: np.ndarray, b: np.ndarray, threshold: float) -> np.ndarray:
