@@ -97,7 +97,7 @@ def pipeline_conflicts(pipeline: fpstore.Pipeline, args: argparse.Namespace) -> 
 
 
 def add_pipeline_options(p: argparse.ArgumentParser, note: str = "") -> None:
-    from fpstore.fingerprint.pipeline import HTML_MODES, KINDS, MAX_SHINGLE, SKETCH_BITS
+    from fpstore.fingerprint.pipeline import HTML_MODES, KINDS, MAX_SHINGLE
 
     g = p.add_argument_group("pipeline" + note)
     g.add_argument("--kind", choices=sorted(KINDS), default=None, help="fingerprint kind (default: the default pipeline's)")
@@ -114,8 +114,7 @@ def add_pipeline_options(p: argparse.ArgumentParser, note: str = "") -> None:
     )
     g.add_argument(
         "--sketch-bits",
-        type=int,
-        choices=SKETCH_BITS,
+        type=sketch_bits_arg,
         default=None,
         metavar="B",
         help="bits of the verification sketch kept per document (a multiple of 64 up to 512; default 0: none, or 256 with --threshold)",
@@ -140,6 +139,16 @@ def add_design_options(p: argparse.ArgumentParser, note: str = "") -> None:
         help="answer by verified similarity: keep candidates whose sketches estimate at least J "
         "(needs a sketch: default --sketch-bits 256, -k 8; see docs/tuning.md)",
     )
+
+
+def sketch_bits_arg(text: str) -> int:
+    """A sketch length on the command line: 0 or a multiple of 64 up to 512."""
+    from fpstore.fingerprint.pipeline import SKETCH_BITS
+
+    value = int_arg(0, SKETCH_BITS[-1])(text)
+    if value not in SKETCH_BITS:
+        raise argparse.ArgumentTypeError(f"must be a multiple of 64 up to {SKETCH_BITS[-1]}, got {value}")
+    return value
 
 
 def similarity_arg(text: str) -> float:
