@@ -907,6 +907,11 @@ def test_a_verifying_store_on_the_command_line(tmp_path):
     refused = cli("query", store, "--fingerprint", fp)
     assert refused.code == 2 and "threshold" in refused.err
     assert cli("query", store, "--fingerprint", fp, "--threshold", "0").code == 0
+    assert cli("redesign", store, "--threshold", "0.5").code == 0
+    assert cli("info", store, "--json").json()["threshold"] == 0.5
     assert cli("create", tmp_path / "t", "--threshold", "2").code == 2
+    assert cli("create", tmp_path / "plain").code == 0
+    refused_redesign = cli("redesign", tmp_path / "plain", "--threshold", "0.8")
+    assert refused_redesign.code == 2 and "ingest the texts again" in refused_redesign.err
     no_sketch = cli("create", tmp_path / "u", "--threshold", "0.8", "--sketch-bits", "0")
     assert no_sketch.code == 2 and "sketch" in no_sketch.err

@@ -297,3 +297,29 @@ def test_exhaustive_under_a_threshold_applies_the_rule_to_every_document(filled)
         sims = sketch_similarity(sigs.sketches, sigs.sketches[qi][None, :])
         got = store.query(text=texts[qi], k=64, exhaustive=True, threshold=0.6)
         assert {m.key for m in got} == {keys[i] for i in np.flatnonzero(sims >= 0.6)}
+
+
+def test_redesign_to_a_threshold(tmp_path):
+    """redesign(threshold=) records the threshold (with the candidate radius when no k is given)
+    in the design's transaction; a store without sketches refuses it and is left as it was."""
+    from fpstore.store.sketches import CANDIDATE_K
+
+    texts = _corpus(7)
+    with fpstore.open(tmp_path / "s", pipeline=PIPE, k=5) as store:
+        store.add_many([f"d{i}" for i in range(len(texts))], texts=texts)
+        loose = store.query(text=texts[0])
+        result = store.redesign(threshold=0.85)
+        assert result["k"] == CANDIDATE_K and result["threshold"] == 0.85 and store.threshold == 0.85
+        strict = store.query(text=texts[0])
+        assert all(m.similarity >= 0.85 for m in strict)
+        assert {m.key for m in strict if m.distance <= 5} <= {m.key for m in loose}
+        assert store.redesign(CANDIDATE_K, threshold=0.7)["design_before"] == store.design.name  # no tables rebuilt
+    with fpstore.open(tmp_path / "s") as store:
+        assert store.threshold == 0.7 and store.k == CANDIDATE_K
+    with fpstore.open(tmp_path / "plain", pipeline=fpstore.Pipeline(html="off")) as store:
+        store.add("a", text="one two three four five six seven")
+        with pytest.raises(InputError, match="sketch"):
+            store.redesign(threshold=0.8)
+        with pytest.raises(InputError, match="k=, threshold="):
+            store.redesign()
+        assert store.threshold is None and store.header.get("threshold") is None

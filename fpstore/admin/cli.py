@@ -117,7 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
     progress_options(p)
 
     p = command("redesign", cmd_redesign)
-    p.add_argument("-k", type=int_arg(0, MAX_K), required=True, help=f"the new radius (at most {MAX_K})")
+    p.add_argument("-k", type=int_arg(0, MAX_K), default=None, help=f"the new radius (at most {MAX_K}; default with --threshold: 8)")
+    p.add_argument(
+        "--threshold",
+        type=similarity_arg,
+        default=None,
+        metavar="J",
+        help="a store with a sketch: make J its verification threshold (recorded with the design)",
+    )
     p.add_argument("--design", default="auto", help="design name (see docs/designs.md) or 'auto' (default)")
     p.add_argument(
         "--expected-size",

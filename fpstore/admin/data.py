@@ -68,18 +68,21 @@ def cmd_redesign(args: argparse.Namespace) -> int:
     """Index a store for another radius: rebuild its tables under a new design, in one transaction."""
     with open_store(args.store, readonly=False) as store:
         before = store.info()
-        stages("redesign", args)(f"indexing {before['documents']:,} documents again for k={args.k} (design {args.design}; one transaction)")
+        radius = "the candidate radius" if args.k is None else f"k={args.k}"
+        stages("redesign", args)(f"indexing {before['documents']:,} documents again for {radius} (design {args.design}; one transaction)")
         t0 = time.monotonic()
         with Bar("redesign", "tables", want_progress(args)) as bar:
-            result = store.redesign(args.k, design=args.design, expected_size=args.expected_size, progress=bar)
+            result = store.redesign(args.k, threshold=args.threshold, design=args.design, expected_size=args.expected_size, progress=bar)
         data = {**result, "seconds": round(time.monotonic() - t0, 3), "file_size": store.info()["file_size"]}
+    k = result["k"]
+    verified = "" if result["threshold"] is None else f", threshold {result['threshold']:g}"
     if args.json:
         print_json(data)
     elif result["design_before"] == result["design_after"]:
-        print(f"{args.store} already has design {result['design_after']}: nothing to do (k is now {args.k})")
+        print(f"{args.store} already has design {result['design_after']}: nothing to do for the tables (k is now {k}{verified})")
     else:
         print(
-            f"redesigned {args.store} from {result['design_before']} to {result['design_after']} (exact up to k={args.k}) "
+            f"redesigned {args.store} from {result['design_before']} to {result['design_after']} (exact up to k={k}{verified}) "
             f"in {data['seconds']:.2f} s: {result['entries']:,} documents; file {mib(data['file_size'])}"
         )
     return EXIT_OK

@@ -52,7 +52,7 @@ from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyp
 from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
 from fpstore.store.merging import MERGE_MODES, Merger, clean_up
 from fpstore.store.reading import Reader
-from fpstore.store.redesign import switch_design
+from fpstore.store.redesign import redesign_plan, switch_design, write_header
 from fpstore.store.results import AddResult, Cluster, Document, Match
 from fpstore.store.rows import arrow_batches, arrow_table
 from fpstore.store.sketches import CANDIDATE_K, DEFAULT_SKETCH_BITS, NEEDS_SKETCH, check_threshold, stored_threshold
@@ -351,13 +351,16 @@ class Store(Closing):
 
     def redesign(
         self,
-        k: int,
+        k: int | None = None,
         *,
+        threshold: float | None = None,
         design: str | Design = "auto",
         expected_size: int | None = None,
         progress: Callable[[int, int | None], None] | None = None,
     ) -> dict[str, Any]:
-        """Index the store for radius ``k`` (a new table design; the documents stay as they are).
+        """Index the store for radius ``k`` (a new table design; the documents stay as they are),
+        and/or, in a store with sketches, make ``threshold`` its verification threshold (without
+        ``k``, with the candidate radius 8), recorded in the same transaction.
 
         ``design`` and ``expected_size`` choose the design as :func:`fpstore.open` does for a new
         store (``expected_size`` defaults to the store's size, at least 10^6). Every fingerprint
@@ -367,21 +370,32 @@ class Store(Closing):
         Afterwards :attr:`k` is ``k``. ``progress(tables encoded, tables)`` as the tables are built.
         """
         self._storage.check_writable()
+        k, header = redesign_plan(self, k, threshold)
         new = design_for(k, expected_size if expected_size is not None else max(len(self), DEFAULT_EXPECTED_SIZE), design)
         before = self.design
         with self._merges.paused(), self._storage.alone("a redesign"):
             if new.config() == before.config():
                 counts = {"entries": len(self)}
+                if header != self.header:
+                    self.header = write_header(self._storage, self._cat, header)
             else:
                 try:
-                    self.header, counts = switch_design(self._storage, self._cat, self.header, new, progress)
+                    self.header, counts = switch_design(self._storage, self._cat, header, new, progress)
                     self.design = new
                 finally:
                     # Handles of tables an aborted write dropped are closed: open the design's again.
                     self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))] + column_dbs(self.pipeline))
                     self._bind_dbs()
             self.k = k
-        return {"design_before": before.name, "design_after": new.name, "k": k, "entries": int(counts["entries"])}
+            if threshold is not None:  # else an open's own threshold stays
+                self.threshold = self._cat.threshold = stored_threshold(self.header, self.path)
+        return {
+            "design_before": before.name,
+            "design_after": new.name,
+            "k": k,
+            "threshold": self.threshold,
+            "entries": int(counts["entries"]),
+        }
 
     # -- all pairs ------------------------------------------------------------------------------
 
