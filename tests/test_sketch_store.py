@@ -323,3 +323,30 @@ def test_redesign_to_a_threshold(tmp_path):
         with pytest.raises(InputError, match="k=, threshold="):
             store.redesign()
         assert store.threshold is None and store.header.get("threshold") is None
+
+
+def test_verify_finds_missing_and_damaged_sketches(tmp_path):
+    texts = _corpus(8)
+    with fpstore.open(tmp_path / "s", pipeline=PIPE, k=K) as store:
+        store.add_many([f"d{i}" for i in range(len(texts))], texts=texts)
+        assert store.verify() == []
+        victim = store.get("d3").id
+    block = victim // block_size(PIPE.sketch_bits // 64)
+    env = lmdb.open(str(tmp_path / "s"), max_dbs=64)
+    with env.begin(write=True) as txn:
+        db = env.open_db(b"sketches", txn=txn)
+        key = block.to_bytes(8, "big")
+        value = bytearray(txn.get(key, db=db))
+        slot = victim % block_size(PIPE.sketch_bits // 64)
+        value[slot * 32 : slot * 32 + 32] = bytes(32)
+        txn.put(key, bytes(value), db=db)
+    env.close()
+    with fpstore.open(tmp_path / "s", readonly=True) as store:
+        problems = store.verify()
+        assert any("no sketch" in p and f"id {victim}" in p for p in problems), problems
+    env = lmdb.open(str(tmp_path / "s"), max_dbs=64)
+    with env.begin(write=True) as txn:
+        txn.delete(block.to_bytes(8, "big"), db=env.open_db(b"sketches", txn=txn))
+    env.close()
+    with fpstore.open(tmp_path / "s", readonly=True) as store:
+        assert any("missing" in p for p in store.verify())

@@ -117,6 +117,32 @@ class Sketches:
         out[:] = values[where, ids % self.block]
         return out
 
+    def problems(self, txn: lmdb.Transaction, ids: np.ndarray, limit: int = 10) -> list[str]:
+        """What is wrong with the sketches of live documents ``ids``: a block missing or of the
+        wrong length, or a slot never written (all words zero: a real sketch of a text with
+        shingles is never that)."""
+        found: list[str] = []
+        ids = np.unique(np.asarray(ids, dtype=np.int64))
+        blocks = ids // self.block
+        starts = np.flatnonzero(np.r_[True, blocks[1:] != blocks[:-1]]) if len(ids) else np.zeros(0, np.int64)
+        for lo, hi in zip(starts.tolist(), np.r_[starts[1:], len(ids)].tolist()):
+            block = int(blocks[lo])
+            try:
+                values = self._block(txn, block)
+            except CorruptionError as exc:
+                found.append(str(exc))
+                values = None
+            else:
+                if values is None:
+                    found.append(f"sketch block {block} is missing (documents {int(ids[lo])}..{int(ids[hi - 1])})")
+            if values is not None:
+                empty = ids[lo:hi][~values[ids[lo:hi] % self.block].any(axis=1)]
+                if len(empty):
+                    found.append(f"{len(empty)} documents have no sketch in block {block} (for example id {int(empty[0])})")
+            if len(found) >= limit:
+                break
+        return found
+
     def verify_pairs(self, txn: lmdb.Transaction, a: np.ndarray, b: np.ndarray, threshold: float) -> np.ndarray:
         """A boolean mask of the pairs ``(a[i], b[i])`` whose sketches estimate a similarity of at
         least ``threshold``."""
