@@ -319,3 +319,21 @@ def test_sketches_of_a_store_without_one_is_an_input_error(tmp_path):
         assert all(sk is None for _, sk in documents_with_sketches(s))
         with pytest.raises(InputError, match="sketch"):
             sketches_of(s, np.array([1, 2]))
+
+
+def test_spark_sketch_columns_are_checked_before_they_are_read():
+    """fpstore.spark.sketches (pyarrow only, no Spark): a sketch column round-trips, slices read
+    their own rows, and a null or a value of another length is an InputError."""
+    pa = pytest.importorskip("pyarrow")
+    from fpstore.spark.sketches import arrow_sketches, sketch_array
+
+    sk = np.random.default_rng(1).integers(0, 2**64, (7, 4), dtype=np.uint64)
+    arr = sketch_array(sk)
+    assert arrow_sketches(arr, 4, "x").tolist() == sk.tolist()
+    assert arrow_sketches(arr.slice(2, 3), None, "x").tolist() == sk[2:5].tolist()
+    assert arrow_sketches(pa.chunked_array([arr.slice(0, 2), arr.slice(2)]), 4, "x").tolist() == sk.tolist()
+    masked = sketch_array(sk, np.array([False, True] + [False] * 5))
+    assert masked.to_pylist()[1] is None and masked.to_pylist()[0] == sk[0].astype("<u8").tobytes()
+    for bad, words in ((masked, 4), (arr, 2), (pa.array([b"x" * 32, b"y" * 31]), 4), (pa.array([b"z" * 12]), None), (pa.array([1, 2]), 4)):
+        with pytest.raises(InputError):
+            arrow_sketches(bad, words, "the sketch column")
