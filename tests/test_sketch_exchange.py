@@ -147,6 +147,35 @@ def test_a_sketch_stream_into_an_existing_store_and_again(tmp_path):
     assert res.records == 0 and state(tmp_path / "b", texts) == got
 
 
+def test_the_stores_threshold_travels_with_the_stream(tmp_path):
+    """A verifying store (open(threshold=)) is imported into a new store with its threshold, so
+    queries, pairs and add verdicts verify alike; an existing store keeps its own."""
+    with fpstore.open(tmp_path / "a", pipeline=SKETCH_PIPE, k=K, threshold=0.75) as s:
+        texts = fill(s)
+    data = export(tmp_path / "a")
+    assert unframe(data)[0]["threshold"] == 0.75
+    import_stream(io.BytesIO(data), str(tmp_path / "b"))
+    with fpstore.open(tmp_path / "b", readonly=True) as s:
+        assert s.threshold == 0.75
+    want = state(tmp_path / "a", texts)
+    assert state(tmp_path / "b", texts) == want
+    with fpstore.open(tmp_path / "a") as a, fpstore.open(tmp_path / "b") as b:
+        va, vb = (s.add("new", text=texts[5] + " more") for s in (a, b))
+        assert va.near_duplicates and [(m.key, m.distance, m.similarity) for m in va.near_duplicates] == [
+            (m.key, m.distance, m.similarity) for m in vb.near_duplicates
+        ]
+        assert va.canonical == vb.canonical
+    with fpstore.open(tmp_path / "c", pipeline=SKETCH_PIPE, k=K, threshold=0.5):
+        pass
+    import_stream(io.BytesIO(data), str(tmp_path / "c"))
+    with fpstore.open(tmp_path / "c", readonly=True) as s:
+        assert s.threshold == 0.5
+    header = unframe(data)[0]
+    for bad in (dict(header, threshold=1.5), dict(header, threshold="0.7"), {k: v for k, v in header.items() if k != "threshold"}):
+        with pytest.raises(FormatError, match="threshold"):
+            read_stream(io.BytesIO(reframe([bad, *unframe(data)[1:]])))
+
+
 def test_a_store_without_a_sketch_still_exports_version_2(tmp_path):
     """A store without a sketch is exported as before (version 2, records of five fields), which
     older fpstore reads, and imports to the same state."""

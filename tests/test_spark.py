@@ -328,10 +328,14 @@ def test_sketches_on_spark_equal_brute_force(spark, tmp_path):
     with pytest.raises(InputError, match="sketch"):
         fs.build_shards(fps_df.select("id", "fp"), tmp_path / "bad", shards=2, k=SKETCH_K, pipeline_id=SKETCH_PIPE.id, pipeline=SKETCH_PIPE)
 
-    fs.build_shards(fps_df, tmp_path / "shards", shards=3, k=SKETCH_K, pipeline_id=SKETCH_PIPE.id, pipeline=SKETCH_PIPE)
+    manifest = fs.build_shards(
+        fps_df, tmp_path / "shards", shards=3, k=SKETCH_K, pipeline_id=SKETCH_PIPE.id, pipeline=SKETCH_PIPE, threshold=THETA
+    )
+    assert manifest["threshold"] == THETA
     with fpstore.open(tmp_path / "one", pipeline=SKETCH_PIPE, k=SKETCH_K) as one, fs.ShardSet(tmp_path / "shards") as shards:
         one.bulk_load(np.arange(n, dtype=np.int64), sigs)
         for t in texts[:30:3]:
-            a = [(m.key, m.distance, m.similarity) for m in shards.query(text=t, threshold=THETA)]
+            a = [(m.key, m.distance, m.similarity) for m in shards.query(text=t)]  # the shards verify by default
             b = [(m.key, m.distance, m.similarity) for m in one.query(text=t, threshold=THETA)]
             assert a == b and a and all(s is not None for _, _, s in a)
+            assert len(shards.query(text=t, threshold=0)) >= len(a)

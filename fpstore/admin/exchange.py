@@ -5,7 +5,8 @@ The stream is one zstd frame (with its content checksum) holding a sequence of m
 1. a header map: ``magic`` ("fpstore-export"), ``version`` (3, or 2), ``fpstore`` (the exporting
    version), ``created`` (Unix seconds), ``pipeline`` (the pipeline config), ``pipeline_id``,
    ``idf`` (the idf table's canonical bytes, or nil), ``design`` (the table design config), ``k``
-   (the store's default radius) and ``count`` (documents when the export began: an estimate);
+   (the store's default radius), ``count`` (documents when the export began: an estimate) and
+   (version 3) ``threshold`` (the verification threshold the store's header records, or nil);
 2. the records, each an array ``[key, fingerprint, content_hash, flags, canonical]``:
    ``key`` a str, a bin (a bytes key), a uint64 (an int key) or ext type 1 (a str key holding lone surrogates, as UTF-8
    with surrogates passed); ``fingerprint`` a uint64; ``content_hash`` a 16-byte bin or nil;
@@ -70,6 +71,7 @@ _MAX_OBJECT = 64 << 20  # one msgpack object (the header, with its idf table) at
 _MAX_KEY = 1 << 20
 _READ_CHUNK = 1 << 16
 _HEADER_FIELDS = {"magic", "version", "fpstore", "created", "pipeline", "pipeline_id", "idf", "design", "k", "count"}
+_HEADER_FIELDS_V3 = _HEADER_FIELDS | {"threshold"}
 
 
 def _encode_key(key: Key) -> Any:
@@ -130,6 +132,9 @@ def export_store(store: Any, out: IO[bytes], *, level: int = 3, progress: Callab
         "k": store.k,
         "count": len(store),
     }
+    if sketched:
+        # The recorded threshold, not one this open may override for its own calls.
+        header["threshold"] = store.header.get("threshold")
     # Taken before the documents are read: a checkpoint never claims more than the stream holds.
     checkpoints = store.checkpoints()
     n = 0
@@ -162,13 +167,15 @@ def export_store(store: Any, out: IO[bytes], *, level: int = 3, progress: Callab
 
 @dataclass(frozen=True)
 class StreamHeader:
-    """The checked header of a stream: the pipeline and design it was made with, and its count."""
+    """The checked header of a stream: the pipeline and design it was made with, its count, and
+    the verification threshold its store recorded (None: none, or a stream before version 3)."""
 
     pipeline: Pipeline
     design: Design
     k: int
     count: int
     raw: dict[str, Any]
+    threshold: float | None = None
 
 
 @dataclass(frozen=True)
@@ -281,7 +288,7 @@ def _check_header(obj: Any) -> StreamHeader:
         raise FormatError(
             f"the stream has format version {version}; this fpstore ({__version__}) reads versions 1..{EXPORT_VERSION}: upgrade fpstore"
         )
-    missing = sorted(_HEADER_FIELDS - set(obj))
+    missing = sorted((_HEADER_FIELDS_V3 if version >= 3 else _HEADER_FIELDS) - set(obj))
     if missing:
         raise FormatError(f"the stream header lacks {missing}")
     idf_raw = obj["idf"]
@@ -306,7 +313,14 @@ def _check_header(obj: Any) -> StreamHeader:
         raise FormatError(f"the stream header's k {k!r} is not in 0..{design.k}")
     if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < 1 << 48:
         raise FormatError(f"the stream header's count {count!r} is invalid")
-    return StreamHeader(pipeline, design, k, count, obj)
+    threshold = obj.get("threshold") if version >= 3 else None
+    if threshold is not None:
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+            raise FormatError(f"the stream header's threshold {threshold!r} is not a number in [0, 1] or nil")
+        if not pipeline.sketch_bits:
+            raise FormatError("the stream header has a verification threshold, but its pipeline has no sketch to verify with")
+        threshold = float(threshold)
+    return StreamHeader(pipeline, design, k, count, obj, threshold)
 
 
 def _check_record(obj: Any, n: int, version: int, words: int) -> StreamRecord:
@@ -464,12 +478,13 @@ def import_stream(
 ) -> ImportResult:
     """Import an ``fpstore-export`` stream into the store at ``path``.
 
-    When ``path`` holds no store, a new store is made with the stream's pipeline, design and k,
-    built in a sibling directory and renamed to ``path`` once the whole stream checked out. When it
+    When ``path`` holds no store, a new store is made with the stream's pipeline, design, k and
+    verification threshold, built in a sibling directory and renamed to ``path`` once the whole stream checked out. When it
     holds one, the stream's pipeline must be the store's (else :class:`PipelineMismatchError`);
     the whole stream is checked first (a stream that cannot be read twice is spooled to a
     temporary file), then added in batches, each committed with a checkpoint, so a rerun after an
-    interruption skips the batches already committed. Keys already in the store are replaced.
+    interruption skips the batches already committed. Keys already in the store are replaced;
+    the store keeps its own verification threshold.
     """
     import fpstore
 
@@ -482,7 +497,7 @@ def import_stream(
     parent = os.path.dirname(os.path.abspath(path)) or "."
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(path))}.importing-", dir=parent)
     try:
-        store = fpstore.open(tmp, k=header.k, pipeline=header.pipeline, design=header.design)
+        store = fpstore.open(tmp, k=header.k, pipeline=header.pipeline, design=header.design, threshold=header.threshold)
         try:
             n = _feed(store, iter(records), header.pipeline.id, batch_size, None, 0, progress, header.count)
             _carry_checkpoints(store, records.checkpoints, replace=True)

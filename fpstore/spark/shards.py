@@ -21,7 +21,7 @@ from fpstore.fingerprint.pipeline import Pipeline
 from fpstore.index.design import Design, design_for
 from fpstore.spark.frames import arrow_u64, check_columns, require, schema_ddl
 from fpstore.spark.shardset import MANIFEST, MANIFEST_FORMAT, ROUTING, shard_dir, shard_of
-from fpstore.spark.sketches import SKETCH_COL, arrow_sketches, check_sketch_column
+from fpstore.spark.sketches import SKETCH_COL, arrow_sketches, check_sketch_column, check_threshold
 from fpstore.spark.texts import pipeline_payload, rebuild_pipeline
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -41,7 +41,16 @@ def _route_fn(id_col: str, shards: int):
     return route
 
 
-def _write_fn(root: str, payload: dict[str, Any], design_cfg: dict[str, Any], k: int, id_col: str, fp_col: str, sketch_col: str):
+def _write_fn(
+    root: str,
+    payload: dict[str, Any],
+    design_cfg: dict[str, Any],
+    k: int,
+    id_col: str,
+    fp_col: str,
+    sketch_col: str,
+    threshold: float | None,
+):
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
@@ -71,7 +80,7 @@ def _write_fn(root: str, payload: dict[str, Any], design_cfg: dict[str, Any], k:
             if pipe.sketch_bits:
                 sketches = arrow_sketches(sel.column(sketch_col), pipe.sketch_bits // 64, f"sketch column {sketch_col!r}")
                 loaded = Fingerprints(fps, pipe.id, sketches=sketches)
-            with fpstore.open(tmp, k=k, pipeline=pipe, design=design, expected_size=len(fps)) as store:
+            with fpstore.open(tmp, k=k, pipeline=pipe, design=design, expected_size=len(fps), threshold=threshold) as store:
                 store.bulk_load(keys, loaded, pipeline_id=pipe.id)
                 count = len(store)
             if os.path.exists(final):
@@ -108,6 +117,7 @@ def build_shards(
     design: Design | str = "auto",
     expected_size: int | None = None,
     sketch_col: str = SKETCH_COL,
+    threshold: float | None = None,
 ) -> dict[str, Any]:
     """Build ``shards`` complete fpstores under ``path`` from ``(id, fp)`` rows; returns the manifest.
 
@@ -127,7 +137,8 @@ def build_shards(
     the store requires); rows with a null fingerprint are skipped. ``path/manifest.json`` records the shards, the routing rule, the pipeline, the
     design and the counts. A pipeline with ``sketch_bits`` makes stores that keep every document's
     verification sketch: the rows must carry it in ``sketch_col`` (as :func:`fingerprint` makes
-    it), and the shards' matches carry their similarity as one store's do.
+    it), and the shards' matches carry their similarity as one store's do; ``threshold`` makes
+    each shard a verifying store (``fpstore.open(threshold=)``), recorded in the manifest.
     """
     require()
     from pyspark.sql import functions as F
@@ -145,6 +156,10 @@ def build_shards(
     if os.path.exists(os.path.join(root, MANIFEST)):
         raise InputError(f"{root} already holds a shard set ({MANIFEST}); choose an empty directory")
     os.makedirs(root, exist_ok=True)
+    if threshold is not None:
+        threshold = check_threshold(threshold)
+        if not pipe.sketch_bits:
+            raise InputError("build_shards(threshold=) needs a pipeline with a verification sketch (sketch_bits)")
     if pipe.sketch_bits:
         check_sketch_column(df, sketch_col, f"build_shards with a pipeline of {pipe.sketch_bits}-bit sketches")
     rows = df.select(id_col, fp_col, *([sketch_col] if pipe.sketch_bits else [])).where(F.col(fp_col).isNotNull())
@@ -155,7 +170,9 @@ def build_shards(
     routed = rows.mapInArrow(_route_fn(id_col, shards), f"{schema_ddl(rows)}, _shard int")
     written = (
         routed.repartition(shards, "_shard")
-        .mapInArrow(_write_fn(root, payload, d.config(), k, id_col, fp_col, sketch_col), "shard int, count long, bytes long, host string")
+        .mapInArrow(
+            _write_fn(root, payload, d.config(), k, id_col, fp_col, sketch_col, threshold), "shard int, count long, bytes long, host string"
+        )
         .collect()
     )
     counts = {int(r["shard"]): (int(r["count"]), int(r["bytes"]), r["host"]) for r in written}
@@ -163,7 +180,7 @@ def build_shards(
 
     for s in range(shards):
         if s not in counts:  # no row routed here: an empty store keeps every shard openable
-            with fpstore.open(os.path.join(root, shard_dir(s)), k=k, pipeline=pipe, design=d):
+            with fpstore.open(os.path.join(root, shard_dir(s)), k=k, pipeline=pipe, design=d, threshold=threshold):
                 pass
             counts[s] = (0, 0, socket.gethostname())
     manifest = {
@@ -177,6 +194,7 @@ def build_shards(
             "query": "every shard (a near-duplicate may be in any)",
         },
         "k": k,
+        "threshold": threshold,
         "pipeline_id": pipe.id,
         "pipeline": pipe.config,
         "design": d.config(),
