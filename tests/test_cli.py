@@ -795,6 +795,30 @@ def test_dump_writes_every_document_as_a_table(tmp_path):
     assert info["design_detail"]["name"] and info["design_detail"]["k"] >= 3 and info["design_detail"]["tables"]
 
 
+def test_dump_export_and_import_of_a_store_with_a_sketch(tmp_path):
+    """A store with a verification sketch: dump (JSON Lines, CSV, Parquet) adds the ``sketch``
+    column (hex, and fixed-size binary in Parquet); export then import through the command gives a
+    store with the same rows, sketches included."""
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "sk.fps"
+    with fpstore.open(path, pipeline=fpstore.Pipeline(sketch_bits=128)) as s:
+        s.add_many([f"d{i}" for i in range(6)], texts=[synthetic(i % 3) for i in range(6)])
+    rows = [json.loads(line) for line in cli("dump", path).out.splitlines()]
+    assert len(rows) == 6 and all(len(r["sketch"]) == 32 for r in rows)
+    with open(tmp_path / "t.csv", "w") as fh:
+        fh.write(cli("dump", path, "--format", "csv").out)
+    with open(tmp_path / "t.csv", newline="") as fh:
+        assert [r["sketch"] for r in csv.DictReader(fh)] == [r["sketch"] for r in rows]
+    assert cli("dump", path, "--format", "parquet", "-o", tmp_path / "t.parquet").code == 0
+    assert [r["sketch"].hex() for r in pq.read_table(tmp_path / "t.parquet").to_pylist()] == [r["sketch"] for r in rows]
+    assert cli("export", path, "-o", tmp_path / "sk.fpx").code == 0
+    r = cli("import", tmp_path / "copy.fps", tmp_path / "sk.fpx", "--json")
+    assert r.code == 0 and r.json()["records"] == 6
+    strip = [{c: v for c, v in row.items() if c != "id"} for row in rows]
+    assert [{c: v for c, v in json.loads(line).items() if c != "id"} for line in cli("dump", tmp_path / "copy.fps").out.splitlines()] == strip
+
+
 def test_dedup_writes_parquet(built, tmp_path):
     """dedup --format parquet holds the same pairs and clusters as the JSON Lines output."""
     import pyarrow.parquet as pq

@@ -362,8 +362,9 @@ def _parquet() -> Any:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    """Every document as a table: JSON Lines, CSV or Parquet (columns in docs/cli.md)."""
-    from fpstore.store.rows import COLUMNS, rows
+    """Every document as a table: JSON Lines, CSV or Parquet (columns in docs/cli.md; a store
+    with a sketch adds ``sketch``)."""
+    from fpstore.store.rows import columns_of, record_batches, store_rows
 
     to_stdout = args.output in (None, "-")
     if args.format == "parquet":
@@ -372,7 +373,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
         pq = _parquet()
 
         with open_store(args.store) as store:
-            batches = store.record_batches()
+            batches = record_batches(store)
             first = next(batches)
             n = 0
             with pq.ParquetWriter(sys.stdout.buffer if to_stdout else args.output, first.schema) as writer:
@@ -386,11 +387,12 @@ def cmd_dump(args: argparse.Namespace) -> int:
     try:
         with open_store(args.store) as store:
             writer = csv.writer(out) if args.format == "csv" else None
+            columns = columns_of(store)
             if writer:
-                writer.writerow(COLUMNS)
-            for row in rows(store.documents()):
+                writer.writerow(columns)
+            for row in store_rows(store):
                 if writer:
-                    writer.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
+                    writer.writerow(["" if row[c] is None else row[c] for c in columns])
                 else:
                     out.write(dumps(row) + "\n")
                 n += 1
