@@ -54,7 +54,7 @@ from fpstore.store.merging import MERGE_MODES, Merger, clean_up
 from fpstore.store.reading import Reader
 from fpstore.store.redesign import redesign_plan, switch_design, write_header
 from fpstore.store.results import AddResult, Cluster, Document, Match
-from fpstore.store.rows import arrow_batches, arrow_table
+from fpstore.store.rows import arrow_table, record_batches
 from fpstore.store.sketches import CANDIDATE_K, DEFAULT_SKETCH_BITS, NEEDS_SKETCH, check_threshold, stored_threshold
 from fpstore.store.storage import DATA_FILE, Storage
 from fpstore.store.writes import add_batch, add_group, compact, delete_one, load_run
@@ -579,8 +579,9 @@ class Store(Closing):
 
     def record_batches(self, batch_size: int = 65_536) -> Iterator[Any]:
         """Every live document as rows of ``pyarrow.RecordBatch`` es (columns in
-        :mod:`fpstore.store.rows`), for pandas, polars or DuckDB; needs pyarrow."""
-        return arrow_batches(self.documents(), batch_size)
+        :mod:`fpstore.store.rows`; with ``sketch`` when the store keeps sketches), for pandas,
+        polars or DuckDB; needs pyarrow."""
+        return record_batches(self, batch_size)
 
     def to_arrow(self) -> Any:
         """Every live document as one ``pyarrow.Table`` (see :meth:`record_batches`)."""
