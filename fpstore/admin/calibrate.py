@@ -12,7 +12,8 @@ import json
 import sys
 from typing import Any
 
-from fpstore.admin.options import POSITIVE, int_arg, sketch_bits_arg
+from fpstore.admin.options import POSITIVE, int_arg, similarity_arg, sketch_bits_arg
+from fpstore.fingerprint.pipeline import MAX_SHINGLE
 from fpstore.index.design import MAX_K as STORE_MAX_K
 from fpstore.store.sketches import CANDIDATE_K
 
@@ -50,11 +51,19 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     p.add_argument("input", help="directory of text/HTML files, or a JSONL corpus (or labelled pairs with --pairs)")
     p.add_argument("--pairs", action="store_true", help="INPUT is JSONL of labelled pairs {a, b, label}")
-    p.add_argument("--threshold", type=float, default=0.8, help="Jaccard of 3-shingle sets that makes a near-duplicate (default 0.8)")
-    p.add_argument("--target-precision", type=float, default=0.95, help="recommend the largest k with this precision (default 0.95)")
-    p.add_argument("--max-k", type=int, default=None, help="largest k reported (default: the largest radius a store can be created with)")
+    p.add_argument(
+        "--threshold", type=similarity_arg, default=0.8, help="Jaccard of 3-shingle sets that makes a near-duplicate (default 0.8)"
+    )
+    p.add_argument(
+        "--target-precision", type=similarity_arg, default=0.95, help="recommend the largest k with this precision (default 0.95)"
+    )
+    p.add_argument(
+        "--max-k", type=int_arg(0, 64), default=None, help="largest k reported (default: the largest radius a store can be created with)"
+    )
     p.add_argument("--kind", choices=["minhash1", "simhash64"], default=None, help="fingerprint kind (default: the default pipeline's)")
-    p.add_argument("--shingle", type=int, default=None, help="the pipeline's shingle width (default: the default pipeline's)")
+    p.add_argument(
+        "--shingle", type=int_arg(1, MAX_SHINGLE), default=None, help="the pipeline's shingle width (default: the default pipeline's)"
+    )
     p.add_argument("--html", choices=["main-v1", "off"], default=None, help="HTML handling (default: main-v1)")
     p.add_argument(
         "--sketch-bits",
