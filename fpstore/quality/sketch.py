@@ -15,6 +15,8 @@ its exact Jaccard. ``tools/eval_sketch.py`` is the command that runs them on a c
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -24,13 +26,17 @@ from fpstore.quality.evaluate import Curve, Truth, close_pairs
 
 __all__ = [
     "THETAS",
+    "Verified",
     "candidate_union",
     "estimated_jaccard",
     "label_pairs",
     "recall_ceiling",
+    "recommend_theta",
     "sketch_distances",
     "unique_pairs",
     "verified_curve",
+    "verified_pairs_curve",
+    "verified_search",
 ]
 
 #: Verification thresholds reported by default: 0.50, 0.51, ..., 0.95.
@@ -148,3 +154,93 @@ def recall_ceiling(truth: Truth, pairs: np.ndarray, skip_identical: bool = True)
     if skip_identical:
         return int((label & ~ident).sum()), truth.positives - truth.positives_identical
     return int(label.sum()), truth.positives
+
+
+@dataclass
+class Verified:
+    """A verified search of one design measured on a corpus: candidates within ``candidate_k`` bits
+    of the key, kept when the sketch of ``sketch_bits`` estimates at least θ (``curve.ks``).
+
+    ``candidates`` counts the candidate pairs (byte-identical ones included, as a store meets them);
+    ``ceiling`` the positive pairs among them (byte-identical ones left out when the curve leaves
+    them out): the recall no θ can pass is ``ceiling / curve.positives``.
+    """
+
+    curve: Curve
+    sketch_bits: int
+    candidate_k: int
+    candidates: int
+    ceiling: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sketch_bits": self.sketch_bits,
+            "candidate_k": self.candidate_k,
+            "candidates": self.candidates,
+            "recall_ceiling": self.ceiling / self.curve.positives if self.curve.positives else 1.0,
+            "curve": self.curve.to_dict(),
+        }
+
+
+def verified_search(
+    name: str,
+    truth: Truth,
+    keys: np.ndarray,
+    sketches: np.ndarray,
+    candidate_k: int,
+    thetas: Sequence[float] = THETAS,
+    skip_identical: bool = True,
+) -> Verified:
+    """What a store of candidate radius ``candidate_k`` verifying with ``sketches`` answers, per θ.
+
+    ``keys`` uint64[n] are the 64-bit fingerprints and ``sketches`` uint64[n, W] the sketches of the
+    documents ``truth`` was computed on (same order). Every pair within ``candidate_k`` bits is a
+    candidate (exact: all pairs are compared); it is kept at θ when ``1 - 2 d / (64 W) >= θ``, as a
+    store keeps it. Candidates need not be among ``truth.pairs``: those that are not are negatives.
+    Bytes per document: the key's 8 plus the sketch's ``8 W``. Raises :class:`InputError` for
+    mismatched shapes or a ``candidate_k`` outside 0..64.
+    """
+    keys = np.asarray(keys, np.uint64)
+    s = _check_sketches(sketches)
+    if keys.ndim != 1 or len(keys) != len(s):
+        raise InputError(f"keys must be uint64[{len(s)}] like the sketches' rows, got shape {keys.shape}")
+    if not 0 <= candidate_k <= 64:
+        raise InputError(f"candidate_k must be in 0..64, got {candidate_k}")
+    bits = 64 * s.shape[1]
+    pairs = close_pairs(keys, candidate_k)[0]
+    est = estimated_jaccard(sketch_distances(s, pairs), bits)
+    curve = verified_curve(name, truth, pairs, est, thetas, 8 + bits // 8, skip_identical)
+    ceiling = recall_ceiling(truth, pairs, skip_identical)[0]
+    return Verified(curve, bits, candidate_k, len(pairs), ceiling)
+
+
+def verified_pairs_curve(
+    name: str,
+    key_distance: np.ndarray,
+    sketch_distance: np.ndarray,
+    bits: int,
+    label: np.ndarray,
+    candidate_k: int,
+    thetas: Sequence[float] = THETAS,
+) -> Verified:
+    """:func:`verified_search` on labelled pairs: pair ``i`` is found when ``key_distance[i] <=
+    candidate_k`` and kept at θ when ``1 - 2 sketch_distance[i] / bits >= θ``; ``label`` bool[m]
+    says which pairs are near-duplicates."""
+    kd = np.asarray(key_distance, np.int64)
+    label = np.asarray(label, bool)
+    if kd.shape != label.shape or np.shape(sketch_distance) != label.shape:
+        raise InputError("key_distance, sketch_distance and label must have one entry per pair")
+    found = kd <= candidate_k
+    est = estimated_jaccard(sketch_distance, bits)
+    ths = [float(t) for t in thetas]
+    tp = [int((found & (est >= t - 1e-9) & label).sum()) for t in ths]
+    fp = [int((found & (est >= t - 1e-9) & ~label).sum()) for t in ths]
+    curve = Curve(name, ths, tp, fp, int(label.sum()), 8 + bits // 8, note="kept when the sketch's Jaccard estimate >= θ")
+    return Verified(curve, bits, candidate_k, int(found.sum()), int((found & label).sum()))
+
+
+def recommend_theta(curve: Curve, target_precision: float = 0.95) -> float | None:
+    """The θ of the best F1 among those whose precision reaches ``target_precision`` and that keep
+    at least one true pair (the smallest such θ on ties); None when no θ does."""
+    ok = [(f, -t, t) for t, p, f, tp in zip(curve.ks, curve.precision, curve.f1, curve.tp) if p >= target_precision and tp > 0]
+    return max(ok)[2] if ok else None
