@@ -20,7 +20,7 @@ fingerprint bits flipped, d uniform in 1..8, and d x B / 64 distinct sketch bits
 proportion a 1-bit MinHash fingerprint and sketch of the same two texts differ in on average). With
 256 bits and threshold 0.8 a planted pair passes verification up to d = 6 (similarity
 1 - 2 d B / 64 / B = 1 - d / 32). Random fingerprints also make pairs within k_c bits by chance
-(about C(n, 2) x sum_{i <= k_c} C(64, i) / 2^64: 13,000 within 8 bits at 10^7), whose random
+(about C(n, 2) x sum_{i <= k_c} C(64, i) / 2^64: about 14,000 within 8 bits at 10^7), whose random
 sketches fail verification: the work verification exists to remove.
 
 Phases (each a fresh process, so that ``VmHWM`` and the sampled peak of ``RssAnon`` are its own;
