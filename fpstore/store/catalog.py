@@ -498,9 +498,10 @@ class Catalog:
         return Document(untyped_key(typed_stored), doc_id, fp, content_hash, canonical_key, bool(flags & FLAG_SHORT))
 
     def warm(self, txn: lmdb.Transaction) -> int:
-        """Read every byte of the index (runs, key segments, incremental tables); returns how many."""
+        """Read every byte of the index (runs, key segments, incremental tables) and of the sketch
+        column, which verified answers read next; returns how many."""
         total = 0
-        for db in [self.blobs, *self.tables]:
+        for db in [self.blobs, *self.tables, *([self.sketches.db] if self.sketches is not None else [])]:
             for key, value in txn.cursor(db=db):
                 total += len(key) + len(value)
                 zlib.adler32(value)  # reads every byte, so every page is faulted in
