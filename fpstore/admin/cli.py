@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     progress_options(p)
 
     p = command("redesign", cmd_redesign)
-    p.add_argument("-k", type=int_arg(0, MAX_K), default=None, help=f"the new radius (at most {MAX_K}; default with --threshold: 8)")
+    p.add_argument("-k", type=int_arg(0, MAX_K), default=None, help=f"the new radius (at most {MAX_K}; default with --threshold: 7)")
     p.add_argument(
         "--threshold",
         type=similarity_arg,

@@ -137,7 +137,7 @@ def add_design_options(p: argparse.ArgumentParser, note: str = "") -> None:
         default=None,
         metavar="J",
         help="answer by verified similarity: keep candidates whose sketches estimate at least J "
-        "(needs a sketch: default --sketch-bits 256, -k 8; see docs/tuning.md)",
+        "(needs a sketch: default --sketch-bits 256, -k 7; see docs/tuning.md)",
     )
 
 

@@ -54,10 +54,11 @@ def block_size(words: int) -> int:
 
 
 #: A store opened with ``threshold=`` and no pipeline gets ``Pipeline(sketch_bits=DEFAULT_SKETCH_BITS)``,
-#: and without ``k`` the candidate radius CANDIDATE_K (docs/tuning.md, "Verified similarity": at
-#: θ = 0.8 and 256 bits, F1 rises with the radius up to 8 and hardly beyond).
+#: and without ``k`` the candidate radius CANDIDATE_K: at θ = 0.8 and 256 bits F1 rises with the
+#: radius up to 8 (docs/tuning.md, "Verified similarity"), but k = 7 shares k = 6's index (r4f1) and
+#: k = 8 costs 4-5 times its query time (docs/designs.md, "Verification radius k_c").
 DEFAULT_SKETCH_BITS = 256
-CANDIDATE_K = 8
+CANDIDATE_K = 7
 NEEDS_SKETCH = "threshold= needs a pipeline with a verification sketch, such as fpstore.Pipeline(sketch_bits=256)"
 
 

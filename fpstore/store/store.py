@@ -360,7 +360,7 @@ class Store(Closing):
     ) -> dict[str, Any]:
         """Index the store for radius ``k`` (a new table design; the documents stay as they are),
         and/or, in a store with sketches, make ``threshold`` its verification threshold (without
-        ``k``, with the candidate radius 8), recorded in the same transaction.
+        ``k``, with the candidate radius 7), recorded in the same transaction.
 
         ``design`` and ``expected_size`` choose the design as :func:`fpstore.open` does for a new
         store (``expected_size`` defaults to the store's size, at least 10^6). Every fingerprint
