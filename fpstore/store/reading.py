@@ -19,7 +19,16 @@ from fpstore.store.results import Document, Match
 if TYPE_CHECKING:
     from fpstore.store.store import Store
 
-__all__ = ["Reader"]
+__all__ = ["Reader", "query_fingerprint"]
+
+
+def query_fingerprint(store: Store, fingerprint: object, pipeline_id: str | None, k: int | None) -> list[Match]:
+    """:meth:`Store.query` of a raw fingerprint (not exhaustive), in a read transaction of its
+    own: the single query's path, with no :class:`Reader` made for one call."""
+    fp, _, _ = fingerprint_of(store.pipeline, None, fingerprint, pipeline_id)
+    kq = store._check_k(store.k if k is None else k)
+    with store._storage.read() as txn:
+        return store._cat.query(txn, fp, kq)
 
 
 class Reader:
@@ -76,9 +85,8 @@ class Reader:
         elif exhaustive:
             found = cat.scan_all(txn, fp, kq)
         else:
-            # One state read serves the probe and the key lookups of this snapshot.
-            state = cat.state(txn)
-            return cat.matches(txn, cat.probe(txn, fp, kq, state=state), state)
+            # A read transaction: what the snapshot's earlier queries read is kept (Catalog.snapshot).
+            return cat.query(txn, fp, kq)
         return cat.matches(txn, found)
 
     def query_many(

@@ -50,7 +50,7 @@ from fpstore.store.inputs import OneAdd, batch_adds, prepare_add, prepare_batch,
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
 from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
 from fpstore.store.merging import MERGE_MODES, Merger, clean_up
-from fpstore.store.reading import Reader
+from fpstore.store.reading import Reader, query_fingerprint
 from fpstore.store.redesign import switch_design
 from fpstore.store.results import AddResult, Cluster, Document, Match
 from fpstore.store.rows import arrow_batches, arrow_table
@@ -447,6 +447,8 @@ class Store(Closing):
         design's needs ``exhaustive=True``, which compares with every fingerprint (O(n)). A short
         text (below ``min_tokens``) matches only documents with the same content hash.
         """
+        if text is None and not exhaustive:
+            return query_fingerprint(self, fingerprint, pipeline_id, k)
         with self.reader() as r:
             return r.query(text=text, fingerprint=fingerprint, pipeline_id=pipeline_id, k=k, exhaustive=exhaustive)
 
