@@ -242,14 +242,12 @@ class Catalog:
         raw = txn.get(U64.pack(doc_id), db=self.docs)
         if raw is not None:
             return unpack_record(raw)
-        for seg in self.segments(txn):
-            if seg.holds(doc_id):
-                if self.is_dead(txn, doc_id):
-                    return None
-                ordinal = doc_id - seg.base
-                fp = int(seg.fps_at(np.array([ordinal], np.int64))[0])
-                return seg.key_at(ordinal), fp, None, 0, 0
-        return None
+        seg = self._segment_of(txn, doc_id)
+        if seg is None or self.is_dead(txn, doc_id):
+            return None
+        ordinal = doc_id - seg.base
+        fp = int(seg.fps_at(np.array([ordinal], np.int64))[0])
+        return seg.key_at(ordinal), fp, None, 0, 0
 
     def key_of(self, txn: lmdb.Transaction, doc_id: int) -> Key:
         rec = self.record(txn, doc_id)
@@ -355,10 +353,17 @@ class Catalog:
         raw = txn.get(U64.pack(doc_id), db=self.docs)
         if raw is not None:
             return unpack_record(raw)[3]
-        for seg in self.segments(txn):
-            if seg.holds(doc_id):
-                return None if self.is_dead(txn, doc_id) else 0
+        if self._segment_of(txn, doc_id) is not None:
+            return None if self.is_dead(txn, doc_id) else 0
         return None
+
+    def _segment_of(self, txn: lmdb.Transaction, doc_id: int) -> KeySegment | None:
+        """The key segment numbering ``doc_id`` (bulk loads number theirs in disjoint ranges), or None."""
+        plan = self.plan(txn)
+        j = bisect.bisect_right(plan.bases, doc_id) - 1
+        if j < 0 or doc_id >= plan.ends[j]:
+            return None
+        return KeySegment(txn, self.blobs, self.cache, plan.segs[j])
 
     def canonical_of(self, txn: lmdb.Transaction, doc_id: int) -> int:
         """:func:`live_canonical` of a stored document."""
