@@ -25,6 +25,7 @@ cdef extern from "Python.h":
 
 cdef enum:
     MAX_SHINGLE = 16
+    MAX_SKETCH_WORDS = 8
     IDF_EMPTY = 0xFFFF
     # 16-bit lanes take shingle weights up to 16 * 255; flush well before a lane can overflow.
     LANE16_LIMIT = 65535 - 16 * 255
@@ -38,6 +39,8 @@ cdef uint64_t DIGEST_B0 = 0x13198A2E03707344ULL
 cdef uint64_t DIGEST_MUL_A = 0xFF51AFD7ED558CCDULL
 cdef uint64_t DIGEST_MUL_B = 0xC4CEB9FE1A85EC53ULL
 cdef uint64_t DENSIFY = 0x5851F42D4C957F2DULL
+cdef uint64_t SKETCH_SALT = 0xA0761D6478BD642FULL
+cdef uint64_t SKETCH_MUL = 0xE7037ED1A0B428DBULL
 
 KIND_SIMHASH64 = 0
 KIND_MINHASH1 = 1
@@ -108,6 +111,9 @@ cdef struct Acc:
     uint64_t shingle_sum            # order-independent tie-breaker (see the spec)
     uint64_t mins[64]               # MinHash1: smallest shingle hash per bin
     uint64_t filled                 # MinHash1: bit b set when bin b has a minimum
+    int sketch_words                # MinHash1: words of the verification sketch (0..MAX_SKETCH_WORDS)
+    uint64_t salts[MAX_SKETCH_WORDS]
+    uint64_t sfilled[MAX_SKETCH_WORDS]
     uint64_t da
     uint64_t db
     uint64_t h                      # FNV state of the token being read (a text may come in pieces)
@@ -116,6 +122,7 @@ cdef struct Acc:
     const uint16_t* idf_weights
     uint64_t idf_mask
     uint32_t idf_default
+    uint32_t smins[MAX_SKETCH_WORDS + 1][64]   # last: acc_init clears only what is used of it
 
 
 cdef inline uint32_t idf_lookup(Acc* acc, uint64_t h) noexcept nogil:
@@ -160,13 +167,34 @@ cdef inline void add_shingle(Acc* acc, Py_ssize_t first, Py_ssize_t count) noexc
         a = (a ^ acc.ring[j]) * SHINGLE_MUL
         weight += acc.wring[j]
     cdef uint64_t sh = fmix64(a)
-    cdef uint64_t b
+    cdef uint64_t b, v
+    cdef uint32_t lo32, m
+    cdef uint32_t* mins32
+    cdef int w
     if acc.kind == 1:
         # One-permutation MinHash: the top 6 bits pick the bin, the bin keeps its minimum.
         b = sh >> 58
         if not ((acc.filled >> b) & 1) or sh < acc.mins[b]:
             acc.mins[b] = sh
             acc.filled |= (<uint64_t>1) << b
+        # Sketch words come in pairs: one rehash of the shingle hash per pair, its high and low
+        # 32 bits each a word's value (bin: the value's top 6 bits). The minima are kept without a
+        # branch: a new minimum is a coin flip early in a text, and a mispredicted branch costs
+        # more than the store.
+        mins32 = &acc.smins[0][0]
+        for w in range(0, acc.sketch_words, 2):
+            v = (sh ^ acc.salts[w >> 1]) * SKETCH_MUL
+            v ^= v >> 29
+            b = v >> 58
+            lo32 = <uint32_t>(v >> 32)
+            m = mins32[w * 64 + b]
+            mins32[w * 64 + b] = lo32 if lo32 < m else m
+            acc.sfilled[w] |= (<uint64_t>1) << b
+            lo32 = <uint32_t>v
+            b = lo32 >> 26
+            m = mins32[w * 64 + 64 + b]
+            mins32[w * 64 + 64 + b] = lo32 if lo32 < m else m
+            acc.sfilled[w + 1] |= (<uint64_t>1) << b
         return
     acc.shingle_sum += sh
     if not acc.weighted:
@@ -538,8 +566,15 @@ cdef str _fallback(str text):
 
 
 cdef void acc_init(Acc* acc, uint64_t seed, int shingle, const uint64_t* idf_keys,
-                   const uint16_t* idf_weights, uint64_t idf_mask, uint32_t idf_default, int kind) noexcept nogil:
-    memset(acc, 0, sizeof(Acc))
+                   const uint16_t* idf_weights, uint64_t idf_mask, uint32_t idf_default, int kind,
+                   int sketch_words=0) noexcept nogil:
+    memset(acc, 0, <size_t>(<char*>&acc.smins[0][0] - <char*>acc))
+    cdef int w
+    acc.sketch_words = sketch_words if kind == 1 else 0
+    # An odd word count still fills a pair: the unused word's minima are computed and dropped.
+    memset(&acc.smins[0][0], 0xFF, <size_t>(acc.sketch_words + 1) * 64 * sizeof(uint32_t))
+    for w in range(0, acc.sketch_words, 2):
+        acc.salts[w >> 1] = sketch_salt(seed, w >> 1)
     acc.seed = seed
     acc.start = fmix64(seed + GOLDEN)
     acc.shingle = shingle
@@ -554,33 +589,51 @@ cdef void acc_init(Acc* acc, uint64_t seed, int shingle, const uint64_t* idf_key
     acc.h = FNV_OFFSET
 
 
-cdef uint64_t minhash1_bits(Acc* acc) noexcept nogil:
-    cdef uint64_t filled = acc.filled
-    cdef uint64_t out = 0
+cdef inline uint64_t sketch_salt(uint64_t seed, int w) noexcept nogil:
+    """The salt of sketch word w (0-based): every shingle hash is rehashed with it."""
+    return fmix64(seed ^ (SKETCH_SALT * <uint64_t>(w + 1)))
+
+
+cdef inline int densified_bin(uint64_t filled, uint64_t seed, int i) noexcept nogil:
+    """Bin i if it has a minimum, else the bin optimal densification copies into it (see the
+    spec): probe bins in an order fixed by (i, seed). ``filled`` must not be 0."""
     cdef uint64_t p
-    cdef int i, a
-    cdef int j
+    cdef int a, j
+    if (filled >> i) & 1:
+        return i
+    for a in range(64):
+        p = fmix64(DENSIFY ^ seed ^ <uint64_t>((i << 8) | a)) & 63
+        if (filled >> p) & 1:
+            return <int>p
+    j = (i + 1) & 63
+    while not ((filled >> j) & 1):
+        j = (j + 1) & 63
+    return j
+
+
+cdef uint64_t minhash1_bits(const uint64_t* mins, uint64_t filled, uint64_t seed) noexcept nogil:
+    cdef uint64_t out = 0
+    cdef int i
     if filled == 0:
         return 0
     for i in range(64):
-        j = i
-        if not ((filled >> i) & 1):
-            # Optimal densification: probe bins in an order fixed by (i, seed), as the spec says.
-            j = -1
-            for a in range(64):
-                p = fmix64(DENSIFY ^ acc.seed ^ <uint64_t>((i << 8) | a)) & 63
-                if (filled >> p) & 1:
-                    j = <int>p
-                    break
-            if j < 0:
-                j = (i + 1) & 63
-                while not ((filled >> j) & 1):
-                    j = (j + 1) & 63
-        out |= (fmix64(acc.mins[j] + <uint64_t>(i + 1) * GOLDEN) & 1) << i
+        out |= (fmix64(mins[densified_bin(filled, seed, i)] + <uint64_t>(i + 1) * GOLDEN) & 1) << i
     return out
 
 
-cdef void acc_finish(Acc* acc, uint64_t* fp, int64_t* ntok, uint64_t* da, uint64_t* db) noexcept nogil:
+cdef uint64_t sketch_bits(const uint32_t* mins, uint64_t filled, uint64_t seed) noexcept nogil:
+    """One sketch word: :func:`minhash1_bits` over 32-bit minima."""
+    cdef uint64_t out = 0
+    cdef int i
+    if filled == 0:
+        return 0
+    for i in range(64):
+        out |= (fmix64(<uint64_t>mins[densified_bin(filled, seed, i)] + <uint64_t>(i + 1) * GOLDEN) & 1) << i
+    return out
+
+
+cdef void acc_finish(Acc* acc, uint64_t* fp, int64_t* ntok, uint64_t* da, uint64_t* db,
+                     uint64_t* sketch=NULL) noexcept nogil:
     cdef int w = acc.shingle
     cdef int b
     scan_end(acc)
@@ -591,7 +644,9 @@ cdef void acc_finish(Acc* acc, uint64_t* fp, int64_t* ntok, uint64_t* da, uint64
     da[0] = fmix64(acc.da ^ <uint64_t>acc.ntok)
     db[0] = fmix64(acc.db + <uint64_t>acc.ntok * GOLDEN)
     if acc.kind == 1:
-        fp[0] = minhash1_bits(acc)
+        fp[0] = minhash1_bits(acc.mins, acc.filled, acc.seed)
+        for b in range(acc.sketch_words):
+            sketch[b] = sketch_bits(acc.smins[b], acc.sfilled[b], acc.salts[b >> 1] + <uint64_t>(b & 1))
         return
     flush8(acc)
     flush16(acc)
@@ -651,10 +706,21 @@ def _check(int shingle, int kind):
         raise ValueError(f"unknown fingerprint kind {kind}")
 
 
-def fingerprint(str text, uint64_t seed, int shingle, idf, int kind=0, bint nfkc=False):
+cdef int _sketch_width(Py_ssize_t width, int kind) except -1:
+    if width and kind != 1:
+        raise ValueError("a sketch is made by kind 1 (MinHash1) only")
+    if width > MAX_SKETCH_WORDS:
+        raise ValueError(f"a sketch has at most {MAX_SKETCH_WORDS} words")
+    return <int>width
+
+
+def fingerprint(str text, uint64_t seed, int shingle, idf, int kind=0, bint nfkc=False, uint64_t[::1] sketch=None):
     """Return ``(fingerprint, token_count, digest_a, digest_b)`` of a normalised text, or with
-    ``nfkc`` of a text normalised here (see ``nfkc``)."""
+    ``nfkc`` of a text normalised here (see ``nfkc``); with ``sketch`` (kind 1), fill its words
+    with the verification sketch."""
     _check(shingle, kind)
+    cdef int words = _sketch_width(0 if sketch is None else sketch.shape[0], kind)
+    cdef uint64_t* sketch_out = NULL if words == 0 else &sketch[0]
     if nfkc:
         _check_nfkc()
     cdef _Idf table = None if idf is None or kind != 0 else _Idf(idf)
@@ -672,7 +738,7 @@ def fingerprint(str text, uint64_t seed, int shingle, idf, int kind=0, bint nfkc
     cdef const void* data = PyUnicode_DATA(text)
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
     cdef bint normalise = nfkc and not PyUnicode_IS_ASCII(text)
-    acc_init(&acc, seed, shingle, keys, weights, mask, default, kind)
+    acc_init(&acc, seed, shingle, keys, weights, mask, default, kind, words)
     if normalise:
         memset(&seg, 0, sizeof(U32Buf))
         memset(&tmp, 0, sizeof(U32Buf))
@@ -691,7 +757,7 @@ def fingerprint(str text, uint64_t seed, int shingle, idf, int kind=0, bint nfkc
             ukind = PyUnicode_KIND(text)
             data = PyUnicode_DATA(text)
             n = PyUnicode_GET_LENGTH(text)
-            acc_init(&acc, seed, shingle, keys, weights, mask, default, kind)
+            acc_init(&acc, seed, shingle, keys, weights, mask, default, kind, words)
             normalise = False
     if not normalise:
         if n > 4096:
@@ -699,15 +765,16 @@ def fingerprint(str text, uint64_t seed, int shingle, idf, int kind=0, bint nfkc
                 scan_any(ukind, data, n, &acc)
         else:
             scan_any(ukind, data, n, &acc)
-    acc_finish(&acc, &fp, &ntok, &da, &db)
+    acc_finish(&acc, &fp, &ntok, &da, &db, sketch_out)
     return fp, ntok, da, db
 
 
 def fingerprint_batch(list texts, Py_ssize_t lo, Py_ssize_t hi, uint64_t seed, int shingle, idf,
                       uint64_t[::1] out_fp, int64_t[::1] out_tokens, uint64_t[:, ::1] out_digest, int kind=0,
-                      bint nfkc=False):
+                      bint nfkc=False, uint64_t[:, ::1] out_sketch=None):
     """Fill ``out_fp[i]``, ``out_tokens[i]`` and ``out_digest[i, 0:2]`` for ``texts[lo:hi]``, with
-    ``nfkc`` normalising each text first (see ``nfkc``).
+    ``nfkc`` normalising each text first (see ``nfkc``), and with ``out_sketch`` (kind 1) its
+    row i with text i's verification sketch.
 
     Pointers into the strs are gathered with the GIL held (``texts`` keeps them alive), then every
     text is normalised and scanned with the GIL released, so several threads can run batches at
@@ -719,6 +786,9 @@ def fingerprint_batch(list texts, Py_ssize_t lo, Py_ssize_t hi, uint64_t seed, i
     if lo < 0 or hi > len(texts) or lo > hi:
         raise IndexError("bad batch bounds")
     if out_fp.shape[0] < hi or out_tokens.shape[0] < hi or out_digest.shape[0] < hi or out_digest.shape[1] != 2:
+        raise ValueError("output arrays too small")
+    cdef int words = _sketch_width(0 if out_sketch is None else out_sketch.shape[1], kind)
+    if words and out_sketch.shape[0] < hi:
         raise ValueError("output arrays too small")
     cdef _Idf table = None if idf is None or kind != 0 else _Idf(idf)
     cdef const uint64_t* keys
@@ -752,7 +822,7 @@ def fingerprint_batch(list texts, Py_ssize_t lo, Py_ssize_t hi, uint64_t seed, i
             kinds[i] = PyUnicode_KIND(text) if nfkc and not PyUnicode_IS_ASCII(text) else -PyUnicode_KIND(text)
         with nogil:
             for i in range(count):
-                acc_init(&acc, seed, shingle, keys, weights, mask, default, kind)
+                acc_init(&acc, seed, shingle, keys, weights, mask, default, kind, words)
                 if kinds[i] > 0:
                     rc = scan_nfkc_any(kinds[i], datas[i], lengths[i], &acc, &seg, &tmp)
                     if rc == NF_NOMEM:
@@ -765,17 +835,17 @@ def fingerprint_batch(list texts, Py_ssize_t lo, Py_ssize_t hi, uint64_t seed, i
                 else:
                     scan_any(-kinds[i], datas[i], lengths[i], &acc)
                 acc_finish(&acc, &out_fp[lo + i], &out_tokens[lo + i],
-                           &out_digest[lo + i, 0], &out_digest[lo + i, 1])
+                           &out_digest[lo + i, 0], &out_digest[lo + i, 1], NULL if words == 0 else &out_sketch[lo + i, 0])
         if rc == NF_NOMEM:
             raise MemoryError()
         for j in range(ndeferred):
             i = deferred[j]
             text = _fallback(texts[lo + i])
             PyUnicode_READY(text)
-            acc_init(&acc, seed, shingle, keys, weights, mask, default, kind)
+            acc_init(&acc, seed, shingle, keys, weights, mask, default, kind, words)
             scan_any(PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), &acc)
             acc_finish(&acc, &out_fp[lo + i], &out_tokens[lo + i],
-                       &out_digest[lo + i, 0], &out_digest[lo + i, 1])
+                       &out_digest[lo + i, 0], &out_digest[lo + i, 1], NULL if words == 0 else &out_sketch[lo + i, 0])
     finally:
         free(datas)
         free(lengths)

@@ -15,7 +15,9 @@ def set_nfkc_tables(
     stage1: np.ndarray, stage2: np.ndarray, pool: np.ndarray, comp: np.ndarray, fallback: Callable[[str], str] | None = None
 ) -> None: ...
 def nfkc(text: str) -> str: ...
-def fingerprint(text: str, seed: int, shingle: int, idf: Any, kind: int = 0, nfkc: bool = False) -> tuple[int, int, int, int]: ...
+def fingerprint(
+    text: str, seed: int, shingle: int, idf: Any, kind: int = 0, nfkc: bool = False, sketch: np.ndarray | None = None
+) -> tuple[int, int, int, int]: ...
 def fingerprint_batch(
     texts: list[str],
     lo: int,
@@ -28,4 +30,5 @@ def fingerprint_batch(
     out_digest: np.ndarray,
     kind: int = 0,
     nfkc: bool = False,
+    out_sketch: np.ndarray | None = None,
 ) -> None: ...

@@ -795,6 +795,30 @@ def test_dump_writes_every_document_as_a_table(tmp_path):
     assert info["design_detail"]["name"] and info["design_detail"]["k"] >= 3 and info["design_detail"]["tables"]
 
 
+def test_dump_export_and_import_of_a_store_with_a_sketch(tmp_path):
+    """A store with a verification sketch: dump (JSON Lines, CSV, Parquet) adds the ``sketch``
+    column (hex, and fixed-size binary in Parquet); export then import through the command gives a
+    store with the same rows, sketches included."""
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "sk.fps"
+    with fpstore.open(path, pipeline=fpstore.Pipeline(sketch_bits=128)) as s:
+        s.add_many([f"d{i}" for i in range(6)], texts=[synthetic(i % 3) for i in range(6)])
+    rows = [json.loads(line) for line in cli("dump", path).out.splitlines()]
+    assert len(rows) == 6 and all(len(r["sketch"]) == 32 for r in rows)
+    with open(tmp_path / "t.csv", "w") as fh:
+        fh.write(cli("dump", path, "--format", "csv").out)
+    with open(tmp_path / "t.csv", newline="") as fh:
+        assert [r["sketch"] for r in csv.DictReader(fh)] == [r["sketch"] for r in rows]
+    assert cli("dump", path, "--format", "parquet", "-o", tmp_path / "t.parquet").code == 0
+    assert [r["sketch"].hex() for r in pq.read_table(tmp_path / "t.parquet").to_pylist()] == [r["sketch"] for r in rows]
+    assert cli("export", path, "-o", tmp_path / "sk.fpx").code == 0
+    r = cli("import", tmp_path / "copy.fps", tmp_path / "sk.fpx", "--json")
+    assert r.code == 0 and r.json()["records"] == 6
+    strip = [{c: v for c, v in row.items() if c != "id"} for row in rows]
+    assert [{c: v for c, v in json.loads(line).items() if c != "id"} for line in cli("dump", tmp_path / "copy.fps").out.splitlines()] == strip
+
+
 def test_dedup_writes_parquet(built, tmp_path):
     """dedup --format parquet holds the same pairs and clusters as the JSON Lines output."""
     import pyarrow.parquet as pq
@@ -872,3 +896,46 @@ def test_query_writes_parquet(built, tmp_path):
     want = [(str(m["key"]), m["distance"], m["fingerprint"]) for m in r.json()["matches"]]
     got = [(row["key"], row["distance"], row["fingerprint"]) for row in pq.read_table(tmp_path / "m.parquet").to_pylist()]
     assert got == want and want
+
+
+def test_a_verifying_store_on_the_command_line(tmp_path):
+    """create --threshold makes a store with a sketch (256 bits, k 8); ingest, query and dedup
+    follow its threshold, report similarities, and take their own; a fingerprint needs --threshold 0."""
+    import numpy as np
+
+    rng = np.random.default_rng(9)
+    base = rng.integers(0, 3000, 300)
+    lines = []
+    for i in range(12):
+        t = base.copy()
+        e = 3 * i
+        t[rng.integers(0, 300, e)] = rng.integers(0, 3000, e)
+        lines.append(json.dumps({"id": f"v{i}", "text": " ".join(f"w{x}" for x in t)}))
+    src = tmp_path / "docs.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    store = tmp_path / "s"
+    r = cli("create", store, "--threshold", "0.9", "--json")
+    assert r.code == 0, r.err
+    info = json.loads(r.out)
+    assert info["threshold"] == 0.9 and info["pipeline"]["sketch_bits"] == 256 and info["k"] == 8
+    assert cli("ingest", store, src).code == 0
+    text = json.loads(lines[0])["text"]
+    strict = json.loads(cli("query", store, text, "--json").out)["matches"]
+    loose = json.loads(cli("query", store, text, "--json", "--threshold", "0").out)["matches"]
+    assert strict and all(m["similarity"] >= 0.9 for m in strict) and len(loose) > len(strict)
+    assert "J~" in cli("query", store, text).out
+    pairs_strict = cli("dedup", store).out.strip().splitlines()
+    pairs_loose = cli("dedup", store, "--threshold", "0").out.strip().splitlines()
+    assert 0 < len(pairs_strict) < len(pairs_loose)
+    fp = json.loads(cli("query", store, text, "--json").out)["fingerprint"]
+    refused = cli("query", store, "--fingerprint", fp)
+    assert refused.code == 2 and "threshold" in refused.err
+    assert cli("query", store, "--fingerprint", fp, "--threshold", "0").code == 0
+    assert cli("redesign", store, "--threshold", "0.5").code == 0
+    assert cli("info", store, "--json").json()["threshold"] == 0.5
+    assert cli("create", tmp_path / "t", "--threshold", "2").code == 2
+    assert cli("create", tmp_path / "plain").code == 0
+    refused_redesign = cli("redesign", tmp_path / "plain", "--threshold", "0.8")
+    assert refused_redesign.code == 2 and "ingest the texts again" in refused_redesign.err
+    no_sketch = cli("create", tmp_path / "u", "--threshold", "0.8", "--sketch-bits", "0")
+    assert no_sketch.code == 2 and "sketch" in no_sketch.err

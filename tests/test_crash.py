@@ -201,6 +201,19 @@ def test_writer_kill9_loses_no_acknowledged_batch(tmp_path, durability):
     assert total(last) == sum(batch_size(i) for i in range(last + 1))
 
 
+def test_writer_kill9_keeps_every_acknowledged_sketch(tmp_path):
+    """The same kills on a store that keeps a verification sketch per document: every checked key
+    of an acknowledged batch is found by its own fingerprint and sketch at similarity 1 (the
+    sketch column commits with its documents), and the store ends exactly as fed."""
+    path = str(tmp_path / "store")
+    fpstore.open(path, k=3, pipeline=fpstore.Pipeline(sketch_bits=128)).close()
+    cycles = max(8, KILL_CYCLES // 4)
+    stats = run_kill_cycles(path, cycles, KILL_SEED + 1)
+    assert stats["kills"] == cycles
+    assert stats["checkpoint"] is not None and stats["inside_add_many"] >= min(5, cycles // 4), stats
+    verify_exact(path, finish_feed(path, stats["checkpoint"], extra=3))
+
+
 def _rewrite_round(store, keys: list[str], round_no: int) -> tuple[int, int]:
     """Rewrite the same keys (replace all, delete a few, add them back); return (file bytes, last page)."""
     rng = np.random.default_rng([7, round_no])

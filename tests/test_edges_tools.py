@@ -409,8 +409,6 @@ def test_every_numeric_option_uses_the_checked_type():
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     bare = []
     for name, p in sub.choices.items():
-        if p.get_default("func").__module__ == "fpstore.admin.calibrate":  # calibrate: not fpstore/admin/cli.py's
-            continue
         for action in p._actions:
             if action.type in (int, float):
                 bare.append(f"{name} {'/'.join(action.option_strings) or action.dest}")

@@ -257,17 +257,23 @@ def test_cli_calibrate_on_a_directory(tmp_path, capsys):
 
 
 def test_cli_calibrate_labelled_pairs_and_bad_input(tmp_path, capsys):
-    """--pairs reads labelled pairs; bad thresholds and bad pair files raise InputError."""
+    """--pairs reads labelled pairs; a zero threshold and bad pair files raise InputError, numbers
+    out of range are usage errors (exit 2, the option named)."""
     p = tmp_path / "pairs.jsonl"
     a = " ".join(random.Random(1).choice(WORDS) for _ in range(100))
     p.write_text(json.dumps({"a": a, "b": a + " x", "label": True}) + "\n" + json.dumps({"a": a, "b": "other text", "label": False}) + "\n")
     args = _cli().parse_args(["calibrate", str(p), "--pairs", "--png", ""])
     assert args.func(args) == 0
     assert "1 near-duplicate pairs" in capsys.readouterr().out
-    for bad in (["--threshold", "0"], ["--target-precision", "2"], ["--max-k", "99"]):
+    for bad in (["--threshold", "0"], ["--target-precision", "0"]):
         args = _cli().parse_args(["calibrate", str(p), "--pairs", "--png", ""] + bad)
         with pytest.raises(InputError):
             args.func(args)
+    # Out of range: usage errors while parsing (the checked types of fpstore.admin.options).
+    for bad in (["--threshold", "1.5"], ["--target-precision", "2"], ["--max-k", "99"], ["--shingle", "0"], ["--max-k", "x"]):
+        with pytest.raises(SystemExit) as exc:
+            _cli().parse_args(["calibrate", str(p), "--pairs", "--png", ""] + bad)
+        assert exc.value.code == 2 and bad[0] in capsys.readouterr().err
     p.write_text('{"a": 1}\n')
     args = _cli().parse_args(["calibrate", str(p), "--pairs", "--png", ""])
     with pytest.raises(InputError, match="pairs.jsonl:1"):

@@ -94,7 +94,7 @@ def test_redesign_answers_as_brute_force_and_a_store_made_with_the_radius(tmp_pa
         seen: list[tuple[int, int | None]] = []
         result = old.redesign(new_k, progress=lambda done, total: seen.append((done, total)))
         assert old.design.config() == made.design.config() and old.k == new_k
-        assert result == {"design_before": result["design_before"], "design_after": made.design.name, "k": new_k, "entries": len(model)}
+        assert result == {"design_before": result["design_before"], "design_after": made.design.name, "k": new_k, "threshold": None, "entries": len(model)}
         if result["design_before"] != result["design_after"]:
             assert seen and seen[-1] == (len(made.design.tables), len(made.design.tables))
         for k in sorted({0, min(start_k, new_k), new_k}):
@@ -115,7 +115,7 @@ def test_redesign_to_the_same_design_writes_nothing(tmp_path):
     with fpstore.open(tmp_path / "s", k=3) as s:
         s.add_many(["a", "b"], fingerprints=[1, 3], pipeline_id=s.pipeline.id)
         before = s.counts()
-        assert s.redesign(3) == {"design_before": s.design.name, "design_after": s.design.name, "k": 3, "entries": 2}
+        assert s.redesign(3) == {"design_before": s.design.name, "design_after": s.design.name, "k": 3, "threshold": None, "entries": 2}
         assert s.counts() == before  # the incremental tables were not merged into a run
 
 

@@ -262,3 +262,80 @@ def test_shards_answer_like_one_store(spark, tmp_path, corpus, corpus_df, querie
         want = sorted((int(np.bitwise_count(np.uint64(fp) ^ f)), i) for i, f in enumerate(corpus.tolist()) if int(np.bitwise_count(np.uint64(fp) ^ f)) <= K)
         matches = shards.query(fingerprint=fp, pipeline_id=pipe.id)
         assert [(m.distance, m.key) for m in matches] == want
+
+
+# -- verification sketches ------------------------------------------------------------------------------------
+
+SKETCH_PIPE = fpstore.Pipeline(sketch_bits=256, html="off")
+SKETCH_K = 8
+THETA = 0.7
+
+
+def _sketch_texts() -> list[str]:
+    """Families of near-duplicate 200-token texts (up to 15 tokens replaced) and unrelated texts."""
+    rng = np.random.default_rng(17)
+    texts = []
+    for _ in range(8):
+        base = rng.integers(0, 3000, 200)
+        for _ in range(10):
+            t = base.copy()
+            e = int(rng.integers(0, 16))
+            t[rng.integers(0, 200, e)] = rng.integers(0, 3000, e)
+            texts.append(" ".join(f"w{x}" for x in t))
+    texts += [" ".join(f"u{x}" for x in rng.integers(0, 10**6, 150)) for _ in range(40)]
+    return texts
+
+
+def test_sketches_on_spark_equal_brute_force(spark, tmp_path):
+    """A pipeline with a sketch: fingerprint adds the sketch column (the local pipeline's, null for
+    a null text); near_duplicates and query_batch with threshold keep exactly the pairs within k
+    whose sketches reach it, with their similarities; build_shards keeps the sketches, so the shard
+    set's matches carry one store's similarities; without the sketch column each refuses."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from fpstore.fingerprint.pipeline import sketch_similarity
+
+    texts = _sketch_texts()
+    n = len(texts)
+    schema = StructType([StructField("id", LongType()), StructField("text", StringType())])
+    df = spark.createDataFrame([(i, t) for i, t in enumerate(texts)] + [(n, None)], schema)
+    rows_df = fs.fingerprint(df, "text", SKETCH_PIPE)
+    rows = sorted(rows_df.collect(), key=lambda r: r["id"])
+    sigs = SKETCH_PIPE.signatures(texts)
+    assert [bytes(r["sketch"]) for r in rows[:-1]] == [s.astype("<u8").tobytes() for s in sigs.sketches]
+    assert rows[-1]["sketch"] is None and rows[-1]["fp"] is None
+
+    fps, sk = sigs.values, sigs.sketches
+    dist = np.bitwise_count(fps[:, None] ^ fps[None, :])
+    sim = sketch_similarity(sk[:, None, :], sk[None, :, :])
+    i, j = np.nonzero((dist <= SKETCH_K) & (sim >= THETA) & np.triu(np.ones((n, n), bool), 1))
+    want = {(int(a), int(b), int(dist[a, b]), float(sim[a, b])) for a, b in zip(i, j)}
+    assert len(want) > 50 and np.count_nonzero((dist <= SKETCH_K) & (sim < THETA)) > 0  # the threshold drops some
+    fps_df = rows_df.select("id", "fp", "sketch")
+    got = fs.near_duplicates(fps_df, SKETCH_K, threshold=THETA).collect()
+    assert {(r["id_a"], r["id_b"], r["distance"], r["similarity"]) for r in got} == want and len(got) == len(want)
+
+    queries = fps_df.where("id < 20")
+    qi, si = np.nonzero((dist[:20] <= SKETCH_K) & (sim[:20] >= THETA))
+    want_q = {(int(a), int(b), int(dist[a, b]), float(sim[a, b])) for a, b in zip(qi, si)}
+    got_q = fs.query_batch(fps_df, queries, SKETCH_K, threshold=THETA).collect()
+    assert {(r["query_id"], r["id"], r["distance"], r["similarity"]) for r in got_q} == want_q and len(got_q) == len(want_q)
+
+    with pytest.raises(InputError, match="sketch"):
+        fs.near_duplicates(fps_df.select("id", "fp"), SKETCH_K, threshold=THETA)
+    with pytest.raises(InputError, match="sketch"):
+        fs.query_batch(fps_df.select("id", "fp"), queries, SKETCH_K, threshold=THETA)
+    with pytest.raises(InputError, match="sketch"):
+        fs.build_shards(fps_df.select("id", "fp"), tmp_path / "bad", shards=2, k=SKETCH_K, pipeline_id=SKETCH_PIPE.id, pipeline=SKETCH_PIPE)
+
+    manifest = fs.build_shards(
+        fps_df, tmp_path / "shards", shards=3, k=SKETCH_K, pipeline_id=SKETCH_PIPE.id, pipeline=SKETCH_PIPE, threshold=THETA
+    )
+    assert manifest["threshold"] == THETA
+    with fpstore.open(tmp_path / "one", pipeline=SKETCH_PIPE, k=SKETCH_K) as one, fs.ShardSet(tmp_path / "shards") as shards:
+        one.bulk_load(np.arange(n, dtype=np.int64), sigs)
+        for t in texts[:30:3]:
+            a = [(m.key, m.distance, m.similarity) for m in shards.query(text=t)]  # the shards verify by default
+            b = [(m.key, m.distance, m.similarity) for m in one.query(text=t, threshold=THETA)]
+            assert a == b and a and all(s is not None for _, _, s in a)
+            assert len(shards.query(text=t, threshold=0)) >= len(a)

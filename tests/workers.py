@@ -27,7 +27,7 @@ import numpy as np
 
 from tests.support.faults import install_crash_point
 from tests.support.fuzz import FUZZ_TARGETS, fuzz_one, fuzz_seeds
-from tests.support.oracle import FEED, SEED, CheckFailed, batch, batch_size, check_keys, check_snapshot, snapshot
+from tests.support.oracle import FEED, SEED, CheckFailed, batch, batch_sketches, batch_size, check_keys, check_snapshot, snapshot
 from tests.support.scenario import SCENARIO_K, SCENARIO_OPS, run_op, scenario_data
 
 
@@ -153,10 +153,12 @@ def feed_writer(args: argparse.Namespace, ready: str = "ready") -> int:
     say(ready, pos)
     pid = store.pipeline.id
     last_size = None
+    words = store.pipeline.sketch_bits // 64
     for i in range(start, args.stop):
         keys, fps = batch(i)
         say("begin", i)
-        store.add_many(keys, fingerprints=fps, pipeline_id=pid, checkpoint=(FEED, i))
+        given = fpstore.Fingerprints(fps, pid, sketches=batch_sketches(i, words)) if words else fps
+        store.add_many(keys, fingerprints=given, pipeline_id=pid, checkpoint=(FEED, i))
         say("ack", i)
         if args.report_map:
             size = store.info()["map_size"]

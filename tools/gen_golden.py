@@ -7,6 +7,8 @@
   them must stay readable). Regenerating it must leave the file byte-identical.
 * ``tests/golden/fingerprints_v2.json``: the current defaults (MinHash1 scheme 1, HTML main-v1)
   and their variants, on the same texts plus raw HTML pages.
+* ``tests/golden/fingerprints_v3.json``: MinHash1 with a verification sketch (``sketch_bits``),
+  fingerprints and sketch words.
 
 Run this only when a pipeline change is deliberate (a new scheme, kind, extractor or tokenizer
 version); the golden test fails on any other change to a fingerprint, which is the point.
@@ -76,14 +78,27 @@ PIPELINES_V2 = {
     "simhash64_html": fpstore.Pipeline(kind="simhash64"),
 }
 
-GOLDEN = {"fingerprints_v1.json": (TEXTS, PIPELINES), "fingerprints_v2.json": (TEXTS + HTML_TEXTS, PIPELINES_V2)}
+# Version 3: pipelines with a verification sketch (an odd word count, the default length, the longest).
+PIPELINES_V3 = {
+    "sketch64": fpstore.Pipeline(sketch_bits=64),
+    "sketch192": fpstore.Pipeline(sketch_bits=192, shingle=2),
+    "sketch256": fpstore.Pipeline(sketch_bits=256),
+    "sketch512_seed": fpstore.Pipeline(sketch_bits=512, seed=0xDEADBEEFCAFEF00D, html="off"),
+}
+
+GOLDEN = {
+    "fingerprints_v1.json": (TEXTS, PIPELINES),
+    "fingerprints_v2.json": (TEXTS + HTML_TEXTS, PIPELINES_V2),
+    "fingerprints_v3.json": (TEXTS + HTML_TEXTS, PIPELINES_V3),
+}
 
 
 def write(name: str) -> None:
     texts, pipelines = GOLDEN[name]
     data = {"texts": texts, "pipelines": {}}
     for name_, pipe in pipelines.items():
-        sigs = [pipe.signature(t) for t in TEXTS]
+        # Versions 1 and 2 pin TEXTS only (their files were written so); later ones every text.
+        sigs = [pipe.signature(t) for t in (TEXTS if name in ("fingerprints_v1.json", "fingerprints_v2.json") else texts)]
         data["pipelines"][name_] = {
             "id": pipe.id,
             "config": pipe.config,
@@ -91,6 +106,8 @@ def write(name: str) -> None:
             "tokens": [s.tokens for s in sigs],
             "content_hashes": [s.content_hash.hex() for s in sigs],
         }
+        if pipe.sketch_bits:
+            data["pipelines"][name_]["sketches"] = [[f"{w:016x}" for w in s.sketch] for s in sigs]
     if name == "fingerprints_v1.json":
         for p in data["pipelines"].values():
             del p["config"]  # version 1 files predate the field: keep them byte-identical

@@ -28,7 +28,7 @@ from fpstore.admin.demo import cmd_demo
 from fpstore.admin.explaining import KEY_TYPES, cmd_explain
 from fpstore.admin.ingesting import cmd_ingest
 from fpstore.admin.inspection import cmd_create, cmd_info, cmd_stats, cmd_verify
-from fpstore.admin.options import NON_NEGATIVE, POSITIVE, Damaged, add_design_options, add_pipeline_options, int_arg
+from fpstore.admin.options import NON_NEGATIVE, POSITIVE, Damaged, add_design_options, add_pipeline_options, int_arg, similarity_arg
 from fpstore.admin.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, PROG, note
 from fpstore.errors import FpstoreError
 from fpstore.fingerprint.pipeline import DEFAULT_K
@@ -117,7 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
     progress_options(p)
 
     p = command("redesign", cmd_redesign)
-    p.add_argument("-k", type=int_arg(0, MAX_K), required=True, help=f"the new radius (at most {MAX_K})")
+    p.add_argument("-k", type=int_arg(0, MAX_K), default=None, help=f"the new radius (at most {MAX_K}; default with --threshold: 8)")
+    p.add_argument(
+        "--threshold",
+        type=similarity_arg,
+        default=None,
+        metavar="J",
+        help="a store with a sketch: make J its verification threshold (recorded with the design)",
+    )
     p.add_argument("--design", default="auto", help="design name (see docs/designs.md) or 'auto' (default)")
     p.add_argument(
         "--expected-size",
@@ -134,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fingerprint", metavar="HEX", help="look up a 64-bit fingerprint made by this store's pipeline")
     p.add_argument("-k", type=int_arg(0, 64), default=None, help="radius (default: the store's k)")
     p.add_argument("--exhaustive", action="store_true", help="compare with every fingerprint (any k up to 64; slow)")
+    p.add_argument(
+        "--threshold",
+        type=similarity_arg,
+        default=None,
+        metavar="J",
+        help="keep matches whose sketches estimate at least J (a store with a sketch; default: the store's; 0: every candidate)",
+    )
     p.add_argument("--limit", type=POSITIVE, default=None, metavar="N", help="print at most N matches")
     p.add_argument("--parquet", metavar="FILE", default=None, help="also write the matches to FILE as Parquet (needs pyarrow)")
 
@@ -153,6 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("dedup", cmd_dedup, json_out=False)
     p.add_argument("-k", type=int_arg(0, MAX_K), default=None, help=f"radius (default: the store's k; at most {MAX_K})")
     p.add_argument("--clusters", action="store_true", help="print clusters (connected components) instead of pairs")
+    p.add_argument(
+        "--threshold",
+        type=similarity_arg,
+        default=None,
+        metavar="J",
+        help="keep pairs whose sketches estimate at least J (a store with a sketch; default: the store's; 0: every pair within k)",
+    )
     p.add_argument("--min-size", type=POSITIVE, default=2, metavar="N", help="smallest cluster to print (default 2)")
     p.add_argument(
         "--format", choices=["jsonl", "csv", "parquet"], default="jsonl", help="output format (default jsonl; parquet needs pyarrow)"

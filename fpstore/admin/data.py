@@ -68,18 +68,21 @@ def cmd_redesign(args: argparse.Namespace) -> int:
     """Index a store for another radius: rebuild its tables under a new design, in one transaction."""
     with open_store(args.store, readonly=False) as store:
         before = store.info()
-        stages("redesign", args)(f"indexing {before['documents']:,} documents again for k={args.k} (design {args.design}; one transaction)")
+        radius = "the candidate radius" if args.k is None else f"k={args.k}"
+        stages("redesign", args)(f"indexing {before['documents']:,} documents again for {radius} (design {args.design}; one transaction)")
         t0 = time.monotonic()
         with Bar("redesign", "tables", want_progress(args)) as bar:
-            result = store.redesign(args.k, design=args.design, expected_size=args.expected_size, progress=bar)
+            result = store.redesign(args.k, threshold=args.threshold, design=args.design, expected_size=args.expected_size, progress=bar)
         data = {**result, "seconds": round(time.monotonic() - t0, 3), "file_size": store.info()["file_size"]}
+    k = result["k"]
+    verified = "" if result["threshold"] is None else f", threshold {result['threshold']:g}"
     if args.json:
         print_json(data)
     elif result["design_before"] == result["design_after"]:
-        print(f"{args.store} already has design {result['design_after']}: nothing to do (k is now {args.k})")
+        print(f"{args.store} already has design {result['design_after']}: nothing to do for the tables (k is now {k}{verified})")
     else:
         print(
-            f"redesigned {args.store} from {result['design_before']} to {result['design_after']} (exact up to k={args.k}) "
+            f"redesigned {args.store} from {result['design_before']} to {result['design_after']} (exact up to k={k}{verified}) "
             f"in {data['seconds']:.2f} s: {result['entries']:,} documents; file {mib(data['file_size'])}"
         )
     return EXIT_OK
@@ -112,13 +115,15 @@ def cmd_query(args: argparse.Namespace) -> int:
                 raise InputError(f"--fingerprint wants up to 16 hex digits, got {args.fingerprint!r}") from None
             if not 0 <= fp < 1 << 64:
                 raise InputError("--fingerprint must fit in 64 bits")
-            matches = store.query(fingerprint=fp, pipeline_id=store.pipeline.id, k=args.k, exhaustive=args.exhaustive)
+            matches = store.query(
+                fingerprint=fp, pipeline_id=store.pipeline.id, k=args.k, exhaustive=args.exhaustive, threshold=args.threshold
+            )
             info["fingerprint"] = f"{fp:016x}"
         else:
             assert text is not None  # no --fingerprint: _read_text read the text
             sig = store.pipeline.signature(text)
             info.update({"fingerprint": f"{sig.fingerprint:016x}", "tokens": sig.tokens, "short": sig.short})
-            matches = store.query(text=text, k=args.k, exhaustive=args.exhaustive)
+            matches = store.query(text=text, k=args.k, exhaustive=args.exhaustive, threshold=args.threshold)
         k = store.k if args.k is None else args.k
     if args.limit is not None:
         matches = matches[: args.limit]
@@ -134,6 +139,7 @@ def cmd_query(args: argparse.Namespace) -> int:
                 "key_type": pa.array([key_column(m.key)[1] for m in matches], pa.string()),
                 "distance": pa.array([m.distance for m in matches], pa.uint8()),
                 "fingerprint": pa.array([f"{m.fingerprint:016x}" for m in matches], pa.string()),
+                "similarity": pa.array([m.similarity for m in matches], pa.float64()),
             }
         )
         pq.write_table(table, args.parquet)
@@ -143,14 +149,18 @@ def cmd_query(args: argparse.Namespace) -> int:
             {
                 **info,
                 "k": k,
-                "matches": [{"key": key_out(m.key), "distance": m.distance, "fingerprint": f"{m.fingerprint:016x}"} for m in matches],
+                "matches": [
+                    {"key": key_out(m.key), "distance": m.distance, "fingerprint": f"{m.fingerprint:016x}", "similarity": m.similarity}
+                    for m in matches
+                ],
             }
         )
     else:
         short = " (short text: exact matches only)" if info.get("short") else ""
         print(f"fingerprint {info['fingerprint']}{short}: {len(matches)} match{'es' * (len(matches) != 1)} within k={k}")
         for m in matches:
-            print(f"  d={m.distance:2d}  {m.fingerprint:016x}  {key_text(m.key)}")
+            similarity = "" if m.similarity is None else f"  J~{m.similarity:.3f}"
+            print(f"  d={m.distance:2d}{similarity}  {m.fingerprint:016x}  {key_text(m.key)}")
     return EXIT_OK if matches else EXIT_FINDINGS
 
 
@@ -233,10 +243,10 @@ def _dedup_join(store: Any, args: argparse.Namespace) -> tuple[int, list[Any] | 
     k = store.k if args.k is None else args.k
     with Bar("join", "table", want_progress(args)) as bar:
         if args.clusters:
-            return k, [c for c in store.clusters(k, progress=bar) if len(c.keys) >= args.min_size], None
+            return k, [c for c in store.clusters(k, progress=bar, threshold=args.threshold) if len(c.keys) >= args.min_size], None
         spill = PairSpill(k)
         try:
-            for a, b, d in store.iter_near_duplicate_pairs(k, progress=bar):
+            for a, b, d in store.iter_near_duplicate_pairs(k, progress=bar, threshold=args.threshold):
                 spill.add(a, b, d)
         except BaseException:
             spill.close()
@@ -352,8 +362,9 @@ def _parquet() -> Any:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    """Every document as a table: JSON Lines, CSV or Parquet (columns in docs/cli.md)."""
-    from fpstore.store.rows import COLUMNS, rows
+    """Every document as a table: JSON Lines, CSV or Parquet (columns in docs/cli.md; a store
+    with a sketch adds ``sketch``)."""
+    from fpstore.store.rows import columns_of, record_batches, store_rows
 
     to_stdout = args.output in (None, "-")
     if args.format == "parquet":
@@ -362,7 +373,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
         pq = _parquet()
 
         with open_store(args.store) as store:
-            batches = store.record_batches()
+            batches = record_batches(store)
             first = next(batches)
             n = 0
             with pq.ParquetWriter(sys.stdout.buffer if to_stdout else args.output, first.schema) as writer:
@@ -376,11 +387,12 @@ def cmd_dump(args: argparse.Namespace) -> int:
     try:
         with open_store(args.store) as store:
             writer = csv.writer(out) if args.format == "csv" else None
+            columns = columns_of(store)
             if writer:
-                writer.writerow(COLUMNS)
-            for row in rows(store.documents()):
+                writer.writerow(columns)
+            for row in store_rows(store):
                 if writer:
-                    writer.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
+                    writer.writerow(["" if row[c] is None else row[c] for c in columns])
                 else:
                     out.write(dumps(row) + "\n")
                 n += 1

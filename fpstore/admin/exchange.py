@@ -1,21 +1,28 @@
-"""Export a store to a portable stream, and import one: the ``fpstore-export`` format, version 2.
+"""Export a store to a portable stream, and import one: the ``fpstore-export`` format, version 3.
 
 The stream is one zstd frame (with its content checksum) holding a sequence of msgpack objects:
 
-1. a header map: ``magic`` ("fpstore-export"), ``version`` (2), ``fpstore`` (the exporting
+1. a header map: ``magic`` ("fpstore-export"), ``version`` (3, or 2), ``fpstore`` (the exporting
    version), ``created`` (Unix seconds), ``pipeline`` (the pipeline config), ``pipeline_id``,
    ``idf`` (the idf table's canonical bytes, or nil), ``design`` (the table design config), ``k``
-   (the store's default radius) and ``count`` (documents when the export began: an estimate);
+   (the store's default radius), ``count`` (documents when the export began: an estimate) and
+   (version 3) ``threshold`` (the verification threshold the store's header records, or nil);
 2. the records, each an array ``[key, fingerprint, content_hash, flags, canonical]``:
    ``key`` a str, a bin (a bytes key), a uint64 (an int key) or ext type 1 (a str key holding lone surrogates, as UTF-8
    with surrogates passed); ``fingerprint`` a uint64; ``content_hash`` a 16-byte bin or nil;
    ``flags`` bit 0 = short text (matched only by content hash), bit 1 = added from text;
-   ``canonical`` the key of the document this one is a variant of, or nil;
+   ``canonical`` the key of the document this one is a variant of, or nil; (version 3) a sixth
+   element ``sketch``: the document's verification sketch, a bin of W × 8 bytes (W = the header
+   pipeline's ``sketch_bits`` / 64 little-endian uint64 words), nil when the pipeline has none;
 3. (version 2) one map per checkpoint of the store, ``{"checkpoint": name, "position": position}``;
 4. a trailer map: ``end`` (true), ``count`` (records), ``digest``: BLAKE2b-128 of the msgpack bytes
    of all records and checkpoint maps, in order, and (version 2) ``checkpoints``, their count.
 
-Version 1 streams (no checkpoints) still import.
+Version 1 streams (no checkpoints) and version 2 streams (no sketches) still import. A store
+without a sketch is exported as version 2 (what older fpstore reads); a store with one as version
+3. A stream of version 1 or 2 whose pipeline has ``sketch_bits`` (an earlier fpstore exported a
+store with a sketch without its sketches) is refused when its header is read: a store of that
+pipeline needs every document's sketch.
 
 ``docs/cli.md`` documents every field and the compatibility policy. A stream is untrusted input:
 decompression is bounded (window size, buffer per object), every field is type- and range-checked,
@@ -32,7 +39,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 import msgpack
@@ -44,12 +51,16 @@ from fpstore.errors import DesignError, FormatError, InputError, PipelineMismatc
 from fpstore.fingerprint.pipeline import Fingerprints, IdfTable, Pipeline
 from fpstore.index.design import Design
 from fpstore.limits import MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_NAME_BYTES
+from fpstore.store.documents import documents_with_sketches, sketch_words
 from fpstore.store.keys import Key
 
 __all__ = ["EXPORT_MAGIC", "EXPORT_VERSION", "ImportResult", "StreamHeader", "export_store", "import_stream", "read_stream"]
 
 EXPORT_MAGIC = "fpstore-export"
-EXPORT_VERSION = 2
+EXPORT_VERSION = 3
+#: The version written for a store without a sketch: its streams need nothing of version 3, and
+#: fpstore releases that predate sketches read them.
+EXPORT_VERSION_NO_SKETCH = 2
 # The stream's flag bits (see the module docstring): part of the export format, so defined here even
 # though the store's record flags (fpstore.store.keys) have the same values today.
 FLAG_SHORT, FLAG_TEXT = 1, 2
@@ -60,6 +71,7 @@ _MAX_OBJECT = 64 << 20  # one msgpack object (the header, with its idf table) at
 _MAX_KEY = 1 << 20
 _READ_CHUNK = 1 << 16
 _HEADER_FIELDS = {"magic", "version", "fpstore", "created", "pipeline", "pipeline_id", "idf", "design", "k", "count"}
+_HEADER_FIELDS_V3 = _HEADER_FIELDS | {"threshold"}
 
 
 def _encode_key(key: Key) -> Any:
@@ -96,8 +108,9 @@ def export_store(store: Any, out: IO[bytes], *, level: int = 3, progress: Callab
     """Write every document and checkpoint of ``store`` to ``out`` as an ``fpstore-export`` stream;
     returns the count of documents.
 
-    Documents are read through the public API (:meth:`Store.documents`, in id order and in
-    batches), so a writer may go on meanwhile: a document deleted during the export may or may not
+    Documents are read as :meth:`Store.documents` reads them (in id order, in batches, each with
+    its sketch from the same snapshot: :func:`fpstore.store.documents.documents_with_sketches`),
+    so a writer may go on meanwhile: a document deleted during the export may or may not
     be in it, one added may or may not be in it, and the header's ``count`` (taken at the start) is then only an estimate;
     the trailer's count is exact. ``out`` is not closed. ``progress(documents written, documents
     in the store)`` is called every 10,000 documents and at the end.
@@ -106,9 +119,10 @@ def export_store(store: Any, out: IO[bytes], *, level: int = 3, progress: Callab
     digest = hashlib.blake2b(digest_size=16)
     packer = msgpack.Packer(use_bin_type=True)
     idf = store.pipeline.idf.to_bytes() if store.pipeline.idf is not None else None
+    sketched = sketch_words(store) > 0
     header = {
         "magic": EXPORT_MAGIC,
-        "version": EXPORT_VERSION,
+        "version": EXPORT_VERSION if sketched else EXPORT_VERSION_NO_SKETCH,
         "fpstore": __version__,
         "created": int(time.time()),
         "pipeline": store.pipeline.config,
@@ -118,15 +132,22 @@ def export_store(store: Any, out: IO[bytes], *, level: int = 3, progress: Callab
         "k": store.k,
         "count": len(store),
     }
+    if sketched:
+        # The recorded threshold, not one this open may override for its own calls.
+        header["threshold"] = store.header.get("threshold")
     # Taken before the documents are read: a checkpoint never claims more than the stream holds.
     checkpoints = store.checkpoints()
     n = 0
     with cctx.stream_writer(out, closefd=False, write_return_read=True) as zw:
         zw.write(packer.pack(header))
-        for doc in store.documents():
+        for doc, sketch in documents_with_sketches(store):
             flags = (FLAG_SHORT if doc.short else 0) | (FLAG_TEXT if doc.content_hash is not None else 0)
             canonical = None if doc.canonical is None else _encode_key(doc.canonical)
-            rec = packer.pack([_encode_key(doc.key), doc.fingerprint, doc.content_hash, flags, canonical])
+            fields = [_encode_key(doc.key), doc.fingerprint, doc.content_hash, flags, canonical]
+            if sketched:
+                assert sketch is not None  # a store with a sketch keeps one for every document
+                fields.append(sketch.astype("<u8").tobytes())
+            rec = packer.pack(fields)
             digest.update(rec)
             zw.write(rec)
             n += 1
@@ -146,13 +167,15 @@ def export_store(store: Any, out: IO[bytes], *, level: int = 3, progress: Callab
 
 @dataclass(frozen=True)
 class StreamHeader:
-    """The checked header of a stream: the pipeline and design it was made with, and its count."""
+    """The checked header of a stream: the pipeline and design it was made with, its count, and
+    the verification threshold its store recorded (None: none, or a stream before version 3)."""
 
     pipeline: Pipeline
     design: Design
     k: int
     count: int
     raw: dict[str, Any]
+    threshold: float | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +185,8 @@ class StreamRecord:
     content_hash: bytes | None
     flags: int
     canonical: Key | None
+    #: The verification sketch, uint64[W] (version 3 streams of a pipeline with ``sketch_bits``).
+    sketch: np.ndarray | None = None
 
 
 def _objects(fh: IO[bytes]) -> Iterator[Any]:
@@ -213,6 +238,7 @@ class StreamRecords:
         packer = msgpack.Packer(use_bin_type=True)
         count = self._header.count
         version = self._header.raw["version"]
+        words = self._header.pipeline.sketch_bits // 64
         n = 0
         for obj in self._objects:
             if isinstance(obj, dict) and version >= 2 and "checkpoint" in obj:
@@ -233,7 +259,7 @@ class StreamRecords:
             if self.checkpoints:
                 raise FormatError("the stream has a record after its checkpoints")
             n += 1
-            rec = _check_record(obj, n)
+            rec = _check_record(obj, n, version, words)
             digest.update(packer.pack(obj))
             yield rec
         raise FormatError(
@@ -262,7 +288,7 @@ def _check_header(obj: Any) -> StreamHeader:
         raise FormatError(
             f"the stream has format version {version}; this fpstore ({__version__}) reads versions 1..{EXPORT_VERSION}: upgrade fpstore"
         )
-    missing = sorted(_HEADER_FIELDS - set(obj))
+    missing = sorted((_HEADER_FIELDS_V3 if version >= 3 else _HEADER_FIELDS) - set(obj))
     if missing:
         raise FormatError(f"the stream header lacks {missing}")
     idf_raw = obj["idf"]
@@ -272,6 +298,12 @@ def _check_header(obj: Any) -> StreamHeader:
     pipeline = Pipeline.from_config(obj["pipeline"], idf)
     if pipeline.id != obj["pipeline_id"]:
         raise FormatError(f"the stream header's pipeline id {obj['pipeline_id']!r} does not match its pipeline config ({pipeline.id})")
+    if pipeline.sketch_bits and version < 3:
+        raise FormatError(
+            f"the stream (version {version}) carries no verification sketches, but its pipeline makes {pipeline.sketch_bits}-bit "
+            "sketches and a store of that pipeline needs every document's sketch: export the store again with "
+            f"fpstore {__version__} or later (stream version 3 carries them)"
+        )
     try:
         design = Design.from_config(obj["design"])
     except DesignError as exc:
@@ -281,14 +313,24 @@ def _check_header(obj: Any) -> StreamHeader:
         raise FormatError(f"the stream header's k {k!r} is not in 0..{design.k}")
     if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < 1 << 48:
         raise FormatError(f"the stream header's count {count!r} is invalid")
-    return StreamHeader(pipeline, design, k, count, obj)
+    threshold = obj.get("threshold") if version >= 3 else None
+    if threshold is not None:
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+            raise FormatError(f"the stream header's threshold {threshold!r} is not a number in [0, 1] or nil")
+        if not pipeline.sketch_bits:
+            raise FormatError("the stream header has a verification threshold, but its pipeline has no sketch to verify with")
+        threshold = float(threshold)
+    return StreamHeader(pipeline, design, k, count, obj, threshold)
 
 
-def _check_record(obj: Any, n: int) -> StreamRecord:
+def _check_record(obj: Any, n: int, version: int, words: int) -> StreamRecord:
+    """Record ``n`` of a stream of ``version`` whose pipeline makes sketches of ``words`` uint64
+    words (0: none), checked field by field."""
     what = f"record {n:,}"
-    if not isinstance(obj, list) or len(obj) != 5:
-        raise FormatError(f"{what} is not a 5-element array")
-    key, fp, content_hash, flags, canonical = obj
+    size = 6 if version >= 3 else 5
+    if not isinstance(obj, list) or len(obj) != size:
+        raise FormatError(f"{what} is not a {size}-element array (stream version {version})")
+    key, fp, content_hash, flags, canonical = obj[:5]
     key = _decode_key(key, f"{what}'s key")
     if not isinstance(fp, int) or isinstance(fp, bool) or not 0 <= fp < 1 << 64:
         raise FormatError(f"{what}'s fingerprint is not a uint64")
@@ -298,7 +340,18 @@ def _check_record(obj: Any, n: int) -> StreamRecord:
         raise FormatError(f"{what}'s flags {flags!r} are not in 0..3")
     if canonical is not None:
         canonical = _decode_key(canonical, f"{what}'s canonical key")
-    return StreamRecord(key, fp, content_hash, flags, canonical)
+    sketch = None
+    if size == 6:
+        raw = obj[5]
+        if words == 0:
+            if raw is not None:
+                raise FormatError(f"{what} holds a sketch, but the stream's pipeline has none (its sketch must be nil)")
+        elif not (isinstance(raw, bytes) and len(raw) == 8 * words):
+            got = f"{len(raw)} bytes" if isinstance(raw, bytes) else type(raw).__name__
+            raise FormatError(f"{what}'s sketch must be {8 * words} bytes (the pipeline's {64 * words}-bit sketch), got {got}")
+        else:
+            sketch = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
+    return StreamRecord(key, fp, content_hash, flags, canonical, sketch)
 
 
 def _check_checkpoint(obj: dict[str, Any], n: int) -> tuple[str, Any]:
@@ -349,18 +402,37 @@ def _is_store(path: str) -> bool:
     return os.path.exists(os.path.join(path, DATA_FILE))
 
 
+def _sketches(records: list[StreamRecord], words: int) -> np.ndarray | None:
+    """The records' sketches, uint64[n, words], for a store that keeps them (``words`` > 0)."""
+    if not words:
+        return None
+    out = np.empty((len(records), words), dtype=np.uint64)
+    for i, r in enumerate(records):
+        # Checked when the stream was read: a stream whose pipeline has a sketch has one per record
+        # (version 3), or was refused at its header (versions 1 and 2).
+        assert r.sketch is not None and len(r.sketch) == words
+        out[i] = r.sketch
+    return out
+
+
+def _nothing(pipeline_id: str, words: int) -> Fingerprints:
+    """An empty batch (for a write of a checkpoint alone), with an empty sketch column when needed."""
+    return Fingerprints(np.zeros(0, np.uint64), pipeline_id, sketches=np.zeros((0, words), np.uint64) if words else None)
+
+
 def _write(
     store: Any, records: list[StreamRecord], pipeline_id: str, canonicals: list[Key | None], checkpoint: tuple[str, Any] | None
 ) -> None:
     """One ``add_many`` of records that all carry a content hash, or all lack one (a
-    :class:`Fingerprints` batch holds content hashes for all of its documents or for none)."""
+    :class:`Fingerprints` batch holds content hashes for all of its documents or for none), with
+    their sketches when the store keeps them."""
     values = np.fromiter((r.fingerprint for r in records), dtype=np.uint64, count=len(records))
     short = np.fromiter((bool(r.flags & FLAG_SHORT) for r in records), dtype=bool, count=len(records))
     hashes = None
     if records and records[0].content_hash is not None:
         # The ignore: every record here has a content hash when the first has (see above); the field's type cannot say so.
         hashes = np.frombuffer(b"".join(r.content_hash for r in records), dtype=">u8").reshape(-1, 2).astype(np.uint64)  # type: ignore[misc]
-    fps = Fingerprints(values, pipeline_id, None, short, hashes)
+    fps = Fingerprints(values, pipeline_id, None, short, hashes, _sketches(records, sketch_words(store)))
     store.add_many([r.key for r in records], fingerprints=fps, checkpoint=checkpoint, canonicals=canonicals)
 
 
@@ -373,7 +445,7 @@ def _add_batch(store: Any, records: list[StreamRecord], pipeline_id: str, checkp
     """
     groups = [g for g in ([r for r in records if r.content_hash is not None], [r for r in records if r.content_hash is None]) if g]
     if not groups:
-        store.add_many([], fingerprints=Fingerprints(np.zeros(0, np.uint64), pipeline_id), checkpoint=checkpoint)
+        store.add_many([], fingerprints=_nothing(pipeline_id, sketch_words(store)), checkpoint=checkpoint)
         return
     written: set[Any] = set()
     later: list[StreamRecord] = []
@@ -394,7 +466,7 @@ def _add_batch(store: Any, records: list[StreamRecord], pipeline_id: str, checkp
         for group in ([r for r in later if r.content_hash is not None], [r for r in later if r.content_hash is None]):
             if group:
                 _write(store, group, pipeline_id, [r.canonical for r in group], None)
-        store.add_many([], fingerprints=Fingerprints(np.zeros(0, np.uint64), pipeline_id), checkpoint=checkpoint)
+        store.add_many([], fingerprints=_nothing(pipeline_id, sketch_words(store)), checkpoint=checkpoint)
 
 
 def import_stream(
@@ -406,12 +478,13 @@ def import_stream(
 ) -> ImportResult:
     """Import an ``fpstore-export`` stream into the store at ``path``.
 
-    When ``path`` holds no store, a new store is made with the stream's pipeline, design and k,
-    built in a sibling directory and renamed to ``path`` once the whole stream checked out. When it
+    When ``path`` holds no store, a new store is made with the stream's pipeline, design, k and
+    verification threshold, built in a sibling directory and renamed to ``path`` once the whole stream checked out. When it
     holds one, the stream's pipeline must be the store's (else :class:`PipelineMismatchError`);
     the whole stream is checked first (a stream that cannot be read twice is spooled to a
     temporary file), then added in batches, each committed with a checkpoint, so a rerun after an
-    interruption skips the batches already committed. Keys already in the store are replaced.
+    interruption skips the batches already committed. Keys already in the store are replaced;
+    the store keeps its own verification threshold.
     """
     import fpstore
 
@@ -424,7 +497,7 @@ def import_stream(
     parent = os.path.dirname(os.path.abspath(path)) or "."
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(path))}.importing-", dir=parent)
     try:
-        store = fpstore.open(tmp, k=header.k, pipeline=header.pipeline, design=header.design)
+        store = fpstore.open(tmp, k=header.k, pipeline=header.pipeline, design=header.design, threshold=header.threshold)
         try:
             n = _feed(store, iter(records), header.pipeline.id, batch_size, None, 0, progress, header.count)
             _carry_checkpoints(store, records.checkpoints, replace=True)
@@ -496,7 +569,7 @@ def _feed(
                 progress(n, total)
     for waiting in held.values():
         for _, rec in waiting:
-            batch.append(StreamRecord(rec.key, rec.fingerprint, rec.content_hash, rec.flags, None))
+            batch.append(replace(rec, canonical=None))
     held.clear()
     if batch or (checkpoint_name and n > skip):
         commit(n)
@@ -528,8 +601,14 @@ def _import_existing(fh: IO[bytes], path: str, *, batch_size: int, progress: Cal
         n = sum(1 for _ in records)  # pass 1: the whole stream checks out before the first write
         with fpstore.open(path, create=False) as store:
             if store.pipeline.id != header.pipeline.id:
+                sketches = ""
+                if store.pipeline.sketch_bits != header.pipeline.sketch_bits:
+                    sketches = (
+                        f" (the stream carries {_sketch_words_text(header.pipeline.sketch_bits)}, "
+                        f"the store keeps {_sketch_words_text(store.pipeline.sketch_bits)})"
+                    )
                 raise PipelineMismatchError(
-                    f"the stream was made with pipeline {header.pipeline.id}, but {path} uses {store.pipeline.id}; "
+                    f"the stream was made with pipeline {header.pipeline.id}, but {path} uses {store.pipeline.id}{sketches}; "
                     "fingerprints of different pipelines are not comparable: import it into a new store path instead"
                 )
             fh.seek(start)
@@ -544,6 +623,10 @@ def _import_existing(fh: IO[bytes], path: str, *, batch_size: int, progress: Cal
     finally:
         if spool is not None:
             spool.close()
+
+
+def _sketch_words_text(bits: int) -> str:
+    return f"{bits}-bit verification sketches" if bits else "no verification sketch"
 
 
 def _seekable(fh: IO[bytes]) -> bool:

@@ -88,7 +88,10 @@ def _text_lines(found: Any) -> list[str]:
             f"fingerprint {getattr(found, f'fingerprint_{side}'):016x}{short})"
         )
     verdict = "the store pairs them" if found.paired else "the store does not pair them"
-    lines.append(f"distance {found.distance} of 64 bits; {verdict} at k={found.k}")
+    rule = f"k={found.k}" + (f" and similarity >= {found.threshold:g}" if found.threshold else "")
+    lines.append(f"distance {found.distance} of 64 bits; {verdict} at {rule}")
+    if found.sketch_similarity is not None:
+        lines.append(f"similarity estimated by the stored sketches: {found.sketch_similarity:.3f}")
     if found.estimated_jaccard is not None:
         lines.append(f"estimated Jaccard {found.estimated_jaccard:.3f} ({found.kind}: a bit differs with probability (1 - J) / 2)")
     else:

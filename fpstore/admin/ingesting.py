@@ -73,7 +73,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         raise InputError("the same source is given twice")
     created = not os.path.exists(os.path.join(args.store, "data.mdb"))
     store = fpstore.open(
-        args.store, k=args.k, pipeline=pipeline_from(args, False) if created else None, design=args.design, expected_size=args.expected_size
+        args.store,
+        k=args.k,
+        pipeline=pipeline_from(args, False) if created else None,
+        design=args.design,
+        expected_size=args.expected_size,
+        threshold=args.threshold,
     )
     if not created:
         # Pipeline options name settings of the existing store's pipeline: each must match.

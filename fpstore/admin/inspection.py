@@ -22,8 +22,9 @@ def cmd_create(args: argparse.Namespace) -> int:
     """Create a new, empty store with the given pipeline and table design."""
     if os.path.exists(os.path.join(args.store, "data.mdb")):
         raise InputError(f"{args.store} already holds a store; use info to see it")
+    pipeline = pipeline_from(args, args.threshold is None)  # a threshold alone picks its own pipeline
     with fpstore.open(
-        args.store, k=args.k, pipeline=pipeline_from(args, True), design=args.design, expected_size=args.expected_size
+        args.store, k=args.k, pipeline=pipeline, design=args.design, expected_size=args.expected_size, threshold=args.threshold
     ) as store:
         data = _info_data(store)
     if args.json:
@@ -63,6 +64,8 @@ def _print_info(d: dict[str, Any]) -> None:
     print(f"pipeline     {d['pipeline_id']}: " + ", ".join(f"{k}={v}" for k, v in pipe.items()))
     print(f"design       {d['design']}")
     print(f"k            {d['k']} (default query radius)")
+    if d.get("threshold") is not None:
+        print(f"threshold    {d['threshold']:g} (answers keep candidates whose sketches estimate at least this similarity)")
     print(f"documents    {d['documents']:,}")
     if "runs" in d:
         runs = d["runs"]
@@ -93,6 +96,7 @@ _INFO_SHOWN = {
     "design",
     "design_detail",
     "k",
+    "threshold",
     "documents",
     "file_size",
     "map_size",

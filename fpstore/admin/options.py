@@ -71,7 +71,7 @@ NON_NEGATIVE = int_arg(0)  # seeds, token counts
 
 
 #: The pipeline options, each named as the Pipeline parameter and attribute it sets.
-PIPELINE_OPTIONS = ("kind", "html", "shingle", "seed", "min_tokens")
+PIPELINE_OPTIONS = ("kind", "html", "shingle", "seed", "min_tokens", "sketch_bits")
 
 
 def pipeline_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -112,6 +112,13 @@ def add_pipeline_options(p: argparse.ArgumentParser, note: str = "") -> None:
     g.add_argument(
         "--min-tokens", type=NON_NEGATIVE, default=None, metavar="N", help="texts with fewer tokens are matched only exactly (default 20)"
     )
+    g.add_argument(
+        "--sketch-bits",
+        type=sketch_bits_arg,
+        default=None,
+        metavar="B",
+        help="bits of the verification sketch kept per document (a multiple of 64 up to 512; default 0: none, or 256 with --threshold)",
+    )
 
 
 def add_design_options(p: argparse.ArgumentParser, note: str = "") -> None:
@@ -124,3 +131,32 @@ def add_design_options(p: argparse.ArgumentParser, note: str = "") -> None:
     )
     g.add_argument("--design", default="auto", help="design name (see docs/designs.md) or 'auto' (default)")
     g.add_argument("--expected-size", type=POSITIVE, default=None, metavar="N", help="documents expected, to choose the design")
+    g.add_argument(
+        "--threshold",
+        type=similarity_arg,
+        default=None,
+        metavar="J",
+        help="answer by verified similarity: keep candidates whose sketches estimate at least J "
+        "(needs a sketch: default --sketch-bits 256, -k 8; see docs/tuning.md)",
+    )
+
+
+def sketch_bits_arg(text: str) -> int:
+    """A sketch length on the command line: 0 or a multiple of 64 up to 512."""
+    from fpstore.fingerprint.pipeline import SKETCH_BITS
+
+    value = int_arg(0, SKETCH_BITS[-1])(text)
+    if value not in SKETCH_BITS:
+        raise argparse.ArgumentTypeError(f"must be a multiple of 64 up to {SKETCH_BITS[-1]}, got {value}")
+    return value
+
+
+def similarity_arg(text: str) -> float:
+    """A similarity threshold on the command line: a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"wants a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value}")
+    return value

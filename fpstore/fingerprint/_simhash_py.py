@@ -41,6 +41,15 @@ optimal densification). Each distinct shingle counts once: repetition changes no
   distance is ``32 * (1 - J)``. The salt (i + 1) keeps bins that copied the same minimum from
   repeating one bit.
 * a text without tokens has fingerprint 0.
+
+The verification sketch of MinHash1 (``sketch`` given, W words, W <= 8): words come in pairs.
+Pair p rehashes every shingle hash once, ``v = (sh ^ salt_p) * SKETCH_MUL; v ^= v >> 29`` with
+``salt_p = fmix(seed ^ (SKETCH_SALT * (p + 1)))`` (one multiply suffices: sh is already mixed); word 2p takes the high 32 bits of v as the shingle's value, word 2p + 1
+the low 32 bits (an odd W drops the last pair's low word). Each word is then built as the
+fingerprint is, over 32-bit values: bin = the value's top 6 bits, each bin keeps its smallest
+value, densification and bit salting use ``salt_p + (w & 1)`` in place of the seed. So every word is
+a 64-bit one-bit MinHash of the same shingle set, independent of the fingerprint, and the total
+Hamming distance d over W words estimates the Jaccard similarity as ``1 - 2 d / (64 W)``.
 """
 
 from __future__ import annotations
@@ -64,6 +73,9 @@ DIGEST_MUL_B = 0xC4CEB9FE1A85EC53
 IDF_EMPTY = 0xFFFF
 MAX_SHINGLE = 16
 DENSIFY = 0x5851F42D4C957F2D
+SKETCH_SALT = 0xA0761D6478BD642F
+SKETCH_MUL = 0xE7037ED1A0B428DB
+MAX_SKETCH_WORDS = 8
 KIND_SIMHASH64 = 0
 KIND_MINHASH1 = 1
 
@@ -216,6 +228,20 @@ def minhash1_bits(mins: list[int], filled: int, seed: int) -> int:
     return fp
 
 
+def sketch_salt(seed: int, p: int) -> int:
+    """The salt of sketch word pair ``p`` (0-based): every shingle hash is rehashed with it."""
+    return fmix64(seed ^ ((SKETCH_SALT * (p + 1)) & M64))
+
+
+def _sketch_width(out: np.ndarray | None, kind: int) -> int:
+    width = 0 if out is None else int(out.shape[-1])
+    if width and kind != KIND_MINHASH1:
+        raise ValueError("a sketch is made by kind 1 (MinHash1) only")
+    if width > MAX_SKETCH_WORDS:
+        raise ValueError(f"a sketch has at most {MAX_SKETCH_WORDS} words")
+    return width
+
+
 def _digests(th: list[int], seed: int) -> tuple[int, int]:
     n = len(th)
     da = DIGEST_A0 ^ seed
@@ -227,13 +253,17 @@ def _digests(th: list[int], seed: int) -> tuple[int, int]:
     return fmix64(da ^ n), fmix64((db + n * GOLDEN) & M64)
 
 
-def fingerprint(text: str, seed: int, shingle: int, idf: Any, kind: int = KIND_SIMHASH64, nfkc: bool = False) -> tuple[int, int, int, int]:
+def fingerprint(
+    text: str, seed: int, shingle: int, idf: Any, kind: int = KIND_SIMHASH64, nfkc: bool = False, sketch: np.ndarray | None = None
+) -> tuple[int, int, int, int]:
     """Return ``(fingerprint, token_count, digest_a, digest_b)`` of a normalised text, or with
-    ``nfkc`` of a text normalised here.
+    ``nfkc`` of a text normalised here; with ``sketch`` (a uint64 array, kind 1), fill its words
+    with the verification sketch.
 
     ``seed`` is a uint64, ``shingle`` in 1..16, ``idf`` None (tf weighting) or an idf table (SimHash
     only: MinHash1 ignores it), ``kind`` ``KIND_SIMHASH64`` or ``KIND_MINHASH1``.
     """
+    words = _sketch_width(sketch, kind)
     if nfkc:
         text = _nfkc(text)
     th = _token_hashes(text, seed)
@@ -243,6 +273,9 @@ def fingerprint(text: str, seed: int, shingle: int, idf: Any, kind: int = KIND_S
     if kind == KIND_MINHASH1:
         mins = [0] * 64
         filled = 0
+        salts = [sketch_salt(seed, p) for p in range((words + 1) // 2)]
+        smins = [[1 << 32] * 64 for _ in range(2 * len(salts))]
+        sfilled = [0] * (2 * len(salts))
         for i in range(windows):
             a = start
             for t in th[i : i + shingle]:
@@ -252,6 +285,16 @@ def fingerprint(text: str, seed: int, shingle: int, idf: Any, kind: int = KIND_S
             if not (filled >> b) & 1 or sh < mins[b]:
                 mins[b] = sh
                 filled |= 1 << b
+            for p, salt in enumerate(salts):
+                v = ((sh ^ salt) * SKETCH_MUL) & M64
+                v ^= v >> 29
+                for w, value in ((2 * p, v >> 32), (2 * p + 1, v & 0xFFFFFFFF)):
+                    b = value >> 26
+                    smins[w][b] = min(smins[w][b], value)
+                    sfilled[w] |= 1 << b
+        for w in range(words):
+            assert sketch is not None
+            sketch[w] = minhash1_bits(smins[w], sfilled[w], (salts[w // 2] + (w & 1)) & M64)
         return (minhash1_bits(mins, filled, seed), n, *_digests(th, seed))
     if kind != KIND_SIMHASH64:
         raise ValueError(f"unknown fingerprint kind {kind}")
@@ -293,11 +336,14 @@ def fingerprint_batch(
     out_digest: np.ndarray,
     kind: int = KIND_SIMHASH64,
     nfkc: bool = False,
+    out_sketch: np.ndarray | None = None,
 ) -> None:
     """Fill ``out_fp[i]``, ``out_tokens[i]`` and ``out_digest[i, 0:2]`` for ``texts[lo:hi]``, with
-    ``nfkc`` normalising each text first."""
+    ``nfkc`` normalising each text first, and with ``out_sketch`` (kind 1) its row i with text i's
+    verification sketch."""
+    words = _sketch_width(out_sketch, kind)
     for i in range(lo, hi):
-        fp, n, da, db = fingerprint(texts[i], seed, shingle, idf, kind, nfkc)
+        fp, n, da, db = fingerprint(texts[i], seed, shingle, idf, kind, nfkc, None if not words or out_sketch is None else out_sketch[i])
         out_fp[i] = fp
         out_tokens[i] = n
         out_digest[i, 0] = da

@@ -41,7 +41,19 @@ from fpstore.fingerprint.text import Text
 from fpstore.mixing import fmix64
 from fpstore.parallel import available_cores, executor
 
-__all__ = ["DEFAULT_K", "FINGERPRINT_SCHEME", "HTML_MODES", "KINDS", "Fingerprints", "IdfTable", "Pipeline", "Signature"]
+__all__ = [
+    "DEFAULT_K",
+    "FINGERPRINT_SCHEME",
+    "HTML_MODES",
+    "KINDS",
+    "SKETCH_BITS",
+    "Fingerprints",
+    "IdfTable",
+    "Pipeline",
+    "Signature",
+    "sketch_distance",
+    "sketch_similarity",
+]
 
 #: The radius a new store gets when none is given, in the API, ``fpstore-admin create``, ``ingest``
 #: and ``demo``: the default pipeline's calibrated k (best F1 on the evaluation corpus of
@@ -62,6 +74,9 @@ _WEIGHTINGS = {"simhash64": ("tf", "idf"), "minhash1": ("set",)}
 #: ``"off"``: markup is text. ``"main-v1"``: HTML input is reduced to its main content (fpstore.fingerprint.html).
 HTML_MODES = ("off", _html.EXTRACTOR)
 MAX_SHINGLE = 16
+#: The longest verification sketch (8 words of 64 bits).
+MAX_SKETCH_BITS = 512
+SKETCH_BITS = tuple(range(0, MAX_SKETCH_BITS + 1, 64))
 _M64 = 0xFFFFFFFFFFFFFFFF
 _BATCH = 256  # texts per kernel call in fingerprint_many: large enough to amortise, small enough to balance threads
 
@@ -187,6 +202,8 @@ class Signature:
     tokens: int
     short: bool
     content_hash: bytes
+    #: The verification sketch (``pipeline.sketch_bits // 64`` words; empty without one).
+    sketch: tuple[int, ...] = ()
 
 
 def _describe(value: object) -> str:
@@ -200,8 +217,9 @@ class Fingerprints:
     """A batch of fingerprints together with the id of the pipeline that made them.
 
     ``values`` uint64[n]; ``tokens`` int64[n]; ``short`` bool[n]; ``content_hashes`` uint64[n, 2]
-    (big-endian concatenation gives the 16-byte content hash). Stores accept raw fingerprints only
-    in this form or with an explicit ``pipeline_id``.
+    (big-endian concatenation gives the 16-byte content hash); ``sketches`` uint64[n, W], the
+    verification sketches of a pipeline with ``sketch_bits = 64 W``. Stores accept raw fingerprints
+    only in this form or with an explicit ``pipeline_id``.
     """
 
     values: np.ndarray
@@ -209,6 +227,7 @@ class Fingerprints:
     tokens: np.ndarray | None = None
     short: np.ndarray | None = None
     content_hashes: np.ndarray | None = None
+    sketches: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         # Shapes and dtypes are checked here, once, so that a malformed batch is an InputError
@@ -226,6 +245,17 @@ class Fingerprints:
                 raise InputError(f"Fingerprints.{column} must be a {want} array of shape {shape}, got {_describe(col)}")
             if column == "content_hashes" and col.dtype != np.uint64:
                 raise InputError(f"Fingerprints.content_hashes must have dtype uint64, got {col.dtype}")
+        sketches = self.sketches
+        if sketches is not None and (
+            not isinstance(sketches, np.ndarray)
+            or sketches.dtype != np.uint64
+            or sketches.ndim != 2
+            or len(sketches) != n
+            or not 1 <= sketches.shape[1] <= MAX_SKETCH_BITS // 64
+        ):
+            raise InputError(
+                f"Fingerprints.sketches must be a uint64 array of shape ({n}, W), W in 1..{MAX_SKETCH_BITS // 64}, got {_describe(sketches)}"
+            )
 
     def __len__(self) -> int:
         return len(self.values)
@@ -251,6 +281,12 @@ class Pipeline:
     kind: ``"minhash1"`` (default) or ``"simhash64"`` (see the module docstring).
     html: ``"main-v1"`` (default: input that looks like HTML is reduced to its main content) or
         ``"off"``.
+    sketch_bits: length of the verification sketch (``kind="minhash1"`` only): 0 (none) or a
+        multiple of 64 up to 512. The sketch is W = sketch_bits / 64 more one-bit MinHash words of
+        the same shingles, computed in the same pass; :func:`sketch_similarity` of two sketches
+        estimates the Jaccard similarity of the texts with a quarter of the 64-bit fingerprint's
+        variance at 256 bits. A store keeps it per document to verify candidates (see
+        ``docs/tuning.md``).
 
     Stores record :attr:`config`, and every pipeline keeps its fingerprints and id across versions:
     ``Pipeline(kind="simhash64", html="off")`` (what :func:`fpstore.simhash` uses) is SimHash over
@@ -264,6 +300,7 @@ class Pipeline:
     min_tokens: int = 20
     kind: str = "minhash1"
     html: str = _html.EXTRACTOR
+    sketch_bits: int = 0
     _idf_kernel: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -284,6 +321,10 @@ class Pipeline:
             raise InputError("weighting='idf' needs an IdfTable in idf=, and only it takes one")
         if self.idf is not None and not isinstance(self.idf, IdfTable):
             raise InputError(f"idf must be an IdfTable, not {type(self.idf).__name__}")
+        if not isinstance(self.sketch_bits, int) or isinstance(self.sketch_bits, bool) or self.sketch_bits not in SKETCH_BITS:
+            raise InputError(f"sketch_bits must be one of {SKETCH_BITS}, got {self.sketch_bits!r}")
+        if self.sketch_bits and self.kind != "minhash1":
+            raise InputError(f"a verification sketch needs kind='minhash1', not {self.kind!r}")
         if not isinstance(self.min_tokens, int) or self.min_tokens < 0:
             raise InputError(f"min_tokens must be an int >= 0, got {self.min_tokens!r}")
         if self.idf is not None:
@@ -295,8 +336,9 @@ class Pipeline:
     def config(self) -> dict[str, Any]:
         """Every parameter that changes a fingerprint or a verdict, as a plain dict.
 
-        ``html`` appears only when it is not ``"off"``, so the configs and ids of pipelines
-        without HTML extraction stay stable (``7d098142278897b3`` for SimHash over the raw text).
+        ``html`` appears only when it is not ``"off"`` and ``sketch_bits`` only when not 0, so the
+        configs and ids of pipelines without them stay stable (``7d098142278897b3`` for SimHash
+        over the raw text).
         """
         config: dict[str, Any] = {
             "kind": self.kind,
@@ -311,6 +353,8 @@ class Pipeline:
         }
         if self.html != "off":
             config["html"] = self.html
+        if self.sketch_bits:
+            config["sketch_bits"] = self.sketch_bits
         return config
 
     @functools.cached_property
@@ -339,7 +383,7 @@ class Pipeline:
         """
         if not isinstance(config, dict):
             raise FormatError("pipeline config must be a dict")
-        known = {"kind", "scheme", "tokenizer", "unicode", "shingle", "seed", "weighting", "idf", "min_tokens", "html"}
+        known = {"kind", "scheme", "tokenizer", "unicode", "shingle", "seed", "weighting", "idf", "min_tokens", "html", "sketch_bits"}
         unknown = set(config) - known
         if unknown:
             raise FormatError(f"pipeline config has fields this version does not know: {sorted(unknown)}")
@@ -352,6 +396,9 @@ class Pipeline:
         html = config.get("html", "off")
         if html == "off" and "html" in config:
             raise FormatError("pipeline config: html 'off' is recorded by leaving the field out")
+        sketch_bits = config.get("sketch_bits", 0)
+        if sketch_bits == 0 and "sketch_bits" in config:
+            raise FormatError("pipeline config: no sketch is recorded by leaving the field out")
         digest = config.get("idf")
         if (digest is None) != (idf is None) or (idf is not None and idf.digest != digest):
             raise FormatError("the idf table does not match the pipeline config's idf digest")
@@ -364,6 +411,7 @@ class Pipeline:
                 min_tokens=config["min_tokens"],
                 kind=kind,
                 html=html,
+                sketch_bits=sketch_bits,
             )
         except (KeyError, InputError, TypeError) as exc:
             raise FormatError(f"pipeline config is invalid: {exc}") from exc
@@ -395,8 +443,10 @@ class Pipeline:
         ``TypeError``. Linear time; memory beyond the text itself is constant (plus one NFKC copy
         of the longest stretch that NFKC can change, for non-ASCII text).
         """
-        fp, ntok, da, db = _kernel.fingerprint(self._decoded(text), self.seed, self.shingle, self._idf_kernel, self._kind, True)
-        return Signature(fp, ntok, ntok < self.min_tokens, da.to_bytes(8, "big") + db.to_bytes(8, "big"))
+        sketch = np.zeros(self.sketch_bits // 64, dtype=np.uint64) if self.sketch_bits else None
+        fp, ntok, da, db = _kernel.fingerprint(self._decoded(text), self.seed, self.shingle, self._idf_kernel, self._kind, True, sketch)
+        words = () if sketch is None else tuple(int(w) for w in sketch)
+        return Signature(fp, ntok, ntok < self.min_tokens, da.to_bytes(8, "big") + db.to_bytes(8, "big"), words)
 
     def fingerprint(self, text: Text) -> int:
         """The 64-bit fingerprint of ``text`` as an int (see :meth:`signature` for the input rules)."""
@@ -417,6 +467,7 @@ class Pipeline:
         fps = np.zeros(n, dtype=np.uint64)
         ntok = np.zeros(n, dtype=np.int64)
         digests = np.zeros((n, 2), dtype=np.uint64)
+        sketches = np.zeros((n, self.sketch_bits // 64), dtype=np.uint64) if self.sketch_bits else None
         threads = available_cores() if threads is None else int(threads)
         if threads < 1:
             raise InputError(f"threads must be >= 1, got {threads}")
@@ -435,7 +486,18 @@ class Pipeline:
                 for i, t in zip(range(lo, hi), texts[lo:hi])
             ]
             _kernel.fingerprint_batch(
-                decoded, 0, hi - lo, self.seed, self.shingle, self._idf_kernel, fps[lo:hi], ntok[lo:hi], digests[lo:hi], self._kind, True
+                decoded,
+                0,
+                hi - lo,
+                self.seed,
+                self.shingle,
+                self._idf_kernel,
+                fps[lo:hi],
+                ntok[lo:hi],
+                digests[lo:hi],
+                self._kind,
+                True,
+                None if sketches is None else sketches[lo:hi],
             )
 
         if threads == 1 or len(bounds) < 2:
@@ -443,7 +505,7 @@ class Pipeline:
                 run(b)
         else:
             list(executor(threads).map(run, bounds))
-        return Fingerprints(fps, self.id, ntok, ntok < self.min_tokens, digests)
+        return Fingerprints(fps, self.id, ntok, ntok < self.min_tokens, digests, sketches)
 
     @property
     def _kind(self) -> int:
@@ -452,6 +514,18 @@ class Pipeline:
     def fingerprint_many(self, texts: Sequence[Text], threads: int | None = None) -> np.ndarray:
         """uint64 array of the fingerprints of ``texts`` (see :meth:`signatures`)."""
         return self.signatures(texts, threads).values
+
+
+def sketch_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Hamming distances over whole sketches: ``a`` and ``b`` uint64[..., W], broadcast alike."""
+    return np.bitwise_count(np.bitwise_xor(a, b)).sum(axis=-1, dtype=np.int64)
+
+
+def sketch_similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Estimated Jaccard similarity ``1 - 2 d / bits`` of sketches ``a`` and ``b`` (uint64[..., W]),
+    clipped at 0 (unrelated texts differ in about half the bits, and the estimate scatters around 0)."""
+    bits = 64 * a.shape[-1]
+    return np.maximum(0.0, 1.0 - 2.0 * sketch_distance(a, b) / bits)
 
 
 DEFAULT_PIPELINE = Pipeline()

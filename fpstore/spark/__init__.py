@@ -19,6 +19,12 @@ relies on it. In numpy the mapping is a free view: ``fps.view(np.int64)`` and ba
 ``col.view(np.uint64)`` (:func:`to_signed`, :func:`to_unsigned`); in Python ints,
 ``f - (f >> 63 << 64)`` and ``s & (2**64 - 1)``.
 
+**Verification sketches.** With a pipeline that has ``sketch_bits``, :func:`fingerprint` adds a
+``sketch`` column (binary, the words little-endian), :func:`near_duplicates` and
+:func:`query_batch` take ``threshold=`` to keep only pairs whose sketches estimate at least that
+Jaccard similarity (with a ``similarity`` column), and :func:`build_shards` keeps each document's
+sketch in its shard (:mod:`fpstore.spark.sketches`).
+
 PySpark, pyarrow and pandas are the ``fpstore[spark]`` extra; this module imports them only when a
 Spark function runs, so :class:`ShardSet` and the conversions work without them. The executors
 need fpstore itself installed, with its compiled kernels (``docs/scale-out.md``).

@@ -14,6 +14,7 @@ from fpstore.errors import InputError
 from fpstore.index.design import Design
 from fpstore.spark.frames import arrow_u64, check_columns, require
 from fpstore.spark.plans import flip_free
+from fpstore.spark.sketches import SKETCH_COL, arrow_sketches, check_sketch_column, check_threshold
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -50,8 +51,10 @@ def _query_tables(payload: dict[str, Any]) -> tuple[Any, ...]:
     return built
 
 
-def _probe_fn(bc: Any, k: int, fp_col: str, id_col: str, out_names: tuple[str, str, str]):
-    """mapInArrow body: stream stored rows past the query tables built from the broadcast."""
+def _probe_fn(bc: Any, k: int, fp_col: str, id_col: str, out_names: tuple[str, ...], threshold: float | None, sketch_col: str):
+    """mapInArrow body: stream stored rows past the query tables built from the broadcast; with
+    ``threshold``, keep the pairs whose sketches (the broadcast's and ``sketch_col``) reach it."""
+    from fpstore.fingerprint.pipeline import sketch_similarity
 
     def probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -90,13 +93,23 @@ def _probe_fn(bc: Any, k: int, fp_col: str, id_col: str, out_names: tuple[str, s
                 continue
             qi = np.concatenate(out_q)
             si = np.concatenate(out_s)
+            di = np.concatenate(out_d)
+            extra = []
+            if threshold is not None and len(qi):
+                qsk = bc.value["sketches"]
+                ssk = arrow_sketches(batch.column(batch.schema.get_field_index(sketch_col)), qsk.shape[1], "the stored rows' sketch column")
+                sim = sketch_similarity(qsk[qi], ssk[si])
+                keep = sim >= threshold
+                qi, si, di, sim = qi[keep], si[keep], di[keep], sim[keep]
+                extra = [pa.array(sim, pa.float64())]
             if not len(qi):
                 continue
             yield pa.RecordBatch.from_arrays(
                 [
                     qids.take(pa.array(qi)),
                     batch.column(batch.schema.get_field_index(id_col)).take(pa.array(si)),
-                    pa.array(np.concatenate(out_d), pa.int32()),
+                    pa.array(di, pa.int32()),
+                    *extra,
                 ],
                 names=list(out_names),
             )
@@ -114,6 +127,9 @@ def query_batch(
     query_id_col: str | None = None,
     query_fp_col: str | None = None,
     design: Design | str | None = None,
+    threshold: float | None = None,
+    sketch_col: str = SKETCH_COL,
+    query_sketch_col: str | None = None,
 ) -> DataFrame:
     """Every (query, stored row) pair within ``k`` bits, exactly once: ``(query_id, id, distance)``.
 
@@ -123,28 +139,45 @@ def query_batch(
     partition of ``stored_df`` streams its rows past them in ``mapInArrow``, so the large side is
     read once and never shuffled. A (query, row) pair is reported from the first table whose
     prefix both share.
-    ``query_id_col``/``query_fp_col`` default to ``id_col``/``fp_col``.
+    ``query_id_col``/``query_fp_col``/``query_sketch_col`` default to ``id_col``/``fp_col``/``sketch_col``.
+
+    The pairs are candidates by fingerprint only. With ``threshold`` (rows of a pipeline with
+    ``sketch_bits`` on both sides, carrying their sketch columns, as :func:`fingerprint` makes
+    them), the queries' sketches travel with the broadcast, each candidate is kept when the two
+    sketches estimate a Jaccard similarity of at least ``threshold`` (what
+    ``Store.query_many(threshold=)`` keeps), and the frame gains ``similarity`` (double); still no
+    shuffle.
     """
     require()
-    from pyspark.sql.types import IntegerType, StructField, StructType
+    from pyspark.sql.types import DoubleType, IntegerType, StructField, StructType
 
     if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= 10:
         raise InputError(f"k must be an int in 0..10, got {k!r}")
     qid, qfp = query_id_col or id_col, query_fp_col or fp_col
+    qsk = query_sketch_col or sketch_col
     check_columns(stored_df, id_col, fp_col)
     check_columns(queries_df, qid, qfp)
-    q = queries_df.select(qid, qfp).where(queries_df[qfp].isNotNull()).toArrow()
+    theta = None
+    if threshold is not None:
+        theta = check_threshold(threshold)
+        check_sketch_column(stored_df, sketch_col, "query_batch(threshold=)")
+        check_sketch_column(queries_df, qsk, "query_batch(threshold=)")
+    q = queries_df.select(qid, qfp, *([qsk] if theta is not None else [])).where(queries_df[qfp].isNotNull()).toArrow()
     qfps = arrow_u64(q.column(qfp).combine_chunks())
     qids = q.column(qid).combine_chunks()
     d = flip_free(design, k, max(len(qfps), 1), batch=True)
     payload = {"token": uuid.uuid4().hex, "design": d.config(), "fps": qfps, "ids": qids}
+    if theta is not None:
+        payload["sketches"] = arrow_sketches(q.column(qsk), None, "the queries' sketch column")
     bc = stored_df.sparkSession.sparkContext.broadcast(payload)
-    names = ("query_id", "id", "distance")
-    schema = StructType(
-        [
-            StructField(names[0], queries_df.schema[qid].dataType),
-            StructField(names[1], stored_df.schema[id_col].dataType),
-            StructField(names[2], IntegerType(), False),
-        ]
-    )
-    return stored_df.select(id_col, fp_col).mapInArrow(_probe_fn(bc, k, fp_col, id_col, names), schema)
+    names: tuple[str, ...] = ("query_id", "id", "distance")
+    fields = [
+        StructField(names[0], queries_df.schema[qid].dataType),
+        StructField(names[1], stored_df.schema[id_col].dataType),
+        StructField(names[2], IntegerType(), False),
+    ]
+    if theta is not None:
+        names += ("similarity",)
+        fields.append(StructField("similarity", DoubleType(), False))
+    stored = stored_df.select(id_col, fp_col, *([sketch_col] if theta is not None else []))
+    return stored.mapInArrow(_probe_fn(bc, k, fp_col, id_col, names, theta, sketch_col), StructType(fields))

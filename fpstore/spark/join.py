@@ -13,6 +13,7 @@ from fpstore.errors import InputError
 from fpstore.index.design import Design
 from fpstore.spark.frames import arrow_u64, check_columns, require, to_signed
 from fpstore.spark.plans import JoinPlan, flip_free
+from fpstore.spark.sketches import SKETCH_COL, check_sketch_column, check_threshold, verify_pairs
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -163,6 +164,8 @@ def near_duplicates(
     max_bucket: int | None = 20_000,
     partitions: int | None = None,
     seed: int = 0,
+    threshold: float | None = None,
+    sketch_col: str = SKETCH_COL,
 ) -> DataFrame:
     """Every pair of rows within ``k`` bits, exactly once: a DataFrame ``(id_a, id_b, distance)``.
 
@@ -186,6 +189,12 @@ def near_duplicates(
     when ``df`` is read from files, but not over a cached ``df`` (Spark 4 does not reuse
     exchanges above an in-memory relation: measured, the rows are then shuffled four times), so
     pass ``df`` uncached.
+
+    The pairs are candidates by fingerprint only. With ``threshold`` (rows of a pipeline with
+    ``sketch_bits``, carrying their ``sketch_col``, as :func:`fingerprint` makes them), each pair
+    is joined to both rows' sketches and kept when they estimate a Jaccard similarity of at least
+    ``threshold`` (what ``Store.near_duplicate_pairs(threshold=)`` keeps); the frame gains a
+    ``similarity`` column (double). That costs two more joins of the pairs.
     """
     require()
     from pyspark.sql import functions as F
@@ -195,6 +204,22 @@ def near_duplicates(
     if max_bucket is not None and (not isinstance(max_bucket, int) or max_bucket < 2):
         raise InputError(f"max_bucket must be an int >= 2 or None, got {max_bucket!r}")
     check_columns(df, id_col, fp_col)
+    if threshold is not None:
+        theta = check_threshold(threshold)
+        check_sketch_column(df, sketch_col, "near_duplicates(threshold=)")
+        sketches = df.where(F.col(fp_col).isNotNull()).select(F.col(id_col).alias("id"), F.col(sketch_col).alias("sketch"))
+        pairs = near_duplicates(
+            df.select(id_col, fp_col),
+            k,
+            id_col=id_col,
+            fp_col=fp_col,
+            design=design,
+            expected_size=expected_size,
+            max_bucket=max_bucket,
+            partitions=partitions,
+            seed=seed,
+        )
+        return verify_pairs(pairs, sketches, theta)
     spark = df.sparkSession
     rows = df.select(F.col(id_col).alias("id"), F.col(fp_col).alias("fp")).where(F.col("fp").isNotNull())
     groups = rows.groupBy("fp").agg(F.collect_list("id").alias("ids"))

@@ -21,6 +21,7 @@ from fpstore.fingerprint.pipeline import Pipeline
 from fpstore.index.design import Design, design_for
 from fpstore.spark.frames import arrow_u64, check_columns, require, schema_ddl
 from fpstore.spark.shardset import MANIFEST, MANIFEST_FORMAT, ROUTING, shard_dir, shard_of
+from fpstore.spark.sketches import SKETCH_COL, arrow_sketches, check_sketch_column, check_threshold
 from fpstore.spark.texts import pipeline_payload, rebuild_pipeline
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,11 +41,21 @@ def _route_fn(id_col: str, shards: int):
     return route
 
 
-def _write_fn(root: str, payload: dict[str, Any], design_cfg: dict[str, Any], k: int, id_col: str, fp_col: str):
+def _write_fn(
+    root: str,
+    payload: dict[str, Any],
+    design_cfg: dict[str, Any],
+    k: int,
+    id_col: str,
+    fp_col: str,
+    sketch_col: str,
+    threshold: float | None,
+):
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         import fpstore
+        from fpstore.fingerprint.pipeline import Fingerprints
 
         parts = [b for b in batches if b.num_rows]
         if not parts:
@@ -65,8 +76,12 @@ def _write_fn(root: str, payload: dict[str, Any], design_cfg: dict[str, Any], k:
             final = os.path.join(root, shard_dir(s))
             # A retried task starts over: build beside the final path, then rename into place.
             tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
-            with fpstore.open(tmp, k=k, pipeline=pipe, design=design, expected_size=len(fps)) as store:
-                store.bulk_load(keys, fps, pipeline_id=pipe.id)
+            loaded: Any = fps
+            if pipe.sketch_bits:
+                sketches = arrow_sketches(sel.column(sketch_col), pipe.sketch_bits // 64, f"sketch column {sketch_col!r}")
+                loaded = Fingerprints(fps, pipe.id, sketches=sketches)
+            with fpstore.open(tmp, k=k, pipeline=pipe, design=design, expected_size=len(fps), threshold=threshold) as store:
+                store.bulk_load(keys, loaded, pipeline_id=pipe.id)
                 count = len(store)
             if os.path.exists(final):
                 shutil.rmtree(final)
@@ -101,6 +116,8 @@ def build_shards(
     fp_col: str = "fp",
     design: Design | str = "auto",
     expected_size: int | None = None,
+    sketch_col: str = SKETCH_COL,
+    threshold: float | None = None,
 ) -> dict[str, Any]:
     """Build ``shards`` complete fpstores under ``path`` from ``(id, fp)`` rows; returns the manifest.
 
@@ -118,7 +135,10 @@ def build_shards(
     ``expected_size / shards``; ``expected_size`` defaults to the row count). ``pipeline`` (default
     ``Pipeline()``) must have id ``pipeline_id``. Keys must be unique (integer keys non-negative, as
     the store requires); rows with a null fingerprint are skipped. ``path/manifest.json`` records the shards, the routing rule, the pipeline, the
-    design and the counts.
+    design and the counts. A pipeline with ``sketch_bits`` makes stores that keep every document's
+    verification sketch: the rows must carry it in ``sketch_col`` (as :func:`fingerprint` makes
+    it), and the shards' matches carry their similarity as one store's do; ``threshold`` makes
+    each shard a verifying store (``fpstore.open(threshold=)``), recorded in the manifest.
     """
     require()
     from pyspark.sql import functions as F
@@ -136,7 +156,13 @@ def build_shards(
     if os.path.exists(os.path.join(root, MANIFEST)):
         raise InputError(f"{root} already holds a shard set ({MANIFEST}); choose an empty directory")
     os.makedirs(root, exist_ok=True)
-    rows = df.select(id_col, fp_col).where(F.col(fp_col).isNotNull())
+    if threshold is not None:
+        threshold = check_threshold(threshold)
+        if not pipe.sketch_bits:
+            raise InputError("build_shards(threshold=) needs a pipeline with a verification sketch (sketch_bits)")
+    if pipe.sketch_bits:
+        check_sketch_column(df, sketch_col, f"build_shards with a pipeline of {pipe.sketch_bits}-bit sketches")
+    rows = df.select(id_col, fp_col, *([sketch_col] if pipe.sketch_bits else [])).where(F.col(fp_col).isNotNull())
     if expected_size is None:
         expected_size = rows.count()
     d = design_for(k, max(1, expected_size // shards), design)
@@ -144,7 +170,9 @@ def build_shards(
     routed = rows.mapInArrow(_route_fn(id_col, shards), f"{schema_ddl(rows)}, _shard int")
     written = (
         routed.repartition(shards, "_shard")
-        .mapInArrow(_write_fn(root, payload, d.config(), k, id_col, fp_col), "shard int, count long, bytes long, host string")
+        .mapInArrow(
+            _write_fn(root, payload, d.config(), k, id_col, fp_col, sketch_col, threshold), "shard int, count long, bytes long, host string"
+        )
         .collect()
     )
     counts = {int(r["shard"]): (int(r["count"]), int(r["bytes"]), r["host"]) for r in written}
@@ -152,7 +180,7 @@ def build_shards(
 
     for s in range(shards):
         if s not in counts:  # no row routed here: an empty store keeps every shard openable
-            with fpstore.open(os.path.join(root, shard_dir(s)), k=k, pipeline=pipe, design=d):
+            with fpstore.open(os.path.join(root, shard_dir(s)), k=k, pipeline=pipe, design=d, threshold=threshold):
                 pass
             counts[s] = (0, 0, socket.gethostname())
     manifest = {
@@ -166,6 +194,7 @@ def build_shards(
             "query": "every shard (a near-duplicate may be in any)",
         },
         "k": k,
+        "threshold": threshold,
         "pipeline_id": pipe.id,
         "pipeline": pipe.config,
         "design": d.config(),

@@ -107,17 +107,22 @@ class ShardSet(Closing):
         out = []
         for s, st in enumerate(self.stores):
             for m in st.query(**kwargs):
-                out.append(Match(m.key, m.distance, m.fingerprint, m.id * self.shards + s))
+                out.append(m._replace(id=m.id * self.shards + s))
         return sort_matches(out)
 
     def query_many(
-        self, fingerprints: RawFingerprints | Fingerprints, *, pipeline_id: str | None = None, k: int | None = None
+        self,
+        fingerprints: RawFingerprints | Fingerprints,
+        *,
+        pipeline_id: str | None = None,
+        k: int | None = None,
+        threshold: float | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`Store.query_many` over every shard: ``(query_index, global id, distance)``
-        sorted by query index, distance, id."""
+        sorted by query index, distance, id (``threshold``: shards whose pipeline has a sketch)."""
         qs, ids, ds = [], [], []
         for s, st in enumerate(self.stores):
-            q, i, d = st.query_many(fingerprints, pipeline_id=pipeline_id, k=k)
+            q, i, d = st.query_many(fingerprints, pipeline_id=pipeline_id, k=k, threshold=threshold)
             qs.append(q)
             ids.append(i * self.shards + s)
             ds.append(d)

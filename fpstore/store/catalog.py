@@ -27,6 +27,8 @@ from fpstore.store.incremental import IncrementalTables
 from fpstore.store.keys import FLAG_SHORT, MAX_RAW_KEY, Key, lookup_key, unpack_record, untyped_key
 from fpstore.store.lsm import Lsm
 from fpstore.store.results import AddResult, Document, Match, sort_matches
+from fpstore.store.sketches import DB_NAME as SKETCH_DB
+from fpstore.store.sketches import Sketches, verify_near
 
 #: A batch of queries is probed one query at a time (:func:`search.probe_plan_each`) while it holds
 #: fewer than ``SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * c`` queries, c the chunks of the runs'
@@ -90,8 +92,12 @@ class _Snapshot:
 class Catalog:
     """The tables of one open store (``dbs``: LMDB databases by name) and the design they follow."""
 
-    def __init__(self, dbs: dict[str, Any], design: Design) -> None:
+    def __init__(self, dbs: dict[str, Any], design: Design, sketch_words: int = 0, threshold: float | None = None) -> None:
         self.design = design
+        #: The sketch column, when the store's pipeline has a verification sketch, and the
+        #: similarity an add's candidates must reach to count as near duplicates (None: any).
+        self.sketches = Sketches(dbs[SKETCH_DB], sketch_words) if sketch_words else None
+        self.threshold = threshold
         self.meta, self.docs, self.keys, self.content = dbs["meta"], dbs["docs"], dbs["keys"], dbs["content"]
         self.blobs, self.dead = dbs["blobs"], dbs["dead"]
         self.tables = [dbs[table_name(t)] for t in range(len(design.tables))]
@@ -391,11 +397,19 @@ class Catalog:
         return AddResult(doc_id, untyped_key(typed), fp, short, exact, self.matches(txn, near), canonical)
 
     def verdict(
-        self, txn: lmdb.Transaction, doc_id: int, typed: bytes, fp: int, content_hash: bytes | None, short: bool, k: int
+        self,
+        txn: lmdb.Transaction,
+        doc_id: int,
+        typed: bytes,
+        fp: int,
+        content_hash: bytes | None,
+        short: bool,
+        k: int,
+        sketch: np.ndarray | None = None,
     ) -> AddResult:
         """The verdict for a document re-added unchanged: the same neighbours a new add would see."""
         exact_ids = [i for i in self.content_ids(txn, content_hash) if i != doc_id] if content_hash else []
-        near = {} if short else self.probe(txn, fp, k, exclude=doc_id)
+        near = {} if short else verify_near(self.sketches, txn, self.probe(txn, fp, k, exclude=doc_id), sketch, self.threshold)
         res = self.verdict_from(txn, doc_id, typed, fp, short, exact_ids, near)
         canonical_id = self.canonical_of(txn, doc_id)
         canonical = self.key_of(txn, canonical_id) if canonical_id != doc_id else None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from fpstore.errors import InputError, UnknownKeyError
 from fpstore.fingerprint import text as _text
-from fpstore.fingerprint.pipeline import Pipeline
+from fpstore.fingerprint.pipeline import Pipeline, sketch_similarity
 from fpstore.fingerprint.text import Text
 from fpstore.store.keys import Key
 from fpstore.store.results import Document
@@ -71,6 +71,10 @@ class Explanation:
     only_a_sample: tuple[str, ...] | None = None
     only_b_sample: tuple[str, ...] | None = None
     texts_as_stored: tuple[bool, bool] | None = None
+    #: In a store with sketches: the Jaccard similarity the two stored sketches estimate, and the
+    #: store's threshold (``paired`` then also needs the estimate to reach it).
+    sketch_similarity: float | None = None
+    threshold: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain data (keys as given; tuples as lists)."""
@@ -133,7 +137,11 @@ def explain(
     a, b = docs
     distance = (a.fingerprint ^ b.fingerprint).bit_count()
     exact = None if a.content_hash is None or b.content_hash is None else a.content_hash == b.content_hash
-    paired = a.id != b.id and distance <= k and (not (a.short or b.short) or bool(exact))
+    stored = reader.sketches_of([a.id, b.id])
+    similarity = None if stored is None else float(sketch_similarity(stored[0], stored[1]))
+    threshold = reader.threshold if stored is not None else None
+    verified = a.short or b.short or not threshold or (similarity is not None and similarity >= threshold)
+    paired = a.id != b.id and distance <= k and (not (a.short or b.short) or bool(exact)) and verified
     found = Explanation(
         key_a=a.key,
         key_b=b.key,
@@ -149,6 +157,8 @@ def explain(
         estimated_jaccard=estimated_jaccard(pipeline.kind, distance),
         exact_duplicate=exact,
         paired=paired,
+        sketch_similarity=similarity,
+        threshold=threshold,
     )
     if texts is None:
         return found

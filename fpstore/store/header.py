@@ -26,6 +26,8 @@ __all__ = [
     "H_IDF",
     "H_NEXT_ID",
     "KNOWN_FEATURES",
+    "features_of",
+    "column_dbs",
     "MAGIC",
     "U64",
     "checkpoint_key",
@@ -42,7 +44,8 @@ __all__ = [
 MAGIC = "fpstore"
 FORMAT_VERSION = 1
 #: Features this build understands; a store listing any other required feature is refused.
-KNOWN_FEATURES: frozenset[str] = frozenset()
+#: ``"sketch"``: documents carry a verification sketch (fpstore/store/sketches.py).
+KNOWN_FEATURES: frozenset[str] = frozenset({"sketch"})
 
 BASE_DBS = ["meta", "docs", "keys", "content", "blobs", "dead"]
 H_HEADER, H_IDF, H_NEXT_ID, H_COUNT = b"header", b"idf", b"next_id", b"count"
@@ -59,12 +62,24 @@ def table_name(t: int) -> str:
 # -- the header ----------------------------------------------------------------------------------
 
 
-def new_header(design: Design, pipeline: Pipeline) -> dict[str, Any]:
-    """A new store's header (stored as msgpack under ``meta/header``)."""
-    return {
+def features_of(pipeline: Pipeline) -> list[str]:
+    """The required features a new store with ``pipeline`` lists: only those it uses, so that a
+    store without a sketch stays readable by builds that predate it."""
+    return ["sketch"] if pipeline.sketch_bits else []
+
+
+def column_dbs(pipeline: Pipeline) -> list[str]:
+    """The per-document columns a store with ``pipeline`` has beside :data:`BASE_DBS`."""
+    return ["sketches"] if pipeline.sketch_bits else []
+
+
+def new_header(design: Design, pipeline: Pipeline, threshold: float | None = None) -> dict[str, Any]:
+    """A new store's header (stored as msgpack under ``meta/header``); ``threshold``, the
+    verification threshold of a store with sketches, is recorded only when given."""
+    header = {
         "magic": MAGIC,
         "format": FORMAT_VERSION,
-        "features": sorted(KNOWN_FEATURES),
+        "features": features_of(pipeline),
         "pipeline": pipeline.config,
         "pipeline_id": pipeline.id,
         "design": design.config(),
@@ -76,6 +91,9 @@ def new_header(design: Design, pipeline: Pipeline) -> dict[str, Any]:
             "time": int(time.time()),
         },
     }
+    if threshold is not None:
+        header["threshold"] = threshold
+    return header
 
 
 def fill_meta(txn: lmdb.Transaction, meta: Any, header: dict[str, Any], idf: IdfTable | None) -> None:
@@ -131,6 +149,8 @@ def stored_design_and_pipeline(
     stored = Pipeline.from_config(header["pipeline"], idf)
     if stored.id != header["pipeline_id"]:
         raise FormatError(f"{path}: the header's pipeline id does not match its pipeline config")
+    if sorted(header["features"]) != features_of(stored):
+        raise FormatError(f"{path}: the header's features {header['features']} do not match its pipeline (expected {features_of(stored)})")
     if pipeline is not None and pipeline.id != stored.id:
         raise PipelineMismatchError(
             f"{path} was created with pipeline {stored.id}, not {pipeline.id} ({stored.mismatch(pipeline)}); "

@@ -25,6 +25,8 @@ __all__ = [
     "batch_adds",
     "prepare_add",
     "prepare_batch",
+    "load_columns",
+    "signature_of",
     "signatures",
 ]
 
@@ -43,18 +45,30 @@ class OneAdd:
     flags: int
     on_duplicate: str
     checkpoint: tuple[bytes, bytes] | None
+    #: The verification sketch (uint64[W]) when the store's pipeline makes one.
+    sketch: np.ndarray | None = None
 
 
 def fingerprint_of(pipeline: Pipeline, text: Text | None, fingerprint: object, pipeline_id: str | None) -> tuple[int, bool, bytes | None]:
     """``(fingerprint, short, content hash)`` of exactly one of ``text`` (fingerprinted with
     ``pipeline``) and a raw ``fingerprint`` made by ``pipeline_id`` (no content hash)."""
+    fp, short, content_hash, _ = signature_of(pipeline, text, fingerprint, pipeline_id)
+    return fp, short, content_hash
+
+
+def signature_of(
+    pipeline: Pipeline, text: Text | None, fingerprint: object, pipeline_id: str | None
+) -> tuple[int, bool, bytes | None, np.ndarray | None]:
+    """:func:`fingerprint_of` and the text's verification sketch (None for a raw fingerprint, or
+    when the pipeline makes none)."""
     if (text is None) == (fingerprint is None):
         raise InputError("pass exactly one of text= and fingerprint=")
     if text is not None:
         sig = pipeline.signature(text)
-        return sig.fingerprint, sig.short, sig.content_hash
+        sketch = np.array(sig.sketch, dtype=np.uint64) if sig.sketch else None
+        return sig.fingerprint, sig.short, sig.content_hash, sketch
     check_pipeline_id(pipeline, pipeline_id)
-    return fingerprint_int(fingerprint), False, None
+    return fingerprint_int(fingerprint), False, None, None
 
 
 def prepare_add(
@@ -70,10 +84,18 @@ def prepare_add(
     typed = typed_key(key)
     if on_duplicate not in ("insert", "skip"):
         raise InputError(f"on_duplicate must be 'insert' or 'skip', got {on_duplicate!r}")
-    fp, short, content_hash = fingerprint_of(pipeline, text, fingerprint, pipeline_id)
+    fp, short, content_hash, sketch = signature_of(pipeline, text, fingerprint, pipeline_id)
+    if pipeline.sketch_bits and sketch is None:
+        raise InputError(_NO_SKETCH.format(bits=pipeline.sketch_bits))
     flags = (FLAG_TEXT if text is not None else 0) | (FLAG_SHORT if short else 0)
     ckpt = encode_checkpoint(checkpoint) if checkpoint is not None else None
-    return OneAdd(key, typed, fp, content_hash, short, flags, on_duplicate, ckpt)
+    return OneAdd(key, typed, fp, content_hash, short, flags, on_duplicate, ckpt, sketch)
+
+
+_NO_SKETCH = (
+    "this store verifies matches with a {bits}-bit sketch per document, which a bare fingerprint does not carry: "
+    "add texts, or Fingerprints made by the store's pipeline (their sketches column)"
+)
 
 
 def fingerprint_int(value: object) -> int:
@@ -100,8 +122,10 @@ def signatures(
     texts: Sequence[Text] | None,
     fingerprints: RawFingerprints | Fingerprints | None,
     pipeline_id: object,
+    sketches_needed: bool = False,
 ) -> Fingerprints:
-    """One :class:`Fingerprints` batch from exactly one of ``texts`` and ``fingerprints``."""
+    """One :class:`Fingerprints` batch from exactly one of ``texts`` and ``fingerprints``; with
+    ``sketches_needed`` (a write), checked to carry the sketches the store's pipeline makes."""
     if (texts is None) == (fingerprints is None):
         raise InputError("pass exactly one of texts= and fingerprints=")
     if texts is not None:
@@ -119,7 +143,22 @@ def signatures(
         sigs = Fingerprints(as_fingerprint_array(fingerprints), pipeline.id)
     if n is not None and len(sigs) != n:
         raise InputError(f"{n} keys but {len(sigs)} {'texts' if texts is not None else 'fingerprints'}")
+    if sketches_needed and pipeline.sketch_bits:
+        if sigs.sketches is None:
+            raise InputError(_NO_SKETCH.format(bits=pipeline.sketch_bits))
+        if sigs.sketches.shape[1] != pipeline.sketch_bits // 64:
+            raise InputError(f"the sketches have {sigs.sketches.shape[1] * 64} bits; this store's pipeline makes {pipeline.sketch_bits}")
     return sigs
+
+
+def load_columns(pipeline: Pipeline, n: int, fingerprints: RawFingerprints | Fingerprints, pipeline_id: object) -> np.ndarray:
+    """A bulk-load chunk's fingerprints, checked: uint64[n], or uint64[n, 1 + W] with each
+    document's sketch after its fingerprint when the store keeps sketches (one array, so that the
+    chunking and deduplication of a load keep them together)."""
+    sigs = signatures(pipeline, n, None, fingerprints, pipeline_id, sketches_needed=True)
+    if sigs.sketches is None or not pipeline.sketch_bits:
+        return sigs.values
+    return np.column_stack([sigs.values, sigs.sketches])
 
 
 @dataclass
@@ -156,7 +195,7 @@ def prepare_batch(
     if isinstance(keys, (str, bytes)):
         raise InputError("keys must be a sequence of keys; use add() for one document")
     typed_keys = [typed_key(k) for k in keys]
-    sigs = signatures(pipeline, len(typed_keys), texts, fingerprints, pipeline_id)
+    sigs = signatures(pipeline, len(typed_keys), texts, fingerprints, pipeline_id, sketches_needed=True)
     ckpt = encode_checkpoint(checkpoint) if checkpoint is not None else None
     n = len(typed_keys)
     canon_typed: list[bytes | None] = [None] * n
@@ -175,5 +214,8 @@ def batch_adds(batch: Batch, keys: Sequence[Key]) -> list[OneAdd]:
     adds = []
     for i in range(n):
         flags = (FLAG_TEXT if has_hash else 0) | (FLAG_SHORT if short[i] else 0)
-        adds.append(OneAdd(keys[i], batch.typed_keys[i], int(sigs.values[i]), sigs.content_hash(i), bool(short[i]), flags, "insert", None))
+        sketch = None if sigs.sketches is None else sigs.sketches[i]
+        adds.append(
+            OneAdd(keys[i], batch.typed_keys[i], int(sigs.values[i]), sigs.content_hash(i), bool(short[i]), flags, "insert", None, sketch)
+        )
     return adds

@@ -184,6 +184,9 @@ def verify(storage: Storage, cat: Catalog, documents: Callable[[], Iterable[tupl
             return list(problems)
         dead = set(int(i) for i in cat.lsm.dead_ids(txn).tolist())
         index = check_tables(txn, cat.design, cat.tables, cat.runs(txn), dead, problems)
+        if index is not None and cat.sketches is not None:
+            for problem in cat.sketches.problems(txn, np.fromiter(index, dtype=np.int64, count=len(index))):
+                problems.add(problem)
     if index is not None:
         check_documents(documents(), count, next_id, index, problems)
     return list(problems)
@@ -329,6 +332,7 @@ def store_info(store: Any, storage: Storage, merges: Any) -> dict[str, Any]:
             "expected_candidates": design.expected_candidates(max(n, 1)),
         },
         "k": store.k,
+        "threshold": store.threshold,
         "documents": n,
         "incremental_entries": counts["incremental_entries"],
         "runs": counts["runs"],

@@ -137,6 +137,8 @@ class Load:
     int_keys: np.ndarray | None
     typed: list[bytes] | None
     hashes: np.ndarray
+    #: The documents' sketches (uint64[m, W]), in the same order, when the store keeps them.
+    sketches: np.ndarray | None = None
 
     def typed_keys(self) -> list[bytes]:
         if self.int_keys is not None:
@@ -145,7 +147,11 @@ class Load:
 
 
 def prepare_load(keys: KeyBatch, fps: np.ndarray) -> Load | None:
-    """A bulk load's keys and fingerprints as a :class:`Load`, or None when there are none."""
+    """A bulk load's keys and fingerprints as a :class:`Load`, or None when there are none.
+    ``fps`` is uint64[n], or uint64[n, 1 + W] with the sketches (:func:`load_columns`)."""
+    sketches: np.ndarray | None = None
+    if fps.ndim == 2:
+        fps, sketches = np.ascontiguousarray(fps[:, 0]), fps[:, 1:]
     n = len(fps)
     int_keys: np.ndarray | None = None
     typed: list[bytes] | None = None
@@ -166,12 +172,15 @@ def prepare_load(keys: KeyBatch, fps: np.ndarray) -> Load | None:
         typed = [typed_all[i] for i in keep.tolist()]
     if len(keep) != n:
         fps = fps[keep]
+        sketches = None if sketches is None else sketches[keep]
         if int_keys is not None:
             int_keys = int_keys[keep]
     if len(fps) == 0:
         return None
     order = search.argsort_u64(fps)
     sorted_fps = fps[order]
+    if sketches is not None:
+        sketches = sketches[order]
     if int_keys is not None:
         int_keys = int_keys[order]
         hashes = tiers.key_hashes_int(int_keys)
@@ -179,7 +188,7 @@ def prepare_load(keys: KeyBatch, fps: np.ndarray) -> Load | None:
         assert typed is not None
         typed = [typed[i] for i in order.tolist()]
         hashes = tiers.key_hashes(typed)
-    return Load(sorted_fps, int_keys, typed, hashes)
+    return Load(sorted_fps, int_keys, typed, hashes, sketches)
 
 
 # -- jobs ----------------------------------------------------------------------------------------

@@ -57,6 +57,14 @@ def open(path: str | os.PathLike[str], **options: Any) -> Store:
     thread (deterministic, for tests and batch jobs). ``"manual"``: only
     :meth:`Store.merge_runs` and :meth:`Store.compact` merge.
 
+    ``threshold``: answer by verified similarity. A store whose pipeline has a verification
+    sketch (``Pipeline(sketch_bits=...)``) finds candidates within k bits with its index and keeps
+    those whose sketches estimate a Jaccard similarity of at least ``threshold``, in add verdicts,
+    queries, pairs and clusters (each call may pass its own; 0 keeps every candidate). A new store
+    given a threshold and no pipeline gets ``Pipeline(sketch_bits=256)``, and without ``k`` the
+    candidate radius 8 (docs/tuning.md); the store records its threshold, and an open may change
+    it for its own calls.
+
     ``durability``: ``"full"`` (the default): an acknowledged write survives a process crash, a
     system crash and a power cut. ``"process"``: it survives a process crash; a system crash or a
     power cut may undo the last commit, never more and never damaging the store (LMDB commits

@@ -25,6 +25,7 @@ from fpstore.store.header import H_COUNT, H_NEXT_ID, U64
 from fpstore.store.inputs import OneAdd
 from fpstore.store.keys import FLAG_SHORT, Key, lookup_key, pack_record, untyped_key
 from fpstore.store.results import AddResult, Match, sort_matches
+from fpstore.store.sketches import verdict_similarities, verify_near
 
 __all__ = ["MAX_SEGMENT", "add_segment", "segments"]
 
@@ -151,6 +152,7 @@ def add_segment(cat: Catalog, txn: lmdb.Transaction, adds: Sequence[OneAdd], k: 
     count = cat.meta_int(txn, H_COUNT)
     removed: set[int] = set()
     created: list[int | None] = [None] * m  # the id each add's new document got
+    pending: dict[int, np.ndarray] = {}  # their sketches, written after the segment
     by_hash: dict[bytes, list[int]] = {}  # content hash → the segment's new documents, in order
     results: list[AddResult] = []
     for i, a in enumerate(adds):
@@ -172,6 +174,7 @@ def add_segment(cat: Catalog, txn: lmdb.Transaction, adds: Sequence[OneAdd], k: 
                 new_id = created[lo]
                 if new_id is not None:
                     near[new_id] = (d, adds[lo].fp)
+            near = verify_near(cat.sketches, txn, near, a.sketch, cat.threshold, pending)
         key = untyped_key(a.typed)
         exact = view.key(exact_ids[0]) if exact_ids else None
         matches = sort_matches([Match(view.key(x), d, f, x) for x, (d, f) in near.items()])
@@ -196,11 +199,18 @@ def add_segment(cat: Catalog, txn: lmdb.Transaction, adds: Sequence[OneAdd], k: 
         canonical = view.key(canonical_id) if canonical_id else None
         view.new[doc_id] = (a.typed, a.fp, a.content_hash, canonical_id, a.flags)
         created[i] = doc_id
+        if a.sketch is not None:
+            pending[doc_id] = a.sketch
         if a.content_hash is not None:
             by_hash.setdefault(a.content_hash, []).append(doc_id)
         results.append(AddResult(doc_id, key, a.fp, a.short, exact, matches, canonical))
 
     _write(cat, txn, view.new)
+    if cat.sketches is not None:
+        new_ids = [i for i in created if i is not None]
+        if new_ids:
+            cat.sketches.put(txn, np.array(new_ids), np.array([a.sketch for a, i in zip(adds, created) if i is not None], dtype=np.uint64))
+        results = verdict_similarities(cat.sketches, txn, results, [a.sketch for a in adds])
     txn.put(H_NEXT_ID, U64.pack(next_id), db=cat.meta)
     txn.put(H_COUNT, U64.pack(count), db=cat.meta)
     return results

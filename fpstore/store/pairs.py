@@ -45,6 +45,7 @@ from fpstore.index.tables import MAX_K
 from fpstore.store import exact_pairs
 from fpstore.store.catalog import Catalog
 from fpstore.store.results import Cluster
+from fpstore.store.sketches import check_threshold
 from fpstore.store.storage import Storage
 
 __all__ = ["BATCH_SIZE", "IN_MEMORY_BUDGET", "IN_MEMORY_BYTES_PER_DOC", "clusters", "components", "iter_pairs", "sorted_pairs"]
@@ -87,11 +88,13 @@ def iter_pairs(
     memory_budget: object = None,
     window_entries: int | None = None,
     threads: int | None = None,
+    threshold: object = None,
 ) -> Iterator[Pairs]:
     """Every pair of live documents within ``k``, each once, in batches of at most ``batch_size``
     rows: ``(id_a int64, id_b int64, distance uint8)`` with ``id_a < id_b``. The pairs of indexed
     documents come table by table, then those of short documents: exact duplicates by content
-    hash (:mod:`fpstore.store.exact_pairs`).
+    hash (:mod:`fpstore.store.exact_pairs`). With ``threshold`` (a store with sketches), only
+    the pairs whose sketches estimate a similarity of at least it (batches may then be shorter).
 
     Arguments are checked, and the in-memory join's budget too, before this returns; the join
     runs as the batches are taken. The stream reads one snapshot, held until the iterator is
@@ -99,6 +102,9 @@ def iter_pairs(
     ``window_entries`` and ``threads`` override the stream's defaults (tests use them)."""
     kq = _check_k(k)
     size = _positive(batch_size, "batch_size")
+    theta = check_threshold(threshold) or None  # every estimate is >= 0: a threshold of 0 keeps all
+    if theta is not None and cat.sketches is None:
+        raise InputError("threshold= needs a store whose pipeline has a verification sketch (sketch_bits)")
     streamed = kq <= cat.design.k
     if not streamed:
         budget = IN_MEMORY_BUDGET if memory_budget is None else _positive(memory_budget, "memory_budget")
@@ -114,7 +120,18 @@ def iter_pairs(
             )
     elif memory_budget is not None:
         _positive(memory_budget, "memory_budget")
-    return _iterate(storage, cat, kq, size, progress, streamed, window_entries, threads)
+    return _iterate(storage, cat, kq, size, progress, streamed, window_entries, threads, theta)
+
+
+def _verified(cat: Catalog, txn: lmdb.Transaction, batches: Iterable[Pairs], threshold: float | None) -> Iterator[Pairs]:
+    """The pairs of ``batches`` whose sketches reach ``threshold`` (all of them when None)."""
+    for a, b, d in batches:
+        if threshold is None or cat.sketches is None:
+            yield a, b, d
+            continue
+        keep = cat.sketches.verify_pairs(txn, a, b, threshold)
+        if keep.any():
+            yield a[keep], b[keep], d[keep]
 
 
 def _iterate(
@@ -126,6 +143,7 @@ def _iterate(
     streamed: bool,
     window_entries: int | None,
     threads: int | None,
+    threshold: float | None,
 ) -> Iterator[Pairs]:
     if not streamed:  # the in-memory join: the snapshot is needed only to read the fingerprints
         with storage.read() as txn:
@@ -134,13 +152,20 @@ def _iterate(
         i, j, d = search.pairs_within(fps, k, progress)
         a, b = ids[i], ids[j]
         del fps, i, j
-        yield from _batched(itertools.chain([(np.minimum(a, b), np.maximum(a, b), d)], exact_pairs.pairs_of(short, k)), batch_size)
+        found = _batched(itertools.chain([(np.minimum(a, b), np.maximum(a, b), d)], exact_pairs.pairs_of(short, k)), batch_size)
+        if threshold is None:
+            yield from found
+            return
+        with storage.read() as txn:  # sketches never change once written: any later snapshot has them
+            yield from _verified(cat, txn, found, threshold)
         return
     with storage.read() as txn:
         tables = _sources(txn, cat, tables_needed(cat.design, k))
         extra: dict[str, Any] = {} if window_entries is None else {"window_entries": window_entries}
         found = stream_pairs(cat.design, k, tables, threads=threads, progress=progress, **extra)
-        yield from _batched(itertools.chain(found, exact_pairs.pairs_of(exact_pairs.groups(txn, cat), k)), batch_size)
+        yield from _verified(
+            cat, txn, _batched(itertools.chain(found, exact_pairs.pairs_of(exact_pairs.groups(txn, cat), k)), batch_size), threshold
+        )
 
 
 def _sources(txn: lmdb.Transaction, cat: Catalog, ntables: int) -> list[list[Source]]:

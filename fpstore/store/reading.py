@@ -12,9 +12,10 @@ from fpstore.errors import ClosedError, InputError
 from fpstore.fingerprint.pipeline import Fingerprints
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
-from fpstore.store.inputs import fingerprint_of, signatures
+from fpstore.store.inputs import fingerprint_of, signature_of, signatures
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, typed_key
 from fpstore.store.results import Document, Match
+from fpstore.store.sketches import check_sketch, check_threshold, verified, verified_columns
 
 if TYPE_CHECKING:
     from fpstore.store.store import Store
@@ -23,8 +24,8 @@ __all__ = ["Reader", "query_fingerprint"]
 
 
 def query_fingerprint(store: Store, fingerprint: object, pipeline_id: str | None, k: int | None) -> list[Match]:
-    """:meth:`Store.query` of a raw fingerprint (not exhaustive), in a read transaction of its
-    own: the single query's path, with no :class:`Reader` made for one call."""
+    """:meth:`Store.query` of a raw fingerprint (not exhaustive, no sketch, no threshold), in a read
+    transaction of its own: the single query's path, with no :class:`Reader` made for one call."""
     fp, _, _ = fingerprint_of(store.pipeline, None, fingerprint, pipeline_id)
     kq = store._check_k(store.k if k is None else k)
     with store._storage.read() as txn:
@@ -68,10 +69,21 @@ class Reader:
         pipeline_id: str | None = None,
         k: int | None = None,
         exhaustive: bool = False,
+        threshold: float | None = None,
+        sketch: Any = None,
     ) -> list[Match]:
         """:meth:`Store.query` in this reader's snapshot."""
         store, txn = self._store, self._open_txn()
-        fp, short, text_hash = fingerprint_of(store.pipeline, text, fingerprint, pipeline_id)
+        fp, short, text_hash, text_sketch = signature_of(store.pipeline, text, fingerprint, pipeline_id)
+        if sketch is not None:
+            if text is not None:
+                raise InputError("sketch= goes with fingerprint=; a text's sketch is computed from it")
+            text_sketch = check_sketch(store.pipeline.sketch_bits // 64, sketch)
+        sketch = text_sketch
+        threshold = store.threshold if threshold is None else check_threshold(threshold)
+        sketches = store._cat.sketches
+        if threshold is not None and (sketches is None or sketch is None):
+            verified(sketches, txn, [], sketch, threshold)  # raises: nothing to verify with
         kq = store.k if k is None else k
         if exhaustive:
             if not isinstance(kq, int) or isinstance(kq, bool) or not 0 <= kq <= 64:
@@ -86,23 +98,41 @@ class Reader:
             found = cat.scan_all(txn, fp, kq)
         else:
             # A read transaction: what the snapshot's earlier queries read is kept (Catalog.snapshot).
-            return cat.query(txn, fp, kq)
-        return cat.matches(txn, found)
+            return verified(sketches, txn, cat.query(txn, fp, kq), sketch, threshold)
+        return verified(sketches, txn, cat.matches(txn, found), sketch, threshold)
 
     def query_many(
-        self, fingerprints: RawFingerprints | Fingerprints, *, pipeline_id: str | None = None, k: int | None = None
+        self,
+        fingerprints: RawFingerprints | Fingerprints,
+        *,
+        pipeline_id: str | None = None,
+        k: int | None = None,
+        threshold: float | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`Store.query_many` in this reader's snapshot."""
-        store = self._store
+        store, txn = self._store, self._open_txn()
         sigs = signatures(store.pipeline, None, None, fingerprints, pipeline_id)
         kq = store._check_k(store.k if k is None else k)
-        q, ids, dist, _ = store._cat.probe_many(self._open_txn(), np.ascontiguousarray(sigs.values), kq)
-        return q, ids, dist
+        theta = store.threshold if threshold is None else check_threshold(threshold)
+        if theta:
+            verified_columns(store._cat.sketches, txn, (np.zeros(0, np.int64),) * 3, sigs.sketches, theta)  # refuses early
+        q, ids, dist, _ = store._cat.probe_many(txn, np.ascontiguousarray(sigs.values), kq)
+        return verified_columns(store._cat.sketches, txn, (q, ids, dist), sigs.sketches, theta)
 
     def get(self, key: Key, default: Any = None) -> Document | Any:
         """:meth:`Store.get` in this reader's snapshot."""
         doc = self._store._cat.get(self._open_txn(), typed_key(key, LOOKUP_KEY_BYTES), key)
         return default if doc is None else doc
+
+    @property
+    def threshold(self) -> float | None:
+        """The store's verification threshold (:attr:`Store.threshold`)."""
+        return self._store.threshold
+
+    def sketches_of(self, ids: Iterable[int]) -> np.ndarray | None:
+        """The stored sketches of document ids (uint64[n, W]), or None in a store without sketches."""
+        sketches = self._store._cat.sketches
+        return None if sketches is None else sketches.get(self._open_txn(), np.array([int(i) for i in ids], dtype=np.int64))
 
     def keys_of(self, ids: Iterable[int]) -> list[Key]:
         """:meth:`Store.keys_of` in this reader's snapshot."""

@@ -22,14 +22,39 @@ from typing import Any
 import lmdb
 import msgpack
 
+from fpstore.errors import InputError
 from fpstore.index.design import Design
 from fpstore.store.catalog import Catalog
 from fpstore.store.header import H_HEADER, table_name
+from fpstore.store.sketches import CANDIDATE_K, NEEDS_SKETCH, check_threshold
 from fpstore.store.storage import Storage
 
 __all__ = ["switch_design"]
 
 log = logging.getLogger(__name__)
+
+
+def redesign_plan(store: Any, k: object, threshold: object) -> tuple[int, dict[str, Any]]:
+    """The radius and the header a :meth:`Store.redesign` asks for: ``threshold`` (checked, and
+    only for a store with sketches) goes into the header; without ``k``, a threshold brings the
+    candidate radius :data:`CANDIDATE_K`."""
+    theta = check_threshold(threshold)
+    if k is None and theta is None:
+        raise InputError("redesign needs k=, threshold=, or both")
+    if theta is not None and not store.pipeline.sketch_bits:
+        raise InputError(
+            f"{NEEDS_SKETCH}: this store keeps no sketches, and they are made from the texts: "
+            "ingest the texts again into a new store with one"
+        )
+    header = store.header if theta is None else {**store.header, "threshold": theta}
+    return (CANDIDATE_K if k is None else k), header  # type: ignore[return-value]  # design_for checks k
+
+
+def write_header(storage: Storage, cat: Catalog, header: dict[str, Any]) -> dict[str, Any]:
+    """Store ``header`` (a redesign that changes only the threshold); returns it."""
+    packed = msgpack.packb(header, use_bin_type=True)
+    storage.write(lambda txn: txn.put(H_HEADER, packed, db=cat.meta), action="recording the store's threshold")
+    return header
 
 
 def switch_design(

@@ -13,12 +13,15 @@ __all__ = ["AddResult", "Cluster", "Document", "Match", "key_order", "sort_match
 
 
 class Match(NamedTuple):
-    """A stored document within the query radius."""
+    """A stored document within the query radius. ``similarity`` is the Jaccard similarity its
+    verification sketch and the query's estimate (stores whose pipeline has ``sketch_bits``, for
+    queries that carry a sketch: texts; otherwise None)."""
 
     key: Key
     distance: int
     fingerprint: int
     id: int
+    similarity: float | None = None
 
 
 @dataclass(frozen=True)

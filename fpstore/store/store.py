@@ -9,7 +9,7 @@ each document once: exactly what comparing with every stored fingerprint would r
 
 :class:`Store` is the facade: it checks input and owns transactions. Beside it: :mod:`.catalog`
 (the tables read together), :mod:`.writes`, :mod:`.incremental` and :mod:`.lsm` (the tiers),
-:mod:`.header`, :mod:`.keys`, :mod:`.results`, :mod:`.inspect`, :mod:`.pairs`, :mod:`.explain` and :mod:`.storage` (LMDB).
+:mod:`.header`, :mod:`.keys`, :mod:`.sketches`, :mod:`.results`, :mod:`.inspect`, :mod:`.pairs`, :mod:`.explain` and :mod:`.storage` (LMDB).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from fpstore.store.header import (
     H_IDF,
     H_NEXT_ID,
     checkpoint_key,
+    column_dbs,
     decode_checkpoint,
     decode_header,
     encode_checkpoint,
@@ -46,14 +47,15 @@ from fpstore.store.header import (
     stored_design_and_pipeline,
     table_name,
 )
-from fpstore.store.inputs import OneAdd, batch_adds, prepare_add, prepare_batch, signatures
+from fpstore.store.inputs import OneAdd, batch_adds, load_columns, prepare_add, prepare_batch
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
 from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
 from fpstore.store.merging import MERGE_MODES, Merger, clean_up
 from fpstore.store.reading import Reader, query_fingerprint
-from fpstore.store.redesign import switch_design
+from fpstore.store.redesign import redesign_plan, switch_design, write_header
 from fpstore.store.results import AddResult, Cluster, Document, Match
-from fpstore.store.rows import arrow_batches, arrow_table
+from fpstore.store.rows import arrow_table, record_batches
+from fpstore.store.sketches import CANDIDATE_K, DEFAULT_SKETCH_BITS, NEEDS_SKETCH, check_threshold, stored_threshold
 from fpstore.store.storage import DATA_FILE, Storage
 from fpstore.store.writes import add_batch, add_group, compact, delete_one, load_run
 
@@ -81,6 +83,7 @@ class Store(Closing):
         flush_entries: int = FLUSH_ENTRIES,
         durability: str = "full",
         merges: str = "background",
+        threshold: float | None = None,
     ) -> None:
         if pipeline is not None and not isinstance(pipeline, Pipeline):
             raise InputError(f"pipeline must be a fpstore.Pipeline, not {type(pipeline).__name__}")
@@ -93,7 +96,11 @@ class Store(Closing):
         self._adds: GroupCommit[OneAdd, AddResult] = GroupCommit(self._commit_adds)
         # A new store's arguments are checked before anything is made on disk.
         creating = create and not readonly and not os.path.exists(os.path.join(os.fspath(path), DATA_FILE))
-        planned = design_for(DEFAULT_K if k is None else k, expected_size, design) if creating else None
+        self.threshold = check_threshold(threshold)
+        new_k = (DEFAULT_K if self.threshold is None else CANDIDATE_K) if k is None else k
+        if self.threshold is not None and pipeline is None:
+            pipeline = Pipeline(sketch_bits=DEFAULT_SKETCH_BITS) if creating else None
+        planned = design_for(new_k, expected_size, design) if creating else None
         self._storage = Storage(
             path,
             BASE_DBS,
@@ -106,7 +113,7 @@ class Store(Closing):
         )
         try:
             if self._storage.is_new:
-                self._create(planned or design_for(DEFAULT_K if k is None else k, expected_size, design), pipeline or Pipeline())
+                self._create(planned or design_for(new_k, expected_size, design), pipeline or Pipeline())
             else:
                 self._load(pipeline, design)
             self.k = self._check_k(self.design.k if k is None else k)
@@ -126,8 +133,10 @@ class Store(Closing):
     def _create(self, design: Design, pipeline: Pipeline) -> None:
         self.design = design
         self.pipeline = pipeline
-        self.header = header = new_header(design, pipeline)
-        names = BASE_DBS + [table_name(t) for t in range(len(self.design.tables))]
+        if self.threshold is not None and not pipeline.sketch_bits:
+            raise InputError(NEEDS_SKETCH)
+        self.header = header = new_header(design, pipeline, self.threshold)
+        names = BASE_DBS + [table_name(t) for t in range(len(self.design.tables))] + column_dbs(pipeline)
 
         self._storage.create(names, lambda txn, dbs: fill_meta(txn, dbs["meta"], header, pipeline.idf))
         self._bind_dbs()
@@ -144,11 +153,14 @@ class Store(Closing):
             raise NotAStoreError(f"{path} has no fpstore header")
         self.header = header = decode_header(raw, path)
         self.design, self.pipeline = stored_design_and_pipeline(header, idf_raw, path, pipeline, design)
-        self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))])
+        if self.threshold is not None and not self.pipeline.sketch_bits:
+            raise InputError(NEEDS_SKETCH)
+        self.threshold = stored_threshold(header, path) if self.threshold is None else self.threshold
+        self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))] + column_dbs(self.pipeline))
         self._bind_dbs()
 
     def _bind_dbs(self) -> None:
-        self._cat = Catalog(self._storage.dbs, self.design)
+        self._cat = Catalog(self._storage.dbs, self.design, self.pipeline.sketch_bits // 64, self.threshold)
         # A run read inside a transaction that then aborts has an id the next one gives out again.
         self._storage.on_abort = [self._cat.cache.clear]
 
@@ -296,7 +308,7 @@ class Store(Closing):
                 raise InputError("bulk_load takes keys and fingerprints, or an iterable of (keys, fingerprints) chunks")
             chunks, total = cast(Iterable[tuple[KeyBatch, RawFingerprints | Fingerprints]], keys), None
         done = 0
-        for keys_run, fps_run in runs_of(chunks, max_run, lambda ck, cf: signatures(self.pipeline, len(ck), None, cf, pipeline_id).values):
+        for keys_run, fps_run in runs_of(chunks, max_run, lambda ck, cf: load_columns(self.pipeline, len(ck), cf, pipeline_id)):
             done += load_run(self._storage, self._cat, keys_run, fps_run)
             if progress is not None:
                 progress(done, total)
@@ -330,7 +342,7 @@ class Store(Closing):
         tables = [table_name(t) for t in range(len(self.design.tables))]
 
         def reopen() -> None:
-            self._storage.open_dbs(BASE_DBS + tables)
+            self._storage.open_dbs(BASE_DBS + tables + column_dbs(self.pipeline))
             self._bind_dbs()
 
         with self._merges.paused():
@@ -339,13 +351,16 @@ class Store(Closing):
 
     def redesign(
         self,
-        k: int,
+        k: int | None = None,
         *,
+        threshold: float | None = None,
         design: str | Design = "auto",
         expected_size: int | None = None,
         progress: Callable[[int, int | None], None] | None = None,
     ) -> dict[str, Any]:
-        """Index the store for radius ``k`` (a new table design; the documents stay as they are).
+        """Index the store for radius ``k`` (a new table design; the documents stay as they are),
+        and/or, in a store with sketches, make ``threshold`` its verification threshold (without
+        ``k``, with the candidate radius 8), recorded in the same transaction.
 
         ``design`` and ``expected_size`` choose the design as :func:`fpstore.open` does for a new
         store (``expected_size`` defaults to the store's size, at least 10^6). Every fingerprint
@@ -355,53 +370,80 @@ class Store(Closing):
         Afterwards :attr:`k` is ``k``. ``progress(tables encoded, tables)`` as the tables are built.
         """
         self._storage.check_writable()
+        k, header = redesign_plan(self, k, threshold)
         new = design_for(k, expected_size if expected_size is not None else max(len(self), DEFAULT_EXPECTED_SIZE), design)
         before = self.design
         with self._merges.paused(), self._storage.alone("a redesign"):
             if new.config() == before.config():
                 counts = {"entries": len(self)}
+                if header != self.header:
+                    self.header = write_header(self._storage, self._cat, header)
             else:
                 try:
-                    self.header, counts = switch_design(self._storage, self._cat, self.header, new, progress)
+                    self.header, counts = switch_design(self._storage, self._cat, header, new, progress)
                     self.design = new
                 finally:
                     # Handles of tables an aborted write dropped are closed: open the design's again.
-                    self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))])
+                    self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))] + column_dbs(self.pipeline))
                     self._bind_dbs()
             self.k = k
-        return {"design_before": before.name, "design_after": new.name, "k": k, "entries": int(counts["entries"])}
+            if threshold is not None:  # else an open's own threshold stays
+                self.threshold = self._cat.threshold = stored_threshold(self.header, self.path)
+        return {
+            "design_before": before.name,
+            "design_after": new.name,
+            "k": k,
+            "threshold": self.threshold,
+            "entries": int(counts["entries"]),
+        }
 
     # -- all pairs ------------------------------------------------------------------------------
 
     def iter_near_duplicate_pairs(
-        self, k: int | None = None, *, batch_size: int = pairs.BATCH_SIZE, progress: Progress = None, memory_budget: int | None = None
+        self,
+        k: int | None = None,
+        *,
+        batch_size: int = pairs.BATCH_SIZE,
+        progress: Progress = None,
+        memory_budget: int | None = None,
+        threshold: float | None = None,
     ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Every pair of live documents within ``k`` bits, each once, in batches of at most
         ``batch_size``: ``(id_a int64, id_b int64, distance uint8)``, ``id_a < id_b``, table by table, then
         the short documents' (exact duplicates: one content hash). Up to the design's k it streams the store's
         sorted tables in one snapshot, held until the iterator is exhausted or closed (take it from one thread;
         a write of that thread that must grow the map raises StorageError meanwhile); above it the join is in
-        memory and refused beyond ``memory_budget`` bytes (MemoryBudgetError). Details: :mod:`fpstore.store.pairs`."""
+        memory and refused beyond ``memory_budget`` bytes (MemoryBudgetError). ``threshold`` (stores with a sketch) keeps
+        the pairs whose sketches estimate at least that similarity. Details: :mod:`fpstore.store.pairs`."""
         return pairs.iter_pairs(
-            self._storage, self._cat, self.k if k is None else k, batch_size=batch_size, progress=progress, memory_budget=memory_budget
+            self._storage,
+            self._cat,
+            self.k if k is None else k,
+            batch_size=batch_size,
+            progress=progress,
+            memory_budget=memory_budget,
+            threshold=self.threshold if threshold is None else threshold,
         )
 
     def near_duplicate_pairs(
-        self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None
+        self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None, threshold: float | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every pair of live documents within ``k`` bits, exactly once: ``(id_a, id_b, distance)``,
         ``id_a < id_b``, identical fingerprints included, rows sorted by ``(id_a, id_b)``; short
         documents pair by content hash. :meth:`iter_near_duplicate_pairs` collected in one set of arrays."""
-        return pairs.sorted_pairs(self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget))
+        return pairs.sorted_pairs(
+            self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget, threshold=threshold)
+        )
 
-    def clusters(self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None) -> list[Cluster]:
+    def clusters(
+        self, k: int | None = None, *, progress: Progress = None, memory_budget: int | None = None, threshold: float | None = None
+    ) -> list[Cluster]:
         """Connected components of the near-duplicate graph (size >= 2), largest first, by a
         union-find over :meth:`iter_near_duplicate_pairs` (same arguments). Each cluster's canonical
         member is the document with the smallest id (the oldest); ``keys`` lists it first, then the
         others by id."""
-        return pairs.clusters(
-            self._storage, self._cat, self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget)
-        )
+        batches = self.iter_near_duplicate_pairs(k, batch_size=1 << 20, progress=progress, memory_budget=memory_budget, threshold=threshold)
+        return pairs.clusters(self._storage, self._cat, batches)
 
     def delete(self, key: Key) -> bool:
         """Delete a document; returns whether it existed. Durable when it returns."""
@@ -440,17 +482,24 @@ class Store(Closing):
         pipeline_id: str | None = None,
         k: int | None = None,
         exhaustive: bool = False,
+        threshold: float | None = None,
+        sketch: Any = None,
     ) -> list[Match]:
         """Stored documents within ``k`` bits (default: the store's k), sorted by distance then key.
 
         Exact: the same set a comparison with every stored fingerprint gives. ``k`` above the
         design's needs ``exhaustive=True``, which compares with every fingerprint (O(n)). A short
-        text (below ``min_tokens``) matches only documents with the same content hash.
+        text (below ``min_tokens``) matches only documents with the same content hash. In a store
+        whose pipeline has a sketch, the matches of a text (or of a fingerprint given with its
+        ``sketch``, uint64 words) carry their estimated ``similarity``, and ``threshold`` keeps
+        only those at or above it (verified candidates).
         """
-        if text is None and not exhaustive:
-            return query_fingerprint(self, fingerprint, pipeline_id, k)
+        if text is None and sketch is None and threshold is None and self.threshold is None and not exhaustive:
+            return query_fingerprint(self, fingerprint, pipeline_id, k)  # nothing to verify: the single query's path
         with self.reader() as r:
-            return r.query(text=text, fingerprint=fingerprint, pipeline_id=pipeline_id, k=k, exhaustive=exhaustive)
+            return r.query(
+                text=text, fingerprint=fingerprint, pipeline_id=pipeline_id, k=k, exhaustive=exhaustive, threshold=threshold, sketch=sketch
+            )
 
     def explain(self, key_a: Key, key_b: Key, *, text_a: Text | None = None, text_b: Text | None = None, sample: int = 5) -> Explanation:
         """Why two stored documents match or not (:class:`~fpstore.store.explain.Explanation`): the Hamming distance
@@ -469,15 +518,21 @@ class Store(Closing):
         return Reader(self)
 
     def query_many(
-        self, fingerprints: RawFingerprints | Fingerprints, *, pipeline_id: str | None = None, k: int | None = None
+        self,
+        fingerprints: RawFingerprints | Fingerprints,
+        *,
+        pipeline_id: str | None = None,
+        k: int | None = None,
+        threshold: float | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All matches of many fingerprints in one snapshot, columnar (Manku's batch mode).
 
         Returns ``(query_index int64, id int64, distance uint8)``, sorted by query index, then
-        distance, then id. Keys of ids come from :meth:`keys_of`.
+        distance, then id. Keys of ids come from :meth:`keys_of`. ``threshold`` (a store with
+        sketches, ``Fingerprints`` with theirs) keeps the rows whose sketches reach it.
         """
         with self.reader() as r:
-            return r.query_many(fingerprints, pipeline_id=pipeline_id, k=k)
+            return r.query_many(fingerprints, pipeline_id=pipeline_id, k=k, threshold=threshold)
 
     def keys_of(self, ids: Iterable[int]) -> list[Key]:
         """The keys of document ids (as returned by :meth:`query_many`), in one snapshot."""
@@ -526,8 +581,9 @@ class Store(Closing):
 
     def record_batches(self, batch_size: int = 65_536) -> Iterator[Any]:
         """Every live document as rows of ``pyarrow.RecordBatch`` es (columns in
-        :mod:`fpstore.store.rows`), for pandas, polars or DuckDB; needs pyarrow."""
-        return arrow_batches(self.documents(), batch_size)
+        :mod:`fpstore.store.rows`; with ``sketch`` when the store keeps sketches), for pandas,
+        polars or DuckDB; needs pyarrow."""
+        return record_batches(self, batch_size)
 
     def to_arrow(self) -> Any:
         """Every live document as one ``pyarrow.Table`` (see :meth:`record_batches`)."""

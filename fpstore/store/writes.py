@@ -18,6 +18,7 @@ from fpstore.store.keys import FLAG_SHORT, FLAG_TEXT, KeyBatch, lookup_key, pack
 from fpstore.store.lsm import prepare_load
 from fpstore.store.ordered import add_segment, segments
 from fpstore.store.results import AddResult
+from fpstore.store.sketches import verdict_similarities, verify_near
 from fpstore.store.storage import Storage
 
 __all__ = ["add_batch", "add_group", "add_one", "compact", "delete_one", "flush", "load_run"]
@@ -33,15 +34,21 @@ def flush(cat: Catalog, txn: lmdb.Transaction, flush_entries: int) -> None:
 
 
 def add_one(cat: Catalog, txn: lmdb.Transaction, add: OneAdd, k: int) -> AddResult:
-    """Add one document and its verdict within ``k`` (the caller checks for a flush afterwards)."""
+    """Add one document and its verdict within ``k`` (the caller checks for a flush afterwards);
+    in a store with sketches, the near duplicates carry their estimated similarity."""
+    result = _add_one(cat, txn, add, k)
+    return verdict_similarities(cat.sketches, txn, [result], [add.sketch])[0]
+
+
+def _add_one(cat: Catalog, txn: lmdb.Transaction, add: OneAdd, k: int) -> AddResult:
     typed, fp, content_hash, short, flags = add.typed, add.fp, add.content_hash, add.short, add.flags
     old_id = cat.id_of(txn, typed)
     if old_id is not None:
         old = cat.record(txn, old_id)
         if old is not None and old[1] == fp and old[2] == content_hash and old[4] == flags:
-            return cat.verdict(txn, old_id, typed, fp, content_hash, short, k)
+            return cat.verdict(txn, old_id, typed, fp, content_hash, short, k, add.sketch)
     exact_ids = [i for i in cat.content_ids(txn, content_hash) if i != old_id] if content_hash else []
-    near = {} if short else cat.probe(txn, fp, k, exclude=old_id or 0)
+    near = {} if short else verify_near(cat.sketches, txn, cat.probe(txn, fp, k, exclude=old_id or 0), add.sketch, cat.threshold)
     result = cat.verdict_from(txn, None, typed, fp, short, exact_ids, near)
     if add.on_duplicate == "skip" and result.duplicate_of is not None:
         return result
@@ -62,6 +69,8 @@ def add_one(cat: Catalog, txn: lmdb.Transaction, add: OneAdd, k: int) -> AddResu
         txn.put(content_hash + U64.pack(doc_id), b"", db=cat.content)
     if not short:
         cat.incremental.put(txn, fp, doc_id)
+    if cat.sketches is not None and add.sketch is not None:
+        cat.sketches.put(txn, np.array([doc_id]), add.sketch[None])
     canonical = cat.key_of(txn, canonical_id) if canonical_id else None
     return AddResult(doc_id, result.key, fp, short, result.exact_duplicate_of, result.near_duplicates, canonical)
 
@@ -161,6 +170,8 @@ def add_batch(cat: Catalog, txn: lmdb.Transaction, batch: Batch, flush_entries: 
     if content_items:
         txn.cursor(db=cat.content).putmulti(sorted(content_items))
     fresh_arr = np.array(fresh, dtype=np.int64)
+    if cat.sketches is not None and sigs.sketches is not None and len(fresh_arr):
+        cat.sketches.put(txn, ids[fresh_arr], sigs.sketches[fresh_arr])
     indexed = fresh_arr[~short[fresh_arr]] if len(fresh_arr) else fresh_arr
     if len(indexed):
         cat.incremental.put_many(txn, fps[indexed], ids[indexed].astype(np.uint64))
@@ -201,6 +212,8 @@ def load_run(storage: Storage, cat: Catalog, keys: KeyBatch, fps: np.ndarray) ->
                     cat.remove(txn, old)
                     replaced += 1
         cat.lsm.add_load(txn, cat.state(txn), blobs, run_rec, seg_rec)
+        if cat.sketches is not None and load.sketches is not None:
+            cat.sketches.put(txn, np.arange(base, base + m), load.sketches)
         txn.put(H_NEXT_ID, U64.pack(base + m), db=cat.meta)
         txn.put(H_COUNT, U64.pack(cat.meta_int(txn, H_COUNT) + m - replaced), db=cat.meta)
         return m

@@ -8,6 +8,8 @@ import functools
 
 import numpy as np
 
+import fpstore
+
 SEED = 20240611
 FEED = "feed"
 MIN_BATCH, MAX_BATCH = 200, 1000
@@ -24,6 +26,13 @@ def batch(i: int) -> tuple[tuple[str, ...], np.ndarray]:
     fps = rng.integers(0, np.iinfo(np.uint64).max, size=n, dtype=np.uint64, endpoint=True)
     fps.setflags(write=False)
     return tuple(f"b{i}-{j}" for j in range(n)), fps
+
+
+def batch_sketches(i: int, words: int) -> np.ndarray:
+    """The verification sketches of batch ``i`` (uint64[n, words]) for a store whose pipeline has
+    one: random words, also a pure function of i."""
+    rng = np.random.default_rng([SEED, i, words])
+    return rng.integers(0, np.iinfo(np.uint64).max, size=(batch_size(i), words), dtype=np.uint64, endpoint=True)
 
 
 def batch_size(i: int) -> int:
@@ -93,7 +102,13 @@ def check_keys(store, pipeline_id: str, picks: list[tuple[int, int]]) -> int:
         if doc.fingerprint != fp:
             raise CheckFailed(f"key {key} has fingerprint {doc.fingerprint}, expected {fp}")
         ids.append(doc.id)
-    q, found, dist = store.query_many(fps, pipeline_id=pipeline_id)
+    words = store.pipeline.sketch_bits // 64
+    if words:  # each document's sketch is stored with it: the query by its own sketch is similarity 1
+        sketches = np.array([batch_sketches(i, words)[j] for i, j in picks], dtype=np.uint64)
+        queries = fpstore.Fingerprints(fps, pipeline_id, sketches=sketches)
+        q, found, dist = store.query_many(queries, threshold=1.0)
+    else:
+        q, found, dist = store.query_many(fps, pipeline_id=pipeline_id)
     exact = {(int(a), int(b)) for a, b, d in zip(q, found, dist) if d == 0}
     missing = [picks[n] for n, doc_id in enumerate(ids) if (n, doc_id) not in exact]
     if missing:
