@@ -11,7 +11,8 @@ The store (``--n`` uniform random fingerprints under integer keys, k = 3, design
 once, outside valgrind; then the same child runs under ``valgrind --tool=callgrind`` twice, with
 ``--calls`` and 4 × ``--calls`` timed calls after the same warm-up (open, ``warm()``, 300 untimed
 queries or 20 groups), and the difference of the two totals ÷ the difference in calls is the figure:
-what opening and warming cost cancels. Queries: stored fingerprints with one bit flipped (each
+what opening and warming cost cancels, to within about 5 % between repeated runs (the
+warm-up's own count moves by tens of millions). Queries: stored fingerprints with one bit flipped (each
 matches its source) and uniform random ones, half each, shuffled. Adds: fresh string keys, 90 %
 random fingerprints and 10 % stored ones with bits flipped. Not collected by pytest.
 """
@@ -100,7 +101,7 @@ def main() -> None:
         with fpstore.open(base, k=3) as store:
             store.bulk_load(np.arange(n), stored, pipeline_id=store.pipeline.id)
         np.save(base + ".npy", stored)
-        env = {**os.environ, "PYTHONPATH": code}
+        env = {**os.environ, "PYTHONPATH": code, "PYTHONHASHSEED": "0"}  # the same dict layouts in both runs
         totals = []
         for count in (args.calls, 4 * args.calls):
             path = base
