@@ -538,6 +538,12 @@ cdef inline void _locate(ProbeTable pt, uint64_t lo, uint64_t hi, Py_ssize_t* b0
 
 def probe_tables(list tables, fetch, list ranges, int k):
     """Single-query probe of several tables of one run: see ``fpstore.index._runs_py.probe_tables``."""
+    return _probe_tables(tables, fetch, ranges, k, None)
+
+
+cdef _probe_tables(list tables, fetch, list ranges, int k, dict memo):
+    """:func:`probe_tables`; with ``memo`` (name -> buffer) each chunk is fetched once for all
+    the calls that share it (a single query's second pass reads table 0's chunks again)."""
     cdef ProbeTable pt
     cdef Py_ssize_t i, b0, b1, b, end, c, j, n, maxn
     cdef int64_t ndone
@@ -560,7 +566,15 @@ def probe_tables(list tables, fetch, list ranges, int k):
             while b0 < b1 and not past:
                 c = pt.chunk[b0]
                 end = b1 if b1 < pt.chunk_start[c + 1] else pt.chunk_start[c + 1]
-                buf = fetch(pt.names[c])
+                if memo is None:
+                    buf = fetch(pt.names[c])
+                else:
+                    name = pt.names[c]
+                    buf = memo.get(name)
+                    if buf is None:
+                        buf = fetch(name)
+                        if buf is not None:
+                            memo[name] = buf
                 if buf is None:
                     return ERR_MISSING, i, c, []
                 # The raw buffer protocol: a typed memoryview costs a microsecond per chunk here.
@@ -643,7 +657,7 @@ cdef inline uint64_t _permute(ProbeDesign d, Py_ssize_t t, uint64_t fp, bint inv
     return out
 
 
-def probe_fingerprint(ProbeDesign d, list tables, fetch, uint64_t fp, int k):
+def probe_fingerprint(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dict memo=None):
     """Every run entry within ``k`` of ``fp``: see ``fpstore.index._runs_py.probe_fingerprint``."""
     cdef Py_ssize_t ntab = d.ntab, nruns, r, t, f, j, c
     cdef uint64_t perm, shifted, lo, hi, low, key
@@ -652,6 +666,8 @@ def probe_fingerprint(ProbeDesign d, list tables, fetch, uint64_t fp, int k):
         raise ValueError("tables must hold every table of every run")
     nruns = len(tables) // ntab
     out = []
+    if memo is None:
+        memo = {}  # chunk buffers by name, for this call (a fetch is an LMDB lookup)
     for r in range(nruns):
         ranges = []
         for t in range(ntab):
@@ -665,7 +681,7 @@ def probe_fingerprint(ProbeDesign d, list tables, fetch, uint64_t fp, int k):
             for f in range(d.flip_start[t], d.flip_start[t + 1]):
                 lo = (((perm >> shift) ^ d.flips[f]) << shift) if shift < 64 else 0
                 ranges.append((r * ntab + t, lo, lo | low, perm))
-        err, i, where, hits = probe_tables(tables, fetch, ranges, k)
+        err, i, where, hits = _probe_tables(tables, fetch, ranges, k, memo)
         if err:
             return err, i, where, []
         found = {}       # position in table 0 -> fingerprint
@@ -684,7 +700,7 @@ def probe_fingerprint(ProbeDesign d, list tables, fetch, uint64_t fp, int k):
                     seen.add(key)
                     missing.append((r * ntab, key, key, key))
         if missing:
-            err, i, where, hits = probe_tables(tables, fetch, missing, 0)
+            err, i, where, hits = _probe_tables(tables, fetch, missing, 0, memo)
             if err:
                 return err, i, where, []
             for i, key, pos in hits:

@@ -57,5 +57,5 @@ class ProbeDesign:
     def __init__(self, moves: list[Any], prefix_bits: list[int], flip_masks: list[Any]) -> None: ...
 
 def probe_fingerprint(
-    d: ProbeDesign, tables: list[ProbeTable], fetch: Callable[[Any], Any], fp: int, k: int
+    d: ProbeDesign, tables: list[ProbeTable], fetch: Callable[[Any], Any], fp: int, k: int, memo: dict[bytes, Any] | None = None
 ) -> tuple[int, int, int, list[tuple[int, int, int]]]: ...

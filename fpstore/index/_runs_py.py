@@ -426,7 +426,21 @@ class ProbeDesign:
         return out & 0xFFFFFFFFFFFFFFFF
 
 
-def probe_fingerprint(d: ProbeDesign, tables: list, fetch: Any, fp: int, k: int) -> tuple[int, int, int, list]:
+def _memo_fetch(fetch: Any, memo: dict) -> Any:
+    """``fetch`` through ``memo``: each name read once (a missing chunk is read again, and fails again)."""
+
+    def get(name: bytes) -> Any:
+        buf = memo.get(name)
+        if buf is None:
+            buf = fetch(name)
+            if buf is not None:
+                memo[name] = buf
+        return buf
+
+    return get
+
+
+def probe_fingerprint(d: ProbeDesign, tables: list, fetch: Any, fp: int, k: int, memo: dict | None = None) -> tuple[int, int, int, list]:
     """Every entry of the runs whose probe tables are ``tables`` (run r's table t at
     ``tables[r * d.ntab + t]``) within ``k`` bits of ``fp``: the single query over runs.
 
@@ -435,8 +449,13 @@ def probe_fingerprint(d: ProbeDesign, tables: list, fetch: Any, fp: int, k: int)
     identity, whose positions name the entries) are looked up there. Returns ``(OK, -1, -1,
     hits)`` with ``hits`` a list of ``(run, fingerprint, position in table 0)``, one per stored
     entry, by run then position; or an error as :func:`probe_tables` reports it.
+
+    ``fetch`` is called once per chunk: ``memo`` (name -> buffer, filled here) shares the chunks
+    read with later calls (one transaction's batch of single probes).
     """
     ntab = d.ntab
+    memo = {} if memo is None else memo
+    fetch = _memo_fetch(fetch, memo)
     if len(tables) % ntab:
         raise ValueError("tables must hold every table of every run")
     out: list = []

@@ -570,10 +570,14 @@ def probe_design(moves: list[Any], prefix_bits: list[int], flip_masks: list[Any]
     return _kernel.ProbeDesign(list(moves), list(prefix_bits), [list(m) for m in flip_masks])
 
 
-def probe_fingerprint(design: Any, tables: list[Any], fetch: Callable[[bytes], Any], fp: int, k: int) -> list[tuple[int, int, int]]:
+def probe_fingerprint(
+    design: Any, tables: list[Any], fetch: Callable[[bytes], Any], fp: int, k: int, memo: dict[bytes, Any] | None = None
+) -> list[tuple[int, int, int]]:
     """The single query over runs, in one kernel call: ``(run, fingerprint, position)`` of every
-    entry within ``k`` of ``fp``, each once (see ``fpstore.index._runs_py.probe_fingerprint``)."""
-    err, i, where, hits = _kernel.probe_fingerprint(design, tables, fetch, fp, k)
+    entry within ``k`` of ``fp``, each once (see ``fpstore.index._runs_py.probe_fingerprint``).
+    ``fetch(name)`` reads a chunk once per call, or once for every call given the same ``memo``
+    (a dict the kernel fills; its buffers are valid while the transaction they came from is)."""
+    err, i, where, hits = _kernel.probe_fingerprint(design, tables, fetch, fp, k, memo)
     if err:
         raise _probe_error(err, i, where)
     return hits

@@ -7,6 +7,7 @@ permutations preserve Hamming distance, so a distance computed on permuted keys 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -16,7 +17,7 @@ from fpstore import _backend
 from fpstore.index import runs as runs_codec
 from fpstore.index.costs import join_cost
 from fpstore.index.design import Design, flip_free_designs
-from fpstore.index.tiers import Run
+from fpstore.index.tiers import ReadPlan, Run, run_ids
 from fpstore.parallel import executor
 from fpstore.parallel import threads as thread_count
 
@@ -28,6 +29,9 @@ __all__ = [
     "components",
     "join_design",
     "pairs_within",
+    "probe_plan",
+    "probe_plan_each",
+    "probe_plan_rows",
     "probe_runs",
     "reached_earlier",
     "sort_u64",
@@ -60,6 +64,28 @@ def probe_runs(runs: Iterable[Run], design: object, fp: int, k: int) -> list[tup
     return _probe_one(runs, [pt for run in runs for pt in run.probe_tables()], runs[0].chunk_reader(), design, fp, k)
 
 
+def probe_plan(plan: ReadPlan, txn: Any, db: Any, design: object, fp: int, k: int) -> list[tuple[int, int, int]]:
+    """:func:`probe_runs` over the runs of a :class:`~fpstore.index.tiers.ReadPlan`, their
+    chunks read from ``db`` in ``txn``: the single query's path, with no object made per run."""
+    if not plan.tables:
+        return []
+    hits = runs_codec.probe_fingerprint(design, plan.tables, functools.partial(txn.get, db=db), fp, k)
+    if not hits:
+        return []
+    metas = plan.runs
+    if len(metas) == 1:
+        ids = run_ids(txn, db, metas[0], [pos for _, _, pos in hits])
+        return [(doc_id, (f ^ fp).bit_count(), f) for doc_id, (_, f, _) in zip(ids, hits)]
+    by_run: dict[int, list[tuple[int, int]]] = {}
+    for r, f, pos in hits:
+        by_run.setdefault(r, []).append((pos, f))
+    out: list[tuple[int, int, int]] = []
+    for r, entries in by_run.items():
+        ids = run_ids(txn, db, metas[r], [pos for pos, _ in entries])
+        out += [(doc_id, (f ^ fp).bit_count(), f) for doc_id, (_, f) in zip(ids, entries)]
+    return out
+
+
 def _probe_one(
     runs: list[Run], tables: list[Any], fetch: Callable[[bytes], Any], design: object, fp: int, k: int
 ) -> list[tuple[int, int, int]]:
@@ -89,6 +115,47 @@ def probe_runs_each(runs: Iterable[Run], design: object, fps: np.ndarray, k: int
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64)
     q_, id_, d_, f_ = zip(*rows)
     return np.array(q_, np.int64), np.array(id_, np.int64), np.array(d_, np.uint8), np.array(f_, np.uint64)
+
+
+def probe_plan_each(
+    plan: ReadPlan, txn: Any, db: Any, design: object, fps: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`probe_runs_each` over the runs of a :class:`~fpstore.index.tiers.ReadPlan`: one
+    kernel probe per query, every chunk read once for the batch, and each run's ids read once
+    for all its hits."""
+    q_, id_, d_, f_ = probe_plan_rows(plan, txn, db, design, fps.tolist(), k)
+    if not q_:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64)
+    return np.array(q_, np.int64), np.array(id_, np.int64), np.array(d_, np.uint8), np.array(f_, np.uint64)
+
+
+def probe_plan_rows(
+    plan: ReadPlan, txn: Any, db: Any, design: object, queries: list[int], k: int
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """:func:`probe_plan_each` in plain lists (query index, id, distance, fingerprint), rows in
+    no particular order: a small batch's answer without numpy's fixed costs."""
+    if not plan.tables or not queries:
+        return [], [], [], []
+    fetch = functools.partial(txn.get, db=db)
+    memo: dict[bytes, Any] = {}
+    tables = plan.tables
+    probe = runs_codec.probe_fingerprint
+    # Per run: the hits' positions and their (query, fingerprint), ids resolved at the end.
+    positions: list[list[int]] = [[] for _ in plan.runs]
+    rows: list[list[tuple[int, int]]] = [[] for _ in plan.runs]
+    for q, fp in enumerate(queries):
+        for r, f, pos in probe(design, tables, fetch, fp, k, memo):
+            positions[r].append(pos)
+            rows[r].append((q, f))
+    q_: list[int] = []
+    id_: list[int] = []
+    f_: list[int] = []
+    for meta, pos_r, rows_r in zip(plan.runs, positions, rows):
+        if pos_r:
+            id_ += run_ids(txn, db, meta, pos_r)
+            q_ += [q for q, _ in rows_r]
+            f_ += [f for _, f in rows_r]
+    return q_, id_, [(f ^ queries[q]).bit_count() for q, f in zip(q_, f_)], f_
 
 
 def flip_variants(design: Design, t: int, perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -40,7 +40,20 @@ from fpstore.mixing import fmix64, fmix64_array
 
 _search = _backend.load("search")
 
-__all__ = ["Blobs", "KeySegment", "PackedColumn", "Run", "RunMeta", "SegmentMeta", "State", "TierCache", "key_hash", "key_hashes_int"]
+__all__ = [
+    "Blobs",
+    "KeySegment",
+    "PackedColumn",
+    "ReadPlan",
+    "Run",
+    "RunMeta",
+    "SegmentMeta",
+    "State",
+    "TierCache",
+    "key_hash",
+    "key_hashes_int",
+    "run_ids",
+]
 
 STATE_KEY = b"state"
 PACK_CHUNK = 1 << 16  # values per packed-column chunk: one probe unpacks at most this many bytes * width / 8
@@ -207,6 +220,12 @@ def _nbytes(obj: Any) -> int:
     return 64
 
 
+def _key_block_size(decoded: tuple[bytes, Any]) -> int:
+    """A decoded key block's size, roughly: its raw integers, or its keys and their objects."""
+    tag, body = decoded
+    return len(body) + 64 if tag == b"I" else sum(len(k) for k in body) + 64 * (len(body) + 1)
+
+
 class _BytesLru:
     """Least-recently-used entries bounded by their estimated bytes; the caller holds the lock."""
 
@@ -258,22 +277,21 @@ class TierCache:
         # Decoded key blocks, apart: there are thousands, and they must not push out run indexes.
         self._key_blocks = _BytesLru(max_key_bytes)
         self._lock = threading.Lock()
+        #: Counts the clears: what is built from entries of the cache (a :class:`ReadPlan`) is
+        #: stale once it changes.
+        self.generation = 0
 
     def clear(self) -> None:
         """Forget every entry (a write transaction that read runs it made was aborted)."""
         with self._lock:
             self._entries.clear()
             self._key_blocks.clear()
+            self.generation += 1
 
     def key_block(self, prefix: bytes, block: int, decode: Callable[[], tuple[bytes, Any]]) -> tuple[bytes, Any]:
         """Key block ``block`` of the segment whose keys live under ``prefix``, decoded (a zstd
         frame costs ~10 µs a lookup); least recently used out beyond ``max_key_bytes``."""
-
-        def size(decoded: tuple[bytes, Any]) -> int:
-            tag, body = decoded
-            return len(body) + 64 if tag == b"I" else sum(len(k) for k in body) + 64 * (len(body) + 1)
-
-        return cast(tuple[bytes, Any], self._lookup(self._key_blocks, (prefix, block), decode, size))
+        return self._lookup(self._key_blocks, (prefix, block), decode, _key_block_size)
 
     def _cached(self, key: object, make: Callable[[], Any]) -> Any:
         return self._lookup(self._entries, key, make, _nbytes)
@@ -543,17 +561,7 @@ class Run(_Bound[RunMeta]):
 
     def id_list(self, positions: list[int]) -> list[int]:
         """:meth:`ids_at` for a single query's few positions, in plain ints (numpy costs more here)."""
-        ids = self.meta.ids
-        if any(not 0 <= p < self.count for p in positions):
-            raise CorruptionError(f"position outside run {self.id}")
-        if ids is None:
-            base: int = self.meta.ids_base  # type: ignore[assignment]  # RunMeta sets ids_base when ids is None
-            out = [base + p for p in positions]
-        else:
-            out = read_packed_list(self._txn, self._db, ids.prefix, ids, positions)
-        if any(not 0 < i < 1 << 63 for i in out):
-            raise CorruptionError(f"run {self.id} names a document id outside any this store assigns")
-        return out
+        return run_ids(self._txn, self._db, self.meta, positions)
 
     def all_ids(self) -> np.ndarray:
         # The count comes from the state record: allocate for it only once table 0 holds as many
@@ -575,6 +583,50 @@ class Run(_Bound[RunMeta]):
         """For sorted unique fingerprints: (fingerprint index, id) of every entry holding each."""
         ki, pos = self.table(0).positions(fps)
         return ki, self.ids_at(pos)
+
+
+def run_ids(txn: lmdb.Transaction, db: Any, meta: RunMeta, positions: list[int]) -> list[int]:
+    """Document ids of run ``meta``'s entries at ``positions`` (of its table 0), in plain ints: a
+    single query's few hits (numpy's fixed costs exceed the work here). Positions and ids are
+    checked (CorruptionError)."""
+    count = meta.count
+    for p in positions:
+        if not 0 <= p < count:
+            raise CorruptionError(f"position outside run {meta.id}")
+    ids = meta.ids
+    if ids is None:
+        base: int = meta.ids_base  # type: ignore[assignment]  # RunMeta sets ids_base when ids is None
+        out = [base + p for p in positions]
+    else:
+        out = read_packed_list(txn, db, ids.prefix, ids, positions)
+    for i in out:
+        if not 0 < i < 1 << 63:
+            raise CorruptionError(f"run {meta.id} names a document id outside any this store assigns")
+    return out
+
+
+class ReadPlan:
+    """The runs and key segments of one state as a single query reads them, built once per state
+    (runs and segments are immutable) and bound to no transaction: the kernel's probe tables of
+    every table of every non-empty run in one list (:attr:`tables`, run r's table t at
+    ``r * T + t``), those runs' records (:attr:`runs`) and table 0's chunks (:attr:`chunks0`), and the key segments in order of their
+    first id (:attr:`segs`, with :attr:`bases` and :attr:`ends`, one past each last id).
+
+    Built through :class:`Run`, so every check a run's tables get when read is made once here; a
+    plan holds entries of a :class:`TierCache` and is stale once the cache is cleared
+    (:attr:`TierCache.generation`)."""
+
+    __slots__ = ("tables", "runs", "chunks0", "segs", "bases", "ends")
+
+    def __init__(self, runs: list[Run], segs: tuple[SegmentMeta, ...]) -> None:
+        live = [run for run in runs if run.count]
+        self.tables: list[Any] = [pt for run in live for pt in run.probe_tables()]
+        self.runs: list[RunMeta] = [run.meta for run in live]
+        #: Chunks of the runs' table 0, all runs together (what sizes a batch probe's merge).
+        self.chunks0: int = sum(run.table(0).index.nchunks for run in live)
+        self.segs: list[SegmentMeta] = sorted(segs, key=lambda seg: seg.base)
+        self.bases: list[int] = [seg.base for seg in self.segs]
+        self.ends: list[int] = [seg.base + seg.count for seg in self.segs]
 
 
 def find_in_segments(segments: list[KeySegment], typed: bytes) -> tuple[int, int] | None:

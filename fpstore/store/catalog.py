@@ -21,7 +21,7 @@ import numpy as np
 from fpstore.errors import CorruptionError, InputError
 from fpstore.index import search, tiers
 from fpstore.index.design import Design
-from fpstore.index.tiers import KeySegment, Run, State, TierCache
+from fpstore.index.tiers import KeySegment, ReadPlan, Run, State, TierCache
 from fpstore.store.header import U64, table_name
 from fpstore.store.incremental import IncrementalTables
 from fpstore.store.keys import FLAG_SHORT, MAX_RAW_KEY, Key, lookup_key, unpack_record, untyped_key
@@ -30,7 +30,7 @@ from fpstore.store.results import AddResult, Document, Match, sort_matches
 from fpstore.store.sketches import DB_NAME as SKETCH_DB
 from fpstore.store.sketches import Sketches, verify_near
 
-#: A batch of queries is probed one query at a time (:func:`search.probe_runs_each`) while it holds
+#: A batch of queries is probed one query at a time (:func:`search.probe_plan_each`) while it holds
 #: fewer than ``SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * c`` queries, c the chunks of the runs'
 #: table 0: the merge's cost grows with the chunks it reaches, a single probe's does not. Fitted to
 #: the crossovers ``tools/bench_probe_crossover.py`` measures ("query_many", idle machine: 256-512
@@ -75,6 +75,20 @@ def new_canonical(canonical_field: Callable[[int], int | None], exact_ids: list[
     return 0
 
 
+class _Snapshot:
+    """What every single query of one committed snapshot reads first, read once for all of them:
+    the state, its :class:`ReadPlan`, and whether the incremental tables and the tombstones hold
+    anything. Keyed by the read transaction's id, which names the last commit it sees (in any
+    process: LMDB numbers commits in the file), so a read that begins after no commit gets the
+    same facts. Read transactions only: a write transaction's id is the one it will commit, and
+    its tables change under it."""
+
+    __slots__ = ("txnid", "state", "plan", "incremental", "dead")
+
+    def __init__(self, txnid: int, state: State, plan: ReadPlan, incremental: bool, dead: bool) -> None:
+        self.txnid, self.state, self.plan, self.incremental, self.dead = txnid, state, plan, incremental, dead
+
+
 class Catalog:
     """The tables of one open store (``dbs``: LMDB databases by name) and the design they follow."""
 
@@ -92,18 +106,58 @@ class Catalog:
         self.lsm = Lsm(design, self.meta, self.blobs, self.dead, self.incremental, self.cache)
         self.probe_design = search.probe_design(design)
         self._state_memo: tuple[bytes, State] | None = None
+        self._plan_memo: tuple[State, int, ReadPlan] | None = None
+        self._snapshot: _Snapshot | None = None
 
     def state(self, txn: lmdb.Transaction) -> State:
         raw = txn.get(tiers.STATE_KEY, db=self.meta)
-        if raw is None:
-            raw = b""
-        if self._state_memo is None or self._state_memo[0] != raw:
+        # Copied before comparing: bytes compare with memcmp, a view with bytes element by element.
+        raw = b"" if raw is None else bytes(raw)
+        memo = self._state_memo
+        if memo is None or memo[0] != raw:
             # Decoding validates every record; the value is small and rarely changes, so one
-            # decode per distinct value serves every later lookup (compared in place, copied
-            # only when it changed).
-            raw = bytes(raw)
-            self._state_memo = (raw, State.from_bytes(raw or None, len(self.design.tables)))
-        return self._state_memo[1]
+            # decode per distinct value serves every later lookup.
+            memo = self._state_memo = (raw, State.from_bytes(raw or None, len(self.design.tables)))
+        return memo[1]
+
+    def plan(self, txn: lmdb.Transaction, state: State | None = None) -> ReadPlan:
+        """The :class:`ReadPlan` of ``state`` (default: the transaction's), built once per state
+        while the tier cache is not cleared (an aborted write may have cached runs it made)."""
+        state = state or self.state(txn)
+        generation = self.cache.generation  # read first: a clear during the build leaves it stale
+        memo = self._plan_memo
+        if memo is not None and memo[0] is state and memo[1] == generation:
+            return memo[2]
+        plan = ReadPlan(self.runs(txn, state), state.segs)
+        self._plan_memo = (state, generation, plan)
+        return plan
+
+    def snapshot(self, txn: lmdb.Transaction) -> _Snapshot:
+        """The :class:`_Snapshot` of a read transaction (never a write transaction's)."""
+        txnid = txn.id()
+        snap = self._snapshot
+        if snap is not None and snap.txnid == txnid:
+            return snap
+        state = self.state(txn)
+        snap = _Snapshot(txnid, state, self.plan(txn, state), self.incremental.entries(txn) > 0, txn.stat(self.dead)["entries"] > 0)
+        self._snapshot = snap
+        return snap
+
+    def query(self, txn: lmdb.Transaction, fp: int, k: int) -> list[Match]:
+        """The matches of one fingerprint within ``k`` (checked by the caller), in a read
+        transaction: :meth:`probe` then :meth:`matches`, with what the snapshot's earlier queries
+        read kept (:meth:`snapshot`)."""
+        snap = self.snapshot(txn)
+        found = self.incremental.probe(txn, fp, k) if snap.incremental else {}
+        plan = snap.plan
+        if plan.tables:
+            dead = snap.dead
+            for doc_id, d, f in search.probe_plan(plan, txn, self.blobs, self.probe_design, fp, k):
+                if doc_id not in found and not (dead and self.is_dead(txn, doc_id)):
+                    found[doc_id] = (d, f)
+        if not found:
+            return []
+        return self._matches(txn, plan, found)
 
     def runs(self, txn: lmdb.Transaction, state: State | None = None) -> list[Run]:
         state = state or self.state(txn)
@@ -194,14 +248,12 @@ class Catalog:
         raw = txn.get(U64.pack(doc_id), db=self.docs)
         if raw is not None:
             return unpack_record(raw)
-        for seg in self.segments(txn):
-            if seg.holds(doc_id):
-                if self.is_dead(txn, doc_id):
-                    return None
-                ordinal = doc_id - seg.base
-                fp = int(seg.fps_at(np.array([ordinal], np.int64))[0])
-                return seg.key_at(ordinal), fp, None, 0, 0
-        return None
+        seg = self._segment_of(txn, doc_id)
+        if seg is None or self.is_dead(txn, doc_id):
+            return None
+        ordinal = doc_id - seg.base
+        fp = int(seg.fps_at(np.array([ordinal], np.int64))[0])
+        return seg.key_at(ordinal), fp, None, 0, 0
 
     def key_of(self, txn: lmdb.Transaction, doc_id: int) -> Key:
         rec = self.record(txn, doc_id)
@@ -225,14 +277,33 @@ class Catalog:
     def probe(self, txn: lmdb.Transaction, fp: int, k: int, exclude: int = 0, state: State | None = None) -> dict[int, tuple[int, int]]:
         """Live ids within ``k`` of ``fp`` → (distance, fingerprint), over both tiers."""
         found = self.incremental.probe(txn, fp, k, exclude)
-        runs = self.runs(txn, state)
-        if runs:
-            hits = search.probe_runs(runs, self.probe_design, fp, k)
+        plan = self.plan(txn, state)
+        if plan.tables:
+            hits = search.probe_plan(plan, txn, self.blobs, self.probe_design, fp, k)
             any_dead = bool(hits) and txn.stat(self.dead)["entries"] > 0
             for doc_id, d, f in hits:
                 if doc_id != exclude and doc_id not in found and not (any_dead and self.is_dead(txn, doc_id)):
                     found[doc_id] = (d, f)
         return found
+
+    def probe_each(self, txn: lmdb.Transaction, fps: list[int], k: int) -> list[dict[int, tuple[int, int]]]:
+        """:meth:`probe` of each fingerprint of a small batch (none excluded), in plain ints:
+        the state, its plan and the run chunks read once for the batch. Any transaction."""
+        out = [self.incremental.probe(txn, fp, k) for fp in fps] if self.incremental.entries(txn) else [{} for _ in fps]
+        plan = self.plan(txn)
+        q_, id_, d_, f_ = search.probe_plan_rows(plan, txn, self.blobs, self.probe_design, fps, k)
+        if q_:
+            dead = txn.stat(self.dead)["entries"] > 0
+            for q, doc_id, d, f in zip(q_, id_, d_, f_):
+                found = out[q]
+                if doc_id not in found and not (dead and self.is_dead(txn, doc_id)):
+                    found[doc_id] = (d, f)
+        return out
+
+    def small_batch(self, txn: lmdb.Transaction, m: int) -> bool:
+        """Whether a batch of ``m`` fingerprints is probed one fingerprint at a time (see
+        :data:`SMALL_BATCH_BASE`) rather than merged with the runs."""
+        return m < SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * self.plan(txn).chunks0
 
     def live_index(self, txn: lmdb.Transaction) -> tuple[np.ndarray, np.ndarray]:
         """(fingerprints uint64, ids uint64) of every indexed live document, from both tiers."""
@@ -246,9 +317,16 @@ class Catalog:
         return {int(ids[i]): (int(dist[i]), int(fps[i])) for i in sel}
 
     def matches(self, txn: lmdb.Transaction, found: dict[int, tuple[int, int]], state: State | None = None) -> list[Match]:
+        """Matches of live ids → (distance, fingerprint), as :meth:`probe` finds them, sorted."""
+        if not found:
+            return []
+        return self._matches(txn, self.plan(txn, state), found)
+
+    def _matches(self, txn: lmdb.Transaction, plan: ReadPlan, found: dict[int, tuple[int, int]]) -> list[Match]:
         ids = list(found)
-        keys = self.keys_of(txn, ids, state)
-        return sort_matches([Match(key, found[i][0], found[i][1], i) for key, i in zip(keys, ids)])
+        keys = self._keys_of(txn, plan, ids, False)  # found holds live ids: no tombstone to look up
+        out = [Match(key, *found[i], i) for key, i in zip(keys, ids)]
+        return sort_matches(out) if len(out) > 1 else out
 
     def meta_int(self, txn: lmdb.Transaction, name: bytes) -> int:
         raw = txn.get(name, db=self.meta)
@@ -281,10 +359,17 @@ class Catalog:
         raw = txn.get(U64.pack(doc_id), db=self.docs)
         if raw is not None:
             return unpack_record(raw)[3]
-        for seg in self.segments(txn):
-            if seg.holds(doc_id):
-                return None if self.is_dead(txn, doc_id) else 0
+        if self._segment_of(txn, doc_id) is not None:
+            return None if self.is_dead(txn, doc_id) else 0
         return None
+
+    def _segment_of(self, txn: lmdb.Transaction, doc_id: int) -> KeySegment | None:
+        """The key segment numbering ``doc_id`` (bulk loads number theirs in disjoint ranges), or None."""
+        plan = self.plan(txn)
+        j = bisect.bisect_right(plan.bases, doc_id) - 1
+        if j < 0 or doc_id >= plan.ends[j]:
+            return None
+        return KeySegment(txn, self.blobs, self.cache, plan.segs[j])
 
     def canonical_of(self, txn: lmdb.Transaction, doc_id: int) -> int:
         """:func:`live_canonical` of a stored document."""
@@ -382,29 +467,33 @@ class Catalog:
         (integer keys read straight from the decoded blocks, no typed key built per id)."""
         if not ids:
             return []
+        plan = self.plan(txn, state)
+        return self._keys_of(txn, plan, ids, bool(plan.segs) and txn.stat(self.dead)["entries"] > 0)
+
+    def _keys_of(self, txn: lmdb.Transaction, plan: ReadPlan, ids: list[int], dead: bool) -> list[Key]:
+        """:meth:`keys_of` with the plan given, and tombstones looked up only when ``dead``."""
         uniq = set(ids)
-        if not all(0 < i < 1 << 63 for i in uniq):
+        if min(uniq) <= 0 or max(uniq) >= 1 << 63:
             bad = next(i for i in ids if not 0 < i < 1 << 63)
             raise CorruptionError(f"an index names document id {bad}, outside any id this store assigns")
         keys: dict[int, Key] = {}
         # A bulk load numbers its documents in one range of ids, which no record shares.
-        segments = sorted(self.segments(txn, state), key=lambda seg: seg.base)
         held: dict[int, list[int]] = {}
         rest: list[int] = []
-        if segments:
-            bases = [seg.base for seg in segments]
-            dead = txn.stat(self.dead)["entries"] > 0
+        bases = plan.bases
+        if bases:
+            ends = plan.ends
             dead_ids = set(self.lsm.dead_ids(txn).tolist()) if dead and len(uniq) >= 64 else None
-            for doc_id in sorted(uniq):
+            for doc_id in sorted(uniq) if len(uniq) > 1 else uniq:
                 j = bisect.bisect_right(bases, doc_id) - 1
-                if j < 0 or doc_id >= bases[j] + segments[j].count:
+                if j < 0 or doc_id >= ends[j]:
                     rest.append(doc_id)
                 elif not dead or not (doc_id in dead_ids if dead_ids is not None else self.is_dead(txn, doc_id)):
                     held.setdefault(j, []).append(doc_id)  # dead: no key, reported below
         else:
             rest = list(uniq)
         for j, mine in held.items():
-            seg = segments[j]
+            seg = KeySegment(txn, self.blobs, self.cache, plan.segs[j])
             ordinals = [i - seg.base for i in mine]
             ints = seg.int_keys_at(ordinals)
             keys.update(zip(mine, ints if ints is not None else map(untyped_key, seg.keys_at(ordinals))))
@@ -460,11 +549,11 @@ class Catalog:
     def probe_many(self, txn: lmdb.Transaction, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every live (query index int64, id int64, distance uint8, fingerprint uint64) within
         ``k`` of ``fps``, sorted by query index, then distance, then id (see :meth:`Store.query_many`)."""
-        runs = self.runs(txn)
-        if runs and len(fps) < SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * sum(run.table(0).index.nchunks for run in runs):
-            rq, rid, rd, rfp = search.probe_runs_each(runs, self.probe_design, fps, k)
+        plan = self.plan(txn)
+        if plan.runs and len(fps) < SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * plan.chunks0:
+            rq, rid, rd, rfp = search.probe_plan_each(plan, txn, self.blobs, self.probe_design, fps, k)
         else:
-            rq, rid, rd, rfp = search.batch_probe_runs(runs, self.design, fps, k)
+            rq, rid, rd, rfp = search.batch_probe_runs(self.runs(txn), self.design, fps, k)
         dead = self.lsm.dead_ids(txn)
         if len(dead) and len(rid):
             keep = ~np.isin(rid.astype(np.uint64), dead)

@@ -71,7 +71,19 @@ def _stored_neighbours(
     """The stored neighbours of ``fps[indexed]``: ``bounds`` (add i's are rows bounds[i] to
     bounds[i + 1]) and the rows' ids, distances and fingerprints, in any order per add."""
     m = len(fps)
-    # probe_many chooses between a probe per fingerprint and the merge by the batch's size.
+    if cat.small_batch(txn, len(indexed)):
+        # A probe per fingerprint, in plain ints: a group's few adds pay none of the batch's
+        # numpy calls (each costs more than the probe of one fingerprint).
+        bounds, ids_l, d_l, f_l = [0] * (m + 1), [], [], []
+        per_add = dict(zip(indexed.tolist(), cat.probe_each(txn, fps[indexed].tolist(), k)))
+        for i in range(m):
+            for doc_id, (d, f) in per_add.get(i, {}).items():
+                ids_l.append(doc_id)
+                d_l.append(d)
+                f_l.append(f)
+            bounds[i + 1] = len(ids_l)
+        return bounds, ids_l, d_l, f_l
+    # Else the merge: probe_many chooses it by the batch's size.
     q, hit_ids, hit_d, hit_fps = cat.probe_many(txn, fps[indexed], k)
     bounds = np.searchsorted(indexed[q], np.arange(m + 1)).tolist()
     return bounds, hit_ids.tolist(), hit_d.tolist(), hit_fps.tolist()

@@ -12,7 +12,7 @@ from fpstore.errors import ClosedError, InputError
 from fpstore.fingerprint.pipeline import Fingerprints
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
-from fpstore.store.inputs import signature_of, signatures
+from fpstore.store.inputs import fingerprint_of, signature_of, signatures
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, typed_key
 from fpstore.store.results import Document, Match
 from fpstore.store.sketches import check_sketch, check_threshold, verified, verified_columns
@@ -20,7 +20,16 @@ from fpstore.store.sketches import check_sketch, check_threshold, verified, veri
 if TYPE_CHECKING:
     from fpstore.store.store import Store
 
-__all__ = ["Reader"]
+__all__ = ["Reader", "query_fingerprint"]
+
+
+def query_fingerprint(store: Store, fingerprint: object, pipeline_id: str | None, k: int | None) -> list[Match]:
+    """:meth:`Store.query` of a raw fingerprint (not exhaustive, no sketch, no threshold), in a read
+    transaction of its own: the single query's path, with no :class:`Reader` made for one call."""
+    fp, _, _ = fingerprint_of(store.pipeline, None, fingerprint, pipeline_id)
+    kq = store._check_k(store.k if k is None else k)
+    with store._storage.read() as txn:
+        return store._cat.query(txn, fp, kq)
 
 
 class Reader:
@@ -88,9 +97,8 @@ class Reader:
         elif exhaustive:
             found = cat.scan_all(txn, fp, kq)
         else:
-            # One state read serves the probe and the key lookups of this snapshot.
-            state = cat.state(txn)
-            return verified(sketches, txn, cat.matches(txn, cat.probe(txn, fp, kq, state=state), state), sketch, threshold)
+            # A read transaction: what the snapshot's earlier queries read is kept (Catalog.snapshot).
+            return verified(sketches, txn, cat.query(txn, fp, kq), sketch, threshold)
         return verified(sketches, txn, cat.matches(txn, found), sketch, threshold)
 
     def query_many(

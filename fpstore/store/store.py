@@ -51,7 +51,7 @@ from fpstore.store.inputs import OneAdd, batch_adds, load_columns, prepare_add, 
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
 from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
 from fpstore.store.merging import MERGE_MODES, Merger, clean_up
-from fpstore.store.reading import Reader
+from fpstore.store.reading import Reader, query_fingerprint
 from fpstore.store.redesign import redesign_plan, switch_design, write_header
 from fpstore.store.results import AddResult, Cluster, Document, Match
 from fpstore.store.rows import arrow_table, record_batches
@@ -494,6 +494,8 @@ class Store(Closing):
         ``sketch``, uint64 words) carry their estimated ``similarity``, and ``threshold`` keeps
         only those at or above it (verified candidates).
         """
+        if text is None and sketch is None and threshold is None and self.threshold is None and not exhaustive:
+            return query_fingerprint(self, fingerprint, pipeline_id, k)  # nothing to verify: the single query's path
         with self.reader() as r:
             return r.query(
                 text=text, fingerprint=fingerprint, pipeline_id=pipeline_id, k=k, exhaustive=exhaustive, threshold=threshold, sketch=sketch

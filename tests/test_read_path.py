@@ -1,0 +1,54 @@
+"""The single query's path keeps what one snapshot's queries read (state, read plan, whether the
+incremental tables and tombstones hold anything) by the read transaction's id: queries of
+different snapshots, interleaved, each see their own."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import fpstore
+
+
+def _keys(matches):
+    return sorted(str(m.key) for m in matches)
+
+
+def test_queries_of_an_older_and_a_newer_snapshot_interleave(tmp_path):
+    """A reader opened before an add and a delete, and store.query after them, alternate: the
+    reader keeps seeing its snapshot (no incremental entry, no tombstone), store.query the new one."""
+    rng = np.random.default_rng(3)
+    fps = rng.integers(0, 2**63, 2000, dtype=np.uint64)
+    with fpstore.open(tmp_path / "s", k=3) as store:
+        pid = store.pipeline.id
+        store.bulk_load(np.arange(1, 2001), fps, pipeline_id=pid)
+        q = int(fps[0]) ^ 1
+        gone = int(fps[1]) ^ 1
+        with store.reader() as old:
+            assert _keys(old.query(fingerprint=q, pipeline_id=pid)) == ["1"]
+            store.add("new", fingerprint=q ^ 2, pipeline_id=pid)
+            store.delete(2)
+            for _ in range(3):
+                assert _keys(old.query(fingerprint=q, pipeline_id=pid)) == ["1"]
+                assert _keys(store.query(fingerprint=q, pipeline_id=pid)) == ["1", "new"]
+                assert _keys(old.query(fingerprint=gone, pipeline_id=pid)) == ["2"]
+                assert _keys(store.query(fingerprint=gone, pipeline_id=pid)) == []
+        assert _keys(store.query(fingerprint=gone, pipeline_id=pid)) == []
+
+
+def test_query_sees_runs_made_by_a_later_flush(tmp_path):
+    """Adds that flush into a new run change the state: the next query reads the new run (its plan
+    is rebuilt) and answers as brute force does."""
+    rng = np.random.default_rng(4)
+    with fpstore.open(tmp_path / "s", k=3, flush_entries=64) as store:
+        pid = store.pipeline.id
+        stored: dict[str, int] = {}
+        for round_ in range(4):
+            batch = rng.integers(0, 2**63, 50, dtype=np.uint64)
+            batch[::5] = batch[::5] ^ np.uint64(7)  # some near pairs within and across rounds
+            for i, fp in enumerate(batch.tolist()):
+                key = f"r{round_}-{i}"
+                store.add(key, fingerprint=fp, pipeline_id=pid)
+                stored[key] = fp
+            for q in batch[:10].tolist():
+                want = sorted(k for k, f in stored.items() if (f ^ q).bit_count() <= 3)
+                assert _keys(store.query(fingerprint=q, pipeline_id=pid)) == want
