@@ -611,18 +611,14 @@ cdef inline int densified_bin(uint64_t filled, uint64_t seed, int i) noexcept no
     return j
 
 
-cdef uint64_t minhash1_bits(const uint64_t* mins, uint64_t filled, uint64_t seed) noexcept nogil:
-    cdef uint64_t out = 0
-    cdef int i
-    if filled == 0:
-        return 0
-    for i in range(64):
-        out |= (fmix64(mins[densified_bin(filled, seed, i)] + <uint64_t>(i + 1) * GOLDEN) & 1) << i
-    return out
+ctypedef fused minimum_t:
+    uint64_t    # the fingerprint's bins
+    uint32_t    # a sketch word's bins
 
 
-cdef uint64_t sketch_bits(const uint32_t* mins, uint64_t filled, uint64_t seed) noexcept nogil:
-    """One sketch word: :func:`minhash1_bits` over 32-bit minima."""
+cdef uint64_t minhash1_bits(const minimum_t* mins, uint64_t filled, uint64_t seed) noexcept nogil:
+    """A 64-bit one-bit MinHash word from per-bin minima: bit i is the salted lowest bit of the
+    minimum of bin i, or of the bin densification copies into it; 0 when no bin has one."""
     cdef uint64_t out = 0
     cdef int i
     if filled == 0:
@@ -644,9 +640,9 @@ cdef void acc_finish(Acc* acc, uint64_t* fp, int64_t* ntok, uint64_t* da, uint64
     da[0] = fmix64(acc.da ^ <uint64_t>acc.ntok)
     db[0] = fmix64(acc.db + <uint64_t>acc.ntok * GOLDEN)
     if acc.kind == 1:
-        fp[0] = minhash1_bits(acc.mins, acc.filled, acc.seed)
+        fp[0] = minhash1_bits(<const uint64_t*>acc.mins, acc.filled, acc.seed)
         for b in range(acc.sketch_words):
-            sketch[b] = sketch_bits(acc.smins[b], acc.sfilled[b], acc.salts[b >> 1] + <uint64_t>(b & 1))
+            sketch[b] = minhash1_bits(<const uint32_t*>acc.smins[b], acc.sfilled[b], acc.salts[b >> 1] + <uint64_t>(b & 1))
         return
     flush8(acc)
     flush16(acc)

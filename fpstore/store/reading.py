@@ -15,7 +15,7 @@ from fpstore.hamming import RawFingerprints
 from fpstore.store.inputs import fingerprint_of, signature_of, signatures
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, typed_key
 from fpstore.store.results import Document, Match
-from fpstore.store.sketches import check_sketch, check_threshold, verified, verified_columns
+from fpstore.store.sketches import check_sketch, check_threshold, check_verifiable, verified, verified_columns
 
 if TYPE_CHECKING:
     from fpstore.store.store import Store
@@ -82,8 +82,7 @@ class Reader:
         sketch = text_sketch
         threshold = store.threshold if threshold is None else check_threshold(threshold)
         sketches = store._cat.sketches
-        if threshold is not None and (sketches is None or sketch is None):
-            verified(sketches, txn, [], sketch, threshold)  # raises: nothing to verify with
+        check_verifiable(sketches, sketch, threshold, "a query with text= (or fingerprint= and sketch=)")
         kq = store.k if k is None else k
         if exhaustive:
             if not isinstance(kq, int) or isinstance(kq, bool) or not 0 <= kq <= 64:
@@ -114,8 +113,7 @@ class Reader:
         sigs = signatures(store.pipeline, None, None, fingerprints, pipeline_id)
         kq = store._check_k(store.k if k is None else k)
         theta = store.threshold if threshold is None else check_threshold(threshold)
-        if theta:
-            verified_columns(store._cat.sketches, txn, (np.zeros(0, np.int64),) * 3, sigs.sketches, theta)  # refuses early
+        check_verifiable(store._cat.sketches, sigs.sketches, theta, "Fingerprints with sketches")
         q, ids, dist, _ = store._cat.probe_many(txn, np.ascontiguousarray(sigs.values), kq)
         return verified_columns(store._cat.sketches, txn, (q, ids, dist), sigs.sketches, theta)
 

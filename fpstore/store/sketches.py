@@ -34,6 +34,7 @@ __all__ = [
     "block_size",
     "check_sketch",
     "check_threshold",
+    "check_verifiable",
     "stored_threshold",
     "verdict_similarities",
     "verified",
@@ -90,12 +91,8 @@ class Sketches:
         order = np.argsort(ids, kind="stable")
         ids, sketches = ids[order], np.asarray(sketches, dtype=np.uint64)[order]
         size = self.block
-        blocks = ids // size
-        starts = np.flatnonzero(np.r_[True, blocks[1:] != blocks[:-1]])
-        ends = np.r_[starts[1:], len(ids)]
         items = []
-        for lo, hi in zip(starts.tolist(), ends.tolist()):
-            block = int(blocks[lo])
+        for block, lo, hi in self._runs(ids):
             slots = ids[lo:hi] % size
             if hi - lo == size:  # a whole block (a bulk load): nothing to keep from before
                 values = np.empty((size, self.words), dtype="<u8")
@@ -105,6 +102,15 @@ class Sketches:
             values[slots] = sketches[lo:hi]
             items.append((U64.pack(block), values.tobytes()))
         txn.cursor(db=self.db).putmulti(items)
+
+    def _runs(self, ids: np.ndarray) -> list[tuple[int, int, int]]:
+        """``(block, lo, hi)`` for each block the sorted ``ids`` touch: ``ids[lo:hi]`` lie in it."""
+        if len(ids) == 0:
+            return []
+        blocks = ids // self.block
+        starts = np.flatnonzero(np.r_[True, blocks[1:] != blocks[:-1]])
+        ends = np.r_[starts[1:], len(ids)]
+        return [(int(blocks[lo]), lo, hi) for lo, hi in zip(starts.tolist(), ends.tolist())]
 
     def get(self, txn: lmdb.Transaction, ids: np.ndarray) -> np.ndarray:
         """The sketches of ``ids`` (uint64[n, words]); an id whose block is missing raises
@@ -148,10 +154,7 @@ class Sketches:
         shingles is never that)."""
         found: list[str] = []
         ids = np.unique(np.asarray(ids, dtype=np.int64))
-        blocks = ids // self.block
-        starts = np.flatnonzero(np.r_[True, blocks[1:] != blocks[:-1]]) if len(ids) else np.zeros(0, np.int64)
-        for lo, hi in zip(starts.tolist(), np.r_[starts[1:], len(ids)].tolist()):
-            block = int(blocks[lo])
+        for block, lo, hi in self._runs(ids):
             try:
                 values = self._block(txn, block)
             except CorruptionError as exc:
@@ -236,20 +239,23 @@ def verify_near(
     return {i: near[i] for i in near if sims[i] >= threshold}
 
 
+def check_verifiable(sketches: Sketches | None, query_sketch: object, threshold: float | None, queries: str) -> None:
+    """InputError when ``threshold`` (above 0: every estimate is at least 0, so 0 keeps every
+    candidate) cannot be applied: the store keeps no sketches, or the query (``queries`` says
+    what carries one) has none."""
+    if threshold and (sketches is None or query_sketch is None):
+        raise InputError(f"threshold= needs a verification sketch on both sides: a store whose pipeline has sketch_bits, and {queries}")
+
+
 def verified(
     sketches: Sketches | None, txn: lmdb.Transaction, matches: list[Match], sketch: np.ndarray | None, threshold: float | None
 ) -> list[Match]:
     """``matches`` with their estimated similarity to a query of sketch ``sketch`` filled in, and
-    with ``threshold``, only those at or above it (order kept). Without a sketch on either side
-    the matches come back as they are, and a threshold above 0 cannot be applied: InputError
-    (every estimate is at least 0, so a threshold of 0 keeps everything)."""
-    if not threshold:
-        threshold = None
+    with ``threshold``, only those at or above it (order kept); without a sketch on either side,
+    the matches as they are (see :func:`check_verifiable`)."""
+    check_verifiable(sketches, sketch, threshold, "a query with text= (or fingerprint= and sketch=)")
+    threshold = threshold or None
     if sketches is None or sketch is None:
-        if threshold is not None:
-            raise InputError(
-                "threshold= needs a verification sketch on both sides: a store whose pipeline has sketch_bits, queried with text="
-            )
         return matches
     if not matches:
         return matches
@@ -281,12 +287,9 @@ def verified_columns(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``query_many``'s ``(query index, id, distance)`` rows, with ``threshold``, only those whose
     stored sketch and their query's (``query_sketches[query index]``) reach it."""
-    if not threshold:
+    check_verifiable(sketches, query_sketches, threshold, "Fingerprints with sketches")
+    if not threshold or sketches is None or query_sketches is None:
         return columns
-    if sketches is None or query_sketches is None:
-        raise InputError(
-            "threshold= needs a verification sketch on both sides: a store whose pipeline has sketch_bits, and Fingerprints with sketches"
-        )
     if query_sketches.shape[1] != sketches.words:
         raise InputError(f"the queries' sketches have {64 * query_sketches.shape[1]} bits; this store keeps {64 * sketches.words}")
     q, ids, dist = columns
