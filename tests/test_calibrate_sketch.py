@@ -19,6 +19,7 @@ from fpstore.admin.cli import main
 from fpstore.quality import evaluate as ev
 from fpstore.quality import sketch as sk
 from fpstore.store.sketches import CANDIDATE_K
+from tests.support.corpora import word_families
 
 WORDS = [f"w{i}" for i in range(400)]
 BITS = 256
@@ -27,17 +28,7 @@ BITS = 256
 def _corpus(seed: int = 7, families: int = 60, copies: int = 4, n: int = 120) -> list[str]:
     """Families of a random text and copies with 0..13 words replaced: Jaccards spread around 0.8,
     some copies byte-identical."""
-    rng = random.Random(seed)
-    docs = []
-    for _ in range(families):
-        base = [rng.choice(WORDS) for _ in range(n)]
-        docs.append(" ".join(base))
-        for _ in range(copies):
-            d = list(base)
-            for _ in range(rng.randrange(0, 14)):
-                d[rng.randrange(n)] = rng.choice(WORDS)
-            docs.append(" ".join(d))
-    return docs
+    return word_families(random.Random(seed), WORDS, families, copies, n, max_edits=13)
 
 
 @pytest.fixture(scope="module")

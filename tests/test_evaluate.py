@@ -15,6 +15,7 @@ from hypothesis import given, strategies as st
 import fpstore
 from fpstore.quality import evaluate as ev
 from fpstore.errors import InputError
+from tests.support.corpora import word_families
 
 WORDS = [f"w{i}" for i in range(60)]
 
@@ -41,16 +42,7 @@ def _brute_truth(texts: list[str], threshold: float) -> dict[tuple[int, int], fl
 
 def _family_corpus(rng: random.Random, families: int = 6, copies: int = 4, n: int = 40) -> list[str]:
     """Documents and lightly edited copies of them (a few word substitutions each)."""
-    docs = []
-    for _ in range(families):
-        base = [rng.choice(WORDS) for _ in range(n)]
-        docs.append(" ".join(base))
-        for _ in range(copies):
-            d = list(base)
-            for _ in range(rng.randrange(0, 6)):
-                d[rng.randrange(n)] = rng.choice(WORDS)
-            docs.append(" ".join(d))
-    return docs
+    return word_families(rng, WORDS, families, copies, n, max_edits=5)
 
 
 @given(st.lists(st.lists(st.sampled_from(WORDS[:8]), max_size=12).map(" ".join), max_size=14),

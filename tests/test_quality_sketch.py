@@ -13,21 +13,13 @@ from fpstore.errors import InputError
 from fpstore.fingerprint.pipeline import Pipeline
 from fpstore.quality import evaluate as ev
 from fpstore.quality import sketch as sk
+from tests.support.corpora import word_families
 
 WORDS = [f"w{i}" for i in range(80)]
 
 
 def _families(rng: random.Random, families: int = 5, copies: int = 4, n: int = 60) -> list[str]:
-    docs = []
-    for _ in range(families):
-        base = [rng.choice(WORDS) for _ in range(n)]
-        docs.append(" ".join(base))
-        for _ in range(copies):
-            d = list(base)
-            for _ in range(rng.randrange(0, 8)):
-                d[rng.randrange(n)] = rng.choice(WORDS)
-            docs.append(" ".join(d))
-    return docs
+    return word_families(rng, WORDS, families, copies, n, max_edits=7)
 
 
 def test_sketch_distances_sum_the_words():

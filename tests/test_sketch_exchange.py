@@ -19,6 +19,7 @@ from fpstore.admin.exchange import EXPORT_VERSION, export_store, import_stream, 
 from fpstore.errors import FormatError, InputError, PipelineMismatchError
 from fpstore.fingerprint.pipeline import Fingerprints
 from fpstore.store.documents import documents_with_sketches
+from tests.support.corpora import token_variants, unrelated_texts
 
 DATA = pathlib.Path(__file__).resolve().parent / "data"
 SKETCH_PIPE = fpstore.Pipeline(sketch_bits=256, html="off")
@@ -32,16 +33,8 @@ V2_SKETCH = DATA / "export_v2_sketch_pipeline.fpx"
 def corpus(seed: int = 0) -> list[str]:
     """Families of near-duplicate 200-token texts, and unrelated texts."""
     rng = np.random.default_rng(seed)
-    texts: list[str] = []
-    for _ in range(5):
-        base = rng.integers(0, 3000, 200)
-        for _ in range(8):
-            t = base.copy()
-            e = int(rng.integers(0, 30))
-            t[rng.integers(0, 200, e)] = rng.integers(0, 3000, e)
-            texts.append(" ".join(f"w{x}" for x in t))
-    texts += [" ".join(f"u{x}" for x in rng.integers(0, 10**6, 150)) for _ in range(8)]
-    return texts
+    texts = [t for _ in range(5) for t in token_variants(rng, 8, 29, length=200)]
+    return texts + unrelated_texts(rng, 8, 150)
 
 
 def fill(store: fpstore.Store) -> list[str]:

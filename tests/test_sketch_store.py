@@ -14,6 +14,7 @@ from fpstore.errors import CorruptionError, FormatError, InputError
 from fpstore.fingerprint.pipeline import sketch_similarity
 from fpstore.store.header import H_HEADER
 from fpstore.store.sketches import block_size
+from tests.support.corpora import token_variants, unrelated_texts
 
 PIPE = fpstore.Pipeline(sketch_bits=256, html="off")
 K = 8
@@ -21,14 +22,7 @@ K = 8
 
 def _family(rng: np.random.Generator, n: int, edits_max: int) -> list[str]:
     """n variants of one 300-token text, each with up to ``edits_max`` replaced tokens."""
-    base = rng.integers(0, 3000, 300)
-    out = []
-    for _ in range(n):
-        t = base.copy()
-        e = int(rng.integers(0, edits_max + 1))
-        t[rng.integers(0, 300, e)] = rng.integers(0, 3000, e)
-        out.append(" ".join(f"w{x}" for x in t))
-    return out
+    return token_variants(rng, n, edits_max)
 
 
 def _corpus(seed: int = 0) -> list[str]:
@@ -36,8 +30,7 @@ def _corpus(seed: int = 0) -> list[str]:
     texts: list[str] = []
     for _ in range(6):
         texts += _family(rng, 12, 40)
-    texts += [" ".join(f"u{x}" for x in rng.integers(0, 10**6, 200)) for _ in range(10)]
-    return texts
+    return texts + unrelated_texts(rng, 10, 200)
 
 
 def _fill(store: fpstore.Store, texts: list[str]) -> list[str]:
@@ -152,9 +145,8 @@ def test_a_damaged_sketch_block_is_a_corruption_error(tmp_path):
         key, value = next(iter(txn.cursor(db=db)))
         txn.put(key, bytes(value)[:-8], db=db)
     env.close()
-    with fpstore.open(tmp_path / "s", readonly=True) as store:
-        with pytest.raises(CorruptionError, match="sketch block"):
-            store.query(text=texts[0])
+    with fpstore.open(tmp_path / "s", readonly=True) as store, pytest.raises(CorruptionError, match="sketch block"):
+        store.query(text=texts[0])
 
 
 def test_sketches_span_blocks_and_replacements(tmp_path):
@@ -193,9 +185,8 @@ def test_pairs_and_clusters_under_a_threshold_equal_brute_force(filled, k):
 
 
 def test_pairs_threshold_needs_a_sketch(tmp_path):
-    with fpstore.open(tmp_path / "s", pipeline=fpstore.Pipeline(html="off")) as store:
-        with pytest.raises(InputError, match="sketch"):
-            store.near_duplicate_pairs(threshold=0.8)
+    with fpstore.open(tmp_path / "s", pipeline=fpstore.Pipeline(html="off")) as store, pytest.raises(InputError, match="sketch"):
+        store.near_duplicate_pairs(threshold=0.8)
 
 
 def test_sketches_survive_file_compaction_and_redesign(filled):

@@ -21,6 +21,7 @@ from fpstore import spark as fs  # noqa: E402
 from fpstore.errors import InputError, PipelineMismatchError  # noqa: E402
 from fpstore.spark.join import _heavy_buckets  # noqa: E402
 from fpstore.spark.plans import JoinPlan, sub_tables  # noqa: E402
+from tests.support.corpora import token_variants, unrelated_texts  # noqa: E402
 
 #: A local Spark session takes tens of seconds to start: the slow tier (docs/development.md).
 pytestmark = pytest.mark.slow
@@ -274,16 +275,8 @@ THETA = 0.7
 def _sketch_texts() -> list[str]:
     """Families of near-duplicate 200-token texts (up to 15 tokens replaced) and unrelated texts."""
     rng = np.random.default_rng(17)
-    texts = []
-    for _ in range(8):
-        base = rng.integers(0, 3000, 200)
-        for _ in range(10):
-            t = base.copy()
-            e = int(rng.integers(0, 16))
-            t[rng.integers(0, 200, e)] = rng.integers(0, 3000, e)
-            texts.append(" ".join(f"w{x}" for x in t))
-    texts += [" ".join(f"u{x}" for x in rng.integers(0, 10**6, 150)) for _ in range(40)]
-    return texts
+    texts = [t for _ in range(8) for t in token_variants(rng, 10, 15, length=200)]
+    return texts + unrelated_texts(rng, 40, 150)
 
 
 def test_sketches_on_spark_equal_brute_force(spark, tmp_path):
