@@ -15,6 +15,7 @@ import math
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -382,6 +383,23 @@ def median_rate(fn: Callable[[], Any], items: int, repeat: int, budget_s: float 
 #: pigeonhole (3 differing bits leave one 16-bit hash intact); 2 x 32 with 1 flip is exact because
 #: 3 bits cannot put 2 into both halves.
 FAISS_CONFIGS = [(4, 16, 0), (2, 32, 1)]
+
+
+def spawn_child(script: str, kind: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Run phase ``kind`` of benchmark ``script`` in a fresh process (its ``--child`` argument,
+    served by :func:`serve_child`); returns the JSON object the child prints last."""
+    cmd = [sys.executable, str(Path(script).resolve()), "--child", json.dumps({"kind": kind, **args})]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    if proc.returncode:
+        raise RuntimeError(f"{kind} child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+def serve_child(child: str, children: dict[str, Callable[[dict[str, Any]], dict[str, Any]]]) -> None:
+    """The child side of :func:`spawn_child`: run the phase ``child`` names and print its result."""
+    a = json.loads(child)
+    print(json.dumps(children[a.pop("kind")](a), default=float))
 
 
 def faiss_available() -> str | None:

@@ -55,7 +55,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -282,11 +281,7 @@ def run_child(kind: str, args: dict[str, Any]) -> dict[str, Any]:
     if kind == "pairs":
         out = bps.run_child("join", args["path"], "stream")
     else:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps({"kind": kind, **args})]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
-        if proc.returncode:
-            raise RuntimeError(f"{kind} child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        out = bc.spawn_child(__file__, kind, args)
     out["phase_s"] = time.perf_counter() - t
     out["load_before"], out["load_after"] = before, bc.loadavg()
     return out
@@ -575,8 +570,7 @@ def main() -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        a = json.loads(args.child)
-        print(json.dumps(CHILDREN[a.pop("kind")](a), default=float))
+        bc.serve_child(args.child, CHILDREN)
         return
     if args.report:
         runs = [json.loads(Path(p).read_text()) for p in args.report]

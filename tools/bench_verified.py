@@ -63,7 +63,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -319,11 +318,7 @@ def run_child(kind: str, args: dict[str, Any]) -> dict[str, Any]:
     before = bc.loadavg()
     t = time.perf_counter()
     busy0, steal0 = cpu_ticks()
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps({"kind": kind, **args})]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
-    if proc.returncode:
-        raise RuntimeError(f"{kind} child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = bc.spawn_child(__file__, kind, args)
     out["phase_s"] = time.perf_counter() - t
     busy1, steal1 = cpu_ticks()
     hz = os.sysconf("SC_CLK_TCK")
@@ -524,8 +519,7 @@ def main() -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        a = json.loads(args.child)
-        print(json.dumps(CHILDREN[a.pop("kind")](a), default=float))
+        bc.serve_child(args.child, CHILDREN)
         return
     if args.report:
         print(report(json.loads(Path(args.report).read_text())))
