@@ -29,29 +29,20 @@ def documents_with_sketches(store: Any) -> Iterator[tuple[Document, np.ndarray |
     sketch (uint64[W], a copy) or None when the store keeps no sketch; a batch and its sketches
     per read snapshot, so no transaction spans a yield. A missing sketch raises
     :class:`~fpstore.errors.CorruptionError`."""
-    sketches = store._cat.sketches
-    if sketches is None:
+    if store._cat.sketches is None:
         for doc in store.documents():
             yield doc, None
         return
-    after = 0
-    while True:
-        with store._storage.read() as txn:
-            batch, covered = store._cat.batch(txn, after, True)
-            ids = np.fromiter((d.id for d in batch), dtype=np.int64, count=len(batch))
-            values = sketches.get(txn, ids)
-        yield from zip(batch, values)
-        if covered >= 1 << 64:
-            return
-        after = covered
+    for batch in store._batches(True, sketches=True):
+        yield from batch
 
 
 def sketches_of(store: Any, ids: np.ndarray) -> np.ndarray:
     """The sketches (uint64[n, W]) of document ids ``ids``, in one read snapshot. A store without
     a sketch raises :class:`~fpstore.errors.InputError`; an id without a sketch (never given out)
     :class:`~fpstore.errors.CorruptionError`."""
-    sketches = store._cat.sketches
-    if sketches is None:
+    with store.reader() as reader:
+        found = reader.sketches_of(np.asarray(ids, dtype=np.int64).tolist())
+    if found is None:
         raise InputError("this store keeps no verification sketch (its pipeline has no sketch_bits)")
-    with store._storage.read() as txn:
-        return sketches.get(txn, np.asarray(ids, dtype=np.int64))
+    return found

@@ -589,12 +589,15 @@ class Store(Closing):
         """Every live document as one ``pyarrow.Table`` (see :meth:`record_batches`)."""
         return arrow_table(self.record_batches())
 
-    def _batches(self, documents: bool) -> Iterator[list[Any]]:
-        """Live documents in id order, a batch per snapshot (see :meth:`Catalog.batch`)."""
+    def _batches(self, documents: bool, sketches: bool = False) -> Iterator[list[Any]]:
+        """Live documents in id order, a batch per snapshot (see :meth:`Catalog.batch`); with
+        ``sketches`` (a store that keeps them), each document with its sketch from that snapshot."""
         after = 0
         while True:
             with self._storage.read() as txn:
                 out, covered = self._cat.batch(txn, after, documents)
+                if sketches and self._cat.sketches is not None:
+                    out = list(zip(out, self._cat.sketches.get(txn, np.fromiter((d.id for d in out), np.int64, len(out)))))
             yield out
             if covered >= 1 << 64:
                 return
