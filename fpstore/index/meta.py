@@ -138,8 +138,10 @@ class RunMeta(_Record):
 @dataclass(frozen=True)
 class SegmentMeta(_Record):
     """A key segment: documents ``base .. base + count - 1``; blob prefixes of their
-    fingerprints (``fps``), sorted key hashes (``hashes``) and keys (``keys``, ``key_blocks``
-    zstd blocks), and the packed column mapping each sorted hash to its ordinal (``ordinals``)."""
+    fingerprints (``fps``), sorted key hashes (``hashes``) and keys, and the packed column
+    mapping each sorted hash to its ordinal (``ordinals``). Keys are ``key_blocks`` zstd blocks
+    under ``keys``, or, for integer keys in a store with the ``int_key_column`` feature, the
+    packed column ``int_keys`` (under ``keys`` too, with ``key_blocks`` 0)."""
 
     id: int
     base: int
@@ -149,6 +151,7 @@ class SegmentMeta(_Record):
     ordinals: PackedColumn
     keys: bytes
     key_blocks: int
+    int_keys: PackedColumn | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -160,6 +163,7 @@ class SegmentMeta(_Record):
             "ordinals": self.ordinals.to_dict(),
             "keys": self.keys,
             "key_blocks": self.key_blocks,
+            **({"int_keys": self.int_keys.to_dict()} if self.int_keys is not None else {}),
         }
 
     @classmethod
@@ -172,10 +176,16 @@ class SegmentMeta(_Record):
         )
         _check(all(isinstance(rec.get(p), bytes) for p in ("fps", "hashes", "keys")), "a segment lacks a blob prefix")
         _check(_is_int(rec.get("key_blocks"), 0, 1 << 32), "a segment has a bad key block count")
-        _check(rec["count"] <= rec["key_blocks"] * KEY_BLOCK, "a segment claims more documents than its key blocks hold")
+        int_keys = None
+        if "int_keys" in rec:
+            _check(rec["key_blocks"] == 0, "a segment has both key blocks and an integer key column")
+            int_keys = PackedColumn.decode(rec["int_keys"], rec["count"], "a segment's integer keys")
+            _check(int_keys.prefix == rec["keys"], "a segment's integer keys are not under its key prefix")
+        else:
+            _check(rec["count"] <= rec["key_blocks"] * KEY_BLOCK, "a segment claims more documents than its key blocks hold")
         _check(isinstance(rec.get("ordinals"), dict) and isinstance(rec["ordinals"].get("prefix"), bytes), "a segment's ordinals are bad")
         ordinals = PackedColumn.decode(rec["ordinals"], rec["count"], "a segment's ordinals")
-        return cls(rec["id"], rec["base"], rec["count"], rec["fps"], rec["hashes"], ordinals, rec["keys"], rec["key_blocks"])
+        return cls(rec["id"], rec["base"], rec["count"], rec["fps"], rec["hashes"], ordinals, rec["keys"], rec["key_blocks"], int_keys)
 
     @classmethod
     def coerce(cls, rec: SegmentMeta | Mapping[str, Any]) -> SegmentMeta:
@@ -191,6 +201,7 @@ class SegmentMeta(_Record):
             PackedColumn.coerce(rec["ordinals"]),
             rec["keys"],
             rec["key_blocks"],
+            PackedColumn.coerce(rec["int_keys"]) if rec.get("int_keys") is not None else None,
         )
 
 

@@ -64,12 +64,15 @@ def probe_runs(runs: Iterable[Run], design: object, fp: int, k: int) -> list[tup
     return _probe_one(runs, [pt for run in runs for pt in run.probe_tables()], runs[0].chunk_reader(), design, fp, k)
 
 
-def probe_plan(plan: ReadPlan, txn: Any, db: Any, design: object, fp: int, k: int) -> list[tuple[int, int, int]]:
+def probe_plan(
+    plan: ReadPlan, txn: Any, db: Any, design: object, fp: int, k: int, memo: dict[bytes, Any] | None = None
+) -> list[tuple[int, int, int]]:
     """:func:`probe_runs` over the runs of a :class:`~fpstore.index.tiers.ReadPlan`, their
-    chunks read from ``db`` in ``txn``: the single query's path, with no object made per run."""
+    chunks read from ``db`` in ``txn``: the single query's path, with no object made per run.
+    ``memo`` keeps the chunks read for later calls in the same transaction (a reader's burst)."""
     if not plan.tables:
         return []
-    hits = runs_codec.probe_fingerprint(design, plan.tables, functools.partial(txn.get, db=db), fp, k)
+    hits = runs_codec.probe_fingerprint(design, plan.tables, functools.partial(txn.get, db=db), fp, k, memo)
     if not hits:
         return []
     metas = plan.runs

@@ -59,6 +59,7 @@ STATE_KEY = b"state"
 PACK_CHUNK = 1 << 16  # values per packed-column chunk: one probe unpacks at most this many bytes * width / 8
 MAX_KEY_BLOCK_BYTES = 64 << 20  # bound on a decompressed key block (untrusted zstd frame)
 _U32 = struct.Struct(">I")
+_U64LE = struct.Struct("<Q")
 _INT_KEY_SEED = 0x6A09E667F3BCC908
 
 
@@ -473,7 +474,12 @@ def read_packed_list(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedC
             if raw is None or len(raw) < (n_in * width + 63) // 64 * 8:
                 raise CorruptionError(f"packed column {prefix!r} chunk {c} is missing or too short")
         bit = i * width
-        out.append(((int.from_bytes(raw[bit >> 3 : (bit >> 3) + 9], "little") >> (bit & 7)) & mask) + low)
+        byte, shift = bit >> 3, bit & 7
+        if shift + width <= 64 and byte + 8 <= len(raw):
+            # One 8-byte read in place: slicing the view first costs a new object per value.
+            out.append(((_U64LE.unpack_from(raw, byte)[0] >> shift) & mask) + low)
+        else:
+            out.append(((int.from_bytes(raw[byte : byte + 9], "little") >> shift) & mask) + low)
     return out
 
 
@@ -667,6 +673,8 @@ class KeySegment(_Bound[SegmentMeta]):
 
     def keys_at(self, ordinals: list[int]) -> list[bytes]:
         """Typed keys of many ordinals, decoding each key block once."""
+        if self.meta.int_keys is not None:
+            return [b"i" + v.to_bytes(8, "big") for v in self._column_keys(ordinals)]
         out: list[bytes] = []
         blocks: dict[int, Any] = {}
         for ordinal in ordinals:
@@ -685,12 +693,30 @@ class KeySegment(_Bound[SegmentMeta]):
                 out.append(body[offset])
         return out
 
+    def int_or_typed_key(self, ordinal: int) -> int | bytes:
+        """The key of one ordinal (a single query's match): an integer key as the int, straight
+        from its block; any other as its typed key."""
+        if self.meta.int_keys is not None:
+            return self._column_keys([ordinal])[0]
+        block, offset = divmod(ordinal, KEY_BLOCK)
+        tag, body = self._key_block(block)
+        if tag == b"I":
+            if offset >= len(body) >> 3:
+                raise CorruptionError(f"segment {self.meta.id} key block {block} is too short")
+            return int.from_bytes(body[offset * 8 : offset * 8 + 8], "little")
+        if offset >= len(body):
+            raise CorruptionError(f"segment {self.meta.id} key block {block} is malformed")
+        typed: bytes = body[offset]
+        return typed
+
     def _key_block(self, block: int) -> tuple[bytes, Any]:
         return self._cache.key_block(self.meta.keys, block, lambda: self._decode_key_block(block))
 
     def int_keys_at(self, ordinals: list[int]) -> list[int] | None:
         """The keys of ``ordinals`` when they are all integer keys (a bulk load of integer keys
         stores only those), else None: read straight from the decoded blocks, no typed key made."""
+        if self.meta.int_keys is not None:
+            return self._column_keys(ordinals)
         out: list[int] = []
         blocks: dict[int, bytes] = {}
         for ordinal in ordinals:
@@ -705,6 +731,22 @@ class KeySegment(_Bound[SegmentMeta]):
                 raise CorruptionError(f"segment {self.meta.id} key block {block} is too short")
             out.append(int.from_bytes(body[offset * 8 : offset * 8 + 8], "little"))
         return out
+
+    def _column_keys(self, ordinals: list[int]) -> list[int]:
+        """Integer keys of ``ordinals`` read in place from the packed key column: a lookup reads
+        one chunk view and a few bytes of it, where a zstd block decodes 2 KiB."""
+        column = self.meta.int_keys
+        assert column is not None
+        if len(ordinals) < 4096:  # numpy costs a pass per chunk reached: more than the lookups of a small batch
+            keys = read_packed_list(self._txn, self._db, column.prefix, column, ordinals)
+            wrapped = bool(keys) and max(keys) >> 64 != 0
+        else:
+            values = read_packed(self._txn, self._db, column.prefix, column, np.array(ordinals, dtype=np.int64))
+            wrapped = int(values.min()) < column.min  # numpy adds the minimum modulo 2**64
+            keys = values.tolist()
+        if wrapped:
+            raise CorruptionError(f"segment {self.meta.id}'s integer key column holds a value above 2**64 - 1")
+        return keys
 
     def _decode_key_block(self, block: int) -> tuple[bytes, Any]:
         if not 0 <= block < self.meta.key_blocks:

@@ -92,7 +92,9 @@ class _Snapshot:
 class Catalog:
     """The tables of one open store (``dbs``: LMDB databases by name) and the design they follow."""
 
-    def __init__(self, dbs: dict[str, Any], design: Design, sketch_words: int = 0, threshold: float | None = None) -> None:
+    def __init__(
+        self, dbs: dict[str, Any], design: Design, sketch_words: int = 0, threshold: float | None = None, int_key_column: bool = False
+    ) -> None:
         self.design = design
         #: The sketch column, when the store's pipeline has a verification sketch, and the
         #: similarity an add's candidates must reach to count as near duplicates (None: any).
@@ -103,7 +105,7 @@ class Catalog:
         self.tables = [dbs[table_name(t)] for t in range(len(design.tables))]
         self.cache = TierCache()
         self.incremental = IncrementalTables(design, self.tables)
-        self.lsm = Lsm(design, self.meta, self.blobs, self.dead, self.incremental, self.cache)
+        self.lsm = Lsm(design, self.meta, self.blobs, self.dead, self.incremental, self.cache, int_key_column)
         self.probe_design = search.probe_design(design)
         self._state_memo: tuple[bytes, State] | None = None
         self._plan_memo: tuple[State, int, ReadPlan] | None = None
@@ -143,16 +145,17 @@ class Catalog:
         self._snapshot = snap
         return snap
 
-    def query(self, txn: lmdb.Transaction, fp: int, k: int) -> list[Match]:
+    def query(self, txn: lmdb.Transaction, fp: int, k: int, memo: dict[bytes, Any] | None = None) -> list[Match]:
         """The matches of one fingerprint within ``k`` (checked by the caller), in a read
         transaction: :meth:`probe` then :meth:`matches`, with what the snapshot's earlier queries
-        read kept (:meth:`snapshot`)."""
+        read kept (:meth:`snapshot`) and, given ``memo``, the run chunks earlier calls in this
+        transaction read (views into the map: valid while ``txn`` is)."""
         snap = self.snapshot(txn)
         found = self.incremental.probe(txn, fp, k) if snap.incremental else {}
         plan = snap.plan
         if plan.tables:
             dead = snap.dead
-            for doc_id, d, f in search.probe_plan(plan, txn, self.blobs, self.probe_design, fp, k):
+            for doc_id, d, f in search.probe_plan(plan, txn, self.blobs, self.probe_design, fp, k, memo):
                 if doc_id not in found and not (dead and self.is_dead(txn, doc_id)):
                     found[doc_id] = (d, f)
         if not found:
@@ -472,6 +475,14 @@ class Catalog:
 
     def _keys_of(self, txn: lmdb.Transaction, plan: ReadPlan, ids: list[int], dead: bool) -> list[Key]:
         """:meth:`keys_of` with the plan given, and tombstones looked up only when ``dead``."""
+        if len(ids) == 1 and plan.bases:
+            # A single query's usual answer: one bulk-loaded document, read without the batch's sets.
+            doc_id = ids[0]
+            j = bisect.bisect_right(plan.bases, doc_id) - 1
+            if j >= 0 and doc_id < plan.ends[j] and doc_id > 0 and not (dead and self.is_dead(txn, doc_id)):
+                meta = plan.segs[j]
+                key = KeySegment(txn, self.blobs, self.cache, meta).int_or_typed_key(doc_id - meta.base)
+                return [key if isinstance(key, int) else untyped_key(key)]
         uniq = set(ids)
         if min(uniq) <= 0 or max(uniq) >= 1 << 63:
             bad = next(i for i in ids if not 0 < i < 1 << 63)

@@ -27,6 +27,7 @@ __all__ = [
     "H_NEXT_ID",
     "KNOWN_FEATURES",
     "features_of",
+    "has_int_key_column",
     "column_dbs",
     "MAGIC",
     "U64",
@@ -45,7 +46,12 @@ MAGIC = "fpstore"
 FORMAT_VERSION = 1
 #: Features this build understands; a store listing any other required feature is refused.
 #: ``"sketch"``: documents carry a verification sketch (fpstore/store/sketches.py).
-KNOWN_FEATURES: frozenset[str] = frozenset({"sketch"})
+#: ``"int_key_column"``: bulk loads of integer keys store them as a bit-packed column read in
+#: place (fpstore/index/tiers.py, ``KeySegment``), not in zstd blocks.
+KNOWN_FEATURES: frozenset[str] = frozenset({"sketch", "int_key_column"})
+#: Features of the store's layout rather than its pipeline: every new store lists them; a store
+#: made before them reads and writes the older layout.
+LAYOUT_FEATURES: tuple[str, ...] = ("int_key_column",)
 
 BASE_DBS = ["meta", "docs", "keys", "content", "blobs", "dead"]
 H_HEADER, H_IDF, H_NEXT_ID, H_COUNT = b"header", b"idf", b"next_id", b"count"
@@ -68,6 +74,12 @@ def features_of(pipeline: Pipeline) -> list[str]:
     return ["sketch"] if pipeline.sketch_bits else []
 
 
+def has_int_key_column(header: dict[str, Any]) -> bool:
+    """Whether the store's bulk loads write integer keys as a packed column (feature
+    ``int_key_column``); stores made before it keep their zstd key blocks."""
+    return "int_key_column" in header["features"]
+
+
 def column_dbs(pipeline: Pipeline) -> list[str]:
     """The per-document columns a store with ``pipeline`` has beside :data:`BASE_DBS`."""
     return ["sketches"] if pipeline.sketch_bits else []
@@ -79,7 +91,7 @@ def new_header(design: Design, pipeline: Pipeline, threshold: float | None = Non
     header = {
         "magic": MAGIC,
         "format": FORMAT_VERSION,
-        "features": features_of(pipeline),
+        "features": features_of(pipeline) + list(LAYOUT_FEATURES),
         "pipeline": pipeline.config,
         "pipeline_id": pipeline.id,
         "design": design.config(),
@@ -149,7 +161,7 @@ def stored_design_and_pipeline(
     stored = Pipeline.from_config(header["pipeline"], idf)
     if stored.id != header["pipeline_id"]:
         raise FormatError(f"{path}: the header's pipeline id does not match its pipeline config")
-    if sorted(header["features"]) != features_of(stored):
+    if sorted(f for f in header["features"] if f not in LAYOUT_FEATURES) != features_of(stored):
         raise FormatError(f"{path}: the header's features {header['features']} do not match its pipeline (expected {features_of(stored)})")
     if pipeline is not None and pipeline.id != stored.id:
         raise PipelineMismatchError(

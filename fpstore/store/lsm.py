@@ -232,9 +232,21 @@ class Lsm:
     """The jobs that write runs, bound to a store's databases: ``blobs`` (runs and segments),
     ``meta`` (the state record), ``dead`` (tombstones) and the incremental tables."""
 
-    def __init__(self, design: Design, meta: Any, blobs: Any, dead: Any, incremental: IncrementalTables, cache: TierCache) -> None:
+    def __init__(
+        self,
+        design: Design,
+        meta: Any,
+        blobs: Any,
+        dead: Any,
+        incremental: IncrementalTables,
+        cache: TierCache,
+        int_key_column: bool = False,
+    ) -> None:
         self.design, self.meta, self.blobs, self.dead = design, meta, blobs, dead
         self.incremental, self.cache = incremental, cache
+        #: Bulk loads of integer keys write them as a packed column (the store's header lists
+        #: ``int_key_column``), else as zstd key blocks, the layout older builds read.
+        self.int_key_column = int_key_column
         #: Set by a flush that left a size tier full; cleared by the merger that takes it up.
         self.merge_due = False
 
@@ -349,12 +361,17 @@ class Lsm:
         blobs += tiers.codec_run_blobs(tiers.seg_prefix(seg_id, b"h"), load.hashes[horder])
         ord_blobs, ord_rec = tiers.packed_blobs(tiers.seg_prefix(seg_id, b"o"), horder.astype(np.uint64))
         blobs += ord_blobs
-        key_blobs = tiers.key_block_blobs(tiers.seg_prefix(seg_id, b"k"), load.typed, load.int_keys)
+        keys_prefix = tiers.seg_prefix(seg_id, b"k")
+        int_keys = None
+        if self.int_key_column and load.int_keys is not None:
+            key_blobs, int_keys = tiers.packed_blobs(keys_prefix, load.int_keys)
+            key_blocks = 0
+        else:
+            key_blobs = tiers.key_block_blobs(keys_prefix, load.typed, load.int_keys)
+            key_blocks = len(key_blobs)
         blobs += key_blobs
         run_rec = RunMeta(run_id, m, tuple(tables), ids_base=base)
-        seg_rec = SegmentMeta(
-            seg_id, base, m, fps_prefix, tiers.seg_prefix(seg_id, b"h"), ord_rec, tiers.seg_prefix(seg_id, b"k"), len(key_blobs)
-        )
+        seg_rec = SegmentMeta(seg_id, base, m, fps_prefix, tiers.seg_prefix(seg_id, b"h"), ord_rec, keys_prefix, key_blocks, int_keys)
         return blobs, run_rec, seg_rec
 
     def add_load(self, txn: lmdb.Transaction, state: State, blobs: tiers.Blobs, run_rec: RunMeta, seg_rec: SegmentMeta) -> None:

@@ -12,7 +12,7 @@ from fpstore.errors import ClosedError, InputError
 from fpstore.fingerprint.pipeline import Fingerprints
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
-from fpstore.store.inputs import fingerprint_of, signature_of, signatures
+from fpstore.store.inputs import check_pipeline_id, fingerprint_int, fingerprint_of, signature_of, signatures
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, typed_key
 from fpstore.store.results import Document, Match
 from fpstore.store.sketches import check_sketch, check_threshold, check_verifiable, verified, verified_columns
@@ -26,7 +26,10 @@ __all__ = ["Reader", "query_fingerprint"]
 def query_fingerprint(store: Store, fingerprint: object, pipeline_id: str | None, k: int | None) -> list[Match]:
     """:meth:`Store.query` of a raw fingerprint (not exhaustive, no sketch, no threshold), in a read
     transaction of its own: the single query's path, with no :class:`Reader` made for one call."""
-    fp, _, _ = fingerprint_of(store.pipeline, None, fingerprint, pipeline_id)
+    if fingerprint is None:
+        fingerprint_of(store.pipeline, None, None, pipeline_id)  # raises: neither text nor fingerprint
+    check_pipeline_id(store.pipeline, pipeline_id)
+    fp = fingerprint_int(fingerprint)
     kq = store._check_k(store.k if k is None else k)
     with store._storage.read() as txn:
         return store._cat.query(txn, fp, kq)
@@ -43,6 +46,9 @@ class Reader:
         self._store = store
         self._reading: Any = None
         self._txn: Any = None
+        # Run chunks read in this reader's transaction, by name: a burst of single queries reaches
+        # the same few hundred chunks again and again, and each read is an LMDB lookup.
+        self._chunks: dict[bytes, Any] = {}
 
     def __enter__(self) -> Reader:
         if self._reading is not None:
@@ -53,6 +59,7 @@ class Reader:
 
     def __exit__(self, *exc: Any) -> None:
         reading, self._reading, self._txn = self._reading, None, None
+        self._chunks = {}  # views into the map: not valid past the transaction
         if reading is not None:
             reading.__exit__(*exc)
 
@@ -74,6 +81,10 @@ class Reader:
     ) -> list[Match]:
         """:meth:`Store.query` in this reader's snapshot."""
         store, txn = self._store, self._open_txn()
+        if fingerprint is not None and text is None and sketch is None and threshold is None and store.threshold is None and not exhaustive:
+            # Nothing to verify: the single fingerprint's path, the chunks of earlier calls kept.
+            check_pipeline_id(store.pipeline, pipeline_id)
+            return store._cat.query(txn, fingerprint_int(fingerprint), store._check_k(store.k if k is None else k), self._chunks)
         fp, short, text_hash, text_sketch = signature_of(store.pipeline, text, fingerprint, pipeline_id)
         if sketch is not None:
             if text is not None:

@@ -42,6 +42,7 @@ from fpstore.store.header import (
     decode_header,
     encode_checkpoint,
     fill_meta,
+    has_int_key_column,
     new_header,
     read_checkpoints,
     stored_design_and_pipeline,
@@ -160,7 +161,9 @@ class Store(Closing):
         self._bind_dbs()
 
     def _bind_dbs(self) -> None:
-        self._cat = Catalog(self._storage.dbs, self.design, self.pipeline.sketch_bits // 64, self.threshold)
+        self._cat = Catalog(
+            self._storage.dbs, self.design, self.pipeline.sketch_bits // 64, self.threshold, has_int_key_column(self.header)
+        )
         # A run read inside a transaction that then aborts has an id the next one gives out again.
         self._storage.on_abort = [self._cat.cache.clear]
 
