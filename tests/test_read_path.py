@@ -52,3 +52,50 @@ def test_query_sees_runs_made_by_a_later_flush(tmp_path):
             for q in batch[:10].tolist():
                 want = sorted(k for k, f in stored.items() if (f ^ q).bit_count() <= 3)
                 assert _keys(store.query(fingerprint=q, pipeline_id=pid)) == want
+
+
+_REMAP_SCRIPT = r"""
+import sys
+import numpy as np
+import fpstore
+
+path = sys.argv[1]
+rng = np.random.default_rng(5)
+fps = rng.integers(0, 2**63, 20_000, dtype=np.uint64)
+stored = dict(zip(range(1, 20_001), fps.tolist()))
+queries = (fps[:200] ^ np.uint64(3)).tolist()
+
+
+def check(store):
+    for q in queries:
+        want = sorted(k for k, f in stored.items() if (f ^ q).bit_count() <= 3)
+        got = sorted(m.key for m in store.query(fingerprint=q, pipeline_id=store.pipeline.id))
+        assert got == want, (q, got, want)
+
+
+with fpstore.open(path, k=3) as store:
+    store.bulk_load(np.arange(1, 20_001), fps, pipeline_id=store.pipeline.id)
+    check(store)  # fills the snapshot's chunk memo
+    size = store.info()["map_size"]
+    for grow in (4, 16):  # the map moves with no commit in between: the memo's views are stale
+        store._storage._set_mapsize(size * grow, "a test remap")
+        check(store)
+    store.add(10**6, fingerprint=queries[0], pipeline_id=store.pipeline.id)  # a new snapshot
+    stored[10**6] = queries[0]
+    check(store)
+    store.compact_file()  # the file is replaced and mapped again
+    check(store)
+print("ok")
+"""
+
+
+def test_single_queries_reuse_chunks_only_within_one_snapshot_and_one_mapping(tmp_path):
+    """store.query keeps the run chunks of its snapshot for the next query of the same snapshot:
+    after a remap with no commit, a commit, and a file compaction, queries still answer as brute
+    force (a chunk read before the map moved would point into memory no longer mapped: a crash,
+    hence the child process)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _REMAP_SCRIPT, str(tmp_path / "s")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])

@@ -77,14 +77,14 @@ def probe_plan(
         return []
     metas = plan.runs
     if len(metas) == 1:
-        ids = run_ids(txn, db, metas[0], [pos for _, _, pos in hits])
+        ids = run_ids(txn, db, metas[0], [pos for _, _, pos in hits], memo)
         return [(doc_id, (f ^ fp).bit_count(), f) for doc_id, (_, f, _) in zip(ids, hits)]
     by_run: dict[int, list[tuple[int, int]]] = {}
     for r, f, pos in hits:
         by_run.setdefault(r, []).append((pos, f))
     out: list[tuple[int, int, int]] = []
     for r, entries in by_run.items():
-        ids = run_ids(txn, db, metas[r], [pos for pos, _ in entries])
+        ids = run_ids(txn, db, metas[r], [pos for pos, _ in entries], memo)
         out += [(doc_id, (f ^ fp).bit_count(), f) for doc_id, (_, f) in zip(ids, entries)]
     return out
 

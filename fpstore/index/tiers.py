@@ -456,9 +456,12 @@ def unpack_column(get_chunk: Callable[[int], Any], prefix: bytes, rec: PackedCol
     return out
 
 
-def read_packed_list(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedColumn, positions: list[int]) -> list[int]:
+def read_packed_list(
+    txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedColumn, positions: list[int], memo: dict[bytes, Any] | None = None
+) -> list[int]:
     """:func:`read_packed` for a few positions, in plain ints (a single query's hits): the same
-    little-endian bit fields, read with ``int.from_bytes`` instead of numpy's fixed costs."""
+    little-endian bit fields, read in place instead of through numpy's fixed costs. ``memo``
+    (chunk views by blob name, valid in ``txn``) keeps the chunks read for later calls."""
     count, per, width, low = rec.count, rec.per_chunk, rec.width, rec.min
     mask = (1 << width) - 1
     chunks: dict[int, Any] = {}
@@ -469,7 +472,13 @@ def read_packed_list(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedC
         c, i = divmod(p, per)
         raw = chunks.get(c)
         if raw is None:
-            raw = chunks[c] = txn.get(_chunk_key(prefix, b"P", c), db=db)
+            name = _chunk_key(prefix, b"P", c)
+            raw = memo.get(name) if memo is not None else None
+            if raw is None:
+                raw = txn.get(name, db=db)
+                if memo is not None and raw is not None:
+                    memo[name] = raw
+            chunks[c] = raw
             n_in = min(per, count - c * per)
             if raw is None or len(raw) < (n_in * width + 63) // 64 * 8:
                 raise CorruptionError(f"packed column {prefix!r} chunk {c} is missing or too short")
@@ -591,7 +600,7 @@ class Run(_Bound[RunMeta]):
         return ki, self.ids_at(pos)
 
 
-def run_ids(txn: lmdb.Transaction, db: Any, meta: RunMeta, positions: list[int]) -> list[int]:
+def run_ids(txn: lmdb.Transaction, db: Any, meta: RunMeta, positions: list[int], memo: dict[bytes, Any] | None = None) -> list[int]:
     """Document ids of run ``meta``'s entries at ``positions`` (of its table 0), in plain ints: a
     single query's few hits (numpy's fixed costs exceed the work here). Positions and ids are
     checked (CorruptionError)."""
@@ -604,7 +613,7 @@ def run_ids(txn: lmdb.Transaction, db: Any, meta: RunMeta, positions: list[int])
         base: int = meta.ids_base  # type: ignore[assignment]  # RunMeta sets ids_base when ids is None
         out = [base + p for p in positions]
     else:
-        out = read_packed_list(txn, db, ids.prefix, ids, positions)
+        out = read_packed_list(txn, db, ids.prefix, ids, positions, memo)
     for i in out:
         if not 0 < i < 1 << 63:
             raise CorruptionError(f"run {meta.id} names a document id outside any this store assigns")
@@ -693,11 +702,12 @@ class KeySegment(_Bound[SegmentMeta]):
                 out.append(body[offset])
         return out
 
-    def int_or_typed_key(self, ordinal: int) -> int | bytes:
+    def int_or_typed_key(self, ordinal: int, memo: dict[bytes, Any] | None = None) -> int | bytes:
         """The key of one ordinal (a single query's match): an integer key as the int, straight
-        from its block; any other as its typed key."""
+        from its block or column (column chunks kept in ``memo``, see :func:`read_packed_list`);
+        any other as its typed key."""
         if self.meta.int_keys is not None:
-            return self._column_keys([ordinal])[0]
+            return self._column_keys([ordinal], memo)[0]
         block, offset = divmod(ordinal, KEY_BLOCK)
         tag, body = self._key_block(block)
         if tag == b"I":
@@ -732,13 +742,13 @@ class KeySegment(_Bound[SegmentMeta]):
             out.append(int.from_bytes(body[offset * 8 : offset * 8 + 8], "little"))
         return out
 
-    def _column_keys(self, ordinals: list[int]) -> list[int]:
+    def _column_keys(self, ordinals: list[int], memo: dict[bytes, Any] | None = None) -> list[int]:
         """Integer keys of ``ordinals`` read in place from the packed key column: a lookup reads
         one chunk view and a few bytes of it, where a zstd block decodes 2 KiB."""
         column = self.meta.int_keys
         assert column is not None
         if len(ordinals) < 4096:  # numpy costs a pass per chunk reached: more than the lookups of a small batch
-            keys = read_packed_list(self._txn, self._db, column.prefix, column, ordinals)
+            keys = read_packed_list(self._txn, self._db, column.prefix, column, ordinals, memo)
             wrapped = bool(keys) and max(keys) >> 64 != 0
         else:
             values = read_packed(self._txn, self._db, column.prefix, column, np.array(ordinals, dtype=np.int64))

@@ -83,10 +83,14 @@ class _Snapshot:
     same facts. Read transactions only: a write transaction's id is the one it will commit, and
     its tables change under it."""
 
-    __slots__ = ("txnid", "state", "plan", "incremental", "dead")
+    __slots__ = ("txnid", "state", "plan", "incremental", "dead", "chunks", "mapping")
 
     def __init__(self, txnid: int, state: State, plan: ReadPlan, incremental: bool, dead: bool) -> None:
         self.txnid, self.state, self.plan, self.incremental, self.dead = txnid, state, plan, incremental, dead
+        #: Run chunks read by queries of this snapshot, by name, and the map's
+        #: :attr:`~fpstore.store.storage.Storage.mapping` they were read under.
+        self.chunks: dict[bytes, Any] = {}
+        self.mapping = -1
 
 
 class Catalog:
@@ -145,6 +149,21 @@ class Catalog:
         self._snapshot = snap
         return snap
 
+    def snapshot_chunks(self, txn: lmdb.Transaction, mapping: int) -> dict[bytes, Any]:
+        """The run chunks earlier read transactions of ``txn``'s snapshot read, for a single
+        query in ``txn`` to read again without an LMDB lookup each (and to add to).
+
+        Sound because LMDB never writes a page that a committed snapshot reaches while a read of
+        that snapshot is open, and ``txn`` is one: a view read by an earlier transaction of the
+        same snapshot shows the same bytes at the same address, unless the map moved since (a
+        remap, a reopen), which ``mapping`` (:attr:`Storage.mapping`, read with the transaction
+        open, so no remap can come between) tells. A new snapshot starts an empty memo."""
+        snap = self.snapshot(txn)
+        if snap.mapping != mapping:
+            snap.chunks = {}
+            snap.mapping = mapping
+        return snap.chunks
+
     def query(self, txn: lmdb.Transaction, fp: int, k: int, memo: dict[bytes, Any] | None = None) -> list[Match]:
         """The matches of one fingerprint within ``k`` (checked by the caller), in a read
         transaction: :meth:`probe` then :meth:`matches`, with what the snapshot's earlier queries
@@ -160,7 +179,7 @@ class Catalog:
                     found[doc_id] = (d, f)
         if not found:
             return []
-        return self._matches(txn, plan, found)
+        return self._matches(txn, plan, found, memo)
 
     def runs(self, txn: lmdb.Transaction, state: State | None = None) -> list[Run]:
         state = state or self.state(txn)
@@ -325,9 +344,11 @@ class Catalog:
             return []
         return self._matches(txn, self.plan(txn, state), found)
 
-    def _matches(self, txn: lmdb.Transaction, plan: ReadPlan, found: dict[int, tuple[int, int]]) -> list[Match]:
+    def _matches(
+        self, txn: lmdb.Transaction, plan: ReadPlan, found: dict[int, tuple[int, int]], memo: dict[bytes, Any] | None = None
+    ) -> list[Match]:
         ids = list(found)
-        keys = self._keys_of(txn, plan, ids, False)  # found holds live ids: no tombstone to look up
+        keys = self._keys_of(txn, plan, ids, False, memo)  # found holds live ids: no tombstone to look up
         out = [Match(key, *found[i], i) for key, i in zip(keys, ids)]
         return sort_matches(out) if len(out) > 1 else out
 
@@ -473,15 +494,18 @@ class Catalog:
         plan = self.plan(txn, state)
         return self._keys_of(txn, plan, ids, bool(plan.segs) and txn.stat(self.dead)["entries"] > 0)
 
-    def _keys_of(self, txn: lmdb.Transaction, plan: ReadPlan, ids: list[int], dead: bool) -> list[Key]:
-        """:meth:`keys_of` with the plan given, and tombstones looked up only when ``dead``."""
+    def _keys_of(
+        self, txn: lmdb.Transaction, plan: ReadPlan, ids: list[int], dead: bool, memo: dict[bytes, Any] | None = None
+    ) -> list[Key]:
+        """:meth:`keys_of` with the plan given, and tombstones looked up only when ``dead``; a
+        single id's key column chunk kept in ``memo`` (see :meth:`query`)."""
         if len(ids) == 1 and plan.bases:
             # A single query's usual answer: one bulk-loaded document, read without the batch's sets.
             doc_id = ids[0]
             j = bisect.bisect_right(plan.bases, doc_id) - 1
             if j >= 0 and doc_id < plan.ends[j] and doc_id > 0 and not (dead and self.is_dead(txn, doc_id)):
                 meta = plan.segs[j]
-                key = KeySegment(txn, self.blobs, self.cache, meta).int_or_typed_key(doc_id - meta.base)
+                key = KeySegment(txn, self.blobs, self.cache, meta).int_or_typed_key(doc_id - meta.base, memo)
                 return [key if isinstance(key, int) else untyped_key(key)]
         uniq = set(ids)
         if min(uniq) <= 0 or max(uniq) >= 1 << 63:
