@@ -7,7 +7,7 @@ validation beyond memory safety: every read of a chunk is checked against the bu
 because the bytes come from disk and may be anything. The GIL is released in every loop.
 """
 
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -325,6 +325,121 @@ cdef int _decode_block_upto(const uint8_t* buf, int64_t buflen, int64_t start, i
         base += 64
 
 
+cdef enum:
+    CK_STEP = 64     # a probe's restart points: entries CK_STEP, 2 CK_STEP, 3 CK_STEP of a block
+    CK_PER_BLOCK = 3
+
+
+cdef int _decode_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, int64_t end, int64_t n,
+                             uint64_t first, uint64_t limit, uint64_t* out, uint64_t lo, uint64_t stop,
+                             int64_t* ndone, int64_t* skip, uint64_t* ck_key, int32_t* ck_bit) noexcept:
+    """:func:`_decode_block_upto` for a probe of ``[lo, stop]``, restarting at the last restart point
+    whose key is below ``lo`` when one is known: ``out`` receives the keys of entries ``skip[0]``
+    .. ``skip[0] + ndone[0] - 1``. A restart point is entry j = c * CK_STEP (c = 1..3) with its key
+    (``ck_key[c - 1]``) and the bit of its unary code (``ck_bit[c - 1]``, -1 when not yet known);
+    decoding records each one it passes. Entries before j hold keys <= ck_key[c - 1] < lo (keys
+    are sorted), so nothing the probe wants is skipped; j's remainder sits at bit j * k of the
+    remainder section, so no other state is needed. The bytes are the same as when the point was
+    recorded (run chunks are immutable), and every read stays inside ``[start, end)`` as in the
+    full decode."""
+    cdef int k, c
+    cdef int64_t m, rs, us, ub, pos, avail, base, last, p, i, t, bitpos, j0
+    cdef uint64_t rem, q, r, g, w, mask
+    cdef bint fast
+    skip[0] = 0
+    if start < 0 or start >= end or end > buflen:
+        return C_ERR_BOUNDS
+    if first > limit:
+        return C_ERR_RANGE
+    k = buf[start]
+    if k > 63:
+        return C_ERR_PARAM
+    m = n - 1
+    if m > 8 * (end - start - 1):
+        return C_ERR_SHORT
+    rs = start + 1
+    us = rs + ((m * k + 7) >> 3)
+    if us > end:
+        return C_ERR_SHORT
+    ub = end - us
+    j0 = 0
+    for c in range(CK_PER_BLOCK, 0, -1):
+        if c * CK_STEP < m and ck_bit[c - 1] >= 0 and ck_key[c - 1] < lo:  # an entry left to decode
+            j0 = c * CK_STEP
+            break
+    if j0:
+        # Resume after entry j0: its key, its unary 1-bit, and j0 remainders consumed.
+        out[0] = ck_key[j0 // CK_STEP - 1]
+        last = ck_bit[j0 // CK_STEP - 1]
+        if last >= 8 * ub or out[0] > limit:
+            return C_ERR_SHORT
+    else:
+        out[0] = first
+        if first > stop:
+            ndone[0] = 1
+            return C_OK
+        if m == 0:
+            ndone[0] = 1
+            return C_OK if us == end else C_ERR_TRAILING
+        last = -1
+    skip[0] = j0
+    rem = limit - out[0]
+    mask = ((<uint64_t>1) << k) - 1
+    # With k <= 56 and 8 readable bytes after the remainder section, every remainder is one
+    # unaligned load that stays inside buf.
+    fast = k <= 56 and us + 8 <= buflen
+    bitpos = rs * 8 + j0 * k
+    base = ((last + 1) >> 6) << 6
+    pos = us + (base >> 3)
+    i = j0
+    while True:
+        if pos >= end:
+            return C_ERR_SHORT
+        avail = end - pos
+        if avail >= 8:
+            w = fps_load64(buf + pos)
+        else:
+            w = 0
+            for t in range(avail):
+                w |= (<uint64_t>buf[pos + t]) << (8 * t)
+        if base <= last:  # the restart point's word: its bits up to the point's are consumed
+            w &= ~((((<uint64_t>1) << (last - base + 1))) - 1)
+        while w != 0:
+            p = base + fps_ctz64(w)
+            q = <uint64_t>(p - last - 1)
+            last = p
+            if k == 0:
+                r = 0
+            elif fast:
+                r = (fps_load64(buf + (bitpos >> 3)) >> (bitpos & 7)) & mask
+            else:
+                r = _read_bits(buf, buflen, bitpos, k)
+            bitpos += k
+            # The gap must keep the key at or below limit: rem = limit - previous key.
+            if q > (rem >> k):
+                return C_ERR_RANGE
+            g = (q << k) | r
+            if g > rem:
+                return C_ERR_RANGE
+            rem -= g
+            i += 1
+            out[i - j0] = limit - rem
+            if (i & (CK_STEP - 1)) == 0 and i <= CK_PER_BLOCK * CK_STEP and ck_bit[i // CK_STEP - 1] < 0:
+                ck_key[i // CK_STEP - 1] = out[i - j0]
+                ck_bit[i // CK_STEP - 1] = <int32_t>last
+            if out[i - j0] > stop:
+                ndone[0] = i - j0 + 1
+                return C_OK
+            w &= w - 1
+            if i == m:
+                if w != 0 or (last >> 3) != ub - 1:
+                    return C_ERR_TRAILING
+                ndone[0] = i - j0 + 1
+                return C_OK
+        pos += 8
+        base += 64
+
+
 def decode_blocks(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] ends,
                   const int64_t[::1] counts, const uint64_t[::1] bounds, uint64_t[::1] out):
     """Decode blocks back to back into ``out``: see ``fpstore.index._runs_py.decode_blocks``."""
@@ -473,6 +588,13 @@ cdef class ProbeTable:
     # COARSE bounds, instead of jumping through the whole array (a cache or TLB miss per step at 10^7).
     cdef const uint64_t* coarse
     cdef Py_ssize_t ncoarse
+    # Restart points of each block, filled as probes decode (see _decode_block_probe): block b's
+    # are ck_key / ck_bit[b * CK_PER_BLOCK ..], a bit of -1 meaning not yet known. 36 bytes a block
+    # beside the 44 of its descriptors; a probe then decodes a quarter of a block on average,
+    # where it decoded half of one.
+    cdef uint64_t* ck_key
+    cdef int32_t* ck_bit
+    cdef readonly Py_ssize_t owned_nbytes  # the arrays built here (the rest are the run index's)
 
     def __init__(self, const uint64_t[::1] bounds, const int64_t[::1] starts, const int64_t[::1] ends,
                  const int64_t[::1] counts, const uint32_t[::1] chunk, const int64_t[::1] chunk_start,
@@ -493,9 +615,14 @@ cdef class ProbeTable:
         if nc:
             self.chunk_len = &chunk_len[0]
         cdef const uint64_t[::1] coarse = np.ascontiguousarray(np.asarray(bounds)[::COARSE], dtype=np.uint64)
-        self._keep = self._keep + (coarse,)
+        cdef uint64_t[::1] ck_key = np.zeros(max(nb, 1) * CK_PER_BLOCK, dtype=np.uint64)
+        cdef int32_t[::1] ck_bit = np.full(max(nb, 1) * CK_PER_BLOCK, -1, dtype=np.int32)
+        self._keep = self._keep + (coarse, ck_key, ck_bit)
         self.ncoarse = coarse.shape[0]
         self.coarse = &coarse[0]
+        self.ck_key = &ck_key[0]
+        self.ck_bit = &ck_bit[0]
+        self.owned_nbytes = coarse.shape[0] * 8 + ck_key.shape[0] * 8 + ck_bit.shape[0] * 4
 
 
 cdef enum:
@@ -546,7 +673,7 @@ cdef _probe_tables(list tables, fetch, list ranges, int k, dict memo):
     the calls that share it (a single query's second pass reads table 0's chunks again)."""
     cdef ProbeTable pt
     cdef Py_ssize_t i, b0, b1, b, end, c, j, n, maxn
-    cdef int64_t ndone
+    cdef int64_t ndone, skip
     cdef uint64_t lo, hi, query, key
     cdef Py_buffer view
     cdef const uint8_t* bp
@@ -596,21 +723,61 @@ cdef _probe_tables(list tables, fetch, list ranges, int k, dict memo):
                     for b in range(b0, end):
                         n = pt.counts[b]
                         # Keys are sorted: decoding stops after the first key above the range.
-                        err = _decode_block_upto(bp, view.len, pt.starts[b], pt.ends[b], n, pt.bounds[b],
-                                                 pt.bounds[b + 1], tmp, hi, &ndone)
+                        err = _decode_block_probe(bp, view.len, pt.starts[b], pt.ends[b], n, pt.bounds[b],
+                                                  pt.bounds[b + 1], tmp, lo, hi, &ndone, &skip,
+                                                  pt.ck_key + b * CK_PER_BLOCK, pt.ck_bit + b * CK_PER_BLOCK)
                         if err:
                             return err, i, b, []
                         for j in range(ndone):
                             key = tmp[j]
                             if lo <= key <= hi and fps_popcount64(key ^ query) <= k:
-                                hits.append((i, key, pt.entry_start[b] + j))
-                        if ndone < n or tmp[ndone - 1] > hi:
+                                hits.append((i, key, pt.entry_start[b] + skip + j))
+                        if skip + ndone < n or tmp[ndone - 1] > hi:
                             past = True
                             break
                 finally:
                     PyBuffer_Release(&view)
                 b0 = end
         return OK, -1, -1, hits
+    finally:
+        free(tmp)
+
+
+def fill_restarts(ProbeTable pt, fetch):
+    """Decode every block of ``pt`` once, recording its restart points: see
+    ``fpstore.index._runs_py.fill_restarts``."""
+    cdef Py_ssize_t c, b, maxn = 1
+    cdef int64_t ndone, skip
+    cdef int err
+    cdef uint64_t* tmp
+    cdef Py_buffer view
+    cdef const uint8_t* bp
+    for b in range(pt.nb):
+        if pt.counts[b] > maxn:
+            maxn = pt.counts[b]
+    tmp = <uint64_t*>malloc(maxn * sizeof(uint64_t))
+    if tmp == NULL:
+        raise MemoryError()
+    try:
+        for c in range(pt.nc):
+            buf = fetch(pt.names[c])
+            if buf is None:
+                return ERR_MISSING, c
+            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+            try:
+                if view.len != pt.chunk_len[c]:
+                    return ERR_LENGTH, c
+                bp = <const uint8_t*>view.buf
+                for b in range(pt.chunk_start[c], pt.chunk_start[c + 1]):
+                    # lo = 0: no restart point lies below it, so every block is decoded whole.
+                    err = _decode_block_probe(bp, view.len, pt.starts[b], pt.ends[b], pt.counts[b], pt.bounds[b],
+                                              pt.bounds[b + 1], tmp, 0, 0xFFFFFFFFFFFFFFFF, &ndone, &skip,
+                                              pt.ck_key + b * CK_PER_BLOCK, pt.ck_bit + b * CK_PER_BLOCK)
+                    if err:
+                        return err, b
+            finally:
+                PyBuffer_Release(&view)
+        return OK, -1
     finally:
         free(tmp)
 

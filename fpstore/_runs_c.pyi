@@ -35,6 +35,7 @@ def probe_chunk(
 
 class ProbeTable:
     names: list[bytes]
+    owned_nbytes: int
     def __init__(
         self,
         bounds: np.ndarray,
@@ -48,6 +49,7 @@ class ProbeTable:
         names: list[Any],
     ) -> None: ...
 
+def fill_restarts(pt: ProbeTable, fetch: Callable[[Any], Any]) -> tuple[int, int]: ...
 def probe_tables(
     tables: list[ProbeTable], fetch: Callable[[Any], Any], ranges: list[tuple[int, int, int, int]], k: int
 ) -> tuple[int, int, int, list[tuple[int, int, int]]]: ...

@@ -696,6 +696,53 @@ def test_probe_tables_equals_filtered_brute_force(stored, queries, prefix_bits, 
             runs.probe_tables([runs.probe_table(index, names)], broken.get, ranges, k)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3000), st.sampled_from([2, 8, 20, 40]), st.sampled_from([64, 65, 128, 200, 256, 1000]), st.integers(0, 2**32 - 1))
+def test_probes_restarting_inside_blocks_equal_brute_force(n, key_bits, block, seed):
+    """A probe restarts inside a block at a point an earlier probe of that block recorded (entries
+    64, 128, 192): many ranges probed one after another through one table (so later ones restart),
+    over keys with many repeats (narrow keys) or none, answer exactly as brute force, in both twins."""
+    rng = np.random.default_rng(seed)
+    keys = np.sort(rng.integers(0, 2**key_bits, n, dtype=np.uint64) << np.uint64(64 - key_bits))
+    index, chunks = runs.encode_run(keys, block_entries=block, chunk_bytes=max(1 << 12, runs.max_block_bytes(block)))
+    names = [b"c%d" % c for c in range(index.nchunks)]
+    store = dict(zip(names, chunks))
+    stored = keys.tolist()
+    tables = {mod: [_probe_tables_of(mod, index, names)] for mod in TWINS}
+    if seed % 2:  # every restart point recorded up front, as Store.warm does
+        assert [mod.fill_restarts(tables[mod][0], store.get) for mod in TWINS] == [(0, -1)] * 2
+    for _ in range(300):
+        a = stored[int(rng.integers(0, n))]
+        span = int(rng.integers(0, 2**64 >> int(rng.integers(1, 64))))
+        lo = max(0, a - int(rng.integers(0, 2)) * span // 2) if rng.random() < 0.5 else a
+        hi = min(2**64 - 1, lo + span)
+        query = int(rng.integers(0, 2**64, dtype=np.uint64))
+        k = 64 if rng.random() < 0.7 else int(rng.integers(0, 40))
+        want = sorted((0, s, p) for p, s in enumerate(stored) if lo <= s <= hi and (s ^ query).bit_count() <= k)
+        for mod in TWINS:
+            err, _, _, hits = mod.probe_tables(tables[mod], store.get, [(0, lo, hi, query)], k)
+            assert err == 0 and sorted(hits) == want, (mod, lo, hi)
+
+
+def test_fill_restarts_reports_damage_as_the_probes_do():
+    """Decoding every block up front (Store.warm) reports a missing or truncated chunk and a
+    damaged block with the same codes in both twins, and runs.fill_restarts raises CorruptionError."""
+    keys = np.sort(np.random.default_rng(5).integers(0, 2**64, 5000, dtype=np.uint64))
+    index, chunks = runs.encode_run(keys, block_entries=256, chunk_bytes=4096)
+    names = [b"c%d" % c for c in range(index.nchunks)]
+    intact = dict(zip(names, chunks))
+    cases = {"missing": {**intact, names[1]: None}, "truncated": {**intact, names[1]: intact[names[1]][:-3]}}
+    flipped = bytearray(intact[names[2]])
+    flipped[len(flipped) // 2] ^= 0xFF
+    cases["flipped"] = {**intact, names[2]: bytes(flipped)}
+    for name, store in cases.items():
+        got = [mod.fill_restarts(_probe_tables_of(mod, index, names), store.get) for mod in TWINS]
+        assert got[0] == got[1] and got[0][0] != 0, (name, got)
+        with pytest.raises(CorruptionError):
+            runs.fill_restarts(runs.probe_table(index, names), store.get)
+    assert runs.fill_restarts(runs.probe_table(index, names), intact.get) is None
+
+
 _PROBE_DESIGNS = [(k, d) for k in (0, 2, 3, 4) for d in __import__("fpstore.index.design", fromlist=["x"]).designs_for_k(k)[:6]]
 
 

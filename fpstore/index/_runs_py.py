@@ -401,6 +401,26 @@ def probe_tables(tables: list, fetch: Any, ranges: list, k: int) -> tuple[int, i
     return OK, -1, -1, hits
 
 
+def fill_restarts(pt: ProbeTable, fetch: Any) -> tuple[int, int]:
+    """Decode every block of ``pt`` once (what ``Store.warm`` asks): ``(OK, -1)``, or
+    ``(ERR_MISSING | ERR_LENGTH, chunk)``, or a block error as for :func:`decode_blocks` with
+    ``(err, block)``. The compiled twin records each block's restart points on the way, which
+    later probes start from; this twin keeps none (its probes decode whole blocks), so it only
+    checks."""
+    for c in range(len(pt.names)):
+        buf = fetch(pt.names[c])
+        if buf is None:
+            return ERR_MISSING, c
+        b8 = np.frombuffer(buf, np.uint8)
+        if len(b8) != int(pt.chunk_len[c]):
+            return ERR_LENGTH, c
+        for b in range(int(pt.chunk_start[c]), int(pt.chunk_start[c + 1])):
+            err, _ = _decode_block(b8, int(pt.starts[b]), int(pt.ends[b]), int(pt.counts[b]), int(pt.bounds[b]), int(pt.bounds[b + 1]))
+            if err:
+                return err, b
+    return OK, -1
+
+
 class ProbeDesign:
     """A table design for :func:`probe_fingerprint`: ``moves[t]`` the (src, mask, dst) moves of
     table t's permutation (``key |= ((fp >> src) & mask) << dst``), ``prefix_bits[t]`` its prefix

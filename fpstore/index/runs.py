@@ -42,6 +42,7 @@ __all__ = [
     "decode_chunk",
     "decode_run",
     "encode_run",
+    "fill_restarts",
     "find_block",
     "max_block_bytes",
     "probe",
@@ -563,6 +564,15 @@ def probe_tables(
     if err:
         raise _probe_error(err, i, where)
     return hits
+
+
+def fill_restarts(table: Any, fetch: Callable[[bytes], Any], what: int = 0) -> None:
+    """Decode every block of a kernel probe table once, so that later probes restart inside
+    blocks (the compiled kernel records restart points; the Python twin only checks). Damage
+    raises :class:`CorruptionError` (``what`` names the table in its message)."""
+    err, where = _kernel.fill_restarts(table, fetch)
+    if err:
+        raise _probe_error(err, what, where)
 
 
 def probe_design(moves: list[Any], prefix_bits: list[int], flip_masks: list[Any]) -> Any:

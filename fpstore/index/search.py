@@ -27,6 +27,7 @@ __all__ = [
     "argsort_u64",
     "batch_probe_runs",
     "components",
+    "fill_restarts",
     "join_design",
     "pairs_within",
     "probe_plan",
@@ -62,6 +63,14 @@ def probe_runs(runs: Iterable[Run], design: object, fp: int, k: int) -> list[tup
     if not runs:
         return []
     return _probe_one(runs, [pt for run in runs for pt in run.probe_tables()], runs[0].chunk_reader(), design, fp, k)
+
+
+def fill_restarts(plan: ReadPlan, txn: Any, db: Any) -> None:
+    """Decode every block of every run table of ``plan`` once (``Store.warm``), so that single
+    probes restart inside blocks (:func:`fpstore.index.runs.fill_restarts`)."""
+    fetch = functools.partial(txn.get, db=db)
+    for i, table in enumerate(plan.tables):
+        runs_codec.fill_restarts(table, fetch, i)
 
 
 def probe_plan(

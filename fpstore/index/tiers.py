@@ -215,6 +215,9 @@ def _nbytes(obj: Any) -> int:
         return len(obj) + 33
     if isinstance(obj, (tuple, list)):
         return 56 + 8 * len(obj) + sum(_nbytes(o) for o in obj)
+    owned = getattr(obj, "owned_nbytes", None)  # a compiled probe table: its own arrays
+    if isinstance(owned, int):
+        return 64 + owned
     fields = getattr(obj, "__dict__", None)
     if fields:
         return 64 + sum(_nbytes(v) for v in fields.values())

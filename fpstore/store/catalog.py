@@ -629,4 +629,7 @@ class Catalog:
             for key, value in txn.cursor(db=db):
                 total += len(key) + len(value)
                 zlib.adler32(value)  # reads every byte, so every page is faulted in
+        # Every block of every run table decoded once, so that single probes restart inside a
+        # block instead of decoding it from its start (the kernel's restart points).
+        search.fill_restarts(self.plan(txn), txn, self.blobs)
         return total
