@@ -617,7 +617,10 @@ class Store(Closing):
         A query touches a few pages of the memory map that LMDB reads from; the first touch of a
         page costs a page fault (microseconds, more under a hypervisor, a disk read when the file
         is not cached). A long-running process pays that once per page; a process that must
-        answer fast from its first query can pay it up front, at about 1 GB/s of index.
+        answer fast from its first query can pay it up front, at about 1 GB/s of index. It also
+        decodes every block of every run once, recording the points single probes restart from
+        (about 0.3 s more at 10^7 documents); a damaged run raises
+        :class:`~fpstore.errors.CorruptionError`.
         """
         with self._storage.read() as txn:
             return self._cat.warm(txn)
