@@ -424,7 +424,8 @@ cdef int _decode_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, 
             rem -= g
             i += 1
             out[i - j0] = limit - rem
-            if (i & (CK_STEP - 1)) == 0 and i <= CK_PER_BLOCK * CK_STEP and ck_bit[i // CK_STEP - 1] < 0:
+            # (A unary section past 2**31 bits, which only a forged block has, records nothing.)
+            if (i & (CK_STEP - 1)) == 0 and i <= CK_PER_BLOCK * CK_STEP and ck_bit[i // CK_STEP - 1] < 0 and last <= 0x7FFFFFFF:
                 ck_key[i // CK_STEP - 1] = out[i - j0]
                 ck_bit[i // CK_STEP - 1] = <int32_t>last
             if out[i - j0] > stop:
@@ -591,7 +592,8 @@ cdef class ProbeTable:
     # Restart points of each block, filled as probes decode (see _decode_block_probe): block b's
     # are ck_key / ck_bit[b * CK_PER_BLOCK ..], a bit of -1 meaning not yet known. 36 bytes a block
     # beside the 44 of its descriptors; a probe then decodes a quarter of a block on average,
-    # where it decoded half of one.
+    # where it decoded half of one. Written only with the GIL held (probe_tables and
+    # fill_restarts never release it), so no probe sees a point's key without its bit.
     cdef uint64_t* ck_key
     cdef int32_t* ck_bit
     cdef readonly Py_ssize_t owned_nbytes  # the arrays built here (the rest are the run index's)

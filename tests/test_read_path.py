@@ -99,3 +99,39 @@ def test_single_queries_reuse_chunks_only_within_one_snapshot_and_one_mapping(tm
 
     done = subprocess.run([sys.executable, "-c", _REMAP_SCRIPT, str(tmp_path / "s")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
+
+
+def test_a_query_waiting_out_a_redesign_reads_the_new_design(tmp_path):
+    """A store.query that arrives while redesign holds the store alone waits, then answers with
+    the new design's tables (it once took the old catalog before waiting and read the new runs
+    through the old design: CorruptionError)."""
+    import threading
+    import time
+
+    rng = np.random.default_rng(0)
+    fps = rng.integers(0, 2**64 - 1, 20_000, dtype=np.uint64)
+    probe = fps[:100].tolist()
+    with fpstore.open(tmp_path / "s", k=3, design="r4") as store:
+        pid = store.pipeline.id
+        store.bulk_load(np.arange(1, 20_001), fps, pipeline_id=pid)
+        want = [_keys(store.query(fingerprint=f, pipeline_id=pid)) for f in probe]
+        got: dict[str, object] = {}
+        threads: list[threading.Thread] = []
+
+        def querier() -> None:
+            try:
+                got["keys"] = [_keys(store.query(fingerprint=f, pipeline_id=pid)) for f in probe]
+            except Exception as exc:  # reported below
+                got["error"] = exc
+
+        def progress(done: int, total: int | None) -> None:
+            if not threads:  # inside the redesign: the query must wait for it
+                threads.append(threading.Thread(target=querier))
+                threads[0].start()
+                time.sleep(0.2)
+
+        store.redesign(3, design="r5", progress=progress)
+        threads[0].join()
+        assert store.design.name == "r5"
+        assert "error" not in got, got.get("error")
+        assert got["keys"] == want

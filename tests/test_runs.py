@@ -743,6 +743,29 @@ def test_fill_restarts_reports_damage_as_the_probes_do():
     assert runs.fill_restarts(runs.probe_table(index, names), intact.get) is None
 
 
+@pytest.mark.slow
+def test_a_restart_point_past_two_to_the_31_bits_is_not_recorded():
+    """A forged block (half a gigabyte: k = 0, a first gap of 2**32) puts entry 64's unary bit past
+    what a restart point holds (int32); the compiled kernel once recorded it truncated and a later
+    probe restarted from the wrong bit (ERR_RANGE). It records nothing there now."""
+    big = 1 << 32
+    nbits = big + 1 + 2 * 64
+    buf = np.zeros(1 + (nbits + 7) // 8, np.uint8)  # byte 0: k = 0; then the unary section
+
+    def setbit(b: int) -> None:
+        buf[1 + (b >> 3)] |= np.uint8(1 << (b & 7))
+
+    for b in [big] + [big + 2 * (j - 1) for j in range(2, 66)]:
+        setbit(b)
+    keys = [0] + [big + j - 1 for j in range(1, 66)]
+    table = C.ProbeTable(np.array([0, keys[-1]], np.uint64), np.array([0], np.int64), np.array([len(buf)], np.int64),
+                         np.array([66], np.int64), np.array([0], np.uint32), np.array([0, 1], np.int64),
+                         np.array([len(buf)], np.uint32), np.array([0, 66], np.int64), [b"c"])
+    store = {b"c": buf}
+    assert C.probe_tables([table], store.get, [(0, keys[64], keys[64], 0)], 64) == (0, -1, -1, [(0, keys[64], 64)])
+    assert C.probe_tables([table], store.get, [(0, keys[65], keys[65], 0)], 64) == (0, -1, -1, [(0, keys[65], 65)])
+
+
 _PROBE_DESIGNS = [(k, d) for k in (0, 2, 3, 4) for d in __import__("fpstore.index.design", fromlist=["x"]).designs_for_k(k)[:6]]
 
 

@@ -31,8 +31,9 @@ def query_fingerprint(store: Store, fingerprint: object, pipeline_id: str | None
     check_pipeline_id(store.pipeline, pipeline_id)
     fp = fingerprint_int(fingerprint)
     kq = store._check_k(store.k if k is None else k)
-    storage, cat = store._storage, store._cat
+    storage = store._storage
     with storage.read() as txn:
+        cat = store._cat  # read with the share held: redesign and compact_file rebind it
         return cat.query(txn, fp, kq, cat.snapshot_chunks(txn, storage.mapping))
 
 
