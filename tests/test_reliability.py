@@ -937,9 +937,25 @@ def test_query_many_reports_each_match_once_when_a_run_holds_repeated_fingerprin
 HOSTILE_ZSTD = b"(\xb5/\xfd\xd4)\xc5\x00\x00\x80I\xa8\x01\x00\x02\x00\x03\x00\x04\x00\x00\xe5\x00\x00\x00\xbc\x04P\x02"
 
 
-def test_key_block_declaring_a_huge_size_raises_corruption_error(scenario, tmp_path):
+def _store_with_zstd_key_blocks(path: str) -> str:
+    """The scenario's bulk load of integer keys in a store made before the integer key column
+    (its header lacks ``int_key_column``), so its keys are zstd blocks, as such stores keep them."""
+    import msgpack
+
+    from tests.support.scenario import BULK_MAX_RUN, scenario_data
+
+    fpstore.open(path, k=3).close()
+    assert _edit(path, b"meta", lambda k: k == b"header", lambda v: msgpack.packb(
+        {**(h := msgpack.unpackb(v, raw=False)), "features": [f for f in h["features"] if f != "int_key_column"]}, use_bin_type=True)) == 1
+    keys, fps = scenario_data()["b"]
+    with fpstore.open(path) as store:
+        store.bulk_load(keys, fps, pipeline_id=store.pipeline.id, max_run=BULK_MAX_RUN)
+    return path
+
+
+def test_key_block_declaring_a_huge_size_raises_corruption_error(tmp_path):
     """A key block whose zstd frame header declares a huge content size raises CorruptionError (the decompression bound holds), not MemoryError."""
-    path = copy_store(os.path.join(scenario["root"], "base7"), str(tmp_path / "s"))
+    path = _store_with_zstd_key_blocks(str(tmp_path / "s"))
     assert _edit(path, b"blobs", lambda k: k.startswith(b"s") and b"kK" in k, lambda v: HOSTILE_ZSTD) > 0
     server = ForkServer(str(tmp_path))
     try:
