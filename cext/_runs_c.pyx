@@ -235,107 +235,28 @@ cdef inline uint64_t _read_bits(const uint8_t* buf, int64_t buflen, int64_t bitp
     return v & (((<uint64_t>1) << k) - 1)
 
 
-cdef inline int _decode_block(const uint8_t* buf, int64_t buflen, int64_t start, int64_t end, int64_t n,
-                              uint64_t first, uint64_t limit, uint64_t* out) noexcept nogil:
-    """Checks 2..9 of the specification; writes n keys to out when it returns C_OK."""
-    return _decode_block_upto(buf, buflen, start, end, n, first, limit, out, 0xFFFFFFFFFFFFFFFFULL, NULL)
-
-
-cdef int _decode_block_upto(const uint8_t* buf, int64_t buflen, int64_t start, int64_t end, int64_t n,
-                            uint64_t first, uint64_t limit, uint64_t* out, uint64_t stop,
-                            int64_t* ndone) noexcept nogil:
-    """:func:`_decode_block`, stopping after the first key above ``stop``: a probe needs the keys
-    up to its range's end only. ``ndone`` (when not NULL) receives how many keys were written;
-    the checks of the part not decoded (trailing bits) are then skipped, the reads stay bounded."""
-    cdef int k
-    cdef int64_t m, rs, us, ub, pos, avail, base, last, p, i, t, bitpos
-    cdef uint64_t rem, q, r, g, w, mask
-    cdef bint fast
-    if start < 0 or start >= end or end > buflen:
-        return C_ERR_BOUNDS
-    if first > limit:
-        return C_ERR_RANGE
-    k = buf[start]
-    if k > 63:
-        return C_ERR_PARAM
-    m = n - 1
-    if m > 8 * (end - start - 1):
-        return C_ERR_SHORT
-    rs = start + 1
-    us = rs + ((m * k + 7) >> 3)
-    if us > end:
-        return C_ERR_SHORT
-    out[0] = first
-    if ndone != NULL:
-        ndone[0] = 1 if first > stop else n
-    if first > stop:
-        return C_OK
-    if m == 0:
-        return C_OK if us == end else C_ERR_TRAILING
-    ub = end - us
-    rem = limit - first
-    mask = ((<uint64_t>1) << k) - 1
-    # With k <= 56 and 8 readable bytes after the remainder section, every remainder is one
-    # unaligned load that stays inside buf.
-    fast = k <= 56 and us + 8 <= buflen
-    bitpos = rs * 8
-    pos = us
-    base = 0
-    last = -1
-    i = 0
-    while True:
-        if pos >= end:
-            return C_ERR_SHORT
-        avail = end - pos
-        if avail >= 8:
-            w = fps_load64(buf + pos)
-        else:
-            w = 0
-            for t in range(avail):
-                w |= (<uint64_t>buf[pos + t]) << (8 * t)
-        while w != 0:
-            p = base + fps_ctz64(w)
-            q = <uint64_t>(p - last - 1)
-            last = p
-            if k == 0:
-                r = 0
-            elif fast:
-                r = (fps_load64(buf + (bitpos >> 3)) >> (bitpos & 7)) & mask
-            else:
-                r = _read_bits(buf, buflen, bitpos, k)
-            bitpos += k
-            # The gap must keep the key at or below limit: rem = limit - previous key.
-            if q > (rem >> k):
-                return C_ERR_RANGE
-            g = (q << k) | r
-            if g > rem:
-                return C_ERR_RANGE
-            rem -= g
-            i += 1
-            out[i] = limit - rem
-            if out[i] > stop:
-                ndone[0] = i + 1
-                return C_OK
-            w &= w - 1
-            if i == m:
-                if w != 0 or (last >> 3) != ub - 1:
-                    return C_ERR_TRAILING
-                return C_OK
-        pos += 8
-        base += 64
-
-
 cdef enum:
     CK_STEP = 64     # a probe's restart points: entries CK_STEP, 2 CK_STEP, 3 CK_STEP of a block
     CK_PER_BLOCK = 3
 
 
+cdef inline int _decode_block(const uint8_t* buf, int64_t buflen, int64_t start, int64_t end, int64_t n,
+                              uint64_t first, uint64_t limit, uint64_t* out) noexcept nogil:
+    """Checks 2..9 of the specification; writes n keys to out when it returns C_OK."""
+    cdef int64_t ndone, skip
+    return _decode_block_probe(buf, buflen, start, end, n, first, limit, out, 0, 0xFFFFFFFFFFFFFFFFULL,
+                               &ndone, &skip, NULL, NULL)
+
+
 cdef int _decode_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, int64_t end, int64_t n,
                              uint64_t first, uint64_t limit, uint64_t* out, uint64_t lo, uint64_t stop,
-                             int64_t* ndone, int64_t* skip, uint64_t* ck_key, int32_t* ck_bit) noexcept:
-    """:func:`_decode_block_upto` for a probe of ``[lo, stop]``, restarting at the last restart point
-    whose key is below ``lo`` when one is known: ``out`` receives the keys of entries ``skip[0]``
-    .. ``skip[0] + ndone[0] - 1``. A restart point is entry j = c * CK_STEP (c = 1..3) with its key
+                             int64_t* ndone, int64_t* skip, uint64_t* ck_key, int32_t* ck_bit) noexcept nogil:
+    """:func:`_decode_block` for a probe of ``[lo, stop]``: decoding stops after the first key
+    above ``stop`` (a probe needs the keys up to its range's end only; the checks of the part not
+    decoded, trailing bits, are then skipped, the reads stay bounded), and restarts at the last
+    restart point whose key is below ``lo`` when one is known: ``out`` receives the keys of entries
+    ``skip[0]`` .. ``skip[0] + ndone[0] - 1``. Without restart points (``ck_key``/``ck_bit`` NULL) the
+    block is decoded from its start and nothing is recorded. A restart point is entry j = c * CK_STEP (c = 1..3) with its key
     (``ck_key[c - 1]``) and the bit of its unary code (``ck_bit[c - 1]``, -1 when not yet known);
     decoding records each one it passes. Entries before j hold keys <= ck_key[c - 1] < lo (keys
     are sorted), so nothing the probe wants is skipped; j's remainder sits at bit j * k of the
@@ -363,7 +284,7 @@ cdef int _decode_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, 
         return C_ERR_SHORT
     ub = end - us
     j0 = 0
-    for c in range(CK_PER_BLOCK, 0, -1):
+    for c in range(CK_PER_BLOCK if ck_bit != NULL else 0, 0, -1):
         if c * CK_STEP < m and ck_bit[c - 1] >= 0 and ck_key[c - 1] < lo:  # an entry left to decode
             j0 = c * CK_STEP
             break
@@ -425,7 +346,8 @@ cdef int _decode_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, 
             i += 1
             out[i - j0] = limit - rem
             # (A unary section past 2**31 bits, which only a forged block has, records nothing.)
-            if (i & (CK_STEP - 1)) == 0 and i <= CK_PER_BLOCK * CK_STEP and ck_bit[i // CK_STEP - 1] < 0 and last <= 0x7FFFFFFF:
+            if ((i & (CK_STEP - 1)) == 0 and i <= CK_PER_BLOCK * CK_STEP and ck_bit != NULL
+                    and ck_bit[i // CK_STEP - 1] < 0 and last <= 0x7FFFFFFF):
                 ck_key[i // CK_STEP - 1] = out[i - j0]
                 ck_bit[i // CK_STEP - 1] = <int32_t>last
             if out[i - j0] > stop:

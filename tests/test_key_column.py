@@ -114,20 +114,9 @@ def _edit_state(path: str, edit) -> None:
         env.close()
 
 
-def _delete_blobs(path: str, suffix: bytes) -> None:
-    env = lmdb.open(path, subdir=True, lib_version=0, max_dbs=MAX_DBS, map_size=0)
-    try:
-        blobs = env.open_db(b"blobs")
-        with env.begin(write=True) as txn:
-            names = [bytes(k) for k, _ in txn.cursor(db=blobs) if bytes(k)[: len(suffix)] == suffix]
-            assert names
-            for name in names:
-                txn.delete(name, db=blobs)
-    finally:
-        env.close()
-
-
-def _truncate_blobs(path: str, prefix: bytes) -> None:
+def _damage_blobs(path: str, prefix: bytes, damage) -> None:
+    """Replace every blob whose name starts with ``prefix`` by ``damage(value)``, or delete it
+    when that gives None."""
     env = lmdb.open(path, subdir=True, lib_version=0, max_dbs=MAX_DBS, map_size=0)
     try:
         blobs = env.open_db(b"blobs")
@@ -135,7 +124,11 @@ def _truncate_blobs(path: str, prefix: bytes) -> None:
             items = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=blobs) if bytes(k).startswith(prefix)]
             assert items
             for name, value in items:
-                txn.put(name, value[: len(value) // 3], db=blobs)
+                damaged = damage(value)
+                if damaged is None:
+                    txn.delete(name, db=blobs)
+                else:
+                    txn.put(name, damaged, db=blobs)
     finally:
         env.close()
 
@@ -180,9 +173,6 @@ def test_a_damaged_key_column_record_raises_corruption_error(column_store, damag
 @pytest.mark.parametrize("damage", ["missing", "truncated"])
 def test_a_damaged_key_column_chunk_raises_corruption_error(column_store, damage):
     path, _, fps, seg = column_store
-    if damage == "missing":
-        _delete_blobs(path, seg.keys + b"P")
-    else:
-        _truncate_blobs(path, seg.keys + b"P")
+    _damage_blobs(path, seg.keys + b"P", (lambda v: None) if damage == "missing" else (lambda v: v[: len(v) // 3]))
     with pytest.raises(CorruptionError):
         _exercise(path, fps)

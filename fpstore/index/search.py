@@ -78,7 +78,7 @@ def probe_plan(
 ) -> list[tuple[int, int, int]]:
     """:func:`probe_runs` over the runs of a :class:`~fpstore.index.tiers.ReadPlan`, their
     chunks read from ``db`` in ``txn``: the single query's path, with no object made per run.
-    ``memo`` keeps the chunks read for later calls in the same transaction (a reader's burst)."""
+    ``memo`` keeps the chunks read for later calls (a reader's burst, a snapshot's queries)."""
     if not plan.tables:
         return []
     hits = runs_codec.probe_fingerprint(design, plan.tables, functools.partial(txn.get, db=db), fp, k, memo)

@@ -706,21 +706,13 @@ class KeySegment(_Bound[SegmentMeta]):
         return out
 
     def int_or_typed_key(self, ordinal: int, memo: dict[bytes, Any] | None = None) -> int | bytes:
-        """The key of one ordinal (a single query's match): an integer key as the int, straight
-        from its block or column (column chunks kept in ``memo``, see :func:`read_packed_list`);
-        any other as its typed key."""
+        """The key of one ordinal (a single query's match): an integer key as the int, from its
+        column (chunks kept in ``memo``, see :func:`read_packed_list`) or block; any other as its
+        typed key."""
         if self.meta.int_keys is not None:
             return self._column_keys([ordinal], memo)[0]
-        block, offset = divmod(ordinal, KEY_BLOCK)
-        tag, body = self._key_block(block)
-        if tag == b"I":
-            if offset >= len(body) >> 3:
-                raise CorruptionError(f"segment {self.meta.id} key block {block} is too short")
-            return int.from_bytes(body[offset * 8 : offset * 8 + 8], "little")
-        if offset >= len(body):
-            raise CorruptionError(f"segment {self.meta.id} key block {block} is malformed")
-        typed: bytes = body[offset]
-        return typed
+        ints = self.int_keys_at([ordinal])
+        return ints[0] if ints is not None else self.keys_at([ordinal])[0]
 
     def _key_block(self, block: int) -> tuple[bytes, Any]:
         return self._cache.key_block(self.meta.keys, block, lambda: self._decode_key_block(block))
