@@ -52,9 +52,12 @@ def main() -> None:
         pid = store.pipeline.id
         store.bulk_load(np.arange(n), stored, pipeline_id=pid)
         os.sync()  # the load's dirty pages written back now, not during the timed queries
+        warmed = ""
         if args.warm:
+            t0 = time.perf_counter()
             store.warm()
-        print(f"n={n:,} design {store.design.name}{' after warm()' if args.warm else ''}: {bc.uptime()}")
+            warmed = f" after warm() ({time.perf_counter() - t0:.2f} s)"
+        print(f"n={n:,} design {store.design.name}{warmed}: {bc.uptime()}")
         lat: dict[str, list[int]] = {"store.query": [], "reader.query": []}
 
         def queries() -> list[int]:
