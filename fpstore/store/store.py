@@ -619,7 +619,7 @@ class Store(Closing):
         is not cached). A long-running process pays that once per page; a process that must
         answer fast from its first query can pay it up front, at about 1 GB/s of index. It also
         decodes every block of every run once, recording the points single probes restart from
-        (about 0.3 s more at 10^7 documents); a damaged run raises
+        (about 0.15 s more at 10^7 documents); a damaged run raises
         :class:`~fpstore.errors.CorruptionError`.
         """
         with self._storage.read() as txn:
