@@ -25,22 +25,41 @@ cdef extern from "Python.h":
 
 cdef enum:
     MAX_SHINGLE = 16
+    SCAN_BLOCK = 256                # characters hashed per pass of scan(); at most as many tokens end
     MAX_SKETCH_WORDS = 8
     IDF_EMPTY = 0xFFFF
     # 16-bit lanes take shingle weights up to 16 * 255; flush well before a lane can overflow.
     LANE16_LIMIT = 65535 - 16 * 255
 
-cdef uint64_t FNV_OFFSET = 0xCBF29CE484222325ULL
-cdef uint64_t FNV_PRIME = 0x100000001B3ULL
-cdef uint64_t GOLDEN = 0x9E3779B97F4A7C15ULL
-cdef uint64_t SHINGLE_MUL = 0xD6E8FEB86659FD93ULL
-cdef uint64_t DIGEST_A0 = 0x243F6A8885A308D3ULL
-cdef uint64_t DIGEST_B0 = 0x13198A2E03707344ULL
-cdef uint64_t DIGEST_MUL_A = 0xFF51AFD7ED558CCDULL
-cdef uint64_t DIGEST_MUL_B = 0xC4CEB9FE1A85EC53ULL
-cdef uint64_t DENSIFY = 0x5851F42D4C957F2DULL
-cdef uint64_t SKETCH_SALT = 0xA0761D6478BD642FULL
-cdef uint64_t SKETCH_MUL = 0xE7037ED1A0B428DBULL
+# The pipeline's constants, as C constants: module-level cdef globals would be reloaded from memory
+# after every store through the accumulator (the kernels build with -fno-strict-aliasing).
+cdef extern from *:
+    """
+    #define FPK_FNV_OFFSET 0xCBF29CE484222325ULL
+    #define FPK_FNV_PRIME 0x100000001B3ULL
+    #define FPK_FNV_OFFSET_OVER_PRIME 0x1D10331A6B696BC7ULL
+    #define FPK_GOLDEN 0x9E3779B97F4A7C15ULL
+    #define FPK_SHINGLE_MUL 0xD6E8FEB86659FD93ULL
+    #define FPK_DIGEST_A0 0x243F6A8885A308D3ULL
+    #define FPK_DIGEST_B0 0x13198A2E03707344ULL
+    #define FPK_DIGEST_MUL_A 0xFF51AFD7ED558CCDULL
+    #define FPK_DIGEST_MUL_B 0xC4CEB9FE1A85EC53ULL
+    #define FPK_DENSIFY 0x5851F42D4C957F2DULL
+    #define FPK_SKETCH_SALT 0xA0761D6478BD642FULL
+    #define FPK_SKETCH_MUL 0xE7037ED1A0B428DBULL
+    """
+    const uint64_t FNV_OFFSET "FPK_FNV_OFFSET"
+    const uint64_t FNV_PRIME "FPK_FNV_PRIME"
+    const uint64_t FNV_OFFSET_OVER_PRIME "FPK_FNV_OFFSET_OVER_PRIME"  # times FNV_PRIME is FNV_OFFSET
+    const uint64_t GOLDEN "FPK_GOLDEN"
+    const uint64_t SHINGLE_MUL "FPK_SHINGLE_MUL"
+    const uint64_t DIGEST_A0 "FPK_DIGEST_A0"
+    const uint64_t DIGEST_B0 "FPK_DIGEST_B0"
+    const uint64_t DIGEST_MUL_A "FPK_DIGEST_MUL_A"
+    const uint64_t DIGEST_MUL_B "FPK_DIGEST_MUL_B"
+    const uint64_t DENSIFY "FPK_DENSIFY"
+    const uint64_t SKETCH_SALT "FPK_SKETCH_SALT"
+    const uint64_t SKETCH_MUL "FPK_SKETCH_MUL"
 
 KIND_SIMHASH64 = 0
 KIND_MINHASH1 = 1
@@ -100,8 +119,11 @@ cdef struct Acc:
     int kind                        # 0 SimHash, 1 MinHash1
     int weighted
     Py_ssize_t ntok
-    uint64_t ring[MAX_SHINGLE]      # the last `shingle` token hashes, oldest first
-    uint32_t wring[MAX_SHINGLE]     # their idf weights
+    # The last `shingle` token hashes, oldest first, are ring[pos:pos + shingle]: each token is
+    # written twice, at pos and pos + shingle, so the window is contiguous without shifting.
+    uint64_t ring[2 * MAX_SHINGLE]
+    uint32_t wring[2 * MAX_SHINGLE] # their idf weights (weighted SimHash only)
+    int pos
     uint64_t lanes8[8]
     int pending8
     uint64_t lanes16[16]
@@ -109,7 +131,7 @@ cdef struct Acc:
     int64_t ones[64]
     int64_t total
     uint64_t shingle_sum            # order-independent tie-breaker (see the spec)
-    uint64_t mins[64]               # MinHash1: smallest shingle hash per bin
+    uint64_t mins[64]               # MinHash1: smallest shingle hash per bin (all ones when empty)
     uint64_t filled                 # MinHash1: bit b set when bin b has a minimum
     int sketch_words                # MinHash1: words of the verification sketch (0..MAX_SKETCH_WORDS)
     uint64_t salts[MAX_SKETCH_WORDS]
@@ -165,7 +187,6 @@ cdef inline void add_shingle(Acc* acc, Py_ssize_t first, Py_ssize_t count) noexc
     cdef Py_ssize_t j
     for j in range(first, first + count):
         a = (a ^ acc.ring[j]) * SHINGLE_MUL
-        weight += acc.wring[j]
     cdef uint64_t sh = fmix64(a)
     cdef uint64_t b, v
     cdef uint32_t lo32, m
@@ -173,10 +194,12 @@ cdef inline void add_shingle(Acc* acc, Py_ssize_t first, Py_ssize_t count) noexc
     cdef int w
     if acc.kind == 1:
         # One-permutation MinHash: the top 6 bits pick the bin, the bin keeps its minimum.
+        # Without a branch: a new minimum is a coin flip early in a text (an empty bin holds all
+        # ones, so its first shingle always lands).
         b = sh >> 58
-        if not ((acc.filled >> b) & 1) or sh < acc.mins[b]:
-            acc.mins[b] = sh
-            acc.filled |= (<uint64_t>1) << b
+        v = acc.mins[b]
+        acc.mins[b] = sh if sh < v else v
+        acc.filled |= (<uint64_t>1) << b
         # Sketch words come in pairs: one rehash of the shingle hash per pair, its high and low
         # 32 bits each a word's value (bin: the value's top 6 bits). The minima are kept without a
         # branch: a new minimum is a coin flip early in a text, and a mispredicted branch costs
@@ -205,6 +228,8 @@ cdef inline void add_shingle(Acc* acc, Py_ssize_t first, Py_ssize_t count) noexc
         if acc.pending8 == 255:
             flush8(acc)
     else:
+        for j in range(first, first + count):
+            weight += acc.wring[j]
         acc.total += weight
         for j in range(16):
             acc.lanes16[j] += SPREAD16[(sh >> (4 * j)) & 0xF] * weight
@@ -214,20 +239,25 @@ cdef inline void add_shingle(Acc* acc, Py_ssize_t first, Py_ssize_t count) noexc
 
 
 cdef inline void push_token(Acc* acc, uint64_t t) noexcept nogil:
-    cdef int j
     cdef int w = acc.shingle
-    # Shift the ring down by one: w is small, and this avoids a division per token.
-    for j in range(w - 1):
-        acc.ring[j] = acc.ring[j + 1]
-        acc.wring[j] = acc.wring[j + 1]
-    acc.ring[w - 1] = t
-    acc.wring[w - 1] = idf_lookup(acc, t) if acc.weighted else 1
+    cdef int pos = acc.pos
+    cdef uint32_t weight
+    acc.ring[pos] = t
+    acc.ring[pos + w] = t
+    if acc.weighted:
+        weight = idf_lookup(acc, t)
+        acc.wring[pos] = weight
+        acc.wring[pos + w] = weight
+    pos += 1
+    if pos == w:
+        pos = 0
+    acc.pos = pos
     acc.ntok += 1
     acc.da = (rotl(acc.da, 23) ^ t) * DIGEST_MUL_A
     acc.db = (acc.db + t) * DIGEST_MUL_B
     acc.db ^= acc.db >> 29
     if acc.ntok >= w:
-        add_shingle(acc, 0, w)
+        add_shingle(acc, pos, w)
 
 
 ctypedef fused char_t:
@@ -308,26 +338,41 @@ def nfkc_active_runs(str text):
 
 cdef void scan(const char_t* data, Py_ssize_t n, Acc* acc) noexcept nogil:
     # Token state lives in acc between calls, so a text can be scanned in pieces (see scan_nfkc).
+    # Two passes per block of SCAN_BLOCK characters. The first hashes characters without a branch:
+    # every character stores the running hash in toks[k] and only the end of a token advances k,
+    # so the word boundaries (about one character in six, at random) cost no mispredicted branch.
+    # The second pass feeds the finished tokens to the shingles.
+    cdef uint64_t toks[SCAN_BLOCK]
     cdef uint64_t h = acc.h
     cdef uint64_t seed = acc.seed
-    cdef bint in_token = acc.in_token
+    cdef uint64_t in_token = acc.in_token
+    cdef uint64_t is_char, keep
     cdef uint32_t cp, folded
-    cdef Py_ssize_t i
-    for i in range(n):
-        cp = data[i]
-        if char_t is uint32_t:
-            if cp > 0x10FFFF:  # CPython never stores these; a corrupt str must not read past FOLD
-                cp = 0
-        folded = _FOLD[cp]
-        if folded:
-            h = (h ^ folded) * FNV_PRIME
-            in_token = True
-        elif in_token:
-            push_token(acc, fmix64(h ^ seed))
-            h = FNV_OFFSET
-            in_token = False
+    cdef Py_ssize_t i, j, k, end
+    cdef Py_ssize_t block = 0
+    while block < n:
+        end = min(n, block + SCAN_BLOCK)
+        k = 0
+        for i in range(block, end):
+            cp = data[i]
+            if char_t is uint32_t:
+                if cp > 0x10FFFF:  # CPython never stores these; a corrupt str must not read past FOLD
+                    cp = 0
+            folded = _FOLD[cp]
+            is_char = folded != 0
+            toks[k] = h
+            k += in_token & (is_char ^ 1)
+            in_token = is_char
+            # FNV-1a step for a token character; FNV_OFFSET for any other, as (0 ^ X) * PRIME
+            # with X = FNV_OFFSET / PRIME (mod 2**64). A mask, not a select, so the compiler
+            # cannot turn it back into a branch.
+            keep = <uint64_t>0 - is_char
+            h = ((h & keep) ^ (folded | (FNV_OFFSET_OVER_PRIME & ~keep))) * FNV_PRIME
+        for j in range(k):
+            push_token(acc, fmix64(toks[j] ^ seed))
+        block = end
     acc.h = h
-    acc.in_token = in_token
+    acc.in_token = in_token != 0
 
 
 cdef inline void scan_end(Acc* acc) noexcept nogil:
@@ -569,6 +614,7 @@ cdef void acc_init(Acc* acc, uint64_t seed, int shingle, const uint64_t* idf_key
                    const uint16_t* idf_weights, uint64_t idf_mask, uint32_t idf_default, int kind,
                    int sketch_words=0) noexcept nogil:
     memset(acc, 0, <size_t>(<char*>&acc.smins[0][0] - <char*>acc))
+    memset(&acc.mins[0], 0xFF, sizeof(acc.mins))
     cdef int w
     acc.sketch_words = sketch_words if kind == 1 else 0
     # An odd word count still fills a pair: the unused word's minima are computed and dropped.
@@ -634,8 +680,8 @@ cdef void acc_finish(Acc* acc, uint64_t* fp, int64_t* ntok, uint64_t* da, uint64
     cdef int b
     scan_end(acc)
     if 0 < acc.ntok < w:
-        # A short text is one shingle of all its tokens; they sit at the end of the ring.
-        add_shingle(acc, w - acc.ntok, acc.ntok)
+        # A short text is one shingle of all its tokens, the last ntok of the window.
+        add_shingle(acc, acc.pos + w - acc.ntok, acc.ntok)
     ntok[0] = acc.ntok
     da[0] = fmix64(acc.da ^ <uint64_t>acc.ntok)
     db[0] = fmix64(acc.db + <uint64_t>acc.ntok * GOLDEN)
