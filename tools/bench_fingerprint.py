@@ -476,7 +476,7 @@ def gaoya_contender() -> tuple[str, Callable[[list[str]], object]] | None:
 def batch_bytes(texts: list[str], threads: int) -> list[bytes]:
     """The UTF-8 bytes of ``texts``, one bytes object per batch of ``fingerprint_many(texts, threads)``."""
     n = len(texts)
-    size = _pipeline._BATCH if threads == 1 else max(16, min(_pipeline._BATCH, -(-n // (4 * threads))))
+    size = _pipeline.batch_size(n, threads)
     return [b"".join(t.encode("utf-8", "surrogatepass") for t in texts[lo : lo + size]) for lo in range(0, n, size)]
 
 
