@@ -6,6 +6,7 @@ against its length, because packed columns come from disk.
 """
 
 from libc.stdint cimport int64_t, uint8_t, uint64_t
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdlib cimport free, malloc
 
 from _common cimport Triples, fps_popcount64, triples_copy, triples_free, triples_init, triples_push
@@ -186,6 +187,40 @@ def unpack_bits(const uint8_t[::1] buf, int width, Py_ssize_t count, const int64
     if err:
         return 1, np.zeros(0, np.uint64)
     return 0, out
+
+
+def unpack_one(buf, int width, Py_ssize_t count, Py_ssize_t position):
+    """The value at ``position`` of a packed array of ``count`` values, or None when the buffer
+    is too short for them or the position lies outside 0..count-1: :func:`unpack_bits` for a
+    single query's one lookup, with no array made and the raw buffer protocol (a typed
+    memoryview costs more than the lookup)."""
+    if not 0 <= width <= 64:
+        raise ValueError("width must be in 0..64")
+    if count < 0 or position < 0 or position >= count:
+        return None
+    cdef Py_buffer view
+    cdef const uint8_t* base
+    cdef uint64_t bit = <uint64_t>position * <uint64_t>width, lo = 0, hi = 0
+    cdef Py_ssize_t w = <Py_ssize_t>(bit >> 6)
+    cdef int off = <int>(bit & 63), byte
+    cdef uint64_t mask = (<uint64_t>0xFFFFFFFFFFFFFFFF) if width == 64 else ((<uint64_t>1 << width) - 1)
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        if <uint64_t>view.len < ((<uint64_t>count * <uint64_t>width + 63) // 64) * 8:
+            return None
+        if width == 0:
+            return 0
+        base = <const uint8_t*>view.buf
+        for byte in range(8):
+            lo |= (<uint64_t>base[w * 8 + byte]) << (8 * byte)
+        lo >>= off
+        if off + width > 64:
+            for byte in range(8):
+                hi |= (<uint64_t>base[(w + 1) * 8 + byte]) << (8 * byte)
+            lo |= hi << (64 - off)
+        return lo & mask
+    finally:
+        PyBuffer_Release(&view)
 
 
 def components(Py_ssize_t n, const int64_t[::1] a, const int64_t[::1] b):

@@ -101,3 +101,24 @@ def test_components_equal_twin(case):
     a = np.array([e[0] for e in edges], np.int64)
     b = np.array([e[1] for e in edges], np.int64)
     assert np.array_equal(C.components(n, a, b), PY.components(n, a, b))
+
+
+
+@given(u64_arrays, st.integers(0, 64), st.integers(-3, 420), st.sampled_from(["bytes", "memoryview"]))
+def test_unpack_one_reads_one_value_and_refuses_what_unpack_bits_refuses(values, width, position, kind):
+    """unpack_one gives the value at a position (as both twins do), and None for a position
+    outside the array or a buffer too short for its count: never a read past the buffer."""
+    mask = np.uint64((1 << width) - 1) if width < 64 else np.uint64(2**64 - 1)
+    values = values & mask
+    packed = C.pack_bits(values, width)
+    buf = packed if kind == "bytes" else memoryview(packed)
+    want = int(values[position]) if 0 <= position < len(values) else None
+    assert C.unpack_one(buf, width, len(values), position) == want
+    assert PY.unpack_one(buf, width, len(values), position) == want
+    if width and len(values) and want is not None:
+        short = packed[:-8]
+        assert C.unpack_one(short, width, len(values), position) is None
+        assert PY.unpack_one(short, width, len(values), position) is None
+    for twin in (C, PY):
+        with pytest.raises(ValueError):
+            twin.unpack_one(packed, 65, len(values), 0)

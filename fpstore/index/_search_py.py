@@ -118,6 +118,20 @@ def unpack_bits(buf: bytes, width: int, count: int, positions: np.ndarray) -> tu
     return 0, out
 
 
+def unpack_one(buf: bytes, width: int, count: int, position: int) -> int | None:
+    """The value at ``position`` of a packed array of ``count`` values, or None when the buffer
+    is too short for them or the position lies outside 0..count-1."""
+    if not 0 <= width <= 64:
+        raise ValueError("width must be in 0..64")
+    if count < 0 or not 0 <= position < count or len(buf) < packed_size(count, width):
+        return None
+    if width == 0:
+        return 0
+    w, off = divmod(position * width, 64)
+    v = int.from_bytes(bytes(buf[w * 8 : w * 8 + 16]), "little") >> off
+    return v & ((1 << width) - 1)
+
+
 def components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Component label (smallest member index) of each node 0..n-1 for edges a[i]–b[i]."""
     parent = list(range(n))

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from fpstore import _backend
+from fpstore.errors import CorruptionError
 from fpstore.index import runs as runs_codec
 from fpstore.index.costs import join_cost
 from fpstore.index.design import Design, flip_free_designs
@@ -86,6 +87,15 @@ def probe_plan(
         return []
     metas = plan.runs
     if len(metas) == 1:
+        if len(hits) == 1:  # a single query's usual answer
+            ((_, f, pos),) = hits
+            meta = metas[0]
+            base = meta.ids_base
+            # A bulk load's run numbers its entries from a base: run_ids's checks, inline.
+            doc_id = base + pos if base is not None and 0 <= pos < meta.count else run_ids(txn, db, meta, [pos], memo)[0]
+            if not 0 < doc_id < 1 << 63:
+                raise CorruptionError(f"run {meta.id} names a document id outside any this store assigns")
+            return [(doc_id, (f ^ fp).bit_count(), f)]
         ids = run_ids(txn, db, metas[0], [pos for _, _, pos in hits], memo)
         return [(doc_id, (f ^ fp).bit_count(), f) for doc_id, (_, f, _) in zip(ids, hits)]
     by_run: dict[int, list[tuple[int, int]]] = {}

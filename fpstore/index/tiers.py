@@ -59,7 +59,6 @@ STATE_KEY = b"state"
 PACK_CHUNK = 1 << 16  # values per packed-column chunk: one probe unpacks at most this many bytes * width / 8
 MAX_KEY_BLOCK_BYTES = 64 << 20  # bound on a decompressed key block (untrusted zstd frame)
 _U32 = struct.Struct(">I")
-_U64LE = struct.Struct("<Q")
 _INT_KEY_SEED = 0x6A09E667F3BCC908
 
 
@@ -465,34 +464,40 @@ def read_packed_list(
     """:func:`read_packed` for a few positions, in plain ints (a single query's hits): the same
     little-endian bit fields, read in place instead of through numpy's fixed costs. ``memo``
     (chunk views by blob name, valid in ``txn``) keeps the chunks read for later calls."""
-    count, per, width, low = rec.count, rec.per_chunk, rec.width, rec.min
-    mask = (1 << width) - 1
-    chunks: dict[int, Any] = {}
-    out = []
-    for p in positions:
-        if not 0 <= p < count:
-            raise CorruptionError(f"position outside packed column {prefix!r}")
-        c, i = divmod(p, per)
-        raw = chunks.get(c)
-        if raw is None:
-            name = _chunk_key(prefix, b"P", c)
-            raw = memo.get(name) if memo is not None else None
-            if raw is None:
-                raw = txn.get(name, db=db)
-                if memo is not None and raw is not None:
-                    memo[name] = raw
-            chunks[c] = raw
-            n_in = min(per, count - c * per)
-            if raw is None or len(raw) < (n_in * width + 63) // 64 * 8:
-                raise CorruptionError(f"packed column {prefix!r} chunk {c} is missing or too short")
-        bit = i * width
-        byte, shift = bit >> 3, bit & 7
-        if shift + width <= 64 and byte + 8 <= len(raw):
-            # One 8-byte read in place: slicing the view first costs a new object per value.
-            out.append(((_U64LE.unpack_from(raw, byte)[0] >> shift) & mask) + low)
-        else:
-            out.append(((int.from_bytes(raw[byte : byte + 9], "little") >> shift) & mask) + low)
-    return out
+    if memo is None:
+        memo = {}
+    return [packed_value(txn, db, prefix, rec, p, memo) for p in positions]
+
+
+def packed_value(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedColumn, position: int, memo: dict[bytes, Any]) -> int:
+    """The value at ``position`` of a packed column, its chunk kept in ``memo`` (see
+    :func:`read_packed_list`)."""
+    if not 0 <= position < rec.count:
+        raise CorruptionError(f"position outside packed column {prefix!r}")
+    per = rec.per_chunk
+    c = position // per
+    name = prefix + b"P" + _U32.pack(c)
+    raw = memo.get(name)
+    if raw is None:
+        raw = txn.get(name, db=db)
+        if raw is not None:
+            memo[name] = raw
+    in_chunk = rec.count - c * per  # values in chunk c: per, or fewer in the last
+    value = None if raw is None else _search.unpack_one(raw, rec.width, in_chunk if in_chunk < per else per, position - c * per)
+    if value is None:
+        raise CorruptionError(f"packed column {prefix!r} chunk {c} is missing or too short")
+    return value + rec.min
+
+
+def column_key(txn: lmdb.Transaction, db: Any, meta: SegmentMeta, ordinal: int, memo: dict[bytes, Any]) -> int:
+    """The integer key of ``ordinal`` in key segment ``meta``, which has an integer key column: a
+    single query's match, read without a :class:`KeySegment` (see :meth:`KeySegment._column_keys`)."""
+    column = meta.int_keys
+    assert column is not None
+    key = packed_value(txn, db, column.prefix, column, ordinal, memo)
+    if key >> 64:
+        raise CorruptionError(f"segment {meta.id}'s integer key column holds a value above 2**64 - 1")
+    return key
 
 
 def read_packed_all(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedColumn) -> np.ndarray:

@@ -347,10 +347,12 @@ class Catalog:
     def _matches(
         self, txn: lmdb.Transaction, plan: ReadPlan, found: dict[int, tuple[int, int]], memo: dict[bytes, Any] | None = None
     ) -> list[Match]:
+        if len(found) == 1:  # a single query's usual answer
+            ((doc_id, (d, f)),) = found.items()
+            return [Match(self._keys_of(txn, plan, [doc_id], False, memo)[0], d, f, doc_id)]
         ids = list(found)
         keys = self._keys_of(txn, plan, ids, False, memo)  # found holds live ids: no tombstone to look up
-        out = [Match(key, *found[i], i) for key, i in zip(keys, ids)]
-        return sort_matches(out) if len(out) > 1 else out
+        return sort_matches([Match(key, *found[i], i) for key, i in zip(keys, ids)])
 
     def meta_int(self, txn: lmdb.Transaction, name: bytes) -> int:
         raw = txn.get(name, db=self.meta)
@@ -505,6 +507,8 @@ class Catalog:
             j = bisect.bisect_right(plan.bases, doc_id) - 1
             if j >= 0 and doc_id < plan.ends[j] and doc_id > 0 and not (dead and self.is_dead(txn, doc_id)):
                 meta = plan.segs[j]
+                if meta.int_keys is not None and memo is not None:
+                    return [tiers.column_key(txn, self.blobs, meta, doc_id - meta.base, memo)]
                 key = KeySegment(txn, self.blobs, self.cache, meta).int_or_typed_key(doc_id - meta.base, memo)
                 return [key if isinstance(key, int) else untyped_key(key)]
         uniq = set(ids)

@@ -12,7 +12,7 @@ from fpstore.errors import ClosedError, InputError
 from fpstore.fingerprint.pipeline import Fingerprints
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
-from fpstore.store.inputs import fingerprint_of, signature_of, signatures
+from fpstore.store.inputs import check_pipeline_id, fingerprint_int, fingerprint_of, signature_of, signatures
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, typed_key
 from fpstore.store.results import Document, Match
 from fpstore.store.sketches import check_sketch, check_threshold, check_verifiable, verified, verified_columns
@@ -82,7 +82,8 @@ class Reader:
         store, txn = self._store, self._open_txn()
         if fingerprint is not None and text is None and sketch is None and threshold is None and store.threshold is None and not exhaustive:
             # Nothing to verify: the single fingerprint's path, the chunks of earlier calls kept.
-            fp = fingerprint_of(store.pipeline, None, fingerprint, pipeline_id)[0]
+            check_pipeline_id(store.pipeline, pipeline_id)
+            fp = fingerprint_int(fingerprint)
             return store._cat.query(txn, fp, store._check_k(store.k if k is None else k), self._chunks)
         fp, short, text_hash, text_sketch = signature_of(store.pipeline, text, fingerprint, pipeline_id)
         if sketch is not None:
