@@ -8,7 +8,7 @@ because the bytes come from disk and may be anything. The GIL is released in eve
 """
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 
@@ -600,126 +600,227 @@ cdef inline void _locate(ProbeTable pt, uint64_t lo, uint64_t hi, Py_ssize_t* b0
     b1[0] = i if i < nb else nb
 
 
-def probe_tables(list tables, fetch, list ranges, int k):
-    """Single-query probe of several tables of one run: see ``fpstore.index._runs_py.probe_tables``."""
-    return _probe_tables(tables, fetch, ranges, k, None)
+cdef struct PRange:
+    # A key range of one table to probe: tables[table]'s keys in [lo, hi] within k of query.
+    Py_ssize_t table
+    uint64_t lo
+    uint64_t hi
+    uint64_t query
 
 
-cdef _probe_tables(list tables, fetch, list ranges, int k, dict memo):
-    """:func:`probe_tables`; with ``memo`` (name -> buffer) each chunk is fetched once for all
-    the calls that share it (a single query's second pass reads table 0's chunks again)."""
+cdef struct PHits:
+    # What a probe found: (table, key, position in the table), grown by doubling.
+    Py_ssize_t* table
+    uint64_t* key
+    int64_t* pos
+    Py_ssize_t n
+    Py_ssize_t cap
+
+
+cdef int _phits_push(PHits* h, Py_ssize_t table, uint64_t key, int64_t pos) noexcept nogil:
+    cdef Py_ssize_t cap
+    cdef Py_ssize_t* t
+    cdef uint64_t* kk
+    cdef int64_t* p
+    if h.n == h.cap:
+        cap = 2 * h.cap if h.cap else 16
+        t = <Py_ssize_t*>realloc(h.table, cap * sizeof(Py_ssize_t))
+        if t == NULL:
+            return -1
+        h.table = t
+        kk = <uint64_t*>realloc(h.key, cap * sizeof(uint64_t))
+        if kk == NULL:
+            return -1
+        h.key = kk
+        p = <int64_t*>realloc(h.pos, cap * sizeof(int64_t))
+        if p == NULL:
+            return -1
+        h.pos = p
+        h.cap = cap
+    h.table[h.n] = table
+    h.key[h.n] = key
+    h.pos[h.n] = pos
+    h.n += 1
+    return 0
+
+
+cdef void _phits_free(PHits* h) noexcept nogil:
+    free(h.table)
+    free(h.key)
+    free(h.pos)
+    h.table = NULL
+    h.key = NULL
+    h.pos = NULL
+    h.n = h.cap = 0
+
+
+cdef struct ProbeScratch:
+    # What one probe call reuses from range to range (and from query to query in a batch).
+    uint64_t* tmp                   # a decoded block
+    Py_ssize_t tmp_cap
+    Py_ssize_t* located             # b0, b1 of each range
+    Py_ssize_t located_cap
+    Py_ssize_t err_table            # where an error was found: the range's table, and the
+    Py_ssize_t err_where            # chunk (ERR_MISSING, ERR_LENGTH) or block (decode errors)
+
+
+cdef void _scratch_free(ProbeScratch* s) noexcept nogil:
+    free(s.tmp)
+    free(s.located)
+    s.tmp = NULL
+    s.located = NULL
+    s.tmp_cap = s.located_cap = 0
+
+
+cdef object _chunk_of(ProbeTable pt, Py_ssize_t c, fetch, dict memo):
+    """Chunk c of pt's run table: from ``memo`` when it holds it, else ``fetch`` (kept in memo)."""
+    name = pt.names[c]
+    if memo is None:
+        return fetch(name)
+    buf = memo.get(name)
+    if buf is None:
+        buf = fetch(name)
+        if buf is not None:
+            memo[name] = buf
+    return buf
+
+
+cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, int k, dict memo,
+                       PHits* hits, ProbeScratch* s) except -1:
+    """Probe ``ranges`` of ``tables`` (ProbeTable objects), appending to ``hits``; returns OK or
+    an error code, with ``s.err_table`` / ``s.err_where`` saying where."""
     cdef ProbeTable pt
-    cdef Py_ssize_t i, b0, b1, b, end, c, j, n, maxn
+    cdef Py_ssize_t ri, b0, b1, b, end, c, j, n, maxn
     cdef int64_t ndone, skip
     cdef uint64_t lo, hi, query, key
     cdef Py_buffer view
     cdef const uint8_t* bp
-    cdef uint64_t* tmp = NULL
-    cdef Py_ssize_t cap = 0
+    cdef uint64_t* grown
+    cdef Py_ssize_t* located
     cdef int err
     cdef bint past
-    cdef Py_ssize_t nr = len(ranges), ri
-    cdef Py_ssize_t* located = <Py_ssize_t*>malloc(2 * (nr if nr else 1) * sizeof(Py_ssize_t))
-    if located == NULL:
-        raise MemoryError()
-    hits = []
-    try:
-        # First every range's blocks, asking for the lines its decode reads first; then the
-        # decodes. A probe's tables lie far apart in the map (at 10^7, hundreds of MB), so each
-        # table's first reads miss the cache: asked for together, the misses overlap.
+    if nr > s.located_cap:
+        located = <Py_ssize_t*>realloc(s.located, 2 * nr * sizeof(Py_ssize_t))
+        if located == NULL:
+            raise MemoryError()
+        s.located = located
+        s.located_cap = nr
+    located = s.located
+    # First every range's blocks, asking for the lines its decode reads first; then the
+    # decodes. A probe's tables lie far apart in the map (at 10^7, hundreds of MB), so each
+    # table's first reads miss the cache: asked for together, the misses overlap.
+    for ri in range(nr):
+        pt = <ProbeTable?>tables[ranges[ri].table]
+        b0 = b1 = 0
+        if pt.nb:
+            _locate(pt, ranges[ri].lo, ranges[ri].hi, &b0, &b1)
+        located[2 * ri] = b0
+        located[2 * ri + 1] = b1
+        if b0 < b1:
+            fps_prefetch(pt.starts + b0)
+            fps_prefetch(pt.ends + b0)
+            fps_prefetch(pt.counts + b0)
+            fps_prefetch(pt.chunk + b0)
+            fps_prefetch(pt.bounds + b0)
+            fps_prefetch(pt.entry_start + b0)
+            fps_prefetch(pt.ck_key + b0 * CK_PER_BLOCK)
+            fps_prefetch(pt.ck_bit + b0 * CK_PER_BLOCK)
+    if memo is not None:
         for ri in range(nr):
-            i, lo, hi, query = ranges[ri]
-            pt = <ProbeTable?>tables[i]
-            b0 = b1 = 0
-            if pt.nb:
-                _locate(pt, lo, hi, &b0, &b1)
-            located[2 * ri] = b0
-            located[2 * ri + 1] = b1
-            if b0 < b1:
-                fps_prefetch(pt.starts + b0)
-                fps_prefetch(pt.ends + b0)
-                fps_prefetch(pt.counts + b0)
-                fps_prefetch(pt.chunk + b0)
-                fps_prefetch(pt.bounds + b0)
-                fps_prefetch(pt.entry_start + b0)
-                fps_prefetch(pt.ck_key + b0 * CK_PER_BLOCK)
-                fps_prefetch(pt.ck_bit + b0 * CK_PER_BLOCK)
-        if memo is not None:
-            for ri in range(nr):
-                b0 = located[2 * ri]
-                if b0 >= located[2 * ri + 1]:
-                    continue
-                pt = <ProbeTable>tables[<Py_ssize_t>ranges[ri][0]]
-                buf = memo.get(pt.names[pt.chunk[b0]])
-                if buf is None:
-                    continue
-                PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-                if pt.ends[b0] <= view.len and pt.starts[b0] < pt.ends[b0]:
-                    # The whole block (about 1.4 KiB at 10^7): where a restart point sends the
-                    # decode depends on bits not read yet.
-                    bp = <const uint8_t*>view.buf
-                    for j in range(pt.starts[b0], pt.ends[b0], 64):
-                        fps_prefetch(bp + j)
-                    fps_prefetch(bp + pt.ends[b0] - 1)
-                PyBuffer_Release(&view)
-        for ri in range(nr):
-            i, lo, hi, query = ranges[ri]
-            pt = <ProbeTable>tables[i]
             b0 = located[2 * ri]
-            b1 = located[2 * ri + 1]
-            past = False
-            while b0 < b1 and not past:
-                c = pt.chunk[b0]
-                end = b1 if b1 < pt.chunk_start[c + 1] else pt.chunk_start[c + 1]
-                if memo is None:
-                    buf = fetch(pt.names[c])
-                else:
-                    name = pt.names[c]
-                    buf = memo.get(name)
-                    if buf is None:
-                        buf = fetch(name)
-                        if buf is not None:
-                            memo[name] = buf
-                if buf is None:
-                    return ERR_MISSING, i, c, []
-                # The raw buffer protocol: a typed memoryview costs a microsecond per chunk here.
-                PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-                try:
-                    if view.len != pt.chunk_len[c]:
-                        return ERR_LENGTH, i, c, []
-                    bp = <const uint8_t*>view.buf
-                    maxn = 0
-                    for b in range(b0, end):
-                        if pt.counts[b] > maxn:
-                            maxn = pt.counts[b]
-                    if maxn > cap:
-                        free(tmp)
-                        tmp = <uint64_t*>malloc(maxn * sizeof(uint64_t))
-                        if tmp == NULL:
-                            raise MemoryError()
-                        cap = maxn
-                    for b in range(b0, end):
-                        n = pt.counts[b]
-                        # Keys are sorted: decoding stops after the first key above the range.
-                        err = _decode_block_probe(bp, view.len, pt.starts[b], pt.ends[b], n, pt.bounds[b],
-                                                  pt.bounds[b + 1], tmp, lo, hi, &ndone, &skip,
-                                                  pt.ck_key + b * CK_PER_BLOCK, pt.ck_bit + b * CK_PER_BLOCK)
-                        if err:
-                            return err, i, b, []
-                        for j in range(ndone):
-                            key = tmp[j]
-                            if lo <= key <= hi and fps_popcount64(key ^ query) <= k:
-                                hits.append((i, key, pt.entry_start[b] + skip + j))
-                        if skip + ndone < n or tmp[ndone - 1] > hi:
-                            past = True
-                            break
-                finally:
-                    PyBuffer_Release(&view)
-                b0 = end
-        return OK, -1, -1, hits
+            if b0 >= located[2 * ri + 1]:
+                continue
+            pt = <ProbeTable>tables[ranges[ri].table]
+            buf = memo.get(pt.names[pt.chunk[b0]])
+            if buf is None:
+                continue
+            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+            if pt.ends[b0] <= view.len and pt.starts[b0] < pt.ends[b0]:
+                # The whole block (about 1.4 KiB at 10^7): where a restart point sends the
+                # decode depends on bits not read yet.
+                bp = <const uint8_t*>view.buf
+                for j in range(pt.starts[b0], pt.ends[b0], 64):
+                    fps_prefetch(bp + j)
+                fps_prefetch(bp + pt.ends[b0] - 1)
+            PyBuffer_Release(&view)
+    for ri in range(nr):
+        lo, hi, query = ranges[ri].lo, ranges[ri].hi, ranges[ri].query
+        pt = <ProbeTable>tables[ranges[ri].table]
+        b0 = located[2 * ri]
+        b1 = located[2 * ri + 1]
+        past = False
+        while b0 < b1 and not past:
+            c = pt.chunk[b0]
+            end = b1 if b1 < pt.chunk_start[c + 1] else pt.chunk_start[c + 1]
+            buf = _chunk_of(pt, c, fetch, memo)
+            if buf is None:
+                s.err_table, s.err_where = ranges[ri].table, c
+                return ERR_MISSING
+            # The raw buffer protocol: a typed memoryview costs a microsecond per chunk here.
+            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+            try:
+                if view.len != pt.chunk_len[c]:
+                    s.err_table, s.err_where = ranges[ri].table, c
+                    return ERR_LENGTH
+                bp = <const uint8_t*>view.buf
+                maxn = 0
+                for b in range(b0, end):
+                    if pt.counts[b] > maxn:
+                        maxn = pt.counts[b]
+                if maxn > s.tmp_cap:
+                    grown = <uint64_t*>realloc(s.tmp, maxn * sizeof(uint64_t))
+                    if grown == NULL:
+                        raise MemoryError()
+                    s.tmp = grown
+                    s.tmp_cap = maxn
+                for b in range(b0, end):
+                    n = pt.counts[b]
+                    # Keys are sorted: decoding stops after the first key above the range.
+                    err = _decode_block_probe(bp, view.len, pt.starts[b], pt.ends[b], n, pt.bounds[b],
+                                              pt.bounds[b + 1], s.tmp, lo, hi, &ndone, &skip,
+                                              pt.ck_key + b * CK_PER_BLOCK, pt.ck_bit + b * CK_PER_BLOCK)
+                    if err:
+                        s.err_table, s.err_where = ranges[ri].table, b
+                        return err
+                    for j in range(ndone):
+                        key = s.tmp[j]
+                        if lo <= key <= hi and fps_popcount64(key ^ query) <= k:
+                            if _phits_push(hits, ranges[ri].table, key, pt.entry_start[b] + skip + j):
+                                raise MemoryError()
+                    if skip + ndone < n or s.tmp[ndone - 1] > hi:
+                        past = True
+                        break
+            finally:
+                PyBuffer_Release(&view)
+            b0 = end
+    return OK
+
+
+def probe_tables(list tables, fetch, list ranges, int k):
+    """Single-query probe of several tables of one run: see ``fpstore.index._runs_py.probe_tables``."""
+    cdef Py_ssize_t nr = len(ranges), ri
+    cdef PRange* rs = <PRange*>malloc((nr if nr else 1) * sizeof(PRange))
+    cdef PHits hits
+    cdef ProbeScratch s
+    cdef int err
+    if rs == NULL:
+        raise MemoryError()
+    memset(&hits, 0, sizeof(PHits))
+    memset(&s, 0, sizeof(ProbeScratch))
+    try:
+        for ri in range(nr):
+            i, lo, hi, query = ranges[ri]
+            if not 0 <= i < len(tables):
+                raise IndexError("range names no table")
+            rs[ri].table, rs[ri].lo, rs[ri].hi, rs[ri].query = i, lo, hi, query
+        err = _probe_ranges(tables, fetch, rs, nr, k, None, &hits, &s)
+        if err:
+            return err, s.err_table, s.err_where, []
+        return OK, -1, -1, [(hits.table[ri], hits.key[ri], hits.pos[ri]) for ri in range(hits.n)]
     finally:
-        free(tmp)
-        free(located)
+        free(rs)
+        _phits_free(&hits)
+        _scratch_free(&s)
 
 
 def fill_restarts(ProbeTable pt, fetch):
@@ -803,54 +904,184 @@ cdef inline uint64_t _permute(ProbeDesign d, Py_ssize_t t, uint64_t fp, bint inv
     return out
 
 
-def probe_fingerprint(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dict memo=None):
-    """Every run entry within ``k`` of ``fp``: see ``fpstore.index._runs_py.probe_fingerprint``."""
-    cdef Py_ssize_t ntab = d.ntab, nruns, r, t, f, j, c
-    cdef uint64_t perm, shifted, lo, hi, low, key
-    cdef int shift, p
-    if len(tables) % ntab:
-        raise ValueError("tables must hold every table of every run")
-    nruns = len(tables) // ntab
-    out = []
-    if memo is None:
-        memo = {}  # chunk buffers by name, for this call (a fetch is an LMDB lookup)
+cdef struct FpProbe:
+    # One fingerprint's probe over every run, what it reuses from query to query.
+    PRange* ranges
+    Py_ssize_t ranges_cap
+    PHits hits                      # one run's hits, then its table-0 look-ups
+    PHits found                     # (run, fingerprint, position) of the answer, by run then position
+    uint64_t* seen                  # fingerprints already found in this run
+    Py_ssize_t seen_cap
+    ProbeScratch scratch
+
+
+cdef void _fp_free(FpProbe* p) noexcept nogil:
+    free(p.ranges)
+    free(p.seen)
+    p.ranges = NULL
+    p.seen = NULL
+    p.ranges_cap = p.seen_cap = 0
+    _phits_free(&p.hits)
+    _phits_free(&p.found)
+    _scratch_free(&p.scratch)
+
+
+cdef int _probe_fp(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dict memo, FpProbe* p) except -1:
+    """Every run entry within ``k`` of ``fp`` into ``p.found`` (emptied first), as
+    ``fpstore.index._runs_py.probe_fingerprint`` specifies; returns OK or an error code, with
+    ``p.scratch.err_table`` / ``err_where`` saying where."""
+    cdef Py_ssize_t ntab = d.ntab, nruns = len(tables) // ntab, r, t, f, j, nr, nseen, nmiss, first, x, y
+    cdef Py_ssize_t need = 0
+    cdef uint64_t perm, lo, low, key
+    cdef int shift, pbits, err
+    cdef PRange* grown
+    cdef uint64_t* grown_seen
+    p.found.n = 0
+    for t in range(ntab):
+        need += d.flip_start[t + 1] - d.flip_start[t]
+    if need > p.ranges_cap:
+        grown = <PRange*>realloc(p.ranges, need * sizeof(PRange))
+        if grown == NULL:
+            raise MemoryError()
+        p.ranges = grown
+        p.ranges_cap = need
     for r in range(nruns):
-        ranges = []
+        nr = 0
         for t in range(ntab):
             perm = _permute(d, t, fp, False)
-            p = <int>d.prefix_bits[t]
-            if p == 0:
-                ranges.append((r * ntab + t, 0, 0xFFFFFFFFFFFFFFFF, perm))
+            pbits = <int>d.prefix_bits[t]
+            if pbits == 0:
+                p.ranges[nr].table, p.ranges[nr].lo, p.ranges[nr].hi, p.ranges[nr].query = r * ntab + t, 0, 0xFFFFFFFFFFFFFFFF, perm
+                nr += 1
                 continue
-            shift = 64 - p
+            shift = 64 - pbits
             low = ((<uint64_t>1) << shift) - 1 if shift < 64 else 0xFFFFFFFFFFFFFFFF
             for f in range(d.flip_start[t], d.flip_start[t + 1]):
                 lo = (((perm >> shift) ^ d.flips[f]) << shift) if shift < 64 else 0
-                ranges.append((r * ntab + t, lo, lo | low, perm))
-        err, i, where, hits = _probe_tables(tables, fetch, ranges, k, memo)
+                p.ranges[nr].table, p.ranges[nr].lo, p.ranges[nr].hi, p.ranges[nr].query = r * ntab + t, lo, lo | low, perm
+                nr += 1
+        p.hits.n = 0
+        err = _probe_ranges(tables, fetch, p.ranges, nr, k, memo, &p.hits, &p.scratch)
         if err:
-            return err, i, where, []
-        found = {}       # position in table 0 -> fingerprint
-        seen = set()
-        missing = []
-        for i, key, pos in hits:
-            t = i - r * ntab
-            if t == 0:
-                found[pos] = key
-                seen.add(key)
-        for i, key, pos in hits:
-            t = i - r * ntab
-            if t:
-                key = _permute(d, t, key, True)
-                if key not in seen:
-                    seen.add(key)
-                    missing.append((r * ntab, key, key, key))
-        if missing:
-            err, i, where, hits = _probe_tables(tables, fetch, missing, 0, memo)
+            return err
+        # Table 0 (the identity) names the entries by position; a key found only in another
+        # table is unpermuted and looked up there.
+        if p.hits.n > p.seen_cap:
+            grown_seen = <uint64_t*>realloc(p.seen, p.hits.n * sizeof(uint64_t))
+            if grown_seen == NULL:
+                raise MemoryError()
+            p.seen = grown_seen
+            p.seen_cap = p.hits.n
+        first = p.found.n
+        nseen = 0
+        for j in range(p.hits.n):
+            if p.hits.table[j] == r * ntab:
+                if _phits_push(&p.found, r, p.hits.key[j], p.hits.pos[j]):
+                    raise MemoryError()
+                p.seen[nseen] = p.hits.key[j]
+                nseen += 1
+        nmiss = 0
+        for j in range(p.hits.n):
+            if p.hits.table[j] != r * ntab:
+                key = _permute(d, p.hits.table[j] - r * ntab, p.hits.key[j], True)
+                for x in range(nseen):
+                    if p.seen[x] == key:
+                        break
+                else:
+                    p.seen[nseen] = key
+                    nseen += 1
+                    # Reuse the range array: nmiss <= hits <= ... each missing key is one range.
+                    if nmiss == p.ranges_cap:
+                        grown = <PRange*>realloc(p.ranges, 2 * p.ranges_cap * sizeof(PRange))
+                        if grown == NULL:
+                            raise MemoryError()
+                        p.ranges = grown
+                        p.ranges_cap *= 2
+                    p.ranges[nmiss].table, p.ranges[nmiss].lo, p.ranges[nmiss].hi, p.ranges[nmiss].query = r * ntab, key, key, key
+                    nmiss += 1
+        if nmiss:
+            p.hits.n = 0
+            err = _probe_ranges(tables, fetch, p.ranges, nmiss, 0, memo, &p.hits, &p.scratch)
             if err:
-                return err, i, where, []
-            for i, key, pos in hits:
-                found[pos] = key
-        for pos in sorted(found):
-            out.append((r, found[pos], pos))
-    return OK, -1, -1, out
+                return err
+            for j in range(p.hits.n):
+                if _phits_push(&p.found, r, p.hits.key[j], p.hits.pos[j]):
+                    raise MemoryError()
+        # This run's entries by position, each once (a handful: insertion sort).
+        for x in range(first + 1, p.found.n):
+            y = x
+            while y > first and p.found.pos[y - 1] > p.found.pos[y]:
+                p.found.pos[y - 1], p.found.pos[y] = p.found.pos[y], p.found.pos[y - 1]
+                p.found.key[y - 1], p.found.key[y] = p.found.key[y], p.found.key[y - 1]
+                y -= 1
+        y = first
+        for x in range(first, p.found.n):
+            if x == first or p.found.pos[x] != p.found.pos[y - 1]:
+                p.found.key[y], p.found.pos[y] = p.found.key[x], p.found.pos[x]
+                y += 1
+        p.found.n = y
+    return OK
+
+
+cdef int _check_fp_args(ProbeDesign d, list tables) except -1:
+    if len(tables) % d.ntab:
+        raise ValueError("tables must hold every table of every run")
+    return 0
+
+
+def probe_fingerprint(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dict memo=None):
+    """Every run entry within ``k`` of ``fp``: see ``fpstore.index._runs_py.probe_fingerprint``."""
+    cdef FpProbe p
+    cdef Py_ssize_t j
+    cdef int err
+    _check_fp_args(d, tables)
+    memset(&p, 0, sizeof(FpProbe))
+    try:
+        err = _probe_fp(d, tables, fetch, fp, k, {} if memo is None else memo, &p)
+        if err:
+            return err, p.scratch.err_table, p.scratch.err_where, []
+        return OK, -1, -1, [(p.found.table[j], p.found.key[j], p.found.pos[j]) for j in range(p.found.n)]
+    finally:
+        _fp_free(&p)
+
+
+def probe_fingerprints(ProbeDesign d, list tables, fetch, const uint64_t[::1] fps, int k, dict memo=None):
+    """:func:`probe_fingerprint` of every fingerprint of ``fps``, as arrays: see
+    ``fpstore.index._runs_py.probe_fingerprints``."""
+    cdef FpProbe p
+    cdef PHits out, runs
+    cdef Py_ssize_t q, j, nq = fps.shape[0]
+    cdef int err
+    _check_fp_args(d, tables)
+    memset(&p, 0, sizeof(FpProbe))
+    memset(&out, 0, sizeof(PHits))
+    memset(&runs, 0, sizeof(PHits))
+    if memo is None:
+        memo = {}
+    try:
+        for q in range(nq):
+            err = _probe_fp(d, tables, fetch, fps[q], k, memo, &p)
+            if err:
+                return err, p.scratch.err_table, p.scratch.err_where, None
+            for j in range(p.found.n):
+                if _phits_push(&out, q, p.found.key[j], p.found.pos[j]) or _phits_push(&runs, p.found.table[j], 0, 0):
+                    raise MemoryError()
+        qi = np.empty(out.n, np.int64)
+        ri = np.empty(out.n, np.int64)
+        keys = np.empty(out.n, np.uint64)
+        pos = np.empty(out.n, np.int64)
+        _fill_rows(&out, &runs, qi, ri, keys, pos)
+        return OK, -1, -1, (qi, ri, keys, pos)
+    finally:
+        _fp_free(&p)
+        _phits_free(&out)
+        _phits_free(&runs)
+
+
+cdef void _fill_rows(PHits* out, PHits* runs, int64_t[::1] qi, int64_t[::1] ri, uint64_t[::1] keys, int64_t[::1] pos) noexcept:
+    cdef Py_ssize_t j
+    for j in range(out.n):
+        qi[j] = out.table[j]
+        ri[j] = runs.table[j]
+        keys[j] = out.key[j]
+        pos[j] = out.pos[j]

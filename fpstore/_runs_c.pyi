@@ -61,3 +61,6 @@ class ProbeDesign:
 def probe_fingerprint(
     d: ProbeDesign, tables: list[ProbeTable], fetch: Callable[[Any], Any], fp: int, k: int, memo: dict[bytes, Any] | None = None
 ) -> tuple[int, int, int, list[tuple[int, int, int]]]: ...
+def probe_fingerprints(
+    d: ProbeDesign, tables: list[ProbeTable], fetch: Callable[[Any], Any], fps: np.ndarray, k: int, memo: dict[bytes, Any] | None = None
+) -> tuple[int, int, int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None]: ...

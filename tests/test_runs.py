@@ -808,3 +808,48 @@ def test_probe_fingerprint_equals_brute_force(kd, base, nruns, far, flips, seed)
         d = pd if mod is C else PY.ProbeDesign(*spec)
         err, _, _, hits = mod.probe_fingerprint(d, per_mod[mod], store.get, query, k)
         assert err == 0 and sorted(hits) == sorted(want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(_PROBE_DESIGNS), st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=200),
+       st.integers(1, 3), st.lists(st.integers(0, 2**64 - 1), min_size=0, max_size=12), st.integers(0, 2**32))
+def test_probe_fingerprints_equals_one_probe_per_query(kd, base, nruns, queries, seed):
+    """The batch entry point gives, query after query, what probe_fingerprint gives each query
+    alone (both twins, the same rows in the same order), over several runs, with queries that
+    match stored entries (near copies) and queries that match nothing."""
+    from fpstore.index import search
+
+    k, design = kd
+    rng = np.random.default_rng(seed)
+    near = [int(v) ^ (1 << int(rng.integers(0, 64))) for v in base[: len(queries)]]
+    values = np.array(base + near, dtype=np.uint64)
+    parts = np.array_split(rng.permutation(values), nruns)
+    store: dict[bytes, bytes] = {}
+    per_mod = {mod: [] for mod in TWINS}
+    for r, part in enumerate(parts):
+        fps = np.sort(part)
+        for t in range(len(design.tables)):
+            keys = fps if t == 0 else np.sort(design.permute(fps, t))
+            index, chunks = runs.encode_run(keys, block_entries=7, chunk_bytes=max(1 << 10, runs.max_block_bytes(7)))
+            names = [b"r%d t%d c%d" % (r, t, c) for c in range(index.nchunks)]
+            store.update(zip(names, chunks))
+            for mod in TWINS:
+                per_mod[mod].append(_probe_tables_of(mod, index, names))
+    spec = ([design.moves(t) for t in range(len(design.tables))], [t.prefix_bits for t in design.tables],
+            [list(design.flip_masks(t)) for t in range(len(design.tables))])
+    qs = np.array(queries + near[:3], dtype=np.uint64)
+    got = {}
+    for mod in TWINS:
+        d = search.probe_design(design) if mod is C else PY.ProbeDesign(*spec)
+        if mod is C and type(d).__module__ != C.__name__:
+            d = C.ProbeDesign(*spec)
+        rows = []
+        for q, fp in enumerate(qs.tolist()):
+            err, _, _, hits = mod.probe_fingerprint(d, per_mod[mod], store.get, fp, k)
+            assert err == 0
+            rows += [(q, r, f, p) for r, f, p in hits]
+        err, _, _, (qi, ri, f, p) = mod.probe_fingerprints(d, per_mod[mod], store.get, qs, k, {})
+        assert err == 0
+        assert list(zip(qi.tolist(), ri.tolist(), f.tolist(), p.tolist())) == rows
+        got[mod] = rows
+    assert got[C] == got[PY]

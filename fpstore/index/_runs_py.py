@@ -511,3 +511,32 @@ def probe_fingerprint(d: ProbeDesign, tables: list, fetch: Any, fp: int, k: int,
             found.update((pos, key) for _, key, pos in hits)
         out += [(r, found[pos], pos) for pos in sorted(found)]
     return OK, -1, -1, out
+
+
+def probe_fingerprints(
+    d: ProbeDesign, tables: list, fetch: Any, fps: np.ndarray, k: int, memo: dict | None = None
+) -> tuple[int, int, int, Any]:
+    """:func:`probe_fingerprint` of every fingerprint of ``fps`` (uint64), one query after
+    another with one ``memo``: ``(OK, -1, -1, (query index, run, fingerprint, position))``, four
+    arrays (int64, int64, uint64, int64) with each query's rows in :func:`probe_fingerprint`'s
+    order, queries in order; or the first error as :func:`probe_fingerprint` reports it (and
+    None)."""
+    memo = {} if memo is None else memo
+    rows: list = []
+    for q, fp in enumerate(int(x) for x in fps):
+        err, i, where, hits = probe_fingerprint(d, tables, fetch, fp, k, memo)
+        if err:
+            return err, i, where, None
+        rows += [(q, r, f, pos) for r, f, pos in hits]
+    cols = list(zip(*rows)) if rows else [(), (), (), ()]
+    return (
+        OK,
+        -1,
+        -1,
+        (
+            np.array(cols[0], np.int64),
+            np.array(cols[1], np.int64),
+            np.array(cols[2], np.uint64),
+            np.array(cols[3], np.int64),
+        ),
+    )

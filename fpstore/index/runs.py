@@ -50,6 +50,7 @@ __all__ = [
     "probe_batch_run",
     "probe_design",
     "probe_fingerprint",
+    "probe_fingerprints",
     "probe_positions",
     "probe_table",
     "probe_tables",
@@ -591,6 +592,17 @@ def probe_fingerprint(
     if err:
         raise _probe_error(err, i, where)
     return hits
+
+
+def probe_fingerprints(
+    design: Any, tables: list[Any], fetch: Callable[[bytes], Any], fps: np.ndarray, k: int, memo: dict[bytes, Any] | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`probe_fingerprint` of each of ``fps`` (uint64) in one kernel call: ``(query index,
+    run, fingerprint, position)`` arrays, a small batch's answer with no Python object per hit."""
+    err, i, where, rows = _kernel.probe_fingerprints(design, tables, fetch, np.ascontiguousarray(fps, dtype=np.uint64), k, memo)
+    if err:
+        raise _probe_error(err, i, where)
+    return rows
 
 
 def _probe_error(err: int, i: int, where: int) -> CorruptionError:

@@ -18,7 +18,7 @@ from fpstore.errors import CorruptionError
 from fpstore.index import runs as runs_codec
 from fpstore.index.costs import join_cost
 from fpstore.index.design import Design, flip_free_designs
-from fpstore.index.tiers import ReadPlan, Run, run_ids
+from fpstore.index.tiers import ReadPlan, Run, run_ids, run_ids_at
 from fpstore.parallel import executor
 from fpstore.parallel import threads as thread_count
 
@@ -143,41 +143,33 @@ def probe_plan_each(
     plan: ReadPlan, txn: Any, db: Any, design: object, fps: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`probe_runs_each` over the runs of a :class:`~fpstore.index.tiers.ReadPlan`: one
-    kernel probe per query, every chunk read once for the batch, and each run's ids read once
-    for all its hits."""
-    q_, id_, d_, f_ = probe_plan_rows(plan, txn, db, design, fps.tolist(), k)
-    if not q_:
+    kernel call probing each query in turn (every chunk read once for the batch), then each
+    run's ids read once for all its hits. Rows (query index int64, id int64, distance uint8,
+    fingerprint uint64) in no particular order."""
+    if not plan.tables or not len(fps):
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64)
-    return np.array(q_, np.int64), np.array(id_, np.int64), np.array(d_, np.uint8), np.array(f_, np.uint64)
+    fps = np.ascontiguousarray(fps, dtype=np.uint64)
+    qi, ri, found, pos = runs_codec.probe_fingerprints(design, plan.tables, functools.partial(txn.get, db=db), fps, k)
+    if len(plan.runs) == 1:
+        ids = run_ids_at(txn, db, plan.runs[0], pos).astype(np.int64)
+    else:
+        ids = np.empty(len(qi), np.int64)
+        for r, meta in enumerate(plan.runs):
+            sel = ri == r
+            if sel.any():
+                ids[sel] = run_ids_at(txn, db, meta, pos[sel]).astype(np.int64)
+    dist = np.bitwise_count(found ^ fps[qi]).astype(np.uint8)
+    return qi, ids, dist, found
 
 
 def probe_plan_rows(
     plan: ReadPlan, txn: Any, db: Any, design: object, queries: list[int], k: int
 ) -> tuple[list[int], list[int], list[int], list[int]]:
-    """:func:`probe_plan_each` in plain lists (query index, id, distance, fingerprint), rows in
-    no particular order: a small batch's answer without numpy's fixed costs."""
+    """:func:`probe_plan_each` in plain lists (query index, id, distance, fingerprint)."""
     if not plan.tables or not queries:
         return [], [], [], []
-    fetch = functools.partial(txn.get, db=db)
-    memo: dict[bytes, Any] = {}
-    tables = plan.tables
-    probe = runs_codec.probe_fingerprint
-    # Per run: the hits' positions and their (query, fingerprint), ids resolved at the end.
-    positions: list[list[int]] = [[] for _ in plan.runs]
-    rows: list[list[tuple[int, int]]] = [[] for _ in plan.runs]
-    for q, fp in enumerate(queries):
-        for r, f, pos in probe(design, tables, fetch, fp, k, memo):
-            positions[r].append(pos)
-            rows[r].append((q, f))
-    q_: list[int] = []
-    id_: list[int] = []
-    f_: list[int] = []
-    for meta, pos_r, rows_r in zip(plan.runs, positions, rows):
-        if pos_r:
-            id_ += run_ids(txn, db, meta, pos_r)
-            q_ += [q for q, _ in rows_r]
-            f_ += [f for _, f in rows_r]
-    return q_, id_, [(f ^ queries[q]).bit_count() for q, f in zip(q_, f_)], f_
+    q_, id_, d_, f_ = probe_plan_each(plan, txn, db, design, np.array(queries, dtype=np.uint64), k)
+    return q_.tolist(), id_.tolist(), d_.tolist(), f_.tolist()
 
 
 def flip_variants(design: Design, t: int, perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

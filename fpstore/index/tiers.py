@@ -546,18 +546,7 @@ class Run(_Bound[RunMeta]):
         return tab
 
     def ids_at(self, positions: np.ndarray) -> np.ndarray:
-        ids = self.meta.ids
-        if ids is None:
-            if len(positions) and (positions.min() < 0 or positions.max() >= self.count):
-                raise CorruptionError(f"position outside run {self.id}")
-            base: int = self.meta.ids_base  # type: ignore[assignment]  # RunMeta sets ids_base when ids is None
-            out = positions.astype(np.uint64) + np.uint64(base)
-        else:
-            out = read_packed(self._txn, self._db, ids.prefix, ids, positions)
-        # Ids are assigned from 1 upward; one past 2**63 can only come from damaged bytes.
-        if len(out) and (int(out.max()) >= 1 << 63 or int(out.min()) == 0):
-            raise CorruptionError(f"run {self.id} names a document id outside any this store assigns")
-        return out
+        return run_ids_at(self._txn, self._db, self.meta, positions)
 
     def id_reader(self) -> Callable[[np.ndarray], np.ndarray]:
         """:meth:`ids_at` as a function that no longer needs this transaction's thread: the id
@@ -606,6 +595,23 @@ class Run(_Bound[RunMeta]):
         """For sorted unique fingerprints: (fingerprint index, id) of every entry holding each."""
         ki, pos = self.table(0).positions(fps)
         return ki, self.ids_at(pos)
+
+
+def run_ids_at(txn: lmdb.Transaction, db: Any, meta: RunMeta, positions: np.ndarray) -> np.ndarray:
+    """Document ids (uint64) of run ``meta``'s entries at ``positions`` (int64, of its table 0),
+    positions and ids checked (CorruptionError)."""
+    ids = meta.ids
+    if ids is None:
+        if len(positions) and (positions.min() < 0 or positions.max() >= meta.count):
+            raise CorruptionError(f"position outside run {meta.id}")
+        base: int = meta.ids_base  # type: ignore[assignment]  # RunMeta sets ids_base when ids is None
+        out = positions.astype(np.uint64) + np.uint64(base)
+    else:
+        out = read_packed(txn, db, ids.prefix, ids, positions)
+    # Ids are assigned from 1 upward; one past 2**63 can only come from damaged bytes.
+    if len(out) and (int(out.max()) >= 1 << 63 or int(out.min()) == 0):
+        raise CorruptionError(f"run {meta.id} names a document id outside any this store assigns")
+    return out
 
 
 def run_ids(txn: lmdb.Transaction, db: Any, meta: RunMeta, positions: list[int], memo: dict[bytes, Any] | None = None) -> list[int]:
