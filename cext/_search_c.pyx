@@ -7,6 +7,7 @@ against its length, because packed columns come from disk.
 
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdlib cimport free, malloc
 
 from _common cimport Triples, fps_popcount64, triples_copy, triples_free, triples_init, triples_push
@@ -221,6 +222,93 @@ def unpack_one(buf, int width, Py_ssize_t count, Py_ssize_t position):
         return lo & mask
     finally:
         PyBuffer_Release(&view)
+
+
+cdef inline object _column_chunk(dict memo, fetch, bytes prefix, Py_ssize_t c):
+    """Chunk c of a packed column (blob ``prefix + b"P" + c`` as 4 big-endian bytes), from
+    ``memo`` or ``fetch`` (kept in memo); None when absent."""
+    cdef unsigned char tail[5]
+    tail[0] = 80  # "P"
+    tail[1] = (c >> 24) & 0xFF
+    tail[2] = (c >> 16) & 0xFF
+    tail[3] = (c >> 8) & 0xFF
+    tail[4] = c & 0xFF
+    name = prefix + PyBytes_FromStringAndSize(<char*>tail, 5)
+    buf = memo.get(name)
+    if buf is None:
+        buf = fetch(name)
+        if buf is not None:
+            memo[name] = buf
+    return buf
+
+
+def unpack_at(dict memo, fetch, bytes prefix, Py_ssize_t count, Py_ssize_t per, int width, uint64_t low,
+              const int64_t[::1] positions):
+    """Values (plus ``low``) at ``positions`` of a packed column of ``count`` values, ``per`` to a
+    chunk (the last holds the rest), chunk c read by ``fetch(prefix + b"P" + c)`` (c as 4
+    big-endian bytes) and kept in ``memo``: ``(status, index, values uint64)``, status 0, or 1 for
+    a position outside 0..count-1, 2 for a chunk missing or too short, 3 for a value above
+    2**64 - 1, at positions[index]. Chunks are looked up when the chunk changes: sorted positions
+    read each chunk once."""
+    if not 0 <= width <= 64:
+        raise ValueError("width must be in 0..64")
+    if per < 1 or count < 0:
+        raise ValueError("bad column shape")
+    cdef Py_ssize_t m = positions.shape[0], x, c, cur = -1, n_in
+    out = np.zeros(m, np.uint64)
+    cdef uint64_t[::1] o = out
+    cdef Py_buffer view
+    cdef bint held = False
+    cdef const uint8_t* base = NULL
+    cdef int64_t p
+    cdef uint64_t bit, v, lo, hi
+    cdef uint64_t mask = (<uint64_t>0xFFFFFFFFFFFFFFFF) if width == 64 else ((<uint64_t>1 << width) - 1)
+    cdef Py_ssize_t w
+    cdef int off, byte
+    try:
+        for x in range(m):
+            p = positions[x]
+            if p < 0 or p >= count:
+                return 1, x, None
+            c = p // per
+            if c != cur:
+                if held:
+                    PyBuffer_Release(&view)
+                    held = False
+                buf = _column_chunk(memo, fetch, prefix, c)
+                if buf is None:
+                    return 2, x, None
+                PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+                held = True
+                n_in = count - c * per
+                if n_in > per:
+                    n_in = per
+                if <uint64_t>view.len < ((<uint64_t>n_in * <uint64_t>width + 63) // 64) * 8:
+                    return 2, x, None
+                base = <const uint8_t*>view.buf
+                cur = c
+            v = 0
+            if width:
+                bit = <uint64_t>(p - c * per) * <uint64_t>width
+                w = <Py_ssize_t>(bit >> 6)
+                off = <int>(bit & 63)
+                lo = 0
+                for byte in range(8):
+                    lo |= (<uint64_t>base[w * 8 + byte]) << (8 * byte)
+                v = lo >> off
+                if off + width > 64:
+                    hi = 0
+                    for byte in range(8):
+                        hi |= (<uint64_t>base[(w + 1) * 8 + byte]) << (8 * byte)
+                    v |= hi << (64 - off)
+                v &= mask
+            if v + low < v:
+                return 3, x, None
+            o[x] = v + low
+        return 0, -1, out
+    finally:
+        if held:
+            PyBuffer_Release(&view)
 
 
 def components(Py_ssize_t n, const int64_t[::1] a, const int64_t[::1] b):

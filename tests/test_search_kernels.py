@@ -122,3 +122,43 @@ def test_unpack_one_reads_one_value_and_refuses_what_unpack_bits_refuses(values,
     for twin in (C, PY):
         with pytest.raises(ValueError):
             twin.unpack_one(packed, 65, len(values), 0)
+
+
+@given(u64_arrays, st.integers(0, 64), st.integers(1, 9), st.integers(0, 2**64 - 1), st.lists(st.integers(-2, 450), max_size=30))
+def test_unpack_at_reads_a_chunked_column_and_reports_damage(values, width, per, low, positions):
+    """unpack_at reads a column cut into chunks of ``per`` values (as both twins do), fetching
+    each chunk through the memo once; a position outside the column (1), a chunk missing or
+    short (2) and a value past 2**64 - 1 once ``low`` is added (3) are reported at their index."""
+    mask = np.uint64((1 << width) - 1) if width < 64 else np.uint64(2**64 - 1)
+    values = values & mask
+    count = len(values)
+    chunks = {b"c" + b"P" + c.to_bytes(4, "big"): C.pack_bits(values[c * per : (c + 1) * per], width) for c in range(-(-count // per))}
+    pos = np.array(positions, np.int64)
+    want_status, want_index, want = 0, -1, []
+    for x, p in enumerate(positions):
+        if not 0 <= p < count:
+            want_status, want_index = 1, x
+            break
+        if int(values[p]) + low >= 2**64:
+            want_status, want_index = 3, x
+            break
+        want.append(int(values[p]) + low)
+    for twin in (C, PY):
+        fetched: list[bytes] = []
+
+        def fetch(name, fetched=fetched):
+            fetched.append(name)
+            return chunks.get(name)
+
+        memo: dict = {}
+        status, index, got = twin.unpack_at(memo, fetch, b"c", count, per, width, low, pos)
+        assert (status, index) == (want_status, want_index)
+        assert (got.tolist() if status == 0 else got) == (want if status == 0 else None)
+        assert len(fetched) == len(set(fetched))  # each chunk fetched once, then from the memo
+    if count and width:
+        broken = dict(chunks)
+        first = b"c" + b"P" + (0).to_bytes(4, "big")
+        broken[first] = broken[first][:-8]
+        for twin in (C, PY):
+            assert twin.unpack_at({}, broken.get, b"c", count, per, width, 0, np.array([0], np.int64))[:2] == (2, 0)
+            assert twin.unpack_at({}, {}.get, b"c", count, per, width, 0, np.array([0], np.int64))[:2] == (2, 0)

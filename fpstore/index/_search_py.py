@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import bisect
+from typing import Any
 
 import numpy as np
 
@@ -130,6 +131,37 @@ def unpack_one(buf: bytes, width: int, count: int, position: int) -> int | None:
     w, off = divmod(position * width, 64)
     v = int.from_bytes(bytes(buf[w * 8 : w * 8 + 16]), "little") >> off
     return v & ((1 << width) - 1)
+
+
+def unpack_at(
+    memo: dict, fetch: Any, prefix: bytes, count: int, per: int, width: int, low: int, positions: np.ndarray
+) -> tuple[int, int, np.ndarray | None]:
+    """Values (plus ``low``) at ``positions`` of a packed column of ``count`` values, ``per`` to a
+    chunk, chunk c read by ``fetch(prefix + b"P" + c)`` (c as 4 big-endian bytes) and kept in
+    ``memo``: ``(status, index, values)``, status 0, or 1 for a position outside 0..count-1, 2
+    for a chunk missing or too short, 3 for a value above 2**64 - 1, at positions[index]."""
+    if not 0 <= width <= 64:
+        raise ValueError("width must be in 0..64")
+    if per < 1 or count < 0:
+        raise ValueError("bad column shape")
+    out = np.zeros(len(positions), np.uint64)
+    for x, p in enumerate(int(v) for v in positions):
+        if not 0 <= p < count:
+            return 1, x, None
+        c = p // per
+        name = prefix + b"P" + c.to_bytes(4, "big")
+        buf = memo.get(name)
+        if buf is None:
+            buf = fetch(name)
+            if buf is not None:
+                memo[name] = buf
+        value = None if buf is None else unpack_one(buf, width, min(per, count - c * per), p - c * per)
+        if value is None:
+            return 2, x, None
+        if value + low >> 64:
+            return 3, x, None
+        out[x] = value + low
+    return 0, -1, out
 
 
 def components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -140,16 +140,17 @@ def probe_runs_each(runs: Iterable[Run], design: object, fps: np.ndarray, k: int
 
 
 def probe_plan_each(
-    plan: ReadPlan, txn: Any, db: Any, design: object, fps: np.ndarray, k: int
+    plan: ReadPlan, txn: Any, db: Any, design: object, fps: np.ndarray, k: int, memo: dict[bytes, Any] | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`probe_runs_each` over the runs of a :class:`~fpstore.index.tiers.ReadPlan`: one
     kernel call probing each query in turn (every chunk read once for the batch), then each
     run's ids read once for all its hits. Rows (query index int64, id int64, distance uint8,
-    fingerprint uint64) in no particular order."""
+    fingerprint uint64) in no particular order. ``memo`` keeps the chunks read for later calls
+    (see :func:`probe_plan`)."""
     if not plan.tables or not len(fps):
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64)
     fps = np.ascontiguousarray(fps, dtype=np.uint64)
-    qi, ri, found, pos = runs_codec.probe_fingerprints(design, plan.tables, functools.partial(txn.get, db=db), fps, k)
+    qi, ri, found, pos = runs_codec.probe_fingerprints(design, plan.tables, functools.partial(txn.get, db=db), fps, k, memo)
     if len(plan.runs) == 1:
         ids = run_ids_at(txn, db, plan.runs[0], pos).astype(np.int64)
     else:

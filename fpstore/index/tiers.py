@@ -20,6 +20,7 @@ zstd output is bounded, before anything is used.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 import threading
@@ -461,12 +462,26 @@ def unpack_column(get_chunk: Callable[[int], Any], prefix: bytes, rec: PackedCol
 def read_packed_list(
     txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedColumn, positions: list[int], memo: dict[bytes, Any] | None = None
 ) -> list[int]:
-    """:func:`read_packed` for a few positions, in plain ints (a single query's hits): the same
-    little-endian bit fields, read in place instead of through numpy's fixed costs. ``memo``
-    (chunk views by blob name, valid in ``txn``) keeps the chunks read for later calls."""
-    if memo is None:
-        memo = {}
-    return [packed_value(txn, db, prefix, rec, p, memo) for p in positions]
+    """:func:`read_packed` in plain ints, read in place by the kernel, chunk by chunk as the
+    positions reach them (sorted positions read each chunk once). ``memo`` (chunk views by blob
+    name, valid in ``txn``) keeps the chunks read for later calls."""
+    status, x, values = _search.unpack_at(
+        {} if memo is None else memo,
+        functools.partial(txn.get, db=db),
+        prefix,
+        rec.count,
+        rec.per_chunk,
+        rec.width,
+        rec.min,
+        np.array(positions, dtype=np.int64),
+    )
+    if status == 1:
+        raise CorruptionError(f"position outside packed column {prefix!r}")
+    if status == 2:
+        raise CorruptionError(f"packed column {prefix!r} chunk {positions[x] // rec.per_chunk} is missing or too short")
+    if status == 3:
+        raise CorruptionError(f"packed column {prefix!r} holds a value above 2**64 - 1")
+    return values.tolist()
 
 
 def packed_value(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedColumn, position: int, memo: dict[bytes, Any]) -> int:
@@ -728,11 +743,11 @@ class KeySegment(_Bound[SegmentMeta]):
     def _key_block(self, block: int) -> tuple[bytes, Any]:
         return self._cache.key_block(self.meta.keys, block, lambda: self._decode_key_block(block))
 
-    def int_keys_at(self, ordinals: list[int]) -> list[int] | None:
+    def int_keys_at(self, ordinals: list[int], memo: dict[bytes, Any] | None = None) -> list[int] | None:
         """The keys of ``ordinals`` when they are all integer keys (a bulk load of integer keys
         stores only those), else None: read straight from the decoded blocks, no typed key made."""
         if self.meta.int_keys is not None:
-            return self._column_keys(ordinals)
+            return self._column_keys(ordinals, memo)
         out: list[int] = []
         blocks: dict[int, bytes] = {}
         for ordinal in ordinals:
@@ -753,16 +768,7 @@ class KeySegment(_Bound[SegmentMeta]):
         one chunk view and a few bytes of it, where a zstd block decodes 2 KiB."""
         column = self.meta.int_keys
         assert column is not None
-        if len(ordinals) < 4096:  # numpy costs a pass per chunk reached: more than the lookups of a small batch
-            keys = read_packed_list(self._txn, self._db, column.prefix, column, ordinals, memo)
-            wrapped = bool(keys) and max(keys) >> 64 != 0
-        else:
-            values = read_packed(self._txn, self._db, column.prefix, column, np.array(ordinals, dtype=np.int64))
-            wrapped = int(values.min()) < column.min  # numpy adds the minimum modulo 2**64
-            keys = values.tolist()
-        if wrapped:
-            raise CorruptionError(f"segment {self.meta.id}'s integer key column holds a value above 2**64 - 1")
-        return keys
+        return read_packed_list(self._txn, self._db, column.prefix, column, ordinals, memo)
 
     def _decode_key_block(self, block: int) -> tuple[bytes, Any]:
         if not 0 <= block < self.meta.key_blocks:

@@ -488,13 +488,14 @@ class Catalog:
                 out[j] = doc_id
         return out
 
-    def keys_of(self, txn: lmdb.Transaction, ids: list[int], state: State | None = None) -> list[Key]:
+    def keys_of(self, txn: lmdb.Transaction, ids: list[int], state: State | None = None, memo: dict[bytes, Any] | None = None) -> list[Key]:
         """Keys of many ids: incremental records by lookup, bulk ones a key block at a time
-        (integer keys read straight from the decoded blocks, no typed key built per id)."""
+        (integer keys read straight from the decoded blocks, no typed key built per id); column
+        chunks kept in ``memo`` (see :meth:`query`)."""
         if not ids:
             return []
         plan = self.plan(txn, state)
-        return self._keys_of(txn, plan, ids, bool(plan.segs) and txn.stat(self.dead)["entries"] > 0)
+        return self._keys_of(txn, plan, ids, bool(plan.segs) and txn.stat(self.dead)["entries"] > 0, memo)
 
     def _keys_of(
         self, txn: lmdb.Transaction, plan: ReadPlan, ids: list[int], dead: bool, memo: dict[bytes, Any] | None = None
@@ -534,7 +535,7 @@ class Catalog:
         for j, mine in held.items():
             seg = KeySegment(txn, self.blobs, self.cache, plan.segs[j])
             ordinals = [i - seg.base for i in mine]
-            ints = seg.int_keys_at(ordinals)
+            ints = seg.int_keys_at(ordinals, memo)
             keys.update(zip(mine, ints if ints is not None else map(untyped_key, seg.keys_at(ordinals))))
         for doc_id in rest:
             raw = txn.get(U64.pack(doc_id), db=self.docs)
@@ -585,12 +586,15 @@ class Catalog:
             covered = batch[-1][0]
         return ([self.document(txn, doc_id, rec) for doc_id, rec in batch] if documents else batch), covered
 
-    def probe_many(self, txn: lmdb.Transaction, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def probe_many(
+        self, txn: lmdb.Transaction, fps: np.ndarray, k: int, memo: dict[bytes, Any] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every live (query index int64, id int64, distance uint8, fingerprint uint64) within
-        ``k`` of ``fps``, sorted by query index, then distance, then id (see :meth:`Store.query_many`)."""
+        ``k`` of ``fps``, sorted by query index, then distance, then id (see :meth:`Store.query_many`);
+        a small batch's run chunks kept in ``memo`` (see :meth:`query`)."""
         plan = self.plan(txn)
         if plan.runs and len(fps) < SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * plan.chunks0:
-            rq, rid, rd, rfp = search.probe_plan_each(plan, txn, self.blobs, self.probe_design, fps, k)
+            rq, rid, rd, rfp = search.probe_plan_each(plan, txn, self.blobs, self.probe_design, fps, k, memo)
         else:
             rq, rid, rd, rfp = search.batch_probe_runs(self.runs(txn), self.design, fps, k)
         dead = self.lsm.dead_ids(txn)

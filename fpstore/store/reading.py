@@ -45,15 +45,18 @@ class Reader:
         self._store = store
         self._reading: Any = None
         self._txn: Any = None
-        # Run chunks read in this reader's transaction, by name: a burst of single queries reaches
-        # the same few hundred chunks again and again, and each read is an LMDB lookup.
+        # Run and column chunks read in this reader's snapshot, by name (Catalog.snapshot_chunks):
+        # a burst of queries reaches the same few hundred chunks again and again, and each read
+        # is an LMDB lookup.
         self._chunks: dict[bytes, Any] = {}
 
     def __enter__(self) -> Reader:
         if self._reading is not None:
             raise ClosedError("this reader is already open")
-        self._reading = self._store._storage.read()
+        storage = self._store._storage
+        self._reading = storage.read()
         self._txn = self._reading.__enter__()
+        self._chunks = self._store._cat.snapshot_chunks(self._txn, storage.mapping)
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -125,7 +128,7 @@ class Reader:
         kq = store._check_k(store.k if k is None else k)
         theta = store.threshold if threshold is None else check_threshold(threshold)
         check_verifiable(store._cat.sketches, sigs.sketches, theta, "Fingerprints with sketches")
-        q, ids, dist, _ = store._cat.probe_many(txn, np.ascontiguousarray(sigs.values), kq)
+        q, ids, dist, _ = store._cat.probe_many(txn, np.ascontiguousarray(sigs.values), kq, self._chunks)
         return verified_columns(store._cat.sketches, txn, (q, ids, dist), sigs.sketches, theta)
 
     def get(self, key: Key, default: Any = None) -> Document | Any:
@@ -145,4 +148,4 @@ class Reader:
 
     def keys_of(self, ids: Iterable[int]) -> list[Key]:
         """:meth:`Store.keys_of` in this reader's snapshot."""
-        return self._store._cat.keys_of(self._open_txn(), [int(i) for i in ids])
+        return self._store._cat.keys_of(self._open_txn(), [int(i) for i in ids], memo=self._chunks)
