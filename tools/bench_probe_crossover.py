@@ -91,7 +91,7 @@ def query_many_paths(tmp: str, sizes_n: list[int], repeat: int, rng: np.random.G
     query (``search.probe_runs_each``) and the merge (``search.batch_probe_runs``)."""
     from fpstore.store import catalog
 
-    sizes = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+    sizes = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
     print("\nquery_many through the runs: ms per batch (one probe per query / the merge); the last column "
           "is the first m where the probes stop paying")
     print("| n | chunks | " + " | ".join(f"m = {m}" for m in sizes) + " | crossover m |")
@@ -107,11 +107,13 @@ def query_many_paths(tmp: str, sizes_n: list[int], repeat: int, rng: np.random.G
                 cells, cross = [], None
                 with store._storage.read() as txn:
                     chunks = sum(run.table(0).index.nchunks for run in cat.runs(txn))
+                    # The snapshot's chunks, as query_many reads them (Reader).
+                    memo = cat.snapshot_chunks(txn, store._storage.mapping)
                     for m in sizes:
                         catalog.SMALL_BATCH_BASE = 10**9
-                        each = median_ms(lambda f: cat.probe_many(txn, f, 3), m, repeat, rng)
+                        each = median_ms(lambda f: cat.probe_many(txn, f, 3, memo), m, repeat, rng)
                         catalog.SMALL_BATCH_BASE = 0
-                        merge = median_ms(lambda f: cat.probe_many(txn, f, 3), m, repeat, rng)
+                        merge = median_ms(lambda f: cat.probe_many(txn, f, 3, memo), m, repeat, rng)
                         cells.append(f"{each:.2f} / {merge:.2f}")
                         if cross is None and each > merge:
                             cross = m

@@ -33,9 +33,9 @@ from fpstore.store.sketches import Sketches, verify_near
 #: A batch of queries is probed one query at a time (:func:`search.probe_plan_each`) while it holds
 #: fewer than ``SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * c`` queries, c the chunks of the runs'
 #: table 0: the merge's cost grows with the chunks it reaches, a single probe's does not. Fitted to
-#: the crossovers ``tools/bench_probe_crossover.py`` measures ("query_many", idle machine: 256-512
-#: queries at 10^5 (3 chunks), ~1,000 at 10^6 (22), 4,096-8,192 at 10^7 (202)).
-SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK = 280, 28
+#: the crossovers ``tools/bench_probe_crossover.py`` measures ("query_many", idle machine: 1,024-2,048
+#: queries at 10^5 (3 chunks), 4,096-8,192 at 10^6 (22), 16,384-32,768 at 10^7 (202)).
+SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK = 3000, 90
 
 __all__ = ["ITER_BATCH", "Catalog", "live_canonical", "new_canonical", "read_u64"]
 
