@@ -176,3 +176,34 @@ def test_a_damaged_key_column_chunk_raises_corruption_error(column_store, damage
     _damage_blobs(path, seg.keys + b"P", (lambda v: None) if damage == "missing" else (lambda v: v[: len(v) // 3]))
     with pytest.raises(CorruptionError):
         _exercise(path, fps)
+
+
+def test_keys_of_a_batch_mixes_columns_records_and_tombstones_like_one_key_at_a_time(tmp_path):
+    """keys_of of batches (read from the integer key columns in one pass when every id lies in
+    them) equals the keys looked up one id at a time, over two bulk loads (two columns), added
+    documents (records, not columns), duplicate and unsorted ids; a tombstoned id is refused as
+    the one-at-a-time path refuses it."""
+    rng = np.random.default_rng(3)
+    with fpstore.open(tmp_path / "s", k=3) as store:
+        pid = store.pipeline.id
+        _load(store, np.arange(0, 3000, dtype=np.uint64) * np.uint64(7), 1)
+        _load(store, np.arange(2**64 - 900, 2**64 - 1, dtype=np.uint64), 2)
+        for i in range(40):
+            store.add(f"added-{i}", fingerprint=int(rng.integers(0, 2**63)), pipeline_id=pid)
+        ids = sorted(d.id for d in store.documents())
+        one_by_one = {i: store.keys_of([i])[0] for i in ids}
+        bulk_ids = [i for i in ids if isinstance(one_by_one[i], int)]
+        for batch in (
+            list(rng.choice(bulk_ids, 300)),  # columns only: the one-pass path, duplicates included
+            list(rng.choice(ids, 300)),  # added documents too: the general path
+            bulk_ids[:20][::-1] + bulk_ids[-20:],  # both columns, unsorted
+        ):
+            batch = [int(i) for i in batch]
+            assert store.keys_of(batch) == [one_by_one[i] for i in batch]
+            assert store.keys_of(np.array(batch, dtype=np.int64)) == [one_by_one[i] for i in batch]
+        victim = bulk_ids[5]
+        assert store.delete(one_by_one[victim])
+        with pytest.raises(CorruptionError):
+            store.keys_of([victim])
+        with pytest.raises(CorruptionError):
+            store.keys_of(bulk_ids[:30])

@@ -462,9 +462,16 @@ def unpack_column(get_chunk: Callable[[int], Any], prefix: bytes, rec: PackedCol
 def read_packed_list(
     txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedColumn, positions: list[int], memo: dict[bytes, Any] | None = None
 ) -> list[int]:
-    """:func:`read_packed` in plain ints, read in place by the kernel, chunk by chunk as the
-    positions reach them (sorted positions read each chunk once). ``memo`` (chunk views by blob
-    name, valid in ``txn``) keeps the chunks read for later calls."""
+    """:func:`read_packed_at` in plain ints."""
+    return read_packed_at(txn, db, prefix, rec, positions, memo).tolist()
+
+
+def read_packed_at(
+    txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedColumn, positions: Any, memo: dict[bytes, Any] | None = None
+) -> np.ndarray:
+    """:func:`read_packed` (uint64) read in place by the kernel, chunk by chunk as the positions
+    (a list or an int64 array) reach them: sorted positions read each chunk once. ``memo`` (chunk
+    views by blob name, valid in ``txn``) keeps the chunks read for later calls."""
     status, x, values = _search.unpack_at(
         {} if memo is None else memo,
         functools.partial(txn.get, db=db),
@@ -473,7 +480,7 @@ def read_packed_list(
         rec.per_chunk,
         rec.width,
         rec.min,
-        np.array(positions, dtype=np.int64),
+        np.asarray(positions, dtype=np.int64),
     )
     if status == 1:
         raise CorruptionError(f"position outside packed column {prefix!r}")
@@ -481,7 +488,7 @@ def read_packed_list(
         raise CorruptionError(f"packed column {prefix!r} chunk {positions[x] // rec.per_chunk} is missing or too short")
     if status == 3:
         raise CorruptionError(f"packed column {prefix!r} holds a value above 2**64 - 1")
-    return values.tolist()
+    return values
 
 
 def packed_value(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedColumn, position: int, memo: dict[bytes, Any]) -> int:
