@@ -562,17 +562,28 @@ cdef enum:
     COARSE = 64
 
 
+cdef inline Py_ssize_t _first_reaching_in(const uint64_t* a, Py_ssize_t lo, Py_ssize_t n, uint64_t x,
+                                          bint strict) noexcept nogil:
+    # First i in [lo, lo + n) with a[i] >= x (a[i] > x when strict), lo + n if none; a sorted.
+    # Without a branch on the data (the steps are coin flips): halve the window, moving its base
+    # past the half that does not reach x (Khuong and Morin's branch-free binary search).
+    cdef const uint64_t* base = a + lo
+    cdef Py_ssize_t half
+    if n <= 0:
+        return lo
+    while n > 1:
+        half = n >> 1
+        base = base + half if ((base[half] <= x) if strict else (base[half] < x)) else base
+        n -= half
+    return (base - a) + ((base[0] <= x) if strict else (base[0] < x))
+
+
 cdef inline Py_ssize_t _first_reaching(const uint64_t* a, Py_ssize_t m, const uint64_t* coarse,
                                        Py_ssize_t nc, uint64_t x, bint strict) noexcept nogil:
     # First i in [0, m) with a[i] >= x (a[i] > x when strict), m if none; a sorted ascending and
     # coarse[j] == a[j * COARSE].
-    cdef Py_ssize_t lo = 0, hi = nc, mid
-    while lo < hi:  # first coarse entry reaching x
-        mid = (lo + hi) >> 1
-        if (coarse[mid] > x) if strict else (coarse[mid] >= x):
-            hi = mid
-        else:
-            lo = mid + 1
+    cdef Py_ssize_t lo, hi, mid
+    lo = _first_reaching_in(coarse, 0, nc, x, strict)  # first coarse entry reaching x
     # The answer lies after the previous coarse entry (which does not reach x), up to this one.
     hi = lo * COARSE if lo * COARSE < m else m
     lo = (lo - 1) * COARSE + 1 if lo > 0 else 0
@@ -580,13 +591,7 @@ cdef inline Py_ssize_t _first_reaching(const uint64_t* a, Py_ssize_t m, const ui
     # for a miss of their own (at 10^7 a table's bounds are far from the cache).
     for mid in range(lo, hi, 8):
         fps_prefetch(a + mid)
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if (a[mid] > x) if strict else (a[mid] >= x):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+    return _first_reaching_in(a, lo, hi - lo, x, strict)
 
 
 cdef inline void _locate(ProbeTable pt, uint64_t lo, uint64_t hi, Py_ssize_t* b0, Py_ssize_t* b1) noexcept:
