@@ -623,15 +623,18 @@ def run_ids_at(txn: lmdb.Transaction, db: Any, meta: RunMeta, positions: np.ndar
     """Document ids (uint64) of run ``meta``'s entries at ``positions`` (int64, of its table 0),
     positions and ids checked (CorruptionError)."""
     ids = meta.ids
+    if not len(positions):
+        return np.zeros(0, np.uint64)
     if ids is None:
-        if len(positions) and (positions.min() < 0 or positions.max() >= meta.count):
+        if positions.min() < 0 or positions.max() >= meta.count:
             raise CorruptionError(f"position outside run {meta.id}")
         base: int = meta.ids_base  # type: ignore[assignment]  # RunMeta sets ids_base when ids is None
-        out = positions.astype(np.uint64) + np.uint64(base)
-    else:
-        out = read_packed(txn, db, ids.prefix, ids, positions)
-    # Ids are assigned from 1 upward; one past 2**63 can only come from damaged bytes.
-    if len(out) and (int(out.max()) >= 1 << 63 or int(out.min()) == 0):
+        # Ids are assigned from 1 upward; one past 2**63 can only come from damaged bytes.
+        if base <= 0 or base + meta.count > 1 << 63:
+            raise CorruptionError(f"run {meta.id} names a document id outside any this store assigns")
+        return positions.astype(np.uint64) + np.uint64(base)
+    out = read_packed(txn, db, ids.prefix, ids, positions)
+    if int(out.max()) >= 1 << 63 or int(out.min()) == 0:
         raise CorruptionError(f"run {meta.id} names a document id outside any this store assigns")
     return out
 

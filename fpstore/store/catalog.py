@@ -36,6 +36,8 @@ from fpstore.store.sketches import Sketches, verify_near
 #: the crossovers ``tools/bench_probe_crossover.py`` measures ("query_many", idle machine: 1,024-2,048
 #: queries at 10^5 (3 chunks), 4,096-8,192 at 10^6 (22), 16,384-32,768 at 10^7 (202)).
 SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK = 3000, 90
+#: Fewer result rows than this are ordered by numpy's lexsort, more by two radix passes.
+SORT_SMALL = 2048
 
 __all__ = ["ITER_BATCH", "Catalog", "live_canonical", "new_canonical", "read_u64"]
 
@@ -516,8 +518,10 @@ class Catalog:
         if min(uniq) <= 0 or max(uniq) >= 1 << 63:
             bad = next(i for i in ids if not 0 < i < 1 << 63)
             raise CorruptionError(f"an index names document id {bad}, outside any id this store assigns")
-        if len(ids) >= 16 and plan.segs and all(seg.int_keys is not None for seg in plan.segs):
-            fast = self._column_keys_of(txn, plan, ids, dead, memo)
+        if plan.segs and all(seg.int_keys is not None for seg in plan.segs):
+            # Integer key columns: a few ids one at a time (numpy's fixed costs exceed their
+            # lookups), many in one numpy pass.
+            fast = self._column_keys_of(txn, plan, ids, dead, memo) if len(ids) >= 64 else self._few_column_keys(txn, plan, ids, dead, memo)
             if fast is not None:
                 return fast
         keys: dict[int, Key] = {}
@@ -549,6 +553,21 @@ class Catalog:
             return [keys[i] for i in ids]
         except KeyError as exc:
             raise CorruptionError(f"an index entry names document {exc.args[0]}, which has no record") from None
+
+    def _few_column_keys(
+        self, txn: lmdb.Transaction, plan: ReadPlan, ids: list[int], dead: bool, memo: dict[bytes, Any] | None
+    ) -> list[Key] | None:
+        """:meth:`_column_keys_of` one id at a time."""
+        memo = {} if memo is None else memo
+        bases, ends, segs = plan.bases, plan.ends, plan.segs
+        out: list[Key] = []
+        for doc_id in ids:
+            j = bisect.bisect_right(bases, doc_id) - 1
+            if j < 0 or doc_id >= ends[j] or (dead and self.is_dead(txn, doc_id)):
+                return None
+            meta = segs[j]
+            out.append(tiers.column_key(txn, self.blobs, meta, doc_id - meta.base, memo))
+        return out
 
     def _column_keys_of(
         self, txn: lmdb.Transaction, plan: ReadPlan, ids: list[int], dead: bool, memo: dict[bytes, Any] | None
@@ -625,24 +644,25 @@ class Catalog:
             rq, rid, rd, rfp = search.probe_plan_each(plan, txn, self.blobs, self.probe_design, fps, k, memo)
         else:
             rq, rid, rd, rfp = search.batch_probe_runs(self.runs(txn), self.design, fps, k)
-        dead = self.lsm.dead_ids(txn)
-        if len(dead) and len(rid):
-            keep = ~np.isin(rid.astype(np.uint64), dead)
+        if len(rid) and txn.stat(self.dead)["entries"]:
+            keep = ~np.isin(rid.astype(np.uint64), self.lsm.dead_ids(txn))
             rq, rid, rd, rfp = rq[keep], rid[keep], rd[keep], rfp[keep]
         iq, iid, idist, ifp = self.incremental.probe_batch(txn, fps, k)
         if len(iq):
             # The incremental tables report a document once per table that reaches it.
             first = search.unique_rows(iq, iid)
             iq, iid, idist, ifp = iq[first], iid[first], idist[first], ifp[first]
-        # Runs report each (query, document) once, and no document is in two tiers.
-        q = np.concatenate([rq, iq])
-        ids = np.concatenate([rid, iid])
-        dist = np.concatenate([rd, idist])
-        # Order by (query, distance, id): two stable radix passes instead of a lexsort.
-        by_id = search.argsort_u64(ids.astype(np.uint64))
-        key = (q[by_id].astype(np.uint64) << np.uint64(8)) | dist[by_id].astype(np.uint64)
-        order = by_id[search.argsort_u64(key)]
-        return q[order], ids[order], dist[order], np.concatenate([rfp, ifp]).astype(np.uint64)[order]
+            # Runs report each (query, document) once, and no document is in two tiers.
+            rq, rid, rd = np.concatenate([rq, iq]), np.concatenate([rid, iid]), np.concatenate([rd, idist])
+            rfp = np.concatenate([rfp, ifp]).astype(np.uint64)
+        if len(rq) < SORT_SMALL:
+            order = np.lexsort((rid, rd, rq))  # numpy's sort beats two radix passes' fixed costs here
+        else:
+            # Order by (query, distance, id): two stable radix passes instead of a lexsort.
+            by_id = search.argsort_u64(rid.astype(np.uint64))
+            key = (rq[by_id].astype(np.uint64) << np.uint64(8)) | rd[by_id].astype(np.uint64)
+            order = by_id[search.argsort_u64(key)]
+        return rq[order], rid[order], rd[order], rfp[order]
 
     def get(self, txn: lmdb.Transaction, typed: bytes, key: Key) -> Document | None:
         """The live :class:`Document` of typed key ``typed`` (the user's ``key``), or None."""
