@@ -172,13 +172,17 @@ class Catalog:
         read kept (:meth:`snapshot`) and, given ``memo``, the run chunks earlier calls in this
         transaction read (views into the map: valid while ``txn`` is)."""
         snap = self.snapshot(txn)
-        found = self.incremental.probe(txn, fp, k) if snap.incremental else {}
         plan = snap.plan
-        if plan.tables:
-            dead = snap.dead
-            for doc_id, d, f in search.probe_plan(plan, txn, self.blobs, self.probe_design, fp, k, memo):
-                if doc_id not in found and not (dead and self.is_dead(txn, doc_id)):
-                    found[doc_id] = (d, f)
+        hits = search.probe_plan(plan, txn, self.blobs, self.probe_design, fp, k, memo) if plan.tables else []
+        if not snap.incremental and not snap.dead and len(hits) == 1:
+            # A bulk-loaded store's usual answer: one match in the runs, nothing else to look up.
+            doc_id, d, f = hits[0]
+            return [Match(self._keys_of(txn, plan, [doc_id], False, memo)[0], d, f, doc_id)]
+        found = self.incremental.probe(txn, fp, k) if snap.incremental else {}
+        dead = snap.dead
+        for doc_id, d, f in hits:
+            if doc_id not in found and not (dead and self.is_dead(txn, doc_id)):
+                found[doc_id] = (d, f)
         if not found:
             return []
         return self._matches(txn, plan, found, memo)

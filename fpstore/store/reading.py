@@ -12,7 +12,7 @@ from fpstore.errors import ClosedError, InputError
 from fpstore.fingerprint.pipeline import Fingerprints
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
-from fpstore.store.inputs import check_pipeline_id, fingerprint_int, fingerprint_of, signature_of, signatures
+from fpstore.store.inputs import check_pipeline_id, fingerprint_int, signature_of, signatures
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, typed_key
 from fpstore.store.results import Document, Match
 from fpstore.store.sketches import check_sketch, check_threshold, check_verifiable, verified, verified_columns
@@ -26,7 +26,8 @@ __all__ = ["Reader", "query_fingerprint"]
 def query_fingerprint(store: Store, fingerprint: object, pipeline_id: str | None, k: int | None) -> list[Match]:
     """:meth:`Store.query` of a raw fingerprint (not exhaustive, no sketch, no threshold), in a read
     transaction of its own: the single query's path, with no :class:`Reader` made for one call."""
-    fp, _, _ = fingerprint_of(store.pipeline, None, fingerprint, pipeline_id)
+    check_pipeline_id(store.pipeline, pipeline_id)
+    fp = fingerprint_int(fingerprint)
     kq = store._check_k(store.k if k is None else k)
     storage = store._storage
     with storage.read() as txn:
