@@ -21,7 +21,6 @@ __all__ = [
     "OneAdd",
     "check_pipeline_id",
     "fingerprint_int",
-    "fingerprint_of",
     "batch_adds",
     "prepare_add",
     "prepare_batch",
@@ -49,18 +48,13 @@ class OneAdd:
     sketch: np.ndarray | None = None
 
 
-def fingerprint_of(pipeline: Pipeline, text: Text | None, fingerprint: object, pipeline_id: str | None) -> tuple[int, bool, bytes | None]:
-    """``(fingerprint, short, content hash)`` of exactly one of ``text`` (fingerprinted with
-    ``pipeline``) and a raw ``fingerprint`` made by ``pipeline_id`` (no content hash)."""
-    fp, short, content_hash, _ = signature_of(pipeline, text, fingerprint, pipeline_id)
-    return fp, short, content_hash
-
-
 def signature_of(
     pipeline: Pipeline, text: Text | None, fingerprint: object, pipeline_id: str | None
 ) -> tuple[int, bool, bytes | None, np.ndarray | None]:
-    """:func:`fingerprint_of` and the text's verification sketch (None for a raw fingerprint, or
-    when the pipeline makes none)."""
+    """``(fingerprint, short, content hash, sketch)`` of exactly one of ``text`` (fingerprinted
+    with ``pipeline``) and a raw ``fingerprint`` made by ``pipeline_id`` (no content hash); the
+    sketch is the text's verification sketch (None for a raw fingerprint, or when the pipeline
+    makes none)."""
     if (text is None) == (fingerprint is None):
         raise InputError("pass exactly one of text= and fingerprint=")
     if text is not None:
