@@ -697,10 +697,10 @@ def test_probe_tables_equals_filtered_brute_force(stored, queries, prefix_bits, 
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 3000), st.sampled_from([2, 8, 20, 40]), st.sampled_from([64, 65, 128, 200, 256, 1000]), st.integers(0, 2**32 - 1))
+@given(st.integers(1, 3000), st.sampled_from([2, 8, 20, 40]), st.sampled_from([31, 32, 33, 64, 65, 128, 200, 256, 1000]), st.integers(0, 2**32 - 1))
 def test_probes_restarting_inside_blocks_equal_brute_force(n, key_bits, block, seed):
-    """A probe restarts inside a block at a point an earlier probe of that block recorded (entries
-    64, 128, 192): many ranges probed one after another through one table (so later ones restart),
+    """A probe restarts inside a block at a point an earlier probe of that block recorded (every
+    32nd entry up to 224): many ranges probed one after another through one table (so later ones restart),
     over keys with many repeats (narrow keys) or none, answer exactly as brute force, in both twins."""
     rng = np.random.default_rng(seed)
     keys = np.sort(rng.integers(0, 2**key_bits, n, dtype=np.uint64) << np.uint64(64 - key_bits))
