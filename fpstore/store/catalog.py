@@ -31,15 +31,21 @@ from fpstore.store.sketches import DB_NAME as SKETCH_DB
 from fpstore.store.sketches import Sketches, verify_near
 
 #: A batch of queries is probed one query at a time (:func:`search.probe_plan_each`) while it holds
-#: fewer than ``SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * c`` queries, c the chunks of the runs'
-#: table 0: the merge's cost grows with the chunks it reaches, a single probe's does not. Fitted to
-#: the crossovers ``tools/bench_probe_crossover.py`` measures ("query_many", idle machine: 1,024-2,048
-#: queries at 10^5 (3 chunks), 4,096-8,192 at 10^6 (22), 16,384-32,768 at 10^7 (202)).
-SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK = 3000, 90
+#: fewer than ``SMALL_BATCH_BASE + min(SMALL_BATCH_PER_CHUNK * c, SMALL_BATCH_MAX_EXTRA)``
+#: queries, c the chunks of the runs' table 0: the merge's cost grows with the chunks it reaches,
+#: a single probe's much less. Fitted to the crossovers ``tools/bench_probe_crossover.py``
+#: measures ("query_many", idle machine: about 2,200 queries at 10^5 (3 chunks), 13,000 at 10^6
+#: (22), 20,000 at 10^7 (202); the cap holds 10^7's, the largest measured).
+SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK, SMALL_BATCH_MAX_EXTRA = 1600, 520, 18_400
 #: Fewer result rows than this are ordered by numpy's lexsort, more by two radix passes.
 SORT_SMALL = 2048
 
 __all__ = ["ITER_BATCH", "Catalog", "live_canonical", "new_canonical", "read_u64"]
+
+
+def _small_batch_limit(chunks0: int) -> int:
+    """Batches of fewer queries are probed one query at a time (see :data:`SMALL_BATCH_BASE`)."""
+    return SMALL_BATCH_BASE + min(SMALL_BATCH_PER_CHUNK * chunks0, SMALL_BATCH_MAX_EXTRA)
 
 #: Documents per snapshot when iterating over a store (no transaction spans a yield).
 ITER_BATCH = 1000
@@ -331,7 +337,7 @@ class Catalog:
     def small_batch(self, txn: lmdb.Transaction, m: int) -> bool:
         """Whether a batch of ``m`` fingerprints is probed one fingerprint at a time (see
         :data:`SMALL_BATCH_BASE`) rather than merged with the runs."""
-        return m < SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * self.plan(txn).chunks0
+        return m < _small_batch_limit(self.plan(txn).chunks0)
 
     def live_index(self, txn: lmdb.Transaction) -> tuple[np.ndarray, np.ndarray]:
         """(fingerprints uint64, ids uint64) of every indexed live document, from both tiers."""
@@ -644,7 +650,7 @@ class Catalog:
         ``k`` of ``fps``, sorted by query index, then distance, then id (see :meth:`Store.query_many`);
         a small batch's run chunks kept in ``memo`` (see :meth:`query`)."""
         plan = self.plan(txn)
-        if plan.runs and len(fps) < SMALL_BATCH_BASE + SMALL_BATCH_PER_CHUNK * plan.chunks0:
+        if plan.runs and len(fps) < _small_batch_limit(plan.chunks0):
             rq, rid, rd, rfp = search.probe_plan_each(plan, txn, self.blobs, self.probe_design, fps, k, memo)
         else:
             rq, rid, rd, rfp = search.batch_probe_runs(self.runs(txn), self.design, fps, k)
