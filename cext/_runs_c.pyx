@@ -8,7 +8,7 @@ because the bytes come from disk and may be anything. The GIL is released in eve
 """
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcpy, memset
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 
@@ -265,7 +265,7 @@ cdef int _decode_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, 
     decoded, trailing bits, are then skipped, the reads stay bounded), and restarts at the last
     restart point whose key is below ``lo`` when one is known: ``out`` receives the keys of entries
     ``skip[0]`` .. ``skip[0] + ndone[0] - 1``. Without restart points (``ck_key``/``ck_bit`` NULL) the
-    block is decoded from its start and nothing is recorded. A restart point is entry j = c * CK_STEP (c = 1..3) with its key
+    block is decoded from its start and nothing is recorded. A restart point is entry j = c * CK_STEP (c = 1..CK_PER_BLOCK) with its key
     (``ck_key[c - 1]``) and the bit of its unary code (``ck_bit[c - 1]``, -1 when not yet known);
     decoding records each one it passes. Entries before j hold keys <= ck_key[c - 1] < lo (keys
     are sorted), so nothing the probe wants is skipped; j's remainder sits at bit j * k of the
@@ -910,23 +910,47 @@ cdef inline uint64_t _permute(ProbeDesign d, Py_ssize_t t, uint64_t fp, bint inv
     return out
 
 
+cdef struct PosKey:
+    int64_t pos
+    uint64_t key
+
+
 cdef struct FpProbe:
     # One fingerprint's probe over every run, what it reuses from query to query.
     PRange* ranges
     Py_ssize_t ranges_cap
     PHits hits                      # one run's hits, then its table-0 look-ups
     PHits found                     # (run, fingerprint, position) of the answer, by run then position
-    uint64_t* seen                  # fingerprints already found in this run
+    uint64_t* seen                  # fingerprints found in this run's table 0 (sorted), then the others'
     Py_ssize_t seen_cap
+    PosKey* order                   # a run's answer, sorted by position
+    Py_ssize_t order_cap
     ProbeScratch scratch
+
+
+cdef int _cmp_u64(const void* a, const void* b) noexcept nogil:
+    cdef uint64_t x = (<const uint64_t*>a)[0], y = (<const uint64_t*>b)[0]
+    return (x > y) - (x < y)
+
+
+cdef int _cmp_pos(const void* a, const void* b) noexcept nogil:
+    cdef int64_t x = (<const PosKey*>a).pos, y = (<const PosKey*>b).pos
+    return (x > y) - (x < y)
+
+
+cdef bint _sorted_has(const uint64_t* a, Py_ssize_t n, uint64_t x) noexcept nogil:
+    cdef Py_ssize_t i = _first_reaching_in(a, 0, n, x, False)
+    return i < n and a[i] == x
 
 
 cdef void _fp_free(FpProbe* p) noexcept nogil:
     free(p.ranges)
     free(p.seen)
+    free(p.order)
     p.ranges = NULL
     p.seen = NULL
-    p.ranges_cap = p.seen_cap = 0
+    p.order = NULL
+    p.ranges_cap = p.seen_cap = p.order_cap = 0
     _phits_free(&p.hits)
     _phits_free(&p.found)
     _scratch_free(&p.scratch)
@@ -936,12 +960,13 @@ cdef int _probe_fp(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dict m
     """Every run entry within ``k`` of ``fp`` into ``p.found`` (emptied first), as
     ``fpstore.index._runs_py.probe_fingerprint`` specifies; returns OK or an error code, with
     ``p.scratch.err_table`` / ``err_where`` saying where."""
-    cdef Py_ssize_t ntab = d.ntab, nruns = len(tables) // ntab, r, t, f, j, nr, nseen, nmiss, first, x, y
+    cdef Py_ssize_t ntab = d.ntab, nruns = len(tables) // ntab, r, t, f, j, nr, nseen, ncand, nmiss, first, x, y
     cdef Py_ssize_t need = 0
     cdef uint64_t perm, lo, low, key
     cdef int shift, pbits, err
     cdef PRange* grown
     cdef uint64_t* grown_seen
+    cdef PosKey* grown_order
     p.found.n = 0
     for t in range(ntab):
         need += d.flip_start[t + 1] - d.flip_start[t]
@@ -971,13 +996,14 @@ cdef int _probe_fp(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dict m
         if err:
             return err
         # Table 0 (the identity) names the entries by position; a key found only in another
-        # table is unpermuted and looked up there.
-        if p.hits.n > p.seen_cap:
-            grown_seen = <uint64_t*>realloc(p.seen, p.hits.n * sizeof(uint64_t))
+        # table is unpermuted and looked up there. Sorted arrays, not scans: a query inside a
+        # cluster of thousands of near duplicates has thousands of hits.
+        if 2 * p.hits.n > p.seen_cap:
+            grown_seen = <uint64_t*>realloc(p.seen, 2 * p.hits.n * sizeof(uint64_t))
             if grown_seen == NULL:
                 raise MemoryError()
             p.seen = grown_seen
-            p.seen_cap = p.hits.n
+            p.seen_cap = 2 * p.hits.n
         first = p.found.n
         nseen = 0
         for j in range(p.hits.n):
@@ -986,25 +1012,27 @@ cdef int _probe_fp(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dict m
                     raise MemoryError()
                 p.seen[nseen] = p.hits.key[j]
                 nseen += 1
-        nmiss = 0
+        qsort(p.seen, nseen, sizeof(uint64_t), _cmp_u64)
+        ncand = 0  # the other tables' keys, unpermuted, after the seen ones
         for j in range(p.hits.n):
             if p.hits.table[j] != r * ntab:
-                key = _permute(d, p.hits.table[j] - r * ntab, p.hits.key[j], True)
-                for x in range(nseen):
-                    if p.seen[x] == key:
-                        break
-                else:
-                    p.seen[nseen] = key
-                    nseen += 1
-                    # Reuse the range array: nmiss <= hits <= ... each missing key is one range.
-                    if nmiss == p.ranges_cap:
-                        grown = <PRange*>realloc(p.ranges, 2 * p.ranges_cap * sizeof(PRange))
-                        if grown == NULL:
-                            raise MemoryError()
-                        p.ranges = grown
-                        p.ranges_cap *= 2
-                    p.ranges[nmiss].table, p.ranges[nmiss].lo, p.ranges[nmiss].hi, p.ranges[nmiss].query = r * ntab, key, key, key
-                    nmiss += 1
+                p.seen[nseen + ncand] = _permute(d, p.hits.table[j] - r * ntab, p.hits.key[j], True)
+                ncand += 1
+        qsort(p.seen + nseen, ncand, sizeof(uint64_t), _cmp_u64)
+        nmiss = 0
+        for x in range(nseen, nseen + ncand):
+            key = p.seen[x]
+            if (x > nseen and key == p.seen[x - 1]) or _sorted_has(p.seen, nseen, key):
+                continue
+            # Reuse the range array: each missing key is one range.
+            if nmiss == p.ranges_cap:
+                grown = <PRange*>realloc(p.ranges, 2 * p.ranges_cap * sizeof(PRange))
+                if grown == NULL:
+                    raise MemoryError()
+                p.ranges = grown
+                p.ranges_cap *= 2
+            p.ranges[nmiss].table, p.ranges[nmiss].lo, p.ranges[nmiss].hi, p.ranges[nmiss].query = r * ntab, key, key, key
+            nmiss += 1
         if nmiss:
             p.hits.n = 0
             err = _probe_ranges(tables, fetch, p.ranges, nmiss, 0, memo, &p.hits, &p.scratch)
@@ -1013,13 +1041,20 @@ cdef int _probe_fp(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dict m
             for j in range(p.hits.n):
                 if _phits_push(&p.found, r, p.hits.key[j], p.hits.pos[j]):
                     raise MemoryError()
-        # This run's entries by position, each once (a handful: insertion sort).
-        for x in range(first + 1, p.found.n):
-            y = x
-            while y > first and p.found.pos[y - 1] > p.found.pos[y]:
-                p.found.pos[y - 1], p.found.pos[y] = p.found.pos[y], p.found.pos[y - 1]
-                p.found.key[y - 1], p.found.key[y] = p.found.key[y], p.found.key[y - 1]
-                y -= 1
+        # This run's entries by position, each once.
+        if p.found.n - first > p.order_cap:
+            grown_order = <PosKey*>realloc(p.order, (p.found.n - first) * sizeof(PosKey))
+            if grown_order == NULL:
+                raise MemoryError()
+            p.order = grown_order
+            p.order_cap = p.found.n - first
+        for x in range(first, p.found.n):
+            p.order[x - first].pos = p.found.pos[x]
+            p.order[x - first].key = p.found.key[x]
+        qsort(p.order, p.found.n - first, sizeof(PosKey), _cmp_pos)
+        for x in range(first, p.found.n):
+            p.found.pos[x] = p.order[x - first].pos
+            p.found.key[x] = p.order[x - first].key
         y = first
         for x in range(first, p.found.n):
             if x == first or p.found.pos[x] != p.found.pos[y - 1]:

@@ -16,6 +16,13 @@ import numpy as np
 
 MAX_WIDTH = 64
 
+cdef extern from *:
+    """
+    /* The most values whose packed size (count * 64 bits, in bytes) fits in 64 bits. */
+    #define FPS_MAX_PACKED_COUNT ((uint64_t)0xFFFFFFFFFFFFFFFFULL / 64)
+    """
+    const uint64_t MAX_PACKED_COUNT "FPS_MAX_PACKED_COUNT"
+
 
 def self_join(const uint64_t[::1] keys, int prefix_bits, int k):
     """Pairs (i, j), i < j, of ``keys`` sharing the top ``prefix_bits`` bits, within ``k``. The keys
@@ -152,10 +159,12 @@ def unpack_bits(const uint8_t[::1] buf, int width, Py_ssize_t count, const int64
     a position outside 0..count-1 (nothing is read out of bounds)."""
     if not 0 <= width <= 64:
         raise ValueError("width must be in 0..64")
+    if count < 0 or <uint64_t>count > MAX_PACKED_COUNT // 8:  # no buffer holds them
+        return 1, np.zeros(0, np.uint64)
     cdef Py_ssize_t nwords = (count * width + 63) // 64
     cdef Py_ssize_t m = positions.shape[0]
     out = np.zeros(m, np.uint64)
-    if buf.shape[0] < nwords * 8 or count < 0:
+    if buf.shape[0] < nwords * 8:
         return 1, np.zeros(0, np.uint64)
     cdef uint64_t[::1] o = out
     cdef const uint8_t* base = &buf[0] if buf.shape[0] else NULL
@@ -197,8 +206,8 @@ def unpack_one(buf, int width, Py_ssize_t count, Py_ssize_t position):
     memoryview costs more than the lookup)."""
     if not 0 <= width <= 64:
         raise ValueError("width must be in 0..64")
-    if count < 0 or position < 0 or position >= count:
-        return None
+    if count < 0 or position < 0 or position >= count or <uint64_t>count > MAX_PACKED_COUNT:
+        return None  # (past MAX_PACKED_COUNT the packed size overflows; no buffer holds it)
     cdef Py_buffer view
     cdef const uint8_t* base
     cdef uint64_t bit = <uint64_t>position * <uint64_t>width, lo = 0, hi = 0
@@ -271,6 +280,8 @@ def unpack_at(dict memo, fetch, bytes prefix, Py_ssize_t count, Py_ssize_t per, 
             if p < 0 or p >= count:
                 return 1, x, None
             c = p // per
+            if c > 0xFFFFFFFF:  # past what a chunk name (4 bytes) numbers
+                return 2, x, None
             if c != cur:
                 if held:
                     PyBuffer_Release(&view)
@@ -283,7 +294,7 @@ def unpack_at(dict memo, fetch, bytes prefix, Py_ssize_t count, Py_ssize_t per, 
                 n_in = count - c * per
                 if n_in > per:
                     n_in = per
-                if <uint64_t>view.len < ((<uint64_t>n_in * <uint64_t>width + 63) // 64) * 8:
+                if <uint64_t>n_in > MAX_PACKED_COUNT or <uint64_t>view.len < ((<uint64_t>n_in * <uint64_t>width + 63) // 64) * 8:
                     return 2, x, None
                 base = <const uint8_t*>view.buf
                 cur = c

@@ -5,6 +5,7 @@ different snapshots, interleaved, each see their own."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import fpstore
 
@@ -135,3 +136,39 @@ def test_a_query_waiting_out_a_redesign_reads_the_new_design(tmp_path):
         assert store.design.name == "r5"
         assert "error" not in got, got.get("error")
         assert got["keys"] == want
+
+
+def test_a_reader_whose_snapshot_cannot_be_read_releases_its_share(tmp_path):
+    """Entering a reader reads the snapshot's plan; when that raises (a damaged run index), the
+    read it began is ended: the thread holds no share of the map afterwards (a leaked share made
+    every later map growth of the thread refuse, and other threads wait)."""
+    import lmdb
+
+    from fpstore.errors import CorruptionError
+    from fpstore.store.storage import MAX_DBS
+
+    path = tmp_path / "s"
+    with fpstore.open(path, k=3) as store:
+        store.bulk_load(np.arange(1, 1001), np.random.default_rng(1).integers(0, 2**63, 1000, dtype=np.uint64), pipeline_id=store.pipeline.id)
+    env = lmdb.open(str(path), subdir=True, max_dbs=MAX_DBS, map_size=0)
+    blobs = env.open_db(b"blobs")
+    with env.begin(write=True) as txn:
+        for name in [bytes(k) for k, _ in txn.cursor(db=blobs) if bytes(k).endswith(b"I")]:
+            txn.delete(name, db=blobs)
+    env.close()
+    with fpstore.open(path) as store:
+        with pytest.raises(CorruptionError):
+            with store.reader():
+                pass
+        assert not store._storage._map.held()
+
+
+def test_a_query_without_text_or_fingerprint_names_what_is_missing(tmp_path):
+    """store.query() with neither text= nor fingerprint= says so (not a complaint about a raw
+    fingerprint's pipeline id or its value)."""
+    from fpstore.errors import InputError
+
+    with fpstore.open(tmp_path / "s", k=3) as store:
+        for call in (lambda: store.query(), lambda: store.query(pipeline_id=store.pipeline.id)):
+            with pytest.raises(InputError, match="exactly one of text= and fingerprint="):
+                call()

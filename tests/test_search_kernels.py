@@ -162,3 +162,16 @@ def test_unpack_at_reads_a_chunked_column_and_reports_damage(values, width, per,
         for twin in (C, PY):
             assert twin.unpack_at({}, broken.get, b"c", count, per, width, 0, np.array([0], np.int64))[:2] == (2, 0)
             assert twin.unpack_at({}, {}.get, b"c", count, per, width, 0, np.array([0], np.int64))[:2] == (2, 0)
+
+
+def test_packed_readers_refuse_shapes_no_buffer_can_hold():
+    """Counts whose packed size overflows 64 bits, and chunk numbers past 32 bits, are refused as a
+    buffer too short (None, status 2) by both twins: the compiled kernel once wrapped the size
+    and read far past an 8-byte buffer."""
+    pos = np.array([2**40], np.int64)
+    for twin in (C, PY):
+        assert twin.unpack_one(b"\0" * 8, 64, 2**58, 2**40) is None
+        assert twin.unpack_one(b"\0" * 8, 64, 2**63 - 1, 2**62) is None
+        assert twin.unpack_at({}, lambda name: b"\0" * 8, b"x", 2**58, 2**58, 64, 0, pos)[:2] == (2, 0)
+        assert twin.unpack_at({}, lambda name: b"\0" * 8, b"x", 2**40 + 1, 1, 1, 0, pos)[:2] == (2, 0)  # chunk 2**40
+        assert twin.unpack_bits(np.zeros(8, np.uint8), 64, 2**58, pos)[0] == 1

@@ -149,6 +149,8 @@ def unpack_at(
         if not 0 <= p < count:
             return 1, x, None
         c = p // per
+        if c >= 1 << 32:  # past what a chunk name (4 bytes) numbers
+            return 2, x, None
         name = prefix + b"P" + c.to_bytes(4, "big")
         buf = memo.get(name)
         if buf is None:

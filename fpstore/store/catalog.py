@@ -47,6 +47,7 @@ def _small_batch_limit(chunks0: int) -> int:
     """Batches of fewer queries are probed one query at a time (see :data:`SMALL_BATCH_BASE`)."""
     return SMALL_BATCH_BASE + min(SMALL_BATCH_PER_CHUNK * chunks0, SMALL_BATCH_MAX_EXTRA)
 
+
 #: Documents per snapshot when iterating over a store (no transaction spans a yield).
 ITER_BATCH = 1000
 

@@ -55,9 +55,16 @@ class Reader:
         if self._reading is not None:
             raise ClosedError("this reader is already open")
         storage = self._store._storage
-        self._reading = storage.read()
-        self._txn = self._reading.__enter__()
-        self._chunks = self._store._cat.snapshot_chunks(self._txn, storage.mapping)
+        reading = storage.read()
+        txn = reading.__enter__()
+        try:
+            self._chunks = self._store._cat.snapshot_chunks(txn, storage.mapping)
+        except BaseException as exc:
+            # A snapshot that cannot be read (a damaged run index): end the read begun here, or
+            # the thread keeps its share of the map.
+            reading.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._reading, self._txn = reading, txn
         return self
 
     def __exit__(self, *exc: Any) -> None:

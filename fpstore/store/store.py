@@ -497,7 +497,7 @@ class Store(Closing):
         ``sketch``, uint64 words) carry their estimated ``similarity``, and ``threshold`` keeps
         only those at or above it (verified candidates).
         """
-        if text is None and sketch is None and threshold is None and self.threshold is None and not exhaustive:
+        if fingerprint is not None and text is None and sketch is None and threshold is None and self.threshold is None and not exhaustive:
             return query_fingerprint(self, fingerprint, pipeline_id, k)  # nothing to verify: the single query's path
         with self.reader() as r:
             return r.query(
