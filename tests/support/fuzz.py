@@ -223,15 +223,35 @@ def _fz_idf(data: bytes, zlib) -> None:
 
 
 def _fz_packed(data: bytes, zlib) -> None:
-    """A packed column chunk (width and count from the first bytes) read at a few positions."""
-    from fpstore.index.tiers import PackedColumn, read_packed
+    """A packed column chunk (width and count from the first bytes) read at a few positions, by
+    the numpy reader, the in-place one (``unpack_at``) and the single-value one (``unpack_one``),
+    which must agree."""
+    from fpstore.errors import CorruptionError
+    from fpstore.index.tiers import PackedColumn, packed_value, read_packed, read_packed_at
 
     if len(data) < 4:
         return
     width, count = data[0] % 65, 1 + data[1] * 3
     rec = PackedColumn(b"p", count, data[2], width, 1 << 16)
     pos = np.array(sorted({0, count - 1, data[3] % count}), np.int64)
-    read_packed(_FakeTxn({b"pP" + bytes(4): data[4:]}), None, b"p", rec, pos)
+    txn = _FakeTxn({b"pP" + bytes(4): data[4:]})
+    try:
+        whole = read_packed(txn, None, b"p", rec, pos)
+    except CorruptionError:
+        whole = None
+    try:
+        in_place = read_packed_at(txn, None, b"p", rec, pos, {})
+    except CorruptionError:
+        in_place = None
+    try:
+        single = [packed_value(txn, None, b"p", rec, int(p), {}) for p in pos]
+    except CorruptionError:
+        single = None
+    # The numpy reader adds the minimum modulo 2**64, where the others refuse a value above it.
+    if in_place is not None and (whole is None or in_place.tolist() != whole.tolist() or single != in_place.tolist()):
+        raise AssertionError(f"packed readers disagree: {whole!r} {in_place!r} {single!r}")
+    if whole is None:
+        raise CorruptionError("packed column chunk damaged")
 
 
 _FUZZ = {name: globals()[f"_fz_{name}"] for name in FUZZ_TARGETS}
