@@ -154,6 +154,22 @@ def pack_bits(const uint64_t[::1] values, int width):
     return out.tobytes()
 
 
+cdef inline uint64_t _packed_value(const uint8_t* base, uint64_t index, int width) noexcept nogil:
+    """Value ``index`` of a packed array (width 1..64): the caller has checked that the array's
+    whole words lie inside ``base``. Little-endian bytes, so the layout is the same on any host."""
+    cdef uint64_t bit = index * <uint64_t>width, lo = 0, hi = 0
+    cdef Py_ssize_t w = <Py_ssize_t>(bit >> 6)
+    cdef int off = <int>(bit & 63), byte
+    for byte in range(8):
+        lo |= (<uint64_t>base[w * 8 + byte]) << (8 * byte)
+    lo >>= off
+    if off + width > 64:
+        for byte in range(8):
+            hi |= (<uint64_t>base[(w + 1) * 8 + byte]) << (8 * byte)
+        lo |= hi << (64 - off)
+    return lo if width == 64 else lo & ((<uint64_t>1 << width) - 1)
+
+
 def unpack_bits(const uint8_t[::1] buf, int width, Py_ssize_t count, const int64_t[::1] positions):
     """``(error, values)``: values at ``positions`` of a packed array; error 1 on a short buffer or
     a position outside 0..count-1 (nothing is read out of bounds)."""
@@ -168,32 +184,17 @@ def unpack_bits(const uint8_t[::1] buf, int width, Py_ssize_t count, const int64
         return 1, np.zeros(0, np.uint64)
     cdef uint64_t[::1] o = out
     cdef const uint8_t* base = &buf[0] if buf.shape[0] else NULL
-    cdef Py_ssize_t x, w
+    cdef Py_ssize_t x
     cdef int64_t p
-    cdef uint64_t bit, v, lo, hi
-    cdef uint64_t mask = (<uint64_t>0xFFFFFFFFFFFFFFFF) if width == 64 else ((<uint64_t>1 << width) - 1)
-    cdef int off, err = 0, byte
+    cdef int err = 0
     with nogil:
         for x in range(m):
             p = positions[x]
             if p < 0 or p >= count:
                 err = 1
                 break
-            if width == 0:
-                continue
-            bit = <uint64_t>p * width
-            w = bit >> 6
-            off = bit & 63
-            lo = 0
-            for byte in range(8):
-                lo |= (<uint64_t>base[w * 8 + byte]) << (8 * byte)
-            v = lo >> off
-            if off + width > 64:
-                hi = 0
-                for byte in range(8):
-                    hi |= (<uint64_t>base[(w + 1) * 8 + byte]) << (8 * byte)
-                v |= hi << (64 - off)
-            o[x] = v & mask
+            if width:
+                o[x] = _packed_value(base, <uint64_t>p, width)
     if err:
         return 1, np.zeros(0, np.uint64)
     return 0, out
@@ -209,26 +210,11 @@ def unpack_one(buf, int width, Py_ssize_t count, Py_ssize_t position):
     if count < 0 or position < 0 or position >= count or <uint64_t>count > MAX_PACKED_COUNT:
         return None  # (past MAX_PACKED_COUNT the packed size overflows; no buffer holds it)
     cdef Py_buffer view
-    cdef const uint8_t* base
-    cdef uint64_t bit = <uint64_t>position * <uint64_t>width, lo = 0, hi = 0
-    cdef Py_ssize_t w = <Py_ssize_t>(bit >> 6)
-    cdef int off = <int>(bit & 63), byte
-    cdef uint64_t mask = (<uint64_t>0xFFFFFFFFFFFFFFFF) if width == 64 else ((<uint64_t>1 << width) - 1)
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
         if <uint64_t>view.len < ((<uint64_t>count * <uint64_t>width + 63) // 64) * 8:
             return None
-        if width == 0:
-            return 0
-        base = <const uint8_t*>view.buf
-        for byte in range(8):
-            lo |= (<uint64_t>base[w * 8 + byte]) << (8 * byte)
-        lo >>= off
-        if off + width > 64:
-            for byte in range(8):
-                hi |= (<uint64_t>base[(w + 1) * 8 + byte]) << (8 * byte)
-            lo |= hi << (64 - off)
-        return lo & mask
+        return _packed_value(<const uint8_t*>view.buf, <uint64_t>position, width) if width else 0
     finally:
         PyBuffer_Release(&view)
 
@@ -270,10 +256,7 @@ def unpack_at(dict memo, fetch, bytes prefix, Py_ssize_t count, Py_ssize_t per, 
     cdef bint held = False
     cdef const uint8_t* base = NULL
     cdef int64_t p
-    cdef uint64_t bit, v, lo, hi
-    cdef uint64_t mask = (<uint64_t>0xFFFFFFFFFFFFFFFF) if width == 64 else ((<uint64_t>1 << width) - 1)
-    cdef Py_ssize_t w
-    cdef int off, byte
+    cdef uint64_t v
     try:
         for x in range(m):
             p = positions[x]
@@ -298,21 +281,7 @@ def unpack_at(dict memo, fetch, bytes prefix, Py_ssize_t count, Py_ssize_t per, 
                     return 2, x, None
                 base = <const uint8_t*>view.buf
                 cur = c
-            v = 0
-            if width:
-                bit = <uint64_t>(p - c * per) * <uint64_t>width
-                w = <Py_ssize_t>(bit >> 6)
-                off = <int>(bit & 63)
-                lo = 0
-                for byte in range(8):
-                    lo |= (<uint64_t>base[w * 8 + byte]) << (8 * byte)
-                v = lo >> off
-                if off + width > 64:
-                    hi = 0
-                    for byte in range(8):
-                        hi |= (<uint64_t>base[(w + 1) * 8 + byte]) << (8 * byte)
-                    v |= hi << (64 - off)
-                v &= mask
+            v = _packed_value(base, <uint64_t>(p - c * per), width) if width else 0
             if v + low < v:
                 return 3, x, None
             o[x] = v + low
