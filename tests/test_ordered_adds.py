@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fpstore
-from fpstore.store import catalog
+from fpstore.store import catalog, incremental
 from fpstore.store.inputs import prepare_add
 from fpstore.store.ordered import segments
 from fpstore.store.writes import add_group
@@ -52,10 +52,16 @@ def _state(store):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(plan=_plan(), flush_entries=st.sampled_from([0, 2, 5]), batch_probe=st.sampled_from([0, 10**6]))
-def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_entries, batch_probe):
+@given(
+    plan=_plan(),
+    flush_entries=st.sampled_from([0, 2, 5]),
+    batch_probe=st.sampled_from([0, 10**6]),
+    incremental_scan=st.sampled_from([0.0, 1e12]),
+)
+def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_entries, batch_probe, incremental_scan):
     """Both ways of finding the stored neighbours (the merge of the batch with every table, a
-    probe per add) give it."""
+    probe per add), and both ways of reading the incremental tables (one scan, a probe per add),
+    give it."""
     bulk, before, group = plan
     root = tmp_path_factory.mktemp("ordered")
     stores = [fpstore.open(root / name, k=K, flush_entries=flush_entries) for name in ("group", "serial")]
@@ -70,12 +76,13 @@ def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_ent
             prepare_add(together.pipeline, key, text, fp, None if text else together.pipeline.id, "skip" if skip else "insert", None)
             for key, text, fp, skip in group
         ]
-        saved = catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK
+        saved = catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK, incremental.SCAN_US, incremental.SCAN_US_PER_ENTRY
         catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK = batch_probe, 0
+        incremental.SCAN_US, incremental.SCAN_US_PER_ENTRY = incremental_scan, 0.0
         try:
             got = together._storage.write(lambda txn: add_group(together._cat, txn, adds, K, flush_entries))
         finally:
-            catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK = saved
+            catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK, incremental.SCAN_US, incremental.SCAN_US_PER_ENTRY = saved
         want = [_serial(serial, op) for op in group]
         assert [_verdict(r) for r in got] == [_verdict(r) for r in want]
         assert _state(together) == _state(serial)

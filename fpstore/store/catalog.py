@@ -324,7 +324,7 @@ class Catalog:
     def probe_each(self, txn: lmdb.Transaction, fps: list[int], k: int) -> list[dict[int, tuple[int, int]]]:
         """:meth:`probe` of each fingerprint of a small batch (none excluded), in plain ints:
         the state, its plan and the run chunks read once for the batch. Any transaction."""
-        out = [self.incremental.probe(txn, fp, k) for fp in fps] if self.incremental.entries(txn) else [{} for _ in fps]
+        out = self.incremental.probe_each(txn, fps, k)
         plan = self.plan(txn)
         q_, id_, d_, f_ = search.probe_plan_rows(plan, txn, self.blobs, self.probe_design, fps, k)
         if q_:

@@ -8,6 +8,7 @@ Every method works inside the caller's transaction.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from typing import Any
 
@@ -24,7 +25,7 @@ _U64 = struct.Struct(">Q")
 _PAIR = struct.Struct(">QQ")
 _ZERO8 = bytes(8)
 
-#: :meth:`IncrementalTables.probe_batch` probes once per fingerprint while that costs less than one
+#: :meth:`IncrementalTables.probe_batch` and :meth:`~IncrementalTables.probe_each` probe once per fingerprint while that costs less than one
 #: scan: about 27 µs a probe against 600 µs plus 0.5 µs an entry a scan (on the 2-core machine of
 #: docs/benchmarks.md; ``tools/bench_probe_crossover.py`` measures both).
 PROBE_US, SCAN_US, SCAN_US_PER_ENTRY = 27.0, 600.0, 0.5
@@ -94,8 +95,9 @@ class IncrementalTables:
             pairs = np.empty((len(order), 2), dtype=">u8")
             pairs[:, 0] = perm[order]
             pairs[:, 1] = doc_ids[order]
-            buf = pairs.tobytes()
-            txn.cursor(db=db).putmulti([(buf[j : j + 16], b"") for j in range(0, len(buf), 16)])
+            # Each row viewed as one 16-byte void: tolist() gives its bytes (kept whole, unlike
+            # a bytes dtype, which would drop trailing zero bytes).
+            txn.cursor(db=db).putmulti(list(zip(pairs.view("V16").ravel().tolist(), itertools.repeat(b""))))
 
     def delete(self, txn: lmdb.Transaction, fp: int, doc_id: int) -> bool:
         """Remove a document's entries; False (nothing changed) when it is not in the tables."""
@@ -135,6 +137,24 @@ class IncrementalTables:
                         found[doc_id] = (d, design.unpermute_one(cand, t))
         return found
 
+    def probe_each(self, txn: lmdb.Transaction, fps: list[int], k: int) -> list[dict[int, tuple[int, int]]]:
+        """:meth:`probe` of each fingerprint (none excluded), by one scan when that costs less."""
+        entries = txn.stat(self.dbs[0])["entries"]
+        if entries == 0:
+            return [{} for _ in fps]
+        if not self._scan_pays(len(fps), entries):
+            return [self.probe(txn, fp, k) for fp in fps]
+        out: list[dict[int, tuple[int, int]]] = [{} for _ in fps]
+        q_, id_, d_, f_ = self.scan_batch(txn, np.array(fps, dtype=np.uint64), k)
+        for q, doc_id, d, f in zip(q_.tolist(), id_.tolist(), d_.tolist(), f_.tolist()):
+            out[q].setdefault(doc_id, (d, f))  # a document reached by several tables
+        return out
+
+    @staticmethod
+    def _scan_pays(m: int, entries: int) -> bool:
+        """Whether one scan of the tables costs less than ``m`` probes."""
+        return m * PROBE_US >= SCAN_US + SCAN_US_PER_ENTRY * entries
+
     def probe_batch(self, txn: lmdb.Transaction, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every (query index int64, id int64, distance uint8, fingerprint uint64) within ``k``, a
         document once per table that reaches it: a probe per query when the batch is small, else
@@ -143,7 +163,7 @@ class IncrementalTables:
         empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64))
         if entries == 0 or not len(fps):
             return empty
-        if len(fps) * PROBE_US < SCAN_US + SCAN_US_PER_ENTRY * entries:
+        if not self._scan_pays(len(fps), entries):
             hits = [(qi, doc_id, d, f) for qi, fp in enumerate(fps.tolist()) for doc_id, (d, f) in self.probe(txn, fp, k).items()]
             if not hits:
                 return empty

@@ -203,13 +203,25 @@ def prepare_batch(
 def batch_adds(batch: Batch, keys: Sequence[Key]) -> list[OneAdd]:
     """The documents of ``batch`` as single adds, in the order given (:meth:`Store.add_each`)."""
     sigs, n = batch.sigs, len(batch.typed_keys)
-    short = sigs.short if sigs.short is not None else np.zeros(n, dtype=bool)
-    has_hash = sigs.content_hashes is not None
+    # Plain lists: indexing numpy arrays element by element costs more than the rest of the loop.
+    short: list[bool] = sigs.short.tolist() if sigs.short is not None else [False] * n
+    values: list[int] = sigs.values.tolist()
+    text_flag = FLAG_TEXT if sigs.content_hashes is not None else 0
+    sketches = sigs.sketches
     adds = []
     for i in range(n):
-        flags = (FLAG_TEXT if has_hash else 0) | (FLAG_SHORT if short[i] else 0)
-        sketch = None if sigs.sketches is None else sigs.sketches[i]
+        s = short[i]
         adds.append(
-            OneAdd(keys[i], batch.typed_keys[i], int(sigs.values[i]), sigs.content_hash(i), bool(short[i]), flags, "insert", None, sketch)
+            OneAdd(
+                keys[i],
+                batch.typed_keys[i],
+                values[i],
+                sigs.content_hash(i),
+                s,
+                text_flag | (FLAG_SHORT if s else 0),
+                "insert",
+                None,
+                None if sketches is None else sketches[i],
+            )
         )
     return adds
