@@ -31,6 +31,16 @@ _ZERO8 = bytes(8)
 PROBE_US, SCAN_US, SCAN_US_PER_ENTRY = 27.0, 600.0, 0.5
 
 
+#: :meth:`IncrementalTables.probe_each` compares every query with every document kept in memory
+#: up to this many pairs (a group's adds against a flush's worth of documents), else sorts.
+_COMPARE_ALL = 1 << 17
+
+
+def _without(fps: np.ndarray, ids: np.ndarray, fp: int, doc_id: int) -> _Docs:
+    keep = (ids != np.uint64(doc_id)) | (fps != np.uint64(fp))
+    return fps[keep], ids[keep]
+
+
 def table_keys(txn: lmdb.Transaction, db: Any) -> bytes:
     """Every key of an LMDB table, in key order, concatenated. Each key is appended as it is read:
     ``b"".join`` of the cursor would first hold a list of a memory view per key, which the cyclic
@@ -61,14 +71,77 @@ def table_entries(txn: lmdb.Transaction, db: Any, t: int) -> np.ndarray:
     return pairs
 
 
-class IncrementalTables:
-    """The incremental tables of a design, bound to their LMDB databases (one per table)."""
+#: Tables of more documents than this are not kept in memory (see :class:`IncrementalTables`):
+#: each write copies the arrays, and a probe compares with every document.
+MEMORY_MAX = 1 << 14
 
-    __slots__ = ("design", "dbs")
+_Docs = tuple[np.ndarray, np.ndarray]  # (fingerprints, ids), uint64, in no particular order
+
+
+class IncrementalTables:
+    """The incremental tables of a design, bound to their LMDB databases (one per table).
+
+    The writing process also keeps their documents in memory, as of its last commit, while they
+    number at most :data:`MEMORY_MAX` (the flush threshold, 4,096 by default, keeps them there):
+    a probe then compares with each of them in numpy instead of seeking every table from Python.
+    The store's :class:`~fpstore.store.storage.Storage` reports each write transaction as it
+    begins, commits or aborts. The copy is used by a write transaction that begins right after
+    the commit it reflects (its id is the next one: no other process committed in between) and
+    follows that transaction's own changes, and by a read transaction of exactly that commit;
+    any other transaction reads the tables."""
+
+    __slots__ = ("design", "dbs", "_committed", "_txn", "_work")
 
     def __init__(self, design: Design, dbs: list[Any]) -> None:
         self.design = design
         self.dbs = dbs
+        #: (id of the commit, its documents) or None.
+        self._committed: tuple[int, _Docs] | None = None
+        #: The write transaction in progress (as its function sees it), and its documents: None
+        #: until read, or when there are too many to keep.
+        self._txn: Any = None
+        self._work: _Docs | None = None
+
+    # -- the copy in memory -----------------------------------------------------------------------
+
+    def begin_write(self, txn: Any) -> None:
+        committed = self._committed
+        self._txn = txn
+        self._work = committed[1] if committed is not None and txn.id() == committed[0] + 1 else None
+
+    def committed(self, txnid: int) -> None:
+        work, self._txn, self._work = self._work, None, None
+        self._committed = (txnid, work) if work is not None else None
+
+    def aborted(self) -> None:
+        self._txn = self._work = None
+
+    def _docs(self, txn: Any) -> _Docs | None:
+        """The documents in the tables as ``txn`` sees them, when kept in memory for it."""
+        if txn is self._txn:
+            if self._work is None:
+                self._work = self._read(txn)
+            return self._work
+        committed = self._committed
+        if committed is not None and txn.id() == committed[0]:
+            return committed[1]
+        return None
+
+    def _read(self, txn: Any) -> _Docs | None:
+        if txn.stat(self.dbs[0])["entries"] > MEMORY_MAX:
+            return None
+        pairs = table_entries(txn, self.dbs[0], 0)
+        return pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.uint64)
+
+    def _change(self, txn: Any, change: Any) -> None:
+        """Apply ``change(fps, ids) -> (fps, ids)`` to the write transaction's copy (before its
+        tables change: a copy read after would hold the change already)."""
+        if txn is not self._txn:
+            return
+        docs = self._docs(txn)
+        if docs is not None:
+            fps, ids = change(*docs)
+            self._work = (fps, ids) if len(fps) <= MEMORY_MAX else None
 
     def entries(self, txn: lmdb.Transaction) -> int:
         """Documents in the tables (entries of table 0)."""
@@ -83,12 +156,14 @@ class IncrementalTables:
 
     def put(self, txn: lmdb.Transaction, fp: int, doc_id: int) -> None:
         """Index one document: its permuted fingerprint in every table."""
+        self._change(txn, lambda fps, ids: (np.append(fps, np.uint64(fp)), np.append(ids, np.uint64(doc_id))))
         permute_one = self.design.permute_one
         for t, db in enumerate(self.dbs):
             txn.put(_PAIR.pack(permute_one(fp, t), doc_id), b"", db=db)
 
     def put_many(self, txn: lmdb.Transaction, fps: np.ndarray, doc_ids: np.ndarray) -> None:
         """Index many documents (fingerprints and ids uint64), each table in one sorted putmulti."""
+        self._change(txn, lambda f, i: (np.concatenate([f, fps.astype(np.uint64)]), np.concatenate([i, doc_ids.astype(np.uint64)])))
         for t, db in enumerate(self.dbs):
             perm = self.design.permute(fps, t)
             order = np.lexsort((doc_ids, perm))
@@ -103,12 +178,14 @@ class IncrementalTables:
         """Remove a document's entries; False (nothing changed) when it is not in the tables."""
         if txn.get(_PAIR.pack(fp, doc_id), db=self.dbs[0]) is None:
             return False
+        self._change(txn, lambda fps, ids: _without(fps, ids, fp, doc_id))
         for t, db in enumerate(self.dbs):
             txn.delete(_PAIR.pack(self.design.permute_one(fp, t), doc_id), db=db)
         return True
 
     def clear(self, txn: lmdb.Transaction) -> None:
         """Empty every table (their entries have moved into a run)."""
+        self._change(txn, lambda fps, ids: (fps[:0], ids[:0]))
         for db in self.dbs:
             txn.drop(db, delete=False)
 
@@ -118,6 +195,15 @@ class IncrementalTables:
         """Ids in the tables within ``k`` of ``fp`` → (distance, fingerprint)."""
         design = self.design
         found: dict[int, tuple[int, int]] = {}
+        docs = self._docs(txn)
+        if docs is not None:
+            fps, ids = docs
+            dist = np.bitwise_count(fps ^ np.uint64(fp))
+            for j in np.flatnonzero(dist <= k).tolist():
+                doc_id = int(ids[j])
+                if doc_id != exclude:
+                    found[doc_id] = (int(dist[j]), int(fps[j]))
+            return found
         if txn.stat(self.dbs[0])["entries"] == 0:  # all compacted into runs: skip T seeks
             return found
         for t, db in enumerate(self.dbs):
@@ -142,9 +228,18 @@ class IncrementalTables:
         entries = txn.stat(self.dbs[0])["entries"]
         if entries == 0:
             return [{} for _ in fps]
-        if not self._scan_pays(len(fps), entries):
+        docs = self._docs(txn)
+        if docs is not None and len(fps) * entries <= _COMPARE_ALL:
+            # Every query against every document: one numpy pass, for batches of a group's size.
+            dist = np.bitwise_count(np.array(fps, dtype=np.uint64)[:, None] ^ docs[0][None, :])
+            out: list[dict[int, tuple[int, int]]] = [{} for _ in fps]
+            qi, j = np.nonzero(dist <= k)
+            for q, doc_id, d, f in zip(qi.tolist(), docs[1][j].tolist(), dist[qi, j].tolist(), docs[0][j].tolist()):
+                out[q][doc_id] = (d, f)
+            return out
+        if docs is None and not self._scan_pays(len(fps), entries):
             return [self.probe(txn, fp, k) for fp in fps]
-        out: list[dict[int, tuple[int, int]]] = [{} for _ in fps]
+        out = [{} for _ in fps]
         q_, id_, d_, f_ = self.scan_batch(txn, np.array(fps, dtype=np.uint64), k)
         for q, doc_id, d, f in zip(q_.tolist(), id_.tolist(), d_.tolist(), f_.tolist()):
             out[q].setdefault(doc_id, (d, f))  # a document reached by several tables
@@ -163,7 +258,7 @@ class IncrementalTables:
         empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64))
         if entries == 0 or not len(fps):
             return empty
-        if not self._scan_pays(len(fps), entries):
+        if not self._scan_pays(len(fps), entries) and self._docs(txn) is None:
             hits = [(qi, doc_id, d, f) for qi, fp in enumerate(fps.tolist()) for doc_id, (d, f) in self.probe(txn, fp, k).items()]
             if not hits:
                 return empty
@@ -176,10 +271,15 @@ class IncrementalTables:
         design = self.design
         # Every table holds the same documents: table 0 (the identity) is read, and each other
         # table's order is a sort of its permuted fingerprints, not another scan of LMDB.
-        pairs = table_entries(txn, self.dbs[0], 0)
-        stored, stored_ids = pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.int64)
-        if len(stored) > 1 and bool(np.any(stored[1:] < stored[:-1])):
-            raise CorruptionError("table 0 holds keys out of order: the store is damaged")
+        docs = self._docs(txn)
+        if docs is not None:
+            order = search.argsort_u64(docs[0])
+            stored, stored_ids = docs[0][order], docs[1][order].astype(np.int64)
+        else:
+            pairs = table_entries(txn, self.dbs[0], 0)
+            stored, stored_ids = pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.int64)
+            if len(stored) > 1 and bool(np.any(stored[1:] < stored[:-1])):
+                raise CorruptionError("table 0 holds keys out of order: the store is damaged")
         out_q, out_i, out_d, out_f = [], [], [], []
         for t, table in enumerate(design.tables):
             if t:

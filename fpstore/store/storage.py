@@ -192,6 +192,11 @@ class Storage:
         self.on_abort: list[Callable[[], None]] = []
         #: Called after each write commits, once its locks are released (a merge it made due).
         self.on_commit: list[Callable[[], None]] = []
+        #: Called with each write transaction (as the write's function receives it) before the
+        #: function runs, and with its id once it has committed, before the next one can begin:
+        #: what a cache of the committed state needs to follow this process's writes.
+        self.on_begin_write: list[Callable[[Any], None]] = []
+        self.on_committed: list[Callable[[int], None]] = []
         #: Directories and files this open created, removed by :meth:`discard` when creating fails.
         self._made_dirs: list[str] = []
         self._found: set[str] | None = None
@@ -684,8 +689,12 @@ class Storage:
                         raise translate(exc, action, self.path) from exc
                     raise
                 try:
-                    result = fn(fault_points.write_txn(txn))
+                    seen = fault_points.write_txn(txn)
+                    for begin in self.on_begin_write:
+                        begin(seen)
+                    result = fn(seen)
                     fault_points.before_commit()
+                    txnid = txn.id()
                     txn.commit()
                 except lmdb.MapFullError:
                     self._abort(txn)
@@ -698,6 +707,8 @@ class Storage:
                     self._abort(txn)
                     raise
                 self._map.unshare()
+                for committed in self.on_committed:
+                    committed(txnid)
                 fault_points.after_commit()
                 break
         for hook in self.on_commit:

@@ -165,7 +165,10 @@ class Store(Closing):
             self._storage.dbs, self.design, self.pipeline.sketch_bits // 64, self.threshold, has_int_key_column(self.header)
         )
         # A run read inside a transaction that then aborts has an id the next one gives out again.
-        self._storage.on_abort = [self._cat.cache.clear]
+        incremental = self._cat.incremental
+        self._storage.on_abort = [self._cat.cache.clear, incremental.aborted]
+        self._storage.on_begin_write = [incremental.begin_write]
+        self._storage.on_committed = [incremental.committed]
 
     def _check_k(self, k: object) -> int:
         if not isinstance(k, int) or isinstance(k, bool) or k < 0:
