@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import lmdb
@@ -76,6 +77,10 @@ def table_entries(txn: lmdb.Transaction, db: Any, t: int) -> np.ndarray:
 MEMORY_MAX = 1 << 14
 
 _Docs = tuple[np.ndarray, np.ndarray]  # (fingerprints, ids), uint64, in no particular order
+#: Documents held: the first ``n`` entries of two buffers (uint64). A transaction appends past
+#: ``n`` in place: the entries a commit published are never written again (a delete makes new
+#: buffers), so a reader of that commit's first ``n`` never sees them change.
+_Held = tuple[np.ndarray, np.ndarray, int]
 
 
 class IncrementalTables:
@@ -96,11 +101,11 @@ class IncrementalTables:
         self.design = design
         self.dbs = dbs
         #: (id of the commit, its documents) or None.
-        self._committed: tuple[int, _Docs] | None = None
+        self._committed: tuple[int, _Held] | None = None
         #: The write transaction in progress (as its function sees it), and its documents: None
         #: until read, or when there are too many to keep.
         self._txn: Any = None
-        self._work: _Docs | None = None
+        self._work: _Held | None = None
 
     # -- the copy in memory -----------------------------------------------------------------------
 
@@ -116,8 +121,7 @@ class IncrementalTables:
     def aborted(self) -> None:
         self._txn = self._work = None
 
-    def _docs(self, txn: Any) -> _Docs | None:
-        """The documents in the tables as ``txn`` sees them, when kept in memory for it."""
+    def _held(self, txn: Any) -> _Held | None:
         if txn is self._txn:
             if self._work is None:
                 self._work = self._read(txn)
@@ -127,21 +131,45 @@ class IncrementalTables:
             return committed[1]
         return None
 
-    def _read(self, txn: Any) -> _Docs | None:
+    def _docs(self, txn: Any) -> _Docs | None:
+        """The documents in the tables as ``txn`` sees them, when kept in memory for it."""
+        held = self._held(txn)
+        if held is None:
+            return None
+        fps, ids, n = held
+        return fps[:n], ids[:n]
+
+    def _read(self, txn: Any) -> _Held | None:
         if txn.stat(self.dbs[0])["entries"] > MEMORY_MAX:
             return None
         pairs = table_entries(txn, self.dbs[0], 0)
-        return pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.uint64)
+        return pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.uint64), len(pairs)
 
-    def _change(self, txn: Any, change: Any) -> None:
-        """Apply ``change(fps, ids) -> (fps, ids)`` to the write transaction's copy (before its
-        tables change: a copy read after would hold the change already)."""
-        if txn is not self._txn:
+    def _append(self, txn: Any, fps: np.ndarray, ids: np.ndarray) -> None:
+        """Follow the write transaction's new entries (called before its tables change: a copy
+        read after would hold them already)."""
+        held = self._held(txn) if txn is self._txn else None
+        if held is None:
             return
-        docs = self._docs(txn)
+        fbuf, ibuf, n = held
+        m = n + len(fps)
+        if m > MEMORY_MAX:
+            self._work = None
+            return
+        if m > len(fbuf):
+            cap = max(2 * len(fbuf), m, 256)
+            fbuf, ibuf = np.resize(fbuf[:n], cap), np.resize(ibuf[:n], cap)
+        fbuf[n:m] = fps
+        ibuf[n:m] = ids
+        self._work = (fbuf, ibuf, m)
+
+    def _rebuild(self, txn: Any, change: Callable[[np.ndarray, np.ndarray], _Docs]) -> None:
+        """Follow a removal in the write transaction: new buffers, so that no entry a commit
+        published is written again."""
+        docs = self._docs(txn) if txn is self._txn else None
         if docs is not None:
             fps, ids = change(*docs)
-            self._work = (fps, ids) if len(fps) <= MEMORY_MAX else None
+            self._work = (fps, ids, len(fps))
 
     def entries(self, txn: lmdb.Transaction) -> int:
         """Documents in the tables (entries of table 0)."""
@@ -156,14 +184,14 @@ class IncrementalTables:
 
     def put(self, txn: lmdb.Transaction, fp: int, doc_id: int) -> None:
         """Index one document: its permuted fingerprint in every table."""
-        self._change(txn, lambda fps, ids: (np.append(fps, np.uint64(fp)), np.append(ids, np.uint64(doc_id))))
+        self._append(txn, np.array([fp], np.uint64), np.array([doc_id], np.uint64))
         permute_one = self.design.permute_one
         for t, db in enumerate(self.dbs):
             txn.put(_PAIR.pack(permute_one(fp, t), doc_id), b"", db=db)
 
     def put_many(self, txn: lmdb.Transaction, fps: np.ndarray, doc_ids: np.ndarray) -> None:
         """Index many documents (fingerprints and ids uint64), each table in one sorted putmulti."""
-        self._change(txn, lambda f, i: (np.concatenate([f, fps.astype(np.uint64)]), np.concatenate([i, doc_ids.astype(np.uint64)])))
+        self._append(txn, fps, doc_ids)
         for t, db in enumerate(self.dbs):
             perm = self.design.permute(fps, t)
             order = np.lexsort((doc_ids, perm))
@@ -178,14 +206,14 @@ class IncrementalTables:
         """Remove a document's entries; False (nothing changed) when it is not in the tables."""
         if txn.get(_PAIR.pack(fp, doc_id), db=self.dbs[0]) is None:
             return False
-        self._change(txn, lambda fps, ids: _without(fps, ids, fp, doc_id))
+        self._rebuild(txn, lambda fps, ids: _without(fps, ids, fp, doc_id))
         for t, db in enumerate(self.dbs):
             txn.delete(_PAIR.pack(self.design.permute_one(fp, t), doc_id), db=db)
         return True
 
     def clear(self, txn: lmdb.Transaction) -> None:
         """Empty every table (their entries have moved into a run)."""
-        self._change(txn, lambda fps, ids: (fps[:0], ids[:0]))
+        self._rebuild(txn, lambda fps, ids: (fps[:0].copy(), ids[:0].copy()))
         for db in self.dbs:
             txn.drop(db, delete=False)
 
