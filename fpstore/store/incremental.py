@@ -177,8 +177,16 @@ class IncrementalTables:
 
     def table0(self, txn: lmdb.Transaction) -> np.ndarray:
         """Table 0's entries (the identity permutation): ``(n, 2)`` big-endian uint64
-        (fingerprint, id), in fingerprint order."""
-        return table_entries(txn, self.dbs[0], 0)
+        (fingerprint, id), in key order (fingerprint, then id)."""
+        docs = self._docs(txn)
+        if docs is None:
+            return table_entries(txn, self.dbs[0], 0)
+        fps, ids = docs  # the copy in memory, sorted as the table is (a flush reads it)
+        order = np.lexsort((ids, fps))
+        pairs = np.empty((len(order), 2), dtype=">u8")
+        pairs[:, 0] = fps[order]
+        pairs[:, 1] = ids[order]
+        return pairs
 
     # -- writing --------------------------------------------------------------------------------
 
