@@ -14,7 +14,11 @@ reopened with that durability, then
 * **asyncio**: one event loop, C tasks ``await store.add(...)`` in a loop on ``fpstore.aio`` over
   the same store directory (reopened), the same fingerprints and window, and a loop-lag probe: a
   task that sleeps 1 ms and records how late it wakes (the loop's stalls: the longest is reported,
-  and the 99th percentile).
+  and the 99th percentile);
+* with ``--gc-freeze``, the asyncio window once more right after it, with ``gc.freeze()`` called
+  once the store is open (``gc.unfreeze()`` after the window): the objects made so far (numpy's
+  and fpstore's, at import) leave the cyclic collector's generations, whose full collections
+  otherwise traverse them, holding the GIL, in whichever thread falls due.
 
 adds/s = adds completed in the window / its length; p99 = of the adds started in the window;
 mean group = adds / groups committed in the window. Figures are medians over ``--rounds``. The
@@ -25,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import gc
 import itertools
 import json
 import statistics
@@ -46,9 +52,14 @@ import fpstore  # noqa: E402
 import fpstore.aio  # noqa: E402
 
 
-def aio_window(path: Path, durability: str, c: int, rnd: int, pool: list[int], warmup: float, seconds: float) -> dict[str, Any]:
+def aio_window(
+    path: Path, durability: str, c: int, rnd: int, pool: list[int], warmup: float, seconds: float, freeze: bool = False
+) -> dict[str, Any]:
     async def run() -> dict[str, Any]:
         async with fpstore.aio.open(path, durability=durability) as store:
+            if freeze:
+                gc.collect()
+                gc.freeze()
             pid = store.store.pipeline.id
             counter = itertools.count()
             clock = time.perf_counter_ns
@@ -85,7 +96,11 @@ def aio_window(path: Path, durability: str, c: int, rnd: int, pool: list[int], w
                 await asyncio.sleep(max(0.0, (me - clock()) / 1e9))
                 marks["end"] = (store.groups, store.adds)
 
-            await asyncio.gather(probe(), counters(), *(task(i) for i in range(c)))
+            try:
+                await asyncio.gather(probe(), counters(), *(task(i) for i in range(c)))
+            finally:
+                if freeze:
+                    gc.unfreeze()
             groups = marks["end"][0] - marks["start"][0]
             adds = marks["end"][1] - marks["start"][1]
         return {
@@ -125,30 +140,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for durability in ("full", "process") if rnd % 2 == 0 else ("process", "full"):
                 for c in args.callers:
                     pool = bench_crawler.fresh_fps(stored, bench_crawler.POOL, rng).tolist()
-                    for kind, window in (("threads", thread_window), ("asyncio", aio_window)):
+                    kinds = [("threads", thread_window), ("asyncio", aio_window)]
+                    if args.gc_freeze:
+                        kinds.append(("asyncio-frozen", functools.partial(aio_window, freeze=True)))
+                    for kind, window in kinds:
                         r = window(path, durability, c, rnd, pool, args.warmup, args.seconds)
                         rows.setdefault(f"{kind}|{durability}|{c}", []).append(r)
-                        extra = f", loop lag max {r['lag_max_ms']:.2f} ms (p99 {r['lag_p99_ms']:.2f})" if kind == "asyncio" else ""
+                        extra = f", loop lag max {r['lag_max_ms']:.2f} ms (p99 {r['lag_p99_ms']:.2f})" if kind != "threads" else ""
                         print(f"  round {rnd} {durability} C={c} {kind}: {r['rate']:,.0f} adds/s, p99 {r['p99_ms']:.1f} ms, group {r['group']:.1f}{extra}", flush=True)
         print(f"end: {bc.uptime()}", flush=True)
-    out = {"n": n, "callers": args.callers, "rounds": args.rounds, "rows": {}}
+    out = {"n": n, "callers": args.callers, "rounds": args.rounds, "gc_freeze": args.gc_freeze, "rows": {}}
     for name, rs in rows.items():
         out["rows"][name] = {key: statistics.median(r[key] for r in rs) for key in rs[0]}
     return out
 
 
 def render(res: dict[str, Any]) -> str:
+    frozen = bool(res.get("gc_freeze"))
+    head = "| durability | callers | threads adds/s (p99 ms, group) | asyncio adds/s (p99 ms, group) | asyncio ÷ threads | loop lag max / p99 ms |"
     lines = [
-        "| durability | callers | threads adds/s (p99 ms, group) | asyncio adds/s (p99 ms, group) | asyncio ÷ threads | loop lag max / p99 ms |",
-        "|---|--:|---|---|--:|---|",
+        head + (" with gc.freeze(): adds/s, loop lag max / p99 ms |" if frozen else ""),
+        "|---|--:|---|---|--:|---|" + ("---|" if frozen else ""),
     ]
     for durability in ("full", "process"):
         for c in res["callers"]:
             t, a = res["rows"][f"threads|{durability}|{c}"], res["rows"][f"asyncio|{durability}|{c}"]
-            lines.append(
+            line = (
                 f"| {durability} | {c} | {t['rate']:,.0f} ({t['p99_ms']:.1f}, {t['group']:.1f}) | {a['rate']:,.0f} ({a['p99_ms']:.1f}, {a['group']:.1f}) "
                 f"| {a['rate'] / t['rate']:.2f} | {a['lag_max_ms']:.1f} / {a['lag_p99_ms']:.1f} |"
             )
+            if frozen:
+                f = res["rows"][f"asyncio-frozen|{durability}|{c}"]
+                line += f" {f['rate']:,.0f}, {f['lag_max_ms']:.1f} / {f['lag_p99_ms']:.1f} |"
+            lines.append(line)
     for c in res["callers"]:
         for kind in ("threads", "asyncio"):
             full, proc = res["rows"][f"{kind}|full|{c}"]["rate"], res["rows"][f"{kind}|process|{c}"]["rate"]
@@ -167,6 +191,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tmp", default=bc.DEFAULT_TMP)
     ap.add_argument("--json", help="write every figure to this file")
+    ap.add_argument("--gc-freeze", action="store_true", help="also each asyncio window with gc.freeze() once the store is open")
     args = ap.parse_args()
     if args.quick:
         args.n = min(args.n, 1e5)
