@@ -56,12 +56,12 @@ def _state(store):
     plan=_plan(),
     flush_entries=st.sampled_from([0, 2, 5]),
     batch_probe=st.sampled_from([0, 10**6]),
-    incremental_scan=st.sampled_from([0.0, 1e12]),
+    incremental_way=st.sampled_from(["compare all", "scan", "probe each"]),
 )
-def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_entries, batch_probe, incremental_scan):
+def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_entries, batch_probe, incremental_way):
     """Both ways of finding the stored neighbours (the merge of the batch with every table, a
-    probe per add), and both ways of reading the incremental tables (one scan, a probe per add),
-    give it."""
+    probe per add), and the three ways of reading the incremental tables (every add against
+    every document of the writer's copy, one scan, a probe per add), give it."""
     bulk, before, group = plan
     root = tmp_path_factory.mktemp("ordered")
     stores = [fpstore.open(root / name, k=K, flush_entries=flush_entries) for name in ("group", "serial")]
@@ -76,13 +76,17 @@ def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_ent
             prepare_add(together.pipeline, key, text, fp, None if text else together.pipeline.id, "skip" if skip else "insert", None)
             for key, text, fp, skip in group
         ]
-        saved = catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK, incremental.SCAN_US, incremental.SCAN_US_PER_ENTRY
+        saved = (catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK, incremental.SCAN_US, incremental.SCAN_US_PER_ENTRY)
+        saved_docs = incremental._COMPARE_ALL_DOCS
         catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK = batch_probe, 0
-        incremental.SCAN_US, incremental.SCAN_US_PER_ENTRY = incremental_scan, 0.0
+        if incremental_way != "compare all":
+            incremental._COMPARE_ALL_DOCS = -1
+            incremental.SCAN_US, incremental.SCAN_US_PER_ENTRY = (0.0 if incremental_way == "scan" else 1e12), 0.0
         try:
             got = together._storage.write(lambda txn: add_group(together._cat, txn, adds, K, flush_entries))
         finally:
             catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK, incremental.SCAN_US, incremental.SCAN_US_PER_ENTRY = saved
+            incremental._COMPARE_ALL_DOCS = saved_docs
         want = [_serial(serial, op) for op in group]
         assert [_verdict(r) for r in got] == [_verdict(r) for r in want]
         assert _state(together) == _state(serial)

@@ -33,8 +33,10 @@ PROBE_US, SCAN_US, SCAN_US_PER_ENTRY = 27.0, 600.0, 0.5
 
 
 #: :meth:`IncrementalTables.probe_each` compares every query with every document kept in memory
-#: up to this many pairs (a group's adds against a flush's worth of documents), else sorts.
-_COMPARE_ALL = 1 << 17
+#: in one broadcast while the copy holds at most this many documents and the pairs stay below
+#: ``_COMPARE_ALL_PAIRS``: the broadcast's temporaries cost about 3 ns a pair, one fingerprint's
+#: comparison about 3 µs plus 1.4 ns a document (``tools/bench_incremental.py``).
+_COMPARE_ALL_DOCS, _COMPARE_ALL_PAIRS = 1536, 1 << 18
 
 
 def _without(fps: np.ndarray, ids: np.ndarray, fp: int, doc_id: int) -> _Docs:
@@ -265,15 +267,15 @@ class IncrementalTables:
         if entries == 0:
             return [{} for _ in fps]
         docs = self._docs(txn)
-        if docs is not None and len(fps) * entries <= _COMPARE_ALL:
-            # Every query against every document: one numpy pass, for batches of a group's size.
+        if docs is not None and entries <= _COMPARE_ALL_DOCS and len(fps) * entries <= _COMPARE_ALL_PAIRS:
+            # Every query against every document: one numpy pass.
             dist = np.bitwise_count(np.array(fps, dtype=np.uint64)[:, None] ^ docs[0][None, :])
             out: list[dict[int, tuple[int, int]]] = [{} for _ in fps]
             qi, j = np.nonzero(dist <= k)
             for q, doc_id, d, f in zip(qi.tolist(), docs[1][j].tolist(), dist[qi, j].tolist(), docs[0][j].tolist()):
                 out[q][doc_id] = (d, f)
             return out
-        if docs is None and not self._scan_pays(len(fps), entries):
+        if not self._scan_pays(len(fps), entries):
             return [self.probe(txn, fp, k) for fp in fps]
         out = [{} for _ in fps]
         q_, id_, d_, f_ = self.scan_batch(txn, np.array(fps, dtype=np.uint64), k)
