@@ -2,7 +2,7 @@
 (docs/benchmarks.md, "The crawler's write path"), in one process, alternating.
 
     cd /work/main && python tools/bench_incremental.py
-    cd /work/main && python tools/bench_incremental.py --entries 1024 4096 16384
+    cd /work/main && python tools/bench_incremental.py --entries 256 4096
 
 For each E in ``--entries``: a store (k = 3, design ``auto``, ``flush_entries=0``, so nothing
 leaves the incremental tier) gets E uniform random fingerprints through ``add_many``, then one
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--entries", type=int, nargs="*", default=[1024, 4096, 16384])
+    ap.add_argument("--entries", type=int, nargs="*", default=[1024, 4096, 16000])
     ap.add_argument("--probes", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--seed", type=int, default=1)
