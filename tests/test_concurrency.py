@@ -285,3 +285,28 @@ def test_every_call_after_close_raises_closed_error(tmp_path, readonly):
     store.close()
     with fpstore.open(path, readonly=True) as again:  # closing released the path for a new open
         assert len(again) == total(0) and again.checkpoint(FEED) == 0
+
+
+@pytest.mark.parametrize("switch", ["compact_file", "redesign"])
+def test_a_switch_of_the_store_is_refused_while_this_thread_holds_a_reader(tmp_path, switch):
+    """compact_file() and redesign() close the environment; a read this thread holds open would be
+    left on a closed one (its next call raised lmdb's own error). They refuse, change nothing, and
+    the reader goes on."""
+    import numpy as np
+
+    from fpstore.errors import StorageError
+
+    with fpstore.open(tmp_path / "s", k=3) as store:
+        pid = store.pipeline.id
+        store.add_many([f"d{i}" for i in range(50)], fingerprints=np.arange(50, dtype=np.uint64) * 7919, pipeline_id=pid)
+        with store.reader() as r:
+            before = r.query(fingerprint=7919, pipeline_id=pid)
+            with pytest.raises(StorageError, match="this thread still holds a read"):
+                store.compact_file() if switch == "compact_file" else store.redesign(k=4)
+            assert r.query(fingerprint=7919, pipeline_id=pid) == before
+        assert store.k == 3 and store.design.k == 3
+        # Once the reader is done, the switch goes ahead.
+        store.compact_file() if switch == "compact_file" else store.redesign(k=4)
+        fps = np.arange(50, dtype=np.uint64) * 7919
+        want = sorted(f"d{i}" for i in np.flatnonzero(np.bitwise_count(fps ^ np.uint64(7919)) <= store.k))
+        assert sorted(m.key for m in store.query(fingerprint=7919, pipeline_id=pid)) == want

@@ -386,6 +386,17 @@ class Storage:
         faults.active().fsync(dest)
         return os.path.getsize(copy)
 
+    def check_no_own_read(self, what: str) -> None:
+        """StorageError when the calling thread holds a read of the store open: ``what`` (work
+        that closes the environment, :meth:`alone`) would leave it on a closed one. Other
+        threads' reads are waited for instead."""
+        if self._map.held():
+            raise StorageError(
+                f"{self.path}: {what} needs the store alone, but this thread still holds a read of the store open "
+                "(a store.reader() block, or an iter_near_duplicate_pairs iterator not exhausted or closed); "
+                "finish or close it first"
+            )
+
     @contextlib.contextmanager
     def alone(self, what: str) -> Iterator[None]:
         """The store to this thread alone, for work that changes what other openers hold
@@ -394,6 +405,7 @@ class Storage:
         the block are allowed. Raises :class:`StorageError` naming ``what`` when another process
         has the store open."""
         self.check_writable()
+        self.check_no_own_read(what)
         if self._open_fd is None:
             raise StorageError(f"{self.path}: no open lock to check that the store is unshared")
         try:

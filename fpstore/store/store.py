@@ -342,8 +342,10 @@ class Store(Closing):
 
         LMDB reuses freed pages but never shrinks its file; this copies the live pages to a new
         file and switches to it atomically. It needs the store to itself: another process with the
-        store open makes it raise :class:`~fpstore.errors.StorageError` before anything changes.
+        store open, or a read this thread holds open (a :meth:`reader` block), makes it raise
+        :class:`~fpstore.errors.StorageError` before anything changes.
         """
+        self._storage.check_no_own_read("file compaction")
         result = self.compact()
         tables = [table_name(t) for t in range(len(self.design.tables))]
 
@@ -372,7 +374,8 @@ class Store(Closing):
         store (``expected_size`` defaults to the store's size, at least 10^6). Every fingerprint
         is indexed again and the store switches in one transaction: a crash leaves the old design
         or the new one. Like :meth:`compact_file` it needs the store alone: another process with
-        it open makes it raise :class:`~fpstore.errors.StorageError` before anything changes.
+        it open, or a read this thread holds open, makes it raise
+        :class:`~fpstore.errors.StorageError` before anything changes.
         Afterwards :attr:`k` is ``k``. ``progress(tables encoded, tables)`` as the tables are built.
         """
         self._storage.check_writable()
