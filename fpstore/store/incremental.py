@@ -75,7 +75,7 @@ def table_entries(txn: lmdb.Transaction, db: Any, t: int) -> np.ndarray:
 
 
 #: Tables of more documents than this are not kept in memory (see :class:`IncrementalTables`):
-#: each write copies the arrays, and a probe compares with every document.
+#: a probe compares with every document, and a delete copies them all.
 MEMORY_MAX = 1 << 14
 
 _Docs = tuple[np.ndarray, np.ndarray]  # (fingerprints, ids), uint64, in no particular order
