@@ -8,9 +8,10 @@ For each E in ``--entries``: a store (k = 3, design ``auto``, ``flush_entries=0`
 leaves the incremental tier) gets E uniform random fingerprints through ``add_many``, then one
 ``add`` (a write the store's hooks see, so the writer holds its copy). In one read transaction
 of that last commit, ``--rounds`` rounds alternate the two ways of answering: the copy, and the
-B-trees (the copy hidden from the tables for the pass). Each round times ``--probes`` single
-probes (``IncrementalTables.probe``), the same fingerprints as groups of 16
-(``probe_each``) and as one batch of 1,000 (``probe_each``). Figures: µs per fingerprint, median
+B-trees (the copy hidden from the tables for the pass). Each round times ``Store.query_many``
+of 400 of the fingerprints in batches of 4 and of 16 (its incremental part is
+``probe_batch``), ``--probes`` single probes (``IncrementalTables.probe``), the same
+fingerprints as groups of 16 (``probe_each``) and as one batch of 1,000 (``probe_each``). Figures: µs per fingerprint, median
 of the rounds; the answers of both ways are compared (equal). The store goes under ``--tmp`` and
 is deleted at the end. Not collected by pytest; tunes nothing.
 """
@@ -36,9 +37,14 @@ import fpstore  # noqa: E402
 K = 3
 
 
-def passes(inc, txn, qs: list[int]) -> dict[str, tuple[float, list]]:
+def passes(store, inc, txn, qs: list[int]) -> dict[str, tuple[float, list]]:
     """µs per fingerprint and the answers of each call shape."""
     out = {}
+    pid = store.pipeline.id
+    for m in (4, 16):  # query_many's small batches (its own read transaction: the same commit)
+        t = time.perf_counter()
+        rows = [store.query_many(np.array(qs[i : i + m], np.uint64), pipeline_id=pid) for i in range(0, 400, m)]
+        out[f"query_many of {m}"] = ((time.perf_counter() - t) / 400 * 1e6, [tuple(a.tolist() for a in r) for r in rows])
     t = time.perf_counter()
     single = [inc.probe(txn, q, K) for q in qs]
     out["probe"] = ((time.perf_counter() - t) / len(qs) * 1e6, single)
@@ -76,7 +82,7 @@ def run(args: argparse.Namespace) -> None:
                         if way == "trees":
                             inc._committed = None
                         try:
-                            res = passes(inc, txn, qs)
+                            res = passes(store, inc, txn, qs)
                         finally:
                             inc._committed = held
                         for call, (us, answers) in res.items():

@@ -26,8 +26,8 @@ _U64 = struct.Struct(">Q")
 _PAIR = struct.Struct(">QQ")
 _ZERO8 = bytes(8)
 
-#: :meth:`IncrementalTables.probe_batch` and :meth:`~IncrementalTables.probe_each` probe once per fingerprint while that costs less than one
-#: scan: about 27 µs a probe against 600 µs plus 0.5 µs an entry a scan (on the 2-core machine of
+#: :meth:`IncrementalTables.probe_each` and :meth:`~IncrementalTables.probe_batch` probe once per
+#: fingerprint while that costs less than one scan: about 27 µs a probe against 600 µs plus 0.5 µs an entry a scan (on the 2-core machine of
 #: docs/benchmarks.md; ``tools/bench_probe_crossover.py`` measures both).
 PROBE_US, SCAN_US, SCAN_US_PER_ENTRY = 27.0, 600.0, 0.5
 
@@ -266,9 +266,21 @@ class IncrementalTables:
         entries = txn.stat(self.dbs[0])["entries"]
         if entries == 0:
             return [{} for _ in fps]
+        out = self._probe_few(txn, fps, k, entries)
+        if out is not None:
+            return out
+        out = [{} for _ in fps]
+        q_, id_, d_, f_ = self.scan_batch(txn, np.array(fps, dtype=np.uint64), k)
+        for q, doc_id, d, f in zip(q_.tolist(), id_.tolist(), d_.tolist(), f_.tolist()):
+            out[q].setdefault(doc_id, (d, f))  # a document reached by several tables
+        return out
+
+    def _probe_few(self, txn: lmdb.Transaction, fps: list[int], k: int, entries: int) -> list[dict[int, tuple[int, int]]] | None:
+        """:meth:`probe_each` without a scan of the tables (None when one scan costs less): every
+        fingerprint against every document of the copy in one numpy pass while that is cheap,
+        else a probe per fingerprint."""
         docs = self._docs(txn)
         if docs is not None and entries <= _COMPARE_ALL_DOCS and len(fps) * entries <= _COMPARE_ALL_PAIRS:
-            # Every query against every document: one numpy pass.
             dist = np.bitwise_count(np.array(fps, dtype=np.uint64)[:, None] ^ docs[0][None, :])
             out: list[dict[int, tuple[int, int]]] = [{} for _ in fps]
             qi, j = np.nonzero(dist <= k)
@@ -277,11 +289,7 @@ class IncrementalTables:
             return out
         if not self._scan_pays(len(fps), entries):
             return [self.probe(txn, fp, k) for fp in fps]
-        out = [{} for _ in fps]
-        q_, id_, d_, f_ = self.scan_batch(txn, np.array(fps, dtype=np.uint64), k)
-        for q, doc_id, d, f in zip(q_.tolist(), id_.tolist(), d_.tolist(), f_.tolist()):
-            out[q].setdefault(doc_id, (d, f))  # a document reached by several tables
-        return out
+        return None
 
     @staticmethod
     def _scan_pays(m: int, entries: int) -> bool:
@@ -290,19 +298,20 @@ class IncrementalTables:
 
     def probe_batch(self, txn: lmdb.Transaction, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every (query index int64, id int64, distance uint8, fingerprint uint64) within ``k``, a
-        document once per table that reaches it: a probe per query when the batch is small, else
-        the tables' entries read once and merged with the batch in numpy."""
+        document once per table that reaches it: as :meth:`probe_each` when the batch is small,
+        else the tables' entries read once and merged with the batch in numpy."""
         entries = txn.stat(self.dbs[0])["entries"]
         empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64))
         if entries == 0 or not len(fps):
             return empty
-        if not self._scan_pays(len(fps), entries) and self._docs(txn) is None:
-            hits = [(qi, doc_id, d, f) for qi, fp in enumerate(fps.tolist()) for doc_id, (d, f) in self.probe(txn, fp, k).items()]
-            if not hits:
-                return empty
-            q, i, d, f = zip(*hits)
-            return np.array(q, np.int64), np.array(i, np.int64), np.array(d, np.uint8), np.array(f, np.uint64)
-        return self.scan_batch(txn, fps, k)
+        few = self._probe_few(txn, fps.tolist(), k, entries)
+        if few is None:
+            return self.scan_batch(txn, fps, k)
+        hits = [(qi, doc_id, d, f) for qi, found in enumerate(few) for doc_id, (d, f) in found.items()]
+        if not hits:
+            return empty
+        q, i, d, f = zip(*hits)
+        return np.array(q, np.int64), np.array(i, np.int64), np.array(d, np.uint8), np.array(f, np.uint64)
 
     def scan_batch(self, txn: lmdb.Transaction, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`probe_batch` by reading the tables' entries once and merging in numpy."""

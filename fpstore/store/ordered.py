@@ -162,20 +162,6 @@ def add_segment(cat: Catalog, txn: lmdb.Transaction, adds: Sequence[OneAdd], k: 
         if a.content_hash is not None:
             exact_ids = [x for x in stored_exact[i] if x != exclude and x not in removed]
             exact_ids += by_hash.get(a.content_hash, ())
-        if old is None and not exact_ids and bounds[i] == bounds[i + 1] and i not in earlier:
-            # A new key with nothing stored near it, a crawler's usual page: what the general
-            # path below gives it (no matches, its own canonical), without building them.
-            doc_id = next_id
-            next_id += 1
-            count += 1
-            view.new[doc_id] = (a.typed, a.fp, a.content_hash, 0, a.flags)
-            created[i] = doc_id
-            if a.sketch is not None:
-                pending[doc_id] = a.sketch
-            if a.content_hash is not None:
-                by_hash.setdefault(a.content_hash, []).append(doc_id)
-            results.append(AddResult(doc_id, untyped_key(a.typed), a.fp, a.short, None, [], None))
-            continue
         near: dict[int, tuple[int, int]] = {}
         if a.short:  # the exact tier only: equal content hashes mean equal fingerprints
             near = {x: (0, a.fp) for x in exact_ids}
@@ -188,10 +174,12 @@ def add_segment(cat: Catalog, txn: lmdb.Transaction, adds: Sequence[OneAdd], k: 
                 new_id = created[lo]
                 if new_id is not None:
                     near[new_id] = (d, adds[lo].fp)
-            near = verify_near(cat.sketches, txn, near, a.sketch, cat.threshold, pending)
+            if near:
+                near = verify_near(cat.sketches, txn, near, a.sketch, cat.threshold, pending)
         key = untyped_key(a.typed)
         exact = view.key(exact_ids[0]) if exact_ids else None
-        matches = sort_matches([Match(view.key(x), d, f, x) for x, (d, f) in near.items()])
+        # Most adds of a crawl find nothing: no matches to build or sort.
+        matches = sort_matches([Match(view.key(x), d, f, x) for x, (d, f) in near.items()]) if near else []
         if unchanged[i]:
             assert old is not None
             own = view.canonical_of(old)

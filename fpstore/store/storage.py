@@ -387,12 +387,12 @@ class Storage:
         return os.path.getsize(copy)
 
     def check_no_own_read(self, what: str) -> None:
-        """StorageError when the calling thread holds a read of the store open: ``what`` (work
-        that closes the environment, :meth:`alone`) would leave it on a closed one. Other
-        threads' reads are waited for instead."""
+        """StorageError when the calling thread holds a read of the store open: ``what`` (a remap,
+        or work that closes the environment, :meth:`alone`) would leave it reading an unmapped or
+        closed map. Other threads' reads are waited for instead."""
         if self._map.held():
             raise StorageError(
-                f"{self.path}: {what} needs the store alone, but this thread still holds a read of the store open "
+                f"{self.path}: {what} moves or closes the map, but this thread still holds a read of the store open "
                 "(a store.reader() block, or an iter_near_duplicate_pairs iterator not exhausted or closed); "
                 "finish or close it first"
             )
@@ -658,12 +658,7 @@ class Storage:
 
         A read this thread still holds open (a ``Store.reader()`` block, an all-pairs iterator
         between batches) would be left reading an unmapped map: that is refused, not done."""
-        if self._map.held():
-            raise StorageError(
-                f"{self.path}: {action} needs the map remapped, but this thread still holds a read of the store open "
-                "(a store.reader() block, or an iter_near_duplicate_pairs iterator not exhausted or closed); "
-                "finish or close it, then write"
-            )
+        self.check_no_own_read(action)
         with self._map.alone():
             self.mapping += 1  # before: a failed remap may have moved the map too
             try:
