@@ -1,0 +1,238 @@
+"""The image pipelines: the published algorithms' bits, pinned goldens, inputs and hostile files."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from fpstore.errors import FormatError, InputError
+from fpstore.fingerprint.image import ImagePipeline, dct_matrix, dhash_bits, phash_bits
+
+Image = pytest.importorskip("PIL.Image", reason="Pillow is in the test extra")
+
+
+def reference_phash(grey: np.ndarray) -> int:
+    """The published pHash written from its definition: the 2-D DCT-II by the sum formula, the top-left
+    8x8 block, bits above its median, first coefficient the most significant bit."""
+    x = grey.astype(np.float64)
+    n = 32
+    u = np.arange(n)
+    basis = np.cos(np.pi * np.outer(u, 2 * u + 1) / (2 * n))  # basis[k, j]
+    coeffs = np.einsum("ki,lj,ij->kl", basis, basis, x)[:8, :8]
+    bits = (coeffs > np.median(coeffs)).reshape(64)
+    return int("".join("1" if b else "0" for b in bits), 2)
+
+
+def reference_dhash(grey: np.ndarray) -> int:
+    bits = [int(grey[r, c + 1]) > int(grey[r, c]) for r in range(8) for c in range(8)]
+    return int("".join("1" if b else "0" for b in bits), 2)
+
+
+def thumbnails(seed: int, count: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        if i % 3 == 0:
+            out.append(rng.integers(0, 256, (32, 32), dtype=np.uint8))
+        else:  # smooth images, as real thumbnails are, with a little noise
+            yy, xx = np.mgrid[0:32, 0:32]
+            f = rng.uniform(0.05, 0.4, 2)
+            img = 128 + 90 * np.sin(f[0] * xx + rng.uniform(0, 6)) * np.cos(f[1] * yy) + rng.normal(0, 4, (32, 32))
+            out.append(np.clip(img, 0, 255).astype(np.uint8))
+    return out
+
+
+def test_phash_and_dhash_give_the_published_algorithms_bits() -> None:
+    for grey in thumbnails(7, 300):
+        assert phash_bits(grey) == reference_phash(grey)
+        assert dhash_bits(grey[:8, :9]) == reference_dhash(grey[:8, :9])
+
+
+def test_the_bits_equal_imagehash_on_the_same_thumbnail() -> None:
+    imagehash = pytest.importorskip("imagehash", reason="imagehash is in the test extra")
+    for grey in thumbnails(8, 200):
+        # imagehash resizes its input to 32x32 (or 9x8): a copy when it is that size already.
+        assert phash_bits(grey) == int(str(imagehash.phash(Image.fromarray(grey, "L"))), 16)
+        small = np.ascontiguousarray(grey[:8, :9])
+        assert dhash_bits(small) == int(str(imagehash.dhash(Image.fromarray(small, "L"))), 16)
+
+
+def test_the_dct_matrix_is_scipys_unnormalised_dct_ii() -> None:
+    x = np.random.default_rng(0).normal(size=32)
+    d = dct_matrix(32, 32)
+    direct = np.array([2 * sum(x[j] * np.cos(np.pi * k * (2 * j + 1) / 64) for j in range(32)) for k in range(32)])
+    assert np.allclose(d @ x, direct)
+
+
+def png(array: np.ndarray, mode: str | None = None) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(array, mode).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def golden_images() -> dict[str, bytes]:
+    """Lossless inputs made here, the same on every machine."""
+    yy, xx = np.mgrid[0:240, 0:320]
+    rgb = np.stack([(xx * 255 // 319), (yy * 255 // 239), ((xx + yy) * 255 // 558)], axis=-1).astype(np.uint8)
+    rings = (127.5 + 127.5 * np.sin(np.hypot(xx - 150, yy - 110) / 9.0)).astype(np.uint8)
+    checks = (((xx // 40) + (yy // 30)) % 2 * 200 + 30).astype(np.uint8)
+    rgba = np.dstack([rgb, ((xx * 255) // 319).astype(np.uint8)])
+    deep = (xx.astype(np.uint32) * 200 + yy.astype(np.uint32) * 20).astype(np.uint16)
+    return {"gradient-rgb": png(rgb), "rings-grey": png(rings), "checks-grey": png(checks), "alpha-rgba": png(rgba), "deep-16bit": png(deep)}
+
+
+#: Pinned fingerprints of golden_images(): a change of decoder, colour conversion, resampling or
+#: transform that moves a bit fails here instead of silently changing every stored fingerprint.
+GOLDEN = {
+    "phash64": {
+        "gradient-rgb": "885b4b619b69de43",
+        "rings-grey": "d330aa20ff30f333",
+        "checks-grey": "d7aa05a22a82ffaa",
+        "alpha-rgba": "ff7fc05d19540074",
+        "deep-16bit": "852a5535552ade2f",
+    },
+    "dhash64": {
+        "gradient-rgb": "ffffffffffffffff",
+        "rings-grey": "95a24a545e2ab549",
+        "checks-grey": "a55aa55aa55aa55a",
+        "alpha-rgba": "0000000000010307",
+        "deep-16bit": "fffffffffefefefe",
+    },
+}
+
+
+@pytest.mark.parametrize("kind", ["phash64", "dhash64"])
+def test_golden_fingerprints(kind: str) -> None:
+    pipe = ImagePipeline(kind=kind)
+    got = {name: f"{pipe.fingerprint(data):016x}" for name, data in golden_images().items()}
+    assert got == GOLDEN[kind]
+
+
+def photo(width: int = 400, height: int = 300, seed: int = 3) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:height, 0:width]
+    base = 120 + 80 * np.sin(xx / 37.0 + rng.uniform(0, 6)) * np.cos(yy / 23.0) + 40 * np.sin((xx + 2 * yy) / 61.0)
+    img = np.stack([base, base * 0.8 + 30, 255 - base], axis=-1) + rng.normal(0, 6, (height, width, 3))
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def jpeg(array: np.ndarray, quality: int = 85, **save: object) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, "JPEG", quality=quality, **save)
+    return buf.getvalue()
+
+
+def test_inputs_as_bytes_path_and_pil_image_agree(tmp_path) -> None:
+    data = png(photo())
+    path = tmp_path / "a.png"
+    path.write_bytes(data)
+    pipe = ImagePipeline()
+    from_bytes = pipe.signature(data)
+    assert pipe.signature(str(path)) == from_bytes
+    assert pipe.signature(path) == from_bytes
+    assert pipe.fingerprint(Image.open(io.BytesIO(data))) == from_bytes.fingerprint
+    assert from_bytes.tokens == 400 * 300 and not from_bytes.short
+    batch = pipe.signatures([data, str(path), jpeg(photo())], threads=2)
+    assert batch.values[0] == batch.values[1] == from_bytes.fingerprint
+    assert batch.pipeline_id == pipe.id
+    assert batch.content_hash(0) == from_bytes.content_hash
+
+
+def test_near_copies_stay_near_and_other_images_do_not() -> None:
+    pipe = ImagePipeline()
+    a = photo(seed=3)
+    fp = pipe.fingerprint(png(a))
+    small = np.asarray(Image.fromarray(a).resize((200, 150), Image.Resampling.BILINEAR))
+    for variant in (jpeg(a, 40), png(small), jpeg(np.clip(a.astype(int) + 12, 0, 255).astype(np.uint8))):
+        assert bin(fp ^ pipe.fingerprint(variant)).count("1") <= 6
+    assert bin(fp ^ pipe.fingerprint(png(photo(seed=11)[::-1]))).count("1") > 12
+
+
+def test_exif_orientation_is_applied() -> None:
+    a = photo(384, 288)  # multiples of 16: the JPEG blocks fall alike both ways round
+    pipe = ImagePipeline()
+    upright = pipe.fingerprint(jpeg(a, 95))
+    turned = np.ascontiguousarray(a[::-1, ::-1])
+    exif = Image.Exif()
+    exif[0x0112] = 3  # stored rotated by 180 degrees: the viewer turns it back
+    assert bin(upright ^ pipe.fingerprint(jpeg(turned, 95, exif=exif.tobytes()))).count("1") <= 4
+    assert bin(upright ^ pipe.fingerprint(jpeg(turned, 95))).count("1") >= 16
+
+
+def test_modes_cmyk_palette_animated_and_tiny() -> None:
+    pipe = ImagePipeline()
+    a = photo()
+    ref = pipe.fingerprint(png(a))
+    buf = io.BytesIO()
+    Image.fromarray(a).convert("CMYK").save(buf, "JPEG", quality=95)
+    assert bin(ref ^ pipe.fingerprint(buf.getvalue())).count("1") <= 6
+    frames = [Image.fromarray(a), Image.fromarray(photo(seed=9))]
+    gif = io.BytesIO()
+    frames[0].save(gif, "GIF", save_all=True, append_images=frames[1:], duration=100)
+    first = pipe.fingerprint(gif.getvalue())
+    assert bin(ref ^ first).count("1") <= 8  # the first frame, through a 256-colour palette
+    tiny = pipe.signature(png(np.zeros((1, 1, 3), np.uint8)))
+    assert tiny.short
+    blank = pipe.signature(png(np.full((100, 100), 200, np.uint8)))
+    assert blank.short  # flat: the hash says nothing
+    assert not pipe.signature(png(a)).short
+
+
+def test_hostile_and_broken_inputs_raise_input_error(tmp_path) -> None:
+    pipe = ImagePipeline(max_pixels=10_000_000, max_bytes=1 << 20)
+    data = jpeg(photo())
+    for bad in (b"", b"not an image", data[: len(data) // 2], png(photo())[:200]):
+        with pytest.raises(InputError, match="does not decode"):
+            pipe.signature(bad)
+    # A decompression bomb: a small file whose header declares 20000 x 20000 pixels.
+    bomb = io.BytesIO()
+    Image.new("L", (20000, 20000)).save(bomb, "PNG")
+    with pytest.raises(InputError, match="max_pixels|does not decode"):
+        pipe.signature(bomb.getvalue())
+    with pytest.raises(InputError, match="max_bytes"):
+        pipe.signature(b"\xff" * ((1 << 20) + 1))
+    with pytest.raises(InputError, match="cannot be read"):
+        pipe.signature(str(tmp_path / "missing.jpg"))
+    with pytest.raises(InputError, match="must be bytes, a path or a PIL image"):
+        pipe.signature(12)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="index 1"):
+        pipe.signatures([data, b"junk", data])
+
+
+def test_mutated_files_never_crash() -> None:
+    rng = np.random.default_rng(5)
+    pipe = ImagePipeline()
+    seeds = [jpeg(photo(160, 120)), png(photo(160, 120)), jpeg(photo(160, 120), progressive=True)]
+    outcomes = {"ok": 0, "refused": 0}
+    for i in range(300):
+        data = bytearray(seeds[i % len(seeds)])
+        for _ in range(int(rng.integers(1, 12))):
+            data[int(rng.integers(0, len(data)))] = int(rng.integers(0, 256))
+        if i % 4 == 0:
+            data = data[: int(rng.integers(1, len(data)))]
+        try:
+            pipe.signature(bytes(data))
+            outcomes["ok"] += 1
+        except InputError:
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 0 and outcomes["ok"] > 0
+
+
+def test_config_round_trip_and_refusals() -> None:
+    for kind in ("phash64", "dhash64"):
+        pipe = ImagePipeline(kind=kind, min_side=8)
+        again = ImagePipeline.from_config(pipe.config)
+        assert again == pipe and again.id == pipe.id
+    pipe = ImagePipeline()
+    other_libs = dict(pipe.config, libraries={"jpg": "9.9"})
+    assert ImagePipeline.from_config(other_libs).id == pipe.id  # recorded, not part of the id
+    for field, value in (("decoder", "pillow-9"), ("resample", "bicubic"), ("scheme", 2), ("kind", "ahash"), ("extra", 1)):
+        with pytest.raises(FormatError):
+            ImagePipeline.from_config(dict(pipe.config, **{field: value}))
+    assert ImagePipeline(kind="dhash64").id != pipe.id
+    assert ImagePipeline(min_side=4).id != pipe.id
+    assert ImagePipeline(max_pixels=5).id == pipe.id  # a limit refuses inputs, it changes no bit
+    with pytest.raises(InputError):
+        ImagePipeline(kind="phash")
