@@ -261,17 +261,14 @@ class ImagePipeline:
         """(thumbnail, pixels, too small, content hash) of one input."""
         _, Image, ImageOps = _pil()
         where = "" if index is None else f" at index {index}"
+        data: bytes | None = None
         if isinstance(image, Image.Image):
-            data = None
             digest = hashlib.blake2b(f"{image.mode} {image.size}".encode() + image.tobytes(), digest_size=16).digest()
-            img = image
         else:
             data = self._read(image, where)
             digest = hashlib.blake2b(data, digest_size=16).digest()
-            img = None
         try:
-            if img is None:
-                img = Image.open(io.BytesIO(data))
+            img = image if data is None else Image.open(io.BytesIO(data))
             width, height = img.size
             if width * height > self.max_pixels:
                 raise InputError(f"image{where} declares {width}×{height} pixels, above max_pixels={self.max_pixels:,}")
