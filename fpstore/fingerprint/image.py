@@ -268,7 +268,7 @@ class ImagePipeline:
             data = self._read(image, where)
             digest = hashlib.blake2b(data, digest_size=16).digest()
         try:
-            img = image if data is None else Image.open(io.BytesIO(data))
+            img: Any = image if data is None else Image.open(io.BytesIO(data))
             width, height = img.size
             if width * height > self.max_pixels:
                 raise InputError(f"image{where} declares {width}×{height} pixels, above max_pixels={self.max_pixels:,}")
