@@ -11,6 +11,7 @@ import logging
 from fpstore._backend import BACKEND as backend
 from fpstore._version import __version__ as __version__
 from fpstore.errors import FpstoreError
+from fpstore.fingerprint.image import ImagePipeline
 from fpstore.fingerprint.pipeline import Fingerprints, IdfTable, Pipeline, Signature
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import hamming, hamming_many
@@ -45,6 +46,7 @@ __all__ = [
     "Fingerprints",
     "FpstoreError",
     "IdfTable",
+    "ImagePipeline",
     "Key",
     "Match",
     "Pipeline",

@@ -32,6 +32,8 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from fpstore.errors import ClosedError, InputError
+from fpstore.fingerprint.image import ImageInput
+from fpstore.fingerprint.kinds import content_of
 from fpstore.fingerprint.pipeline import Fingerprints
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
@@ -83,23 +85,25 @@ class AsyncStore:
         pipeline_id: str | None = None,
         on_duplicate: str = "insert",
         checkpoint: tuple[str, Any] | Callable[[], tuple[str, Any]] | None = None,
+        image: ImageInput | None = None,
     ) -> AddResult:
         """:meth:`Store.add`, queued for the writer thread's next group commit.
 
         ``checkpoint`` may also be a function returning ``(name, position)``: it is called on the
         loop when the add joins the writer's queue (after its text is fingerprinted), and adds
         commit in queue order, so positions taken this way are recorded in the order they were
-        taken, whatever the order of the awaits' fingerprinting.
+        taken, whatever the order of the awaits' fingerprinting. ``image`` as in :meth:`Store.add`.
         """
         self._check_open()
         pipeline = self.store.pipeline
         fixed = None if callable(checkpoint) else checkpoint
-        if text is not None:  # fingerprinting a page is real work: not on the loop
+        content = content_of(pipeline, text, image)
+        if content is not None:  # fingerprinting a page or decoding an image is real work: not on the loop
             one = await self._loop.run_in_executor(
-                self._readers, prepare_add, pipeline, key, text, fingerprint, pipeline_id, on_duplicate, fixed
+                self._readers, prepare_add, pipeline, key, content, fingerprint, pipeline_id, on_duplicate, fixed
             )
         else:
-            one = prepare_add(pipeline, key, text, fingerprint, pipeline_id, on_duplicate, fixed)
+            one = prepare_add(pipeline, key, content, fingerprint, pipeline_id, on_duplicate, fixed)
         # A checkpoint function has already moved its caller's state on: its add is never withdrawn.
         withdrawable = not callable(checkpoint)
         if callable(checkpoint):
@@ -163,11 +167,18 @@ class AsyncStore:
         fingerprints: RawFingerprints | Fingerprints | None = None,
         pipeline_id: str | None = None,
         checkpoint: tuple[str, Any] | None = None,
+        images: Sequence[ImageInput] | None = None,
     ) -> list[AddResult]:
         """:meth:`Store.add_each` on the writer thread."""
         return await self._write(
             functools.partial(
-                self.store.add_each, keys, texts=texts, fingerprints=fingerprints, pipeline_id=pipeline_id, checkpoint=checkpoint
+                self.store.add_each,
+                keys,
+                texts=texts,
+                fingerprints=fingerprints,
+                pipeline_id=pipeline_id,
+                checkpoint=checkpoint,
+                images=images,
             )
         )
 
@@ -180,6 +191,7 @@ class AsyncStore:
         pipeline_id: str | None = None,
         checkpoint: tuple[str, Any] | None = None,
         canonicals: Sequence[Key | None] | None = None,
+        images: Sequence[ImageInput] | None = None,
     ) -> np.ndarray:
         """:meth:`Store.add_many` on the writer thread."""
         return await self._write(
@@ -191,6 +203,7 @@ class AsyncStore:
                 pipeline_id=pipeline_id,
                 checkpoint=checkpoint,
                 canonicals=canonicals,
+                images=images,
             )
         )
 
@@ -218,9 +231,12 @@ class AsyncStore:
         fingerprint: int | np.integer | None = None,
         pipeline_id: str | None = None,
         k: int | None = None,
+        image: ImageInput | None = None,
     ) -> list[Match]:
         """:meth:`Store.query` on a reader thread."""
-        return await self.run(functools.partial(self.store.query, text=text, fingerprint=fingerprint, pipeline_id=pipeline_id, k=k))
+        return await self.run(
+            functools.partial(self.store.query, text=text, fingerprint=fingerprint, pipeline_id=pipeline_id, k=k, image=image)
+        )
 
     async def query_many(
         self, fingerprints: RawFingerprints | Fingerprints, *, pipeline_id: str | None = None, k: int | None = None

@@ -87,12 +87,13 @@ def pipeline_from(args: argparse.Namespace, defaults: bool) -> fpstore.Pipeline 
     return fpstore.Pipeline(**given)
 
 
-def pipeline_conflicts(pipeline: fpstore.Pipeline, args: argparse.Namespace) -> str:
-    """The given pipeline options that differ from ``pipeline``'s (``"shingle=2, not 3"``), or ""."""
+def pipeline_conflicts(pipeline: Any, args: argparse.Namespace) -> str:
+    """The given pipeline options that differ from ``pipeline``'s (``"shingle=2, not 3"``), or ""
+    (an image pipeline has none of the text options: each given one differs)."""
     return ", ".join(
-        f"{name}={getattr(pipeline, name)!r}, not {value!r}"
+        f"{name}={getattr(pipeline, name, None)!r}, not {value!r}"
         for name, value in pipeline_options(args).items()
-        if getattr(pipeline, name) != value
+        if getattr(pipeline, name, None) != value
     )
 
 

@@ -46,13 +46,15 @@ from fpstore.parallel import available_cores, executor
 if TYPE_CHECKING:
     from PIL import Image as _PILImage
 
-__all__ = ["IMAGE_KINDS", "ImageInput", "ImagePipeline", "dct_matrix", "phash_bits", "dhash_bits"]
+__all__ = ["DEFAULT_IMAGE_K", "IMAGE_KINDS", "ImageInput", "ImagePipeline", "dct_matrix", "phash_bits", "dhash_bits"]
 
 #: Image kinds: name -> (scheme version, thumbnail (width, height)).
 IMAGE_KINDS: dict[str, tuple[int, tuple[int, int]]] = {
     "phash64": (1, (32, 32)),
     "dhash64": (1, (9, 8)),
 }
+#: The radius a new image store gets when none is given: pHash's calibrated k (docs/tuning.md).
+DEFAULT_IMAGE_K = 8
 #: Pillow major versions this build accepts (pinned in the ``image`` extra).
 PILLOW_MAJORS = (13,)
 #: What a thumbnail's making records in the config (all of it decides the bits).
@@ -168,12 +170,11 @@ class ImagePipeline:
         canonical = msgpack.packb(sorted(config.items()), use_bin_type=True)
         return hashlib.blake2b(canonical, digest_size=8).hexdigest()
 
-    def mismatch(self, other: object) -> str:
+    def mismatch(self, other: Any) -> str:
         """How ``other``'s config differs from this one's (``libraries`` aside), as
         :meth:`Pipeline.mismatch <fpstore.Pipeline.mismatch>` says it."""
         mine = {k: v for k, v in self.config.items() if k != "libraries"}
-        theirs_all = getattr(other, "config", {})
-        theirs = {k: v for k, v in theirs_all.items() if k != "libraries"}
+        theirs = {k: v for k, v in other.config.items() if k != "libraries"}
         return ", ".join(
             f"{f}: store has {mine.get(f)!r}, given {theirs.get(f)!r}"
             for f in sorted(set(mine) | set(theirs))

@@ -373,10 +373,10 @@ class Pipeline:
         canonical = msgpack.packb(sorted(self.config.items()), use_bin_type=True)
         return hashlib.blake2b(canonical, digest_size=8).hexdigest()
 
-    def mismatch(self, other: Pipeline) -> str:
+    def mismatch(self, other: Any) -> str:
         """How ``other``'s config differs from this one's: ``"field: store has X, given Y"`` for
         every differing field, joined by ``", "`` (empty when the configs are equal). ``self`` is
-        the stored pipeline, ``other`` the one given."""
+        the stored pipeline, ``other`` the one given (a text or an image pipeline)."""
         mine, theirs = self.config, other.config
         return ", ".join(
             f"{f}: store has {mine.get(f)!r}, given {theirs.get(f)!r}"

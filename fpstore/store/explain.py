@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from fpstore.errors import InputError, UnknownKeyError
 from fpstore.fingerprint import text as _text
+from fpstore.fingerprint.kinds import AnyPipeline
 from fpstore.fingerprint.pipeline import Pipeline, sketch_similarity
 from fpstore.fingerprint.text import Text
 from fpstore.store.keys import Key
@@ -120,9 +121,11 @@ def _check_text(value: object, name: str) -> Text:
 
 
 def explain(
-    reader: Reader, pipeline: Pipeline, k: int, key_a: Key, key_b: Key, text_a: Text | None, text_b: Text | None, sample: int
+    reader: Reader, pipeline: AnyPipeline, k: int, key_a: Key, key_b: Key, text_a: Text | None, text_b: Text | None, sample: int
 ) -> Explanation:
     """:meth:`Store.explain` in ``reader``'s snapshot."""
+    if text_a is not None and not isinstance(pipeline, Pipeline):
+        raise InputError(f"text_a and text_b compare shingles of texts; this store's pipeline ({pipeline.kind}) fingerprints images")
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
         raise InputError(f"sample must be an int >= 0, got {sample!r}")
     if (text_a is None) != (text_b is None):
@@ -160,7 +163,7 @@ def explain(
         sketch_similarity=similarity,
         threshold=threshold,
     )
-    if texts is None:
+    if texts is None or not isinstance(pipeline, Pipeline):  # an image pipeline refused texts above
         return found
     ta, tb = texts
     sa, sb = shingles(pipeline, ta), shingles(pipeline, tb)

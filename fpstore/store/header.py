@@ -13,7 +13,8 @@ import msgpack
 
 from fpstore._version import __version__ as _fpstore_version
 from fpstore.errors import CorruptionError, DesignError, FormatError, InputError, NotAStoreError, PipelineMismatchError
-from fpstore.fingerprint.pipeline import IdfTable, Pipeline
+from fpstore.fingerprint.kinds import AnyPipeline, is_image, pipeline_from_config
+from fpstore.fingerprint.pipeline import IdfTable
 from fpstore.index.design import Design
 from fpstore.limits import MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_NAME_BYTES, READ_MAX_CHECKPOINT_BYTES
 
@@ -46,9 +47,10 @@ MAGIC = "fpstore"
 FORMAT_VERSION = 1
 #: Features this build understands; a store listing any other required feature is refused.
 #: ``"sketch"``: documents carry a verification sketch (fpstore/store/sketches.py).
+#: ``"image"``: the pipeline fingerprints images (fpstore/fingerprint/image.py).
 #: ``"int_key_column"``: bulk loads of integer keys store them as a bit-packed column read in
 #: place (fpstore/index/tiers.py, ``KeySegment``), not in zstd blocks.
-KNOWN_FEATURES: frozenset[str] = frozenset({"sketch", "int_key_column"})
+KNOWN_FEATURES: frozenset[str] = frozenset({"sketch", "image", "int_key_column"})
 #: Features of the store's layout rather than its pipeline: every new store lists them; a store
 #: made before them reads and writes the older layout.
 LAYOUT_FEATURES: tuple[str, ...] = ("int_key_column",)
@@ -68,10 +70,10 @@ def table_name(t: int) -> str:
 # -- the header ----------------------------------------------------------------------------------
 
 
-def features_of(pipeline: Pipeline) -> list[str]:
+def features_of(pipeline: AnyPipeline) -> list[str]:
     """The required features a new store with ``pipeline`` lists: only those it uses, so that a
-    store without a sketch stays readable by builds that predate it."""
-    return ["sketch"] if pipeline.sketch_bits else []
+    store without a sketch or images stays readable by builds that predate them."""
+    return ["image"] if is_image(pipeline) else ["sketch"] if pipeline.sketch_bits else []
 
 
 def has_int_key_column(header: dict[str, Any]) -> bool:
@@ -80,12 +82,12 @@ def has_int_key_column(header: dict[str, Any]) -> bool:
     return "int_key_column" in header["features"]
 
 
-def column_dbs(pipeline: Pipeline) -> list[str]:
+def column_dbs(pipeline: AnyPipeline) -> list[str]:
     """The per-document columns a store with ``pipeline`` has beside :data:`BASE_DBS`."""
     return ["sketches"] if pipeline.sketch_bits else []
 
 
-def new_header(design: Design, pipeline: Pipeline, threshold: float | None = None) -> dict[str, Any]:
+def new_header(design: Design, pipeline: AnyPipeline, threshold: float | None = None) -> dict[str, Any]:
     """A new store's header (stored as msgpack under ``meta/header``); ``threshold``, the
     verification threshold of a store with sketches, is recorded only when given."""
     header = {
@@ -145,8 +147,8 @@ def decode_header(raw: bytes, path: str) -> dict[str, Any]:
 
 
 def stored_design_and_pipeline(
-    header: dict[str, Any], idf_raw: bytes | None, path: str, pipeline: Pipeline | None, design: str | Design
-) -> tuple[Design, Pipeline]:
+    header: dict[str, Any], idf_raw: bytes | None, path: str, pipeline: AnyPipeline | None, design: str | Design
+) -> tuple[Design, AnyPipeline]:
     """The design and pipeline a decoded header records, checked against those an open asks for
     (``pipeline`` None and ``design`` "auto" ask for none)."""
     try:
@@ -158,7 +160,7 @@ def stored_design_and_pipeline(
     if isinstance(design, str) and design != "auto" and design != stored_design.name:
         raise DesignError(f"{path} was created with design {stored_design.name!r}, not {design!r}")
     idf = IdfTable.from_bytes(idf_raw) if idf_raw is not None else None
-    stored = Pipeline.from_config(header["pipeline"], idf)
+    stored = pipeline_from_config(header["pipeline"], idf)
     if stored.id != header["pipeline_id"]:
         raise FormatError(f"{path}: the header's pipeline id does not match its pipeline config")
     if sorted(f for f in header["features"] if f not in LAYOUT_FEATURES) != features_of(stored):

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from fpstore.errors import InputError, PipelineMismatchError
-from fpstore.fingerprint.pipeline import Fingerprints, Pipeline
-from fpstore.fingerprint.text import Text
+from fpstore.fingerprint.kinds import AnyPipeline, is_image
+from fpstore.fingerprint.pipeline import Fingerprints
 from fpstore.hamming import RawFingerprints, as_fingerprint_array
 from fpstore.store.header import encode_checkpoint
 from fpstore.store.keys import FLAG_SHORT, FLAG_TEXT, LOOKUP_KEY_BYTES, Key, typed_key
@@ -27,6 +27,7 @@ __all__ = [
     "load_columns",
     "signature_of",
     "signatures",
+    "content_name",
 ]
 
 
@@ -48,17 +49,22 @@ class OneAdd:
     sketch: np.ndarray | None = None
 
 
+def content_name(pipeline: AnyPipeline) -> str:
+    """What the store's pipeline fingerprints, as its argument is named: ``text`` or ``image``."""
+    return "image" if is_image(pipeline) else "text"
+
+
 def signature_of(
-    pipeline: Pipeline, text: Text | None, fingerprint: object, pipeline_id: str | None
+    pipeline: AnyPipeline, content: Any, fingerprint: object, pipeline_id: str | None
 ) -> tuple[int, bool, bytes | None, np.ndarray | None]:
-    """``(fingerprint, short, content hash, sketch)`` of exactly one of ``text`` (fingerprinted
-    with ``pipeline``) and a raw ``fingerprint`` made by ``pipeline_id`` (no content hash); the
-    sketch is the text's verification sketch (None for a raw fingerprint, or when the pipeline
-    makes none)."""
-    if (text is None) == (fingerprint is None):
-        raise InputError("pass exactly one of text= and fingerprint=")
-    if text is not None:
-        sig = pipeline.signature(text)
+    """``(fingerprint, short, content hash, sketch)`` of exactly one of ``content`` (a text or an
+    image, of the kind ``pipeline`` fingerprints) and a raw ``fingerprint`` made by
+    ``pipeline_id`` (no content hash); the sketch is the text's verification sketch (None for a
+    raw fingerprint, or when the pipeline makes none)."""
+    if (content is None) == (fingerprint is None):
+        raise InputError(f"pass exactly one of {content_name(pipeline)}= and fingerprint=")
+    if content is not None:
+        sig = pipeline.signature(content)
         sketch = np.array(sig.sketch, dtype=np.uint64) if sig.sketch else None
         return sig.fingerprint, sig.short, sig.content_hash, sketch
     check_pipeline_id(pipeline, pipeline_id)
@@ -66,22 +72,22 @@ def signature_of(
 
 
 def prepare_add(
-    pipeline: Pipeline,
+    pipeline: AnyPipeline,
     key: Key,
-    text: Text | None,
+    content: Any,
     fingerprint: object,
     pipeline_id: str | None,
     on_duplicate: str,
     checkpoint: tuple[str, Any] | None,
 ) -> OneAdd:
-    """Check one add's arguments and fingerprint its text (outside any transaction)."""
+    """Check one add's arguments and fingerprint its text or image (outside any transaction)."""
     typed = typed_key(key)
     if on_duplicate not in ("insert", "skip"):
         raise InputError(f"on_duplicate must be 'insert' or 'skip', got {on_duplicate!r}")
-    fp, short, content_hash, sketch = signature_of(pipeline, text, fingerprint, pipeline_id)
+    fp, short, content_hash, sketch = signature_of(pipeline, content, fingerprint, pipeline_id)
     if pipeline.sketch_bits and sketch is None:
         raise InputError(_NO_SKETCH.format(bits=pipeline.sketch_bits))
-    flags = (FLAG_TEXT if text is not None else 0) | (FLAG_SHORT if short else 0)
+    flags = (FLAG_TEXT if content is not None else 0) | (FLAG_SHORT if short else 0)
     ckpt = encode_checkpoint(checkpoint) if checkpoint is not None else None
     return OneAdd(key, typed, fp, content_hash, short, flags, on_duplicate, ckpt, sketch)
 
@@ -99,7 +105,7 @@ def fingerprint_int(value: object) -> int:
     raise InputError(f"fingerprint must be an int in 0..2**64-1, got {value!r}")
 
 
-def check_pipeline_id(pipeline: Pipeline, pipeline_id: object) -> None:
+def check_pipeline_id(pipeline: AnyPipeline, pipeline_id: object) -> None:
     """PipelineMismatchError unless raw fingerprints come with ``pipeline``'s id."""
     if pipeline_id is None:
         raise PipelineMismatchError(
@@ -111,21 +117,23 @@ def check_pipeline_id(pipeline: Pipeline, pipeline_id: object) -> None:
 
 
 def signatures(
-    pipeline: Pipeline,
+    pipeline: AnyPipeline,
     n: int | None,
-    texts: Sequence[Text] | None,
+    contents: Sequence[Any] | None,
     fingerprints: RawFingerprints | Fingerprints | None,
     pipeline_id: object,
     sketches_needed: bool = False,
 ) -> Fingerprints:
-    """One :class:`Fingerprints` batch from exactly one of ``texts`` and ``fingerprints``; with
-    ``sketches_needed`` (a write), checked to carry the sketches the store's pipeline makes."""
-    if (texts is None) == (fingerprints is None):
-        raise InputError("pass exactly one of texts= and fingerprints=")
-    if texts is not None:
-        if isinstance(texts, (str, bytes)):
-            raise InputError("texts must be a sequence of texts; use add() for one document")
-        sigs = pipeline.signatures(texts)
+    """One :class:`Fingerprints` batch from exactly one of ``contents`` (texts or images, of the
+    kind ``pipeline`` fingerprints) and ``fingerprints``; with ``sketches_needed`` (a write),
+    checked to carry the sketches the store's pipeline makes."""
+    noun = content_name(pipeline)
+    if (contents is None) == (fingerprints is None):
+        raise InputError(f"pass exactly one of {noun}s= and fingerprints=")
+    if contents is not None:
+        if isinstance(contents, (str, bytes)):
+            raise InputError(f"{noun}s must be a sequence of {noun}s; use add() for one document")
+        sigs = pipeline.signatures(contents)
     elif isinstance(fingerprints, Fingerprints):
         check_pipeline_id(pipeline, fingerprints.pipeline_id)
         if pipeline_id is not None and pipeline_id != fingerprints.pipeline_id:
@@ -136,7 +144,7 @@ def signatures(
         check_pipeline_id(pipeline, pipeline_id)
         sigs = Fingerprints(as_fingerprint_array(fingerprints), pipeline.id)
     if n is not None and len(sigs) != n:
-        raise InputError(f"{n} keys but {len(sigs)} {'texts' if texts is not None else 'fingerprints'}")
+        raise InputError(f"{n} keys but {len(sigs)} {noun + 's' if contents is not None else 'fingerprints'}")
     if sketches_needed and pipeline.sketch_bits:
         if sigs.sketches is None:
             raise InputError(_NO_SKETCH.format(bits=pipeline.sketch_bits))
@@ -145,7 +153,7 @@ def signatures(
     return sigs
 
 
-def load_columns(pipeline: Pipeline, n: int, fingerprints: RawFingerprints | Fingerprints, pipeline_id: object) -> np.ndarray:
+def load_columns(pipeline: AnyPipeline, n: int, fingerprints: RawFingerprints | Fingerprints, pipeline_id: object) -> np.ndarray:
     """A bulk-load chunk's fingerprints, checked: uint64[n], or uint64[n, 1 + W] with each
     document's sketch after its fingerprint when the store keeps sketches (one array, so that the
     chunking and deduplication of a load keep them together)."""
@@ -177,19 +185,19 @@ class Batch:
 
 
 def prepare_batch(
-    pipeline: Pipeline,
+    pipeline: AnyPipeline,
     keys: Sequence[Key],
-    texts: Sequence[Text] | None,
+    contents: Sequence[Any] | None,
     fingerprints: RawFingerprints | Fingerprints | None,
     pipeline_id: str | None,
     checkpoint: tuple[str, Any] | None,
     canonicals: Sequence[Key | None] | None,
 ) -> Batch:
-    """Check an :meth:`Store.add_many` batch's arguments and fingerprint its texts."""
+    """Check an :meth:`Store.add_many` batch's arguments and fingerprint its texts or images."""
     if isinstance(keys, (str, bytes)):
         raise InputError("keys must be a sequence of keys; use add() for one document")
     typed_keys = [typed_key(k) for k in keys]
-    sigs = signatures(pipeline, len(typed_keys), texts, fingerprints, pipeline_id, sketches_needed=True)
+    sigs = signatures(pipeline, len(typed_keys), contents, fingerprints, pipeline_id, sketches_needed=True)
     ckpt = encode_checkpoint(checkpoint) if checkpoint is not None else None
     n = len(typed_keys)
     canon_typed: list[bytes | None] = [None] * n

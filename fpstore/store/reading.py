@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fpstore.errors import ClosedError, InputError
+from fpstore.fingerprint.kinds import content_of
 from fpstore.fingerprint.pipeline import Fingerprints
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
@@ -88,17 +89,26 @@ class Reader:
         exhaustive: bool = False,
         threshold: float | None = None,
         sketch: Any = None,
+        image: Any = None,
     ) -> list[Match]:
         """:meth:`Store.query` in this reader's snapshot."""
         store, txn = self._store, self._open_txn()
-        if fingerprint is not None and text is None and sketch is None and threshold is None and store.threshold is None and not exhaustive:
+        content = content_of(store.pipeline, text, image)
+        if (
+            fingerprint is not None
+            and content is None
+            and sketch is None
+            and threshold is None
+            and store.threshold is None
+            and not exhaustive
+        ):
             # Nothing to verify: the single fingerprint's path, the chunks of earlier calls kept.
             check_pipeline_id(store.pipeline, pipeline_id)
             fp = fingerprint_int(fingerprint)
             return store._cat.query(txn, fp, store._check_k(store.k if k is None else k), self._chunks)
-        fp, short, text_hash, text_sketch = signature_of(store.pipeline, text, fingerprint, pipeline_id)
+        fp, short, text_hash, text_sketch = signature_of(store.pipeline, content, fingerprint, pipeline_id)
         if sketch is not None:
-            if text is not None:
+            if content is not None:
                 raise InputError("sketch= goes with fingerprint=; a text's sketch is computed from it")
             text_sketch = check_sketch(store.pipeline.sketch_bits // 64, sketch)
         sketch = text_sketch

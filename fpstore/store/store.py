@@ -22,6 +22,8 @@ import numpy as np
 
 from fpstore.closing import Closing
 from fpstore.errors import CorruptionError, DesignError, InputError, NotAStoreError
+from fpstore.fingerprint.image import DEFAULT_IMAGE_K, ImageInput
+from fpstore.fingerprint.kinds import AnyPipeline, content_of, is_image
 from fpstore.fingerprint.pipeline import DEFAULT_K, Fingerprints, Pipeline
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
@@ -73,7 +75,7 @@ class Store(Closing):
         path: str | os.PathLike[str],
         *,
         k: int | None = None,
-        pipeline: Pipeline | None = None,
+        pipeline: AnyPipeline | None = None,
         design: str | Design = "auto",
         expected_size: int | None = None,
         readonly: bool = False,
@@ -86,8 +88,8 @@ class Store(Closing):
         merges: str = "background",
         threshold: float | None = None,
     ) -> None:
-        if pipeline is not None and not isinstance(pipeline, Pipeline):
-            raise InputError(f"pipeline must be a fpstore.Pipeline, not {type(pipeline).__name__}")
+        if pipeline is not None and not isinstance(pipeline, Pipeline) and not is_image(pipeline):
+            raise InputError(f"pipeline must be a fpstore.Pipeline or fpstore.ImagePipeline, not {type(pipeline).__name__}")
         if isinstance(flush_entries, bool) or not isinstance(flush_entries, int) or flush_entries < 0:
             raise InputError(f"flush_entries must be an int >= 0, got {flush_entries!r}")
         if merges not in MERGE_MODES:
@@ -98,7 +100,8 @@ class Store(Closing):
         # A new store's arguments are checked before anything is made on disk.
         creating = create and not readonly and not os.path.exists(os.path.join(os.fspath(path), DATA_FILE))
         self.threshold = check_threshold(threshold)
-        new_k = (DEFAULT_K if self.threshold is None else CANDIDATE_K) if k is None else k
+        default_k = DEFAULT_IMAGE_K if is_image(pipeline) else DEFAULT_K
+        new_k = (default_k if self.threshold is None else CANDIDATE_K) if k is None else k
         if self.threshold is not None and pipeline is None:
             pipeline = Pipeline(sketch_bits=DEFAULT_SKETCH_BITS) if creating else None
         planned = design_for(new_k, expected_size, design) if creating else None
@@ -131,7 +134,7 @@ class Store(Closing):
 
     # -- opening --------------------------------------------------------------------------------
 
-    def _create(self, design: Design, pipeline: Pipeline) -> None:
+    def _create(self, design: Design, pipeline: AnyPipeline) -> None:
         self.design = design
         self.pipeline = pipeline
         if self.threshold is not None and not pipeline.sketch_bits:
@@ -142,7 +145,7 @@ class Store(Closing):
         self._storage.create(names, lambda txn, dbs: fill_meta(txn, dbs["meta"], header, pipeline.idf))
         self._bind_dbs()
 
-    def _load(self, pipeline: Pipeline | None, design: str | Design) -> None:
+    def _load(self, pipeline: AnyPipeline | None, design: str | Design) -> None:
         path = self._storage.path
         with self._storage.read() as txn:
             raw = txn.get(H_HEADER, db=self._storage.dbs["meta"])
@@ -210,11 +213,14 @@ class Store(Closing):
         pipeline_id: str | None = None,
         on_duplicate: str = "insert",
         checkpoint: tuple[str, Any] | None = None,
+        image: ImageInput | None = None,
     ) -> AddResult:
         """Add one document, durably, and say what it duplicates.
 
-        Give ``text`` (fingerprinted with the store's pipeline; the exact-duplicate tier applies)
-        or ``fingerprint`` with the ``pipeline_id`` that made it. Re-adding a key replaces that
+        Give ``text`` (fingerprinted with the store's pipeline; the exact-duplicate tier applies),
+        ``image`` in a store of image fingerprints (:class:`~fpstore.fingerprint.image.ImagePipeline`:
+        encoded bytes, a path or a PIL image), or ``fingerprint`` with the ``pipeline_id`` that
+        made it. Re-adding a key replaces that
         document; adding the same key with the same fingerprint and content changes nothing.
         ``on_duplicate="skip"`` stores nothing when an exact or near duplicate exists. Texts below
         the pipeline's ``min_tokens`` are matched only exactly (``short=True``).
@@ -225,7 +231,8 @@ class Store(Closing):
         returns once its transaction is durable.
         """
         self._storage.check_writable()  # before queueing: a closed or forked store raises here
-        return self._adds.submit(prepare_add(self.pipeline, key, text, fingerprint, pipeline_id, on_duplicate, checkpoint))
+        content = content_of(self.pipeline, text, image)
+        return self._adds.submit(prepare_add(self.pipeline, key, content, fingerprint, pipeline_id, on_duplicate, checkpoint))
 
     def _commit_adds(self, adds: Sequence[OneAdd]) -> list[AddResult]:
         k, cat, flush_entries = self.k, self._cat, self.flush_entries
@@ -241,6 +248,7 @@ class Store(Closing):
         pipeline_id: str | None = None,
         checkpoint: tuple[str, Any] | None = None,
         canonicals: Sequence[Key | None] | None = None,
+        images: Sequence[ImageInput] | None = None,
     ) -> np.ndarray:
         """Add a batch in one durable transaction; returns the documents' ids (int64).
 
@@ -253,8 +261,12 @@ class Store(Closing):
         ``canonicals``, one per key, records the key of the document each one is a variant of (None:
         its own canonical). A canonical key must be stored already or be a key of this batch; any
         other makes the whole batch an :class:`InputError`.
+
+        ``images`` takes the place of ``texts`` in a store of image fingerprints; an image that does
+        not decode makes the whole batch an :class:`InputError` naming its index.
         """
-        batch = prepare_batch(self.pipeline, keys, texts, fingerprints, pipeline_id, checkpoint, canonicals)
+        contents = content_of(self.pipeline, texts, images)
+        batch = prepare_batch(self.pipeline, keys, contents, fingerprints, pipeline_id, checkpoint, canonicals)
         cat, flush_entries = self._cat, self.flush_entries
         action = f"adding a batch of {len(batch.typed_keys)}"
         return self._storage.write(lambda txn: add_batch(cat, txn, batch, flush_entries), action=action)
@@ -267,13 +279,14 @@ class Store(Closing):
         fingerprints: RawFingerprints | Fingerprints | None = None,
         pipeline_id: str | None = None,
         checkpoint: tuple[str, Any] | None = None,
+        images: Sequence[ImageInput] | None = None,
     ) -> list[AddResult]:
         """Add a batch in one durable transaction with a verdict for each document: one
         :class:`AddResult` per document, in the order given, as successive :meth:`add` calls would
         give (each sees the documents before it, of the store and of the batch; a repeated key
         replaces its earlier copy; canonicals come from the verdicts). ``checkpoint`` as in
-        :meth:`add_many`."""
-        batch = prepare_batch(self.pipeline, keys, texts, fingerprints, pipeline_id, checkpoint, None)
+        :meth:`add_many`; ``images`` as in :meth:`add_many`."""
+        batch = prepare_batch(self.pipeline, keys, content_of(self.pipeline, texts, images), fingerprints, pipeline_id, checkpoint, None)
         adds, cat, flush_entries, k = batch_adds(batch, keys), self._cat, self.flush_entries, self.k
         return self._storage.write(
             lambda txn: add_group(cat, txn, adds, k, flush_entries, batch.ckpt), action=f"adding a batch of {len(adds)}"
@@ -493,6 +506,7 @@ class Store(Closing):
         exhaustive: bool = False,
         threshold: float | None = None,
         sketch: Any = None,
+        image: ImageInput | None = None,
     ) -> list[Match]:
         """Stored documents within ``k`` bits (default: the store's k), sorted by distance then key.
 
@@ -501,13 +515,29 @@ class Store(Closing):
         text (below ``min_tokens``) matches only documents with the same content hash. In a store
         whose pipeline has a sketch, the matches of a text (or of a fingerprint given with its
         ``sketch``, uint64 words) carry their estimated ``similarity``, and ``threshold`` keeps
-        only those at or above it (verified candidates).
+        only those at or above it (verified candidates). ``image`` takes the place of ``text`` in a
+        store of image fingerprints.
         """
-        if fingerprint is not None and text is None and sketch is None and threshold is None and self.threshold is None and not exhaustive:
+        if (
+            fingerprint is not None
+            and text is None
+            and image is None
+            and sketch is None
+            and threshold is None
+            and self.threshold is None
+            and not exhaustive
+        ):
             return query_fingerprint(self, fingerprint, pipeline_id, k)  # nothing to verify: the single query's path
         with self.reader() as r:
             return r.query(
-                text=text, fingerprint=fingerprint, pipeline_id=pipeline_id, k=k, exhaustive=exhaustive, threshold=threshold, sketch=sketch
+                text=text,
+                fingerprint=fingerprint,
+                pipeline_id=pipeline_id,
+                k=k,
+                exhaustive=exhaustive,
+                threshold=threshold,
+                sketch=sketch,
+                image=image,
             )
 
     def explain(self, key_a: Key, key_b: Key, *, text_a: Text | None = None, text_b: Text | None = None, sample: int = 5) -> Explanation:
