@@ -124,3 +124,20 @@ def test_the_asyncio_facade_takes_images(tmp_path) -> None:
             assert [m.key for m in await s.query(image=encode(photo(2), quality=70))] == ["a", "b"]
 
     asyncio.run(main())
+
+
+def test_an_image_store_exports_and_imports(tmp_path) -> None:
+    from fpstore.admin.exchange import export_store, import_stream
+
+    with fpstore.open(tmp_path / "a", pipeline=fpstore.ImagePipeline(kind="dhash64")) as s:
+        s.add_many([f"k{i}" for i in range(6)], images=[encode(photo(i)) for i in range(6)], checkpoint=("feed", 6))
+        s.add("tiny", image=encode(np.zeros((2, 2, 3), np.uint8), "PNG"))
+        buf = io.BytesIO()
+        export_store(s, buf)
+        before = sorted((d.key, d.fingerprint, d.content_hash, d.short) for d in s.documents())
+    res = import_stream(io.BytesIO(buf.getvalue()), str(tmp_path / "b"))
+    assert res.created
+    with fpstore.open(tmp_path / "b", readonly=True) as s:
+        assert s.pipeline == fpstore.ImagePipeline(kind="dhash64")
+        assert sorted((d.key, d.fingerprint, d.content_hash, d.short) for d in s.documents()) == before
+        assert [m.key for m in s.query(image=encode(photo(4), quality=60))] == ["k4"]

@@ -48,7 +48,8 @@ import zstandard
 
 from fpstore._version import __version__
 from fpstore.errors import DesignError, FormatError, InputError, PipelineMismatchError
-from fpstore.fingerprint.pipeline import Fingerprints, IdfTable, Pipeline
+from fpstore.fingerprint.kinds import AnyPipeline, pipeline_from_config
+from fpstore.fingerprint.pipeline import Fingerprints, IdfTable
 from fpstore.index.design import Design
 from fpstore.limits import MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_NAME_BYTES
 from fpstore.store.documents import documents_with_sketches, sketch_words
@@ -170,7 +171,7 @@ class StreamHeader:
     """The checked header of a stream: the pipeline and design it was made with, its count, and
     the verification threshold its store recorded (None: none, or a stream before version 3)."""
 
-    pipeline: Pipeline
+    pipeline: AnyPipeline
     design: Design
     k: int
     count: int
@@ -295,7 +296,7 @@ def _check_header(obj: Any) -> StreamHeader:
     if idf_raw is not None and not isinstance(idf_raw, bytes):
         raise FormatError("the stream header's idf must be bin or nil")
     idf = IdfTable.from_bytes(idf_raw) if idf_raw is not None else None
-    pipeline = Pipeline.from_config(obj["pipeline"], idf)
+    pipeline = pipeline_from_config(obj["pipeline"], idf)
     if pipeline.id != obj["pipeline_id"]:
         raise FormatError(f"the stream header's pipeline id {obj['pipeline_id']!r} does not match its pipeline config ({pipeline.id})")
     if pipeline.sketch_bits and version < 3:
