@@ -141,3 +141,12 @@ def test_an_image_store_exports_and_imports(tmp_path) -> None:
         assert s.pipeline == fpstore.ImagePipeline(kind="dhash64")
         assert sorted((d.key, d.fingerprint, d.content_hash, d.short) for d in s.documents()) == before
         assert [m.key for m in s.query(image=encode(photo(4), quality=60))] == ["k4"]
+
+
+def test_a_threshold_is_refused_for_images_with_a_reason(tmp_path) -> None:
+    with pytest.raises(InputError, match="image store matches within k bits"):
+        fpstore.open(tmp_path / "t", pipeline=fpstore.ImagePipeline(), threshold=0.8)
+    assert not (tmp_path / "t").exists()
+    fpstore.open(tmp_path / "u", pipeline=fpstore.ImagePipeline()).close()
+    with pytest.raises(InputError, match="image store matches within k bits"):
+        fpstore.open(tmp_path / "u", threshold=0.8)

@@ -67,6 +67,12 @@ __all__ = ["AddResult", "Cluster", "Document", "Explanation", "Match", "Store"]
 Progress = Callable[[int, int | None], None] | None
 
 
+def _needs_sketch(pipeline: AnyPipeline) -> str:
+    if is_image(pipeline):
+        return "threshold= is defined for text pipelines with a verification sketch; an image store matches within k bits (docs/images.md)"
+    return NEEDS_SKETCH
+
+
 class Store(Closing):
     """A near-duplicate store in a directory. Create or open one with :func:`fpstore.open`."""
 
@@ -138,7 +144,7 @@ class Store(Closing):
         self.design = design
         self.pipeline = pipeline
         if self.threshold is not None and not pipeline.sketch_bits:
-            raise InputError(NEEDS_SKETCH)
+            raise InputError(_needs_sketch(pipeline))
         self.header = header = new_header(design, pipeline, self.threshold)
         names = BASE_DBS + [table_name(t) for t in range(len(self.design.tables))] + column_dbs(pipeline)
 
@@ -158,7 +164,7 @@ class Store(Closing):
         self.header = header = decode_header(raw, path)
         self.design, self.pipeline = stored_design_and_pipeline(header, idf_raw, path, pipeline, design)
         if self.threshold is not None and not self.pipeline.sketch_bits:
-            raise InputError(NEEDS_SKETCH)
+            raise InputError(_needs_sketch(self.pipeline))
         self.threshold = stored_threshold(header, path) if self.threshold is None else self.threshold
         self._storage.open_dbs([table_name(t) for t in range(len(self.design.tables))] + column_dbs(self.pipeline))
         self._bind_dbs()
