@@ -138,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("query", cmd_query)
     p.add_argument("text", nargs="?", metavar="TEXT", help="the text to look up; '-' reads stdin")
     p.add_argument("--file", metavar="FILE", help="read the text from FILE (UTF-8; invalid bytes become U+FFFD)")
+    p.add_argument("--image", metavar="FILE", help="look up the image in FILE (a store of image fingerprints)")
     p.add_argument("--fingerprint", metavar="HEX", help="look up a 64-bit fingerprint made by this store's pipeline")
     p.add_argument("-k", type=int_arg(0, 64), default=None, help="radius (default: the store's k)")
     p.add_argument("--exhaustive", action="store_true", help="compare with every fingerprint (any k up to 64; slow)")
@@ -183,6 +184,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("ingest", cmd_ingest)
     p.add_argument("sources", nargs="*", metavar="SOURCE", help="a .jsonl file, a directory, or a .warc / .warc.gz file")
+    p.add_argument(
+        "--images",
+        action="store_true",
+        help="read images instead of texts: a directory's image files, a WARC file's image/* responses, "
+        "into a store of image fingerprints (new: --kind phash64, the default, or dhash64)",
+    )
+    p.add_argument(
+        "--max-pixels",
+        type=POSITIVE,
+        default=None,
+        metavar="N",
+        help="--images: skip images that declare more than N pixels (default 64,000,000)",
+    )
     p.add_argument("--sample", action="store_true", help="also ingest the sample corpus of real text found on this machine")
     p.add_argument(
         "--format",

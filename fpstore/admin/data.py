@@ -92,9 +92,11 @@ def cmd_redesign(args: argparse.Namespace) -> int:
 
 
 def _read_text(args: argparse.Namespace) -> str | None:
-    sources = [x for x in (args.text, args.file, args.fingerprint) if x is not None]
+    sources = [x for x in (args.text, args.file, args.fingerprint, args.image) if x is not None]
     if len(sources) != 1:
-        raise InputError("give exactly one of TEXT, '-' (stdin), --file FILE or --fingerprint HEX")
+        raise InputError("give exactly one of TEXT, '-' (stdin), --file FILE, --image FILE or --fingerprint HEX")
+    if args.image is not None:
+        return None
     if args.file is not None:
         with open(args.file, "rb") as fh:
             return fh.read().decode("utf-8", errors="replace")
@@ -104,11 +106,32 @@ def _read_text(args: argparse.Namespace) -> str | None:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    """Stored documents within k bits of a text (argument, '-' for stdin, --file) or a fingerprint."""
+    """Stored documents within k bits of a text (argument, '-' for stdin, --file), an image (--image) or a fingerprint."""
+    from fpstore.fingerprint.image import ImagePipeline
+    from fpstore.fingerprint.kinds import is_image
+
     text = _read_text(args)
     with open_store(args.store) as store:
         info: dict[str, Any] = {}
-        if args.fingerprint is not None:
+        image_store = is_image(store.pipeline)
+        if args.image is not None and not image_store:
+            raise InputError(f"{args.store} holds fingerprints of texts ({store.pipeline.kind}): give TEXT or --file, not --image")
+        if text is not None and image_store:
+            raise InputError(f"{args.store} holds fingerprints of images ({store.pipeline.kind}): give --image FILE, not a text")
+        if args.image is not None:
+            pipeline = store.pipeline
+            assert isinstance(pipeline, ImagePipeline)
+            with open(args.image, "rb") as fh:
+                data = fh.read(pipeline.max_bytes + 1)
+            try:
+                sig = pipeline.signature(data)
+            except InputError as exc:
+                from fpstore.admin.ingest import image_reason
+
+                raise InputError(f"{args.image}: {image_reason(exc)}") from None
+            info.update({"fingerprint": f"{sig.fingerprint:016x}", "pixels": sig.tokens, "short": sig.short})
+            matches = store.query(image=data, k=args.k, exhaustive=args.exhaustive, threshold=args.threshold)
+        elif args.fingerprint is not None:
             try:
                 fp = int(args.fingerprint.removeprefix("0x"), 16)
             except ValueError:
@@ -156,7 +179,8 @@ def cmd_query(args: argparse.Namespace) -> int:
             }
         )
     else:
-        short = " (short text: exact matches only)" if info.get("short") else ""
+        noun = "image: tiny or flat" if "pixels" in info else "text"
+        short = f" (short {noun}: exact matches only)" if info.get("short") else ""
         print(f"fingerprint {info['fingerprint']}{short}: {len(matches)} match{'es' * (len(matches) != 1)} within k={k}")
         for m in matches:
             similarity = "" if m.similarity is None else f"  J~{m.similarity:.3f}"

@@ -23,23 +23,37 @@ decoded as UTF-8 (or a WARC response's declared charset, when it names a charact
 knows; an unknown name or a codec that is not a character set, such as ``rot13`` or ``base64``,
 means UTF-8) with invalid sequences replaced by U+FFFD, and counted. The WARC reader is FastWARC
 (``pip install 'fpstore[ingest]'``), imported only when a WARC file is read.
+
+Images (``make_source(..., images=True)``: the image files of a directory, the ``image/*``
+responses of a WARC file) go to a store of image fingerprints. The sources yield the encoded bytes;
+:func:`ingest` fingerprints each batch's images one by one on a few threads with the store's
+:class:`~fpstore.ImagePipeline` (or ``image_pipeline``, the same kind with other limits), so an
+image that does not decode (truncated, not an image, over the pipeline's ``max_pixels``: a
+decompression bomb) is skipped with one ``bad-image`` note naming it and why, and the rest of its
+batch is stored. The positions are the text sources' (the options recorded with them say
+``images``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from fpstore.admin.sources import (
     DEFAULT_MAX_BYTES,
+    IMAGE_SUFFIXES,
     JSONL_SUFFIXES,
     WARC_SUFFIXES,
     DirectorySource,
+    ImageDirectorySource,
     Item,
     JsonlSource,
     Note,
@@ -47,12 +61,17 @@ from fpstore.admin.sources import (
     SampleSource,
     Source,
     check_key,
+    image_format,
 )
 from fpstore.admin.warc import WarcSource, load_fastwarc
 from fpstore.errors import InputError
+from fpstore.fingerprint.pipeline import Fingerprints, Signature
+from fpstore.parallel import available_cores, executor
 
 __all__ = [
     "DirectorySource",
+    "IMAGE_SUFFIXES",
+    "ImageDirectorySource",
     "IngestResult",
     "Item",
     "JsonlSource",
@@ -63,6 +82,8 @@ __all__ = [
     "SourceResult",
     "WarcSource",
     "detect_kind",
+    "image_format",
+    "image_signatures",
     "ingest",
     "make_source",
 ]
@@ -92,11 +113,17 @@ def make_source(path: str, kind: str = "auto", **options: Any) -> Source:
     """A source for ``path``; ``kind`` is ``auto``, ``jsonl``, ``dir`` or ``warc``.
 
     ``options``: ``key_field``/``text_field`` (JSONL), ``key_prefix``, ``follow_symlinks``,
-    ``include`` and ``exclude`` (directory), ``max_bytes``.
+    ``include`` and ``exclude`` (directory), ``max_bytes``; ``images=True`` reads the images of a
+    directory or a WARC file instead of its texts (for a store of image fingerprints).
     """
     if kind == "auto":
         kind = detect_kind(path)
     max_bytes = options.get("max_bytes", DEFAULT_MAX_BYTES)
+    images = bool(options.get("images", False))
+    if images:
+        if kind not in ("dir", "warc"):
+            raise InputError(f"{path}: --images reads directories and WARC files, not {kind} (JSON Lines files hold texts)")
+        load_pillow()
     if kind != "dir" and not os.path.isfile(path):
         raise InputError(f"{path}: no such file" if not os.path.exists(path) else f"{path} is not a file")
     if kind == "dir" and not os.path.isdir(path):
@@ -106,7 +133,7 @@ def make_source(path: str, kind: str = "auto", **options: Any) -> Source:
             path, key_field=options.get("key_field", "id"), text_field=options.get("text_field", "text"), max_bytes=max_bytes
         )
     if kind == "dir":
-        return DirectorySource(
+        return (ImageDirectorySource if images else DirectorySource)(
             path,
             key_prefix=options.get("key_prefix", ""),
             max_bytes=max_bytes,
@@ -116,8 +143,48 @@ def make_source(path: str, kind: str = "auto", **options: Any) -> Source:
         )
     if kind == "warc":
         load_fastwarc()
-        return WarcSource(path, max_bytes=max_bytes)
+        return WarcSource(path, max_bytes=max_bytes, images=images)
     raise InputError(f"unknown source format {kind!r} (expected auto, jsonl, dir or warc)")
+
+
+def load_pillow() -> None:
+    """Refuse an image ingest up front where Pillow is missing (else every image would be noted)."""
+    try:
+        import PIL  # noqa: F401
+    except ImportError:
+        raise InputError("reading images needs Pillow: pip install 'fpstore[image]'") from None
+
+
+# -- images -------------------------------------------------------------------------------------------
+
+_BYTESIO = re.compile(r" ?<_io\.BytesIO object at 0x[0-9a-fA-F]+>")
+
+
+def image_reason(exc: InputError) -> str:
+    """Why an image does not decode, from the pipeline's error (without the repr of a buffer)."""
+    return _BYTESIO.sub("", str(exc)).rstrip(".")
+
+
+def _image_signature(pipeline: Any, data: bytes) -> Signature | str:
+    """The signature of one encoded image, or why it has none (one line)."""
+    try:
+        sig: Signature = pipeline.signature(data)
+        return sig
+    except InputError as exc:
+        return image_reason(exc)
+    except MemoryError:
+        return "image does not decode in the memory available"
+    except RecursionError:  # a plugin's recursive structure (TIFF IFDs) nested too deeply
+        return "image does not decode: nested too deeply"
+
+
+def image_signatures(pipeline: Any, images: Sequence[bytes], threads: int = 1) -> list[Signature | str]:
+    """Each image's signature, or the reason it does not decode, on ``threads`` threads (Pillow
+    decodes without the GIL). Unlike :meth:`fpstore.ImagePipeline.signatures`, one bad image does
+    not fail the others."""
+    if threads <= 1 or len(images) < 2:
+        return [_image_signature(pipeline, data) for data in images]
+    return list(executor(threads).map(lambda data: _image_signature(pipeline, data), images))
 
 
 # -- the driver ---------------------------------------------------------------------------------------
@@ -194,6 +261,9 @@ class _Batch:
     def __init__(self, pos: dict[str, Any] | None, options: dict[str, Any]) -> None:
         self.keys: list[str] = []
         self.texts: list[str] = []
+        self.images: list[bytes] = []  # an image source's items (then texts stays empty)
+        self.wheres: list[str] = []  # where each image was read, for its note
+        self.fingerprints: Fingerprints | None = None  # the images' (after fingerprint_images)
         self.nbytes = 0
         self.pos = pos
         self.committed_pos = pos
@@ -202,9 +272,34 @@ class _Batch:
 
     def append(self, item: Item) -> None:
         self.keys.append(item.key)
-        self.texts.append(item.text)
+        if item.image is not None:
+            self.images.append(item.image)
+            self.wheres.append(item.where or item.key)
+        else:
+            self.texts.append(item.text)
         self.nbytes += item.nbytes
         self.pos = item.pos
+
+    def fingerprint_images(self, pipeline: Any, threads: int) -> list[Note]:
+        """Fingerprint the batch's images; those that do not decode leave the batch, each with a
+        ``bad-image`` note."""
+        if not self.images:
+            return []
+        sigs = image_signatures(pipeline, self.images, threads)
+        notes = [Note(self.wheres[i], "bad-image", f"{s}; skipped") for i, s in enumerate(sigs) if isinstance(s, str)]
+        good = [s for s in sigs if not isinstance(s, str)]
+        self.keys = [k for k, s in zip(self.keys, sigs) if not isinstance(s, str)]
+        n = len(good)
+        hashes = np.frombuffer(b"".join(s.content_hash for s in good), dtype=">u8").reshape(n, 2).astype(np.uint64)
+        self.fingerprints = Fingerprints(
+            np.fromiter((s.fingerprint for s in good), dtype=np.uint64, count=n),
+            pipeline.id,
+            np.fromiter((s.tokens for s in good), dtype=np.int64, count=n),
+            np.fromiter((s.short for s in good), dtype=bool, count=n),
+            hashes,
+        )
+        self.images, self.wheres = [], []
+        return notes
 
     def commit(self, store: Any, checkpoint: str) -> bool:
         """Add the documents with the checkpoint at ``pos`` in one transaction; False when there
@@ -212,9 +307,14 @@ class _Batch:
         if not self.keys and self.pos == self.committed_pos:
             return False
         position = None if self.pos is None else {**self.pos, OPTIONS: self.options}
-        store.add_many(self.keys, texts=self.texts, checkpoint=(checkpoint, position))
+        if self.fingerprints is not None:
+            store.add_many(self.keys, fingerprints=self.fingerprints, checkpoint=(checkpoint, position))
+        elif self.images:
+            raise AssertionError("fingerprint_images() comes before commit()")
+        else:
+            store.add_many(self.keys, texts=self.texts, checkpoint=(checkpoint, position))
         self.committed_pos, self.committed_docs = self.pos, len(self.keys)
-        self.keys, self.texts, self.nbytes = [], [], 0
+        self.keys, self.texts, self.fingerprints, self.nbytes = [], [], None, 0
         return True
 
 
@@ -229,6 +329,8 @@ def ingest(
     stop: threading.Event | None = None,
     report: Callable[[Problem | Note], None] | None = None,
     progress: Callable[[int, int | None], None] | None = None,
+    image_pipeline: Any = None,
+    threads: int | None = None,
 ) -> IngestResult:
     """Read ``sources`` into ``store`` in batches, each committed with its source's checkpoint.
 
@@ -237,6 +339,11 @@ def ingest(
     commit what it has read and return (``result.interrupted``). ``restart`` ignores the stored
     checkpoints. ``progress(bytes read, bytes of every source)`` is called after each batch and
     every few hundred documents (the same ``(done, total)`` signature as every ``progress=``).
+
+    Images (from sources made with ``images=True``) are fingerprinted with ``image_pipeline``
+    (default: the store's pipeline; one of its kind with other limits, such as ``max_pixels``) on
+    ``threads`` threads (default: every core); each that does not decode is reported as a
+    ``bad-image`` note and skipped.
     """
     if on_error not in ("skip", "stop"):
         raise InputError(f"on_error must be 'skip' or 'stop', got {on_error!r}")
@@ -247,6 +354,8 @@ def ingest(
     t0 = time.monotonic()
     done_bytes = 0  # bytes of sources finished before the current one
     total_bytes = sum(src.size for src in sources)
+    image_pipeline = store.pipeline if image_pipeline is None else image_pipeline
+    n_threads = available_cores() if threads is None else max(1, int(threads))
 
     for src in sources:
         pos = None if restart else _resume_position(store, src)
@@ -259,6 +368,10 @@ def ingest(
                 # Nothing but refusals (the wrong fields, the wrong format): moving the checkpoint
                 # past them would make the corrected rerun skip the whole source.
                 return
+            for bad in batch.fingerprint_images(image_pipeline, n_threads):
+                res.notes[bad.kind] = res.notes.get(bad.kind, 0) + 1
+                if report is not None:
+                    report(bad)
             if batch.commit(store, src.name):
                 res.added += batch.committed_docs
                 res.batches += 1

@@ -4,23 +4,30 @@ reporter of problems and notes, the progress bar and the summary)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import os
 import signal
 import sys
 import threading
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import fpstore
 from fpstore.admin.options import pipeline_conflicts, pipeline_from
 from fpstore.admin.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, PROG, Bar, note, print_json, want_progress
 from fpstore.errors import InputError, PipelineMismatchError
+from fpstore.fingerprint.kinds import is_image
 
 
 class _Reporter:
     """Prints problems and notes to stderr, at most ``limit`` problems and ``note_limit`` notes of
     each kind; counts the rest (the summary gives every count per kind)."""
 
-    QUIET = frozenset({"not-response", "status"})
+    QUIET = frozenset({"not-response", "status", "not-image"})
+    #: Notes shown as many times as problems: each names input the operator may want to look at.
+    NAMED = frozenset({"bad-image"})
 
     def __init__(self, limit: int = 20, note_limit: int = 3) -> None:
         self.limit, self.note_limit = limit, note_limit
@@ -35,7 +42,7 @@ class _Reporter:
         kind = ("problem " if isinstance(ev, Problem) else "note ") + ev.kind
         n = self.shown.get(kind, 0) + 1
         self.shown[kind] = n
-        limit = self.limit if isinstance(ev, Problem) else self.note_limit
+        limit = self.limit if isinstance(ev, Problem) or ev.kind in self.NAMED else self.note_limit
         if n > limit:
             return
         suffix = f" (further {ev.kind} {'problems' if isinstance(ev, Problem) else 'notes'} are counted, not shown)" if n == limit else ""
@@ -46,12 +53,47 @@ class _Reporter:
             note(message)
 
 
+@contextlib.contextmanager
+def _quiet_decoders(images: bool) -> Iterator[None]:
+    """Pillow's warnings (a large image, corrupt EXIF data) are not shown while images are read:
+    the images it cannot decode are noted, the others are stored."""
+    with warnings.catch_warnings():
+        if images:
+            warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
+            with contextlib.suppress(ImportError):
+                from PIL import Image
+
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        yield
+
+
+def _new_pipeline(args: argparse.Namespace, created: bool) -> Any:
+    """The pipeline of a new store (None: an existing store, or the default text pipeline), checked
+    against ``--images``: an image kind with it (default phash64), a text kind without it."""
+    if args.images and args.kind is None:
+        # phash64 by default: text options with it are refused as with --kind phash64
+        args = argparse.Namespace(**{**vars(args), "kind": "phash64"})
+    pipeline = pipeline_from(args, False) if created else None
+    if args.images:
+        if pipeline is not None and not is_image(pipeline):
+            raise InputError(f"--kind {pipeline.kind} fingerprints texts; --images needs an image kind (--kind phash64 or dhash64)")
+    elif pipeline is not None and is_image(pipeline):
+        raise InputError(f"--kind {pipeline.kind} makes a store of image fingerprints: add --images to ingest images")
+    return pipeline
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
-    """Add documents from JSON Lines files, directories of text files and WARC files, resumably."""
+    """Add documents from JSON Lines files, directories of text files and WARC files, or images (--images), resumably."""
     from fpstore.admin import ingest as ing
 
+    if args.images and args.sample:
+        raise InputError("--sample is a corpus of texts; it cannot go into an image store (--images)")
     if not args.sources and not args.sample:
+        if args.images:
+            raise InputError("give at least one SOURCE (a directory or a .warc[.gz] file)")
         raise InputError("give at least one SOURCE (a .jsonl file, a directory or a .warc[.gz] file), or --sample")
+    created = not os.path.exists(os.path.join(args.store, "data.mdb"))
+    new_pipeline = _new_pipeline(args, created)
     sources: list[ing.Source] = [
         ing.make_source(
             p,
@@ -63,6 +105,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             follow_symlinks=args.follow_symlinks,
             include=args.include,
             exclude=args.exclude,
+            images=args.images,
         )
         for p in args.sources
     ]
@@ -71,11 +114,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
         raise InputError("the same source is given twice")
-    created = not os.path.exists(os.path.join(args.store, "data.mdb"))
     store = fpstore.open(
         args.store,
         k=args.k,
-        pipeline=pipeline_from(args, False) if created else None,
+        pipeline=new_pipeline,
         design=args.design,
         expected_size=args.expected_size,
         threshold=args.threshold,
@@ -89,6 +131,19 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                 f"{args.store} was created with {conflicts}"
                 + "; fingerprints of different pipelines are not comparable: ingest into a new store instead"
             )
+        if is_image(store.pipeline) != bool(args.images):
+            kind = store.pipeline.kind
+            store.close()
+            if args.images:
+                raise InputError(
+                    f"{args.store} holds fingerprints of texts ({kind}); ingest images into a store of their own "
+                    "(a new STORE; --kind phash64 or dhash64)"
+                )
+            raise InputError(f"{args.store} holds fingerprints of images ({kind}): pass --images to ingest images into it")
+    image_pipeline = None
+    if args.images and args.max_pixels is not None:
+        image_pipeline = dataclasses.replace(store.pipeline, max_pixels=args.max_pixels)
+    noun = "images" if args.images else "documents"
     stop = threading.Event()
     interrupted = {"n": 0}
 
@@ -105,7 +160,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         with store:
             if created:
                 note(f"created {args.store} with pipeline {store.pipeline.id}, design {store.design.name}")
-            with Bar("ingest", "B", want_progress(args), total=sum(s.size for s in sources)) as bar:
+            with Bar("ingest", "B", want_progress(args), total=sum(s.size for s in sources)) as bar, _quiet_decoders(args.images):
                 reporter.bar = bar
                 result = ing.ingest(
                     store,
@@ -116,6 +171,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                     stop=stop,
                     report=reporter,
                     progress=bar,
+                    image_pipeline=image_pipeline,
                 )
             reporter.bar = None
             total = len(store)
@@ -142,14 +198,14 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                 extra.append("problems: " + ", ".join(f"{k} {v}" for k, v in sorted(src.problems.items())))
             if src.notes:
                 extra.append("notes: " + ", ".join(f"{k} {v}" for k, v in sorted(src.notes.items())))
-            print(f"{src.path}: {src.added:,} documents added (from {src.resumed_from})" + ("; " + "; ".join(extra) if extra else ""))
+            print(f"{src.path}: {src.added:,} {noun} added (from {src.resumed_from})" + ("; " + "; ".join(extra) if extra else ""))
             if not src.read and src.problems:
                 note(
-                    f"{src.path}: no document could be read, so its checkpoint did not move: fix the options "
+                    f"{src.path}: no {noun[:-1]} could be read, so its checkpoint did not move: fix the options "
                     "(--format, --key-field, --text-field) and rerun"
                 )
         rate = result.added / result.seconds if result.seconds > 0 else 0.0
-        print(f"added {result.added:,} documents in {result.seconds:.2f} s ({rate:,.0f}/s); the store holds {total:,}")
+        print(f"added {result.added:,} {noun} in {result.seconds:.2f} s ({rate:,.0f}/s); the store holds {total:,}")
     if result.interrupted:
         note("interrupted; everything before the last batch is stored: rerun the same command to resume")
         return EXIT_INTERRUPTED

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 import fpstore
-from fpstore.errors import CorruptionError
+from fpstore.errors import CorruptionError, InputError
+from fpstore.fingerprint.kinds import AnyPipeline
 from fpstore.fingerprint.pipeline import DEFAULT_K
 from fpstore.index.design import MAX_K
 from fpstore.store.storage import structure_problems
@@ -79,9 +80,20 @@ def pipeline_options(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in PIPELINE_OPTIONS if getattr(args, name) is not None}
 
 
-def pipeline_from(args: argparse.Namespace, defaults: bool) -> fpstore.Pipeline | None:
-    """The pipeline the options ask for; None when no option was given and ``defaults`` is False."""
+def pipeline_from(args: argparse.Namespace, defaults: bool) -> AnyPipeline | None:
+    """The pipeline the options ask for; None when no option was given and ``defaults`` is False.
+
+    An image kind (``--kind phash64``/``dhash64``) makes an :class:`fpstore.ImagePipeline`; the
+    text options (``--html``, ``--shingle``, ...) with it are an error (exit 2)."""
+    from fpstore.fingerprint.image import IMAGE_KINDS
+
     given = pipeline_options(args)
+    if given.get("kind") in IMAGE_KINDS:
+        text_only = sorted(name for name in given if name != "kind")
+        if text_only:
+            flags = ", ".join("--" + name.replace("_", "-") for name in text_only)
+            raise InputError(f"{flags}: options of text pipelines; an image pipeline ({given['kind']}) takes none")
+        return fpstore.ImagePipeline(kind=given["kind"])
     if not given and not defaults:
         return None
     return fpstore.Pipeline(**given)
@@ -98,10 +110,17 @@ def pipeline_conflicts(pipeline: Any, args: argparse.Namespace) -> str:
 
 
 def add_pipeline_options(p: argparse.ArgumentParser, note: str = "") -> None:
+    from fpstore.fingerprint.image import IMAGE_KINDS
     from fpstore.fingerprint.pipeline import HTML_MODES, KINDS, MAX_SHINGLE
 
     g = p.add_argument_group("pipeline" + note)
-    g.add_argument("--kind", choices=sorted(KINDS), default=None, help="fingerprint kind (default: the default pipeline's)")
+    g.add_argument(
+        "--kind",
+        choices=sorted(KINDS) + sorted(IMAGE_KINDS),
+        default=None,
+        help=f"fingerprint kind: of texts (default: the default pipeline's) or of images ({', '.join(sorted(IMAGE_KINDS))}: "
+        "an image store, which takes none of the text options below)",
+    )
     g.add_argument(
         "--html",
         choices=list(HTML_MODES),

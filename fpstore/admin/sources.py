@@ -34,12 +34,19 @@ WARC_SUFFIXES = (".warc", ".warc.gz", ".warc.lz4", ".warc.zst")
 
 @dataclass(frozen=True)
 class Item:
-    """One document: its key, its text, and the source position just after it."""
+    """One document: its key, its text, and the source position just after it.
+
+    An image source's item carries the encoded image in ``image`` (``text`` is then ""), and in
+    ``where`` the place it was read from (a file path, ``path: record n``), for the note that
+    names it when it does not decode.
+    """
 
     key: str
     text: str
     pos: dict[str, Any]
     nbytes: int
+    image: bytes | None = None
+    where: str = ""
 
 
 @dataclass(frozen=True)
@@ -66,7 +73,7 @@ class Note:
     """Input skipped or repaired on purpose (binary files, non-text records, invalid UTF-8)."""
 
     where: str
-    kind: str  # "binary", "not-text", "invalid-utf8", "status", "too-large", "symlink", ...
+    kind: str  # "binary", "not-text", "invalid-utf8", "status", "too-large", "symlink", "not-image", "bad-image", ...
     message: str
     pos: dict[str, Any] | None = None
 
@@ -417,13 +424,18 @@ class DirectorySource(Source):
                 else:
                     yield Problem(full, "unreadable", f"cannot read: {exc.strerror or exc}", here)
                 continue
-            if b"\x00" in data[:SNIFF_BYTES]:
-                yield Note(full, "binary", "binary file (NUL bytes); skipped", here)
-                continue
-            text, clean = decode(data)
-            if not clean:
-                yield Note(full, "invalid-utf8", "invalid UTF-8 replaced by U+FFFD")
-            yield Item(self.key_prefix + rel, text, here, len(data))
+            yield from self._document(full, rel, data, here)
+
+    def _document(self, full: str, rel: str, data: bytes, here: dict[str, Any]) -> Iterator[Item | Note]:
+        """The document of one file's bytes (a text file), or the note that skips it."""
+        if b"\x00" in data[:SNIFF_BYTES]:
+            hint = " (ingest --images reads images into an image store)" if image_format(data) else ""
+            yield Note(full, "binary", f"binary file (NUL bytes); skipped{hint}", here)
+            return
+        text, clean = decode(data)
+        if not clean:
+            yield Note(full, "invalid-utf8", "invalid UTF-8 replaced by U+FFFD")
+        yield Item(self.key_prefix + rel, text, here, len(data))
 
     def _read(self, target: tuple[str, ...] | str) -> bytes:
         """The first ``max_bytes + 1`` bytes of a regular file (raises OSError otherwise)."""
@@ -441,6 +453,65 @@ class DirectorySource(Source):
             return "the start"
         name = pos.get("file")
         return f"file {pos.get('count')} ({os.fsdecode(name) if isinstance(name, bytes) else name})"
+
+
+class ImageDirectorySource(DirectorySource):
+    """The image files under a directory (``ingest --images``), in the walk order and with the keys
+    of :class:`DirectorySource`. A file is an image when its first bytes are those of an image
+    format (:func:`image_format`) or its name ends in one's extension (:data:`IMAGE_SUFFIXES`);
+    every other file is skipped with a ``not-image`` note. The bytes are decoded later, in the
+    ingest's batches: one that does not decode is skipped with a ``bad-image`` note."""
+
+    def options(self) -> dict[str, Any]:
+        return {**super().options(), "images": True}
+
+    def _document(self, full: str, rel: str, data: bytes, here: dict[str, Any]) -> Iterator[Item | Note]:
+        if not image_format(data) and not rel.lower().endswith(IMAGE_SUFFIXES):
+            yield Note(full, "not-image", "not an image file (no image format's signature or extension); skipped", here)
+            return
+        yield Item(self.key_prefix + rel, "", here, len(data), image=data, where=full)
+
+
+#: Names of image files read by ``ingest --images`` even when their first bytes are not known.
+IMAGE_SUFFIXES = (
+    ".jpg",
+    ".jpeg",
+    ".jpe",
+    ".jfif",
+    ".png",
+    ".apng",
+    ".gif",
+    ".webp",
+    ".bmp",
+    ".dib",
+    ".tif",
+    ".tiff",
+    ".ico",
+    ".avif",
+)
+
+
+def image_format(data: bytes) -> str | None:
+    """The image format whose signature ``data`` starts with (``"jpeg"``, ``"png"``, ``"gif"``,
+    ``"webp"``, ``"tiff"``, ``"bmp"``, ``"ico"``, ``"avif"``), or None."""
+    head = data[:32]
+    if head.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    if head.startswith((b"GIF87a", b"GIF89a")):
+        return "gif"
+    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        return "webp"
+    if head.startswith((b"II*\x00", b"MM\x00*")):
+        return "tiff"
+    if head.startswith(b"BM") and head[6:10] == b"\x00\x00\x00\x00" and len(head) >= 26:
+        return "bmp"  # the four reserved bytes are zero: "BM" alone starts too many texts
+    if head.startswith(b"\x00\x00\x01\x00") and len(head) >= 6 and head[4:6] != b"\x00\x00":
+        return "ico"
+    if head[4:12] in (b"ftypavif", b"ftypavis"):
+        return "avif"
+    return None
 
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)

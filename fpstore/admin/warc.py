@@ -11,7 +11,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from fpstore.admin.sources import SNIFF_BYTES, Item, Note, Problem, Source, charset_codec, decode, pos_int
+from fpstore.admin.sources import DEFAULT_MAX_BYTES, SNIFF_BYTES, Item, Note, Problem, Source, charset_codec, decode, image_format, pos_int
 from fpstore.errors import InputError
 
 _TEXT_TYPES = ("text/", "application/xhtml+xml", "application/xml", "application/json")
@@ -37,9 +37,21 @@ class WarcSource(Source):
     least 32 KiB). A record with a longer header is skipped with a ``too-large`` note in
     uncompressed and per-record gzip files; in other files (one compressed stream for all records)
     it is a ``too-large`` problem that ends the source, and a larger ``max_bytes`` reads it.
+
+    With ``images=True`` (``ingest --images``) it reads the ``image/*`` responses instead (and
+    responses without a content type whose payload starts with an image format's signature); the
+    other payloads, and SVG (a vector format), are skipped with a ``not-image`` note. The images
+    are decoded later, in the ingest's batches.
     """
 
     kind = "warc"
+
+    def __init__(self, path: str, *, max_bytes: int = DEFAULT_MAX_BYTES, images: bool = False) -> None:
+        super().__init__(path, max_bytes=max_bytes)
+        self.images = images
+
+    def options(self) -> dict[str, Any]:
+        return {"images": True} if self.images else {}
 
     @property
     def header_limit(self) -> int:
@@ -170,8 +182,12 @@ class WarcSource(Source):
             yield Note(where, "no-uri", "response record without WARC-Target-URI; skipped", here)
             return
         ctype = (rec.http_content_type or "").lower() if rec.is_http else ""
+        if self.images:
+            yield from self._image(rec, raw, ctype, uri, where, here)
+            return
         if ctype and not ctype.startswith(_TEXT_TYPES):
-            yield Note(where, "not-text", f"{ctype} payload; skipped", here)
+            hint = " (ingest --images reads images into an image store)" if ctype.startswith("image/") else ""
+            yield Note(where, "not-text", f"{ctype} payload; skipped{hint}", here)
             return
         try:
             data = self._undo_encodings(rec, raw)
@@ -193,6 +209,27 @@ class WarcSource(Source):
         if not clean:
             yield Note(where, "invalid-utf8", f"invalid {charset} replaced by U+FFFD")
         yield Item(uri, text, here, len(raw))
+
+    def _image(self, rec: Any, raw: bytes, ctype: str, uri: str, where: str, here: dict[str, Any]) -> Iterator[Item | Note]:
+        """The image of a response (``images=True``), or the note that skips its payload."""
+        if ctype and not ctype.startswith("image/"):
+            yield Note(where, "not-image", f"{ctype} payload; skipped", here)
+            return
+        if ctype.startswith("image/svg"):
+            yield Note(where, "not-image", f"{ctype} payload (a vector format); skipped", here)
+            return
+        try:
+            data = self._undo_encodings(rec, raw)
+        except (OSError, ValueError, zlib.error) as exc:
+            yield Note(where, "bad-encoding", f"payload does not decode ({exc}); skipped", here)
+            return
+        if data is None:
+            yield Note(where, "too-large", f"decoded payload larger than {self.max_bytes:,} bytes; skipped", here)
+            return
+        if not ctype and not image_format(data):
+            yield Note(where, "not-image", "payload without a content type or an image format's signature; skipped", here)
+            return
+        yield Item(uri, "", here, len(raw), image=data, where=f"{where} ({uri})")
 
     def _undo_encodings(self, rec: Any, raw: bytes) -> bytes | None:
         """The payload with chunked transfer coding and gzip/deflate/br content coding undone.
