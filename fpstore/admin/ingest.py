@@ -45,8 +45,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from fpstore.admin.sources import (
     DEFAULT_MAX_BYTES,
     IMAGE_SUFFIXES,
@@ -289,15 +287,7 @@ class _Batch:
         notes = [Note(self.wheres[i], "bad-image", f"{s}; skipped") for i, s in enumerate(sigs) if isinstance(s, str)]
         good = [s for s in sigs if not isinstance(s, str)]
         self.keys = [k for k, s in zip(self.keys, sigs) if not isinstance(s, str)]
-        n = len(good)
-        hashes = np.frombuffer(b"".join(s.content_hash for s in good), dtype=">u8").reshape(n, 2).astype(np.uint64)
-        self.fingerprints = Fingerprints(
-            np.fromiter((s.fingerprint for s in good), dtype=np.uint64, count=n),
-            pipeline.id,
-            np.fromiter((s.tokens for s in good), dtype=np.int64, count=n),
-            np.fromiter((s.short for s in good), dtype=bool, count=n),
-            hashes,
-        )
+        self.fingerprints = Fingerprints.of(good, pipeline.id)
         self.images, self.wheres = [], []
         return notes
 

@@ -284,11 +284,7 @@ class ImagePipeline:
             if threads == 1 or n < 4
             else list(executor(threads).map(lambda i: self._signature(images[i], i), indices))
         )
-        fps = np.fromiter((s.fingerprint for s in sigs), dtype=np.uint64, count=n)
-        pixels = np.fromiter((s.tokens for s in sigs), dtype=np.int64, count=n)
-        short = np.fromiter((s.short for s in sigs), dtype=bool, count=n)
-        hashes = np.frombuffer(b"".join(s.content_hash for s in sigs), dtype=">u8").reshape(n, 2).astype(np.uint64)
-        return Fingerprints(fps, self.id, pixels, short, hashes)
+        return Fingerprints.of(sigs, self.id)
 
     def fingerprint_many(self, images: Sequence[ImageInput], threads: int | None = None) -> np.ndarray:
         """uint64 array of the fingerprints of ``images`` (see :meth:`signatures`)."""

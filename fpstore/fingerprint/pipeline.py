@@ -270,6 +270,19 @@ class Fingerprints:
     def __len__(self) -> int:
         return len(self.values)
 
+    @classmethod
+    def of(cls, signatures: Sequence[Signature], pipeline_id: str) -> Fingerprints:
+        """The columns of ``signatures`` (one each, made by the pipeline ``pipeline_id``), sketches
+        aside."""
+        n = len(signatures)
+        return cls(
+            np.fromiter((s.fingerprint for s in signatures), dtype=np.uint64, count=n),
+            pipeline_id,
+            np.fromiter((s.tokens for s in signatures), dtype=np.int64, count=n),
+            np.fromiter((s.short for s in signatures), dtype=bool, count=n),
+            np.frombuffer(b"".join(s.content_hash for s in signatures), dtype=">u8").reshape(n, 2).astype(np.uint64),
+        )
+
     def content_hash(self, i: int) -> bytes | None:
         if self.content_hashes is None:
             return None
