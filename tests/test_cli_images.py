@@ -42,6 +42,9 @@ def test_ingest_images_of_a_directory(tmp_path):
     assert r.code == 0 and '"a.jpg"' in r.out and '"a_small.png"' in r.out
     info = cli("info", store, "--json").json()
     assert info["pipeline"]["kind"] == "phash64" and info["k"] == 8
+    r = cli("explain", store, "a.jpg", "a_small.png")
+    assert r.code == 0 and "store pairs them" in r.out
+    assert "Jaccard" not in r.out and "shingle" not in r.out  # nothing of texts said of images
 
 
 def test_ingest_images_of_a_warc_and_the_text_ingest_hint(tmp_path):

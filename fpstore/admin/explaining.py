@@ -94,7 +94,7 @@ def _text_lines(found: Any) -> list[str]:
         lines.append(f"similarity estimated by the stored sketches: {found.sketch_similarity:.3f}")
     if found.estimated_jaccard is not None:
         lines.append(f"estimated Jaccard {found.estimated_jaccard:.3f} ({found.kind}: a bit differs with probability (1 - J) / 2)")
-    else:
+    elif found.kind == "simhash64":
         lines.append(f"no Jaccard estimate: {found.kind} fingerprints (SimHash) track the angle between weighted shingle vectors")
     exact = {True: "yes (one content hash)", False: "no", None: "unknown (a document stored by fingerprint has no content hash)"}
     lines.append(f"exact duplicates: {exact[found.exact_duplicate]}")
