@@ -16,7 +16,7 @@ Files (made deterministically, ``random.Random(22)``, in a temporary folder):
   aspect of, and resized (Lanczos) to, each of 800x600, 1024x768 and 768x1024, and saved by
   Pillow at a quality drawn from 75-85 (4:2:0), once baseline and once progressive. Upscaled
   photos are smoother than camera photos and compress smaller, so seeded Gaussian grain (sigma
-  drawn from 2-5 grey levels per channel) is added first, which brings sizes to the 60-160 kB
+  drawn from 2-5 grey levels per channel) is added first, which brings sizes to the 50-160 kB
   of web photos; the table reports the sizes.
 * ``png``: the same photos at 800x600 as PNG (zlib level 6), and the eval set's non-photo bases.
 
