@@ -41,7 +41,7 @@ def test_ingest_images_of_a_directory(tmp_path):
     r = cli("dedup", store)
     assert r.code == 0 and '"a.jpg"' in r.out and '"a_small.png"' in r.out
     info = cli("info", store, "--json").json()
-    assert info["pipeline"]["kind"] == "phash64" and info["k"] == 8
+    assert info["pipeline"]["kind"] == "phash64" and info["k"] == 10
     r = cli("explain", store, "a.jpg", "a_small.png")
     assert r.code == 0 and "store pairs them" in r.out
     assert "Jaccard" not in r.out and "shingle" not in r.out  # nothing of texts said of images

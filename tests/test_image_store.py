@@ -38,7 +38,7 @@ def store(tmp_path):
 
 
 def test_an_image_store_gives_verdicts_and_answers_queries(store) -> None:
-    assert store.k == fpstore.fingerprint.image.DEFAULT_IMAGE_K
+    assert store.k == fpstore.fingerprint.image.DEFAULT_IMAGE_K["phash64"] == 10
     originals = {f"img{i}": photo(i) for i in range(12)}
     for key, arr in originals.items():
         verdict = store.add(key, image=encode(arr, quality=90))

@@ -13,11 +13,13 @@ Bit ``i`` of the row-major 8×8 result is bit ``63 - i`` of the fingerprint, so 
 ``int(str(imagehash.phash(img)), 16)`` and this pipeline agree on the same thumbnail.
 
 How the thumbnail is made is part of the pipeline's config and id, because it decides the bits:
-Pillow decodes (its major version is recorded: a new major is a new pipeline), JPEGs are decoded
-at a reduced scale (``draft``: libjpeg scales by 1/2, 1/4 or 1/8 inside its IDCT, which is most
-of the speed), EXIF orientation is applied, transparency is composited over white, colour becomes
-ITU-R 601-2 luma, and Lanczos-3 resampling in float64 makes the thumbnail (after an integer box
-reduction of images more than four times its size, as Pillow's ``reducing_gap=2``). The versions of the decoder
+Pillow decodes (its major version is recorded: a new major is a new pipeline); transparency is
+composited over white and colour becomes ITU-R 601-2 luma; the image is reduced to the means of
+boxes of 8, 4 or 2 pixels a side (the largest that leaves the thumbnail's size: JPEG's ``draft``
+rule), which a JPEG decoder gives directly from each block's DC coefficient at a fraction of a
+full decode's cost, and every other format through Pillow's ``reduce``, so that a JPEG and its
+lossless original start from the same boxes; Lanczos-3 in float64, in the pixels' geometry, makes
+the thumbnail; EXIF orientation turns the thumbnail. The versions of the decoder
 libraries are recorded in the config too, for the record, but left out of the id: golden
 fingerprints in the tests catch an upgrade that changes bits.
 
@@ -33,7 +35,7 @@ import functools
 import hashlib
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
@@ -64,16 +66,13 @@ IMAGE_KINDS: dict[str, tuple[int, tuple[int, int]]] = {
     "phash64": (1, (32, 32)),
     "dhash64": (1, (9, 8)),
 }
-#: The radius a new image store gets when none is given: pHash's calibrated k (docs/tuning.md).
-DEFAULT_IMAGE_K = 8
+#: The radius a new image store gets when none is given, per kind: the calibrated k of
+#: docs/tuning.md ("Images": the best F1 while at most 1 in 10,000 unrelated pairs is within k).
+DEFAULT_IMAGE_K = {"phash64": 10, "dhash64": 3}
 #: Pillow major versions this build accepts (pinned in the ``image`` extra).
 PILLOW_MAJORS = (13,)
 #: What a thumbnail's making records in the config (all of it decides the bits).
-_THUMBNAIL = {"orientation": "exif", "alpha": "over-white", "colour": "L-601", "resample": "box-gap2,lanczos3-f64", "draft": "jpeg"}
-#: An image more than this many times the thumbnail's size (per axis, after the JPEG draft) is
-#: first reduced by an integer factor in box averages (Pillow's ``reduce``; what its
-#: ``reducing_gap=2`` does), so that the Lanczos step below reads at most ~4x the thumbnail.
-_REDUCING_GAP = 2.0
+_THUMBNAIL = {"orientation": "exif", "alpha": "over-white", "colour": "L-601", "resample": "box-draft,lanczos3-f64", "draft": "jpeg"}
 #: The libraries whose versions the config records (PIL.features names).
 _LIBRARIES = ("libjpeg_turbo", "jpg", "zlib", "libtiff", "webp", "jpg_2000")
 
@@ -87,7 +86,7 @@ _MODES_16 = ("I;16", "I;16B", "I;16L", "I;16N", "I")
 def _pil() -> Any:
     try:
         import PIL
-        from PIL import Image, ImageOps
+        from PIL import Image
     except ImportError:
         raise InputError("image pipelines need Pillow: pip install 'fpstore[image]'") from None
     major = int(PIL.__version__.split(".")[0])
@@ -96,7 +95,7 @@ def _pil() -> Any:
             f"image fingerprints of this build are defined with Pillow {PILLOW_MAJORS}; Pillow {PIL.__version__} is "
             "installed, whose decoding and resampling may differ: install the version the 'image' extra pins"
         )
-    return PIL, Image, ImageOps
+    return PIL, Image
 
 
 @functools.lru_cache(maxsize=4)
@@ -115,31 +114,63 @@ def _bits_to_int(bits: np.ndarray) -> int:
     return int.from_bytes(np.packbits(bits.reshape(64)).tobytes(), "big")
 
 
-@functools.lru_cache(maxsize=512)
-def lanczos_matrix(out: int, n: int) -> np.ndarray:
-    """Weights (``out`` × ``n``) of Lanczos-3 resampling from ``n`` samples to ``out``, as Pillow
-    defines it: the kernel ``sinc(x) sinc(x / 3)`` stretched by the scale when shrinking, centred
-    on each output sample's centre, each row normalised to sum 1."""
-    scale = n / out
-    stretch = max(scale, 1.0)
-    support = 3.0 * stretch
+@functools.lru_cache(maxsize=1024)
+def lanczos_matrix(out: int, n: int, box: int = 1, length: int | None = None) -> np.ndarray:
+    """Weights (``out`` × ``n``) of Lanczos-3 resampling to ``out`` samples from ``n`` samples,
+    each the mean of a box of ``box`` pixels along an axis of ``length`` pixels (default
+    ``n * box``; the last box is partial when ``length`` is shorter).
+
+    Pillow's kernel, ``sinc(x) sinc(x / 3)``, stretched by the scale when shrinking and centred on
+    each output sample's centre, each row normalised to sum 1, but in the geometry of the pixels:
+    output sample ``i`` is centred at ``(i + 0.5) length / out`` and input sample ``j`` at its box's
+    centre, the partial last box's included. (Placing the ``n`` samples evenly over the image
+    instead stretches a box-reduced image by up to a box, and costs resized copies their match.)
+    """
+    length = n * box if length is None else length
+    scale = length / out
+    stretch = max(scale, float(box))
+    centres = box * (np.arange(n, dtype=np.float64) + 0.5)
+    centres[-1] = (box * (n - 1) + length) / 2.0
     m = np.zeros((out, n), dtype=np.float64)
     for i in range(out):
-        centre = (i + 0.5) * scale
-        lo, hi = max(int(centre - support + 0.5), 0), min(int(centre + support + 0.5), n)
-        x = (np.arange(lo, hi) - centre + 0.5) / stretch
+        x = (centres - (i + 0.5) * scale) / stretch
         w = np.where(np.abs(x) < 3.0, np.sinc(x) * np.sinc(x / 3.0), 0.0)
-        m[i, lo:hi] = w / w.sum()
+        m[i] = w / w.sum()
     m.setflags(write=False)
     return m
 
 
-def resample(grey: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """``grey`` (rows × columns) resampled to ``size`` (width, height) with Lanczos-3, both axes
-    at once in float64 (no rounding between them): two small matrix products, ~25 us from the
-    100×75 of a JPEG decoded at 1/8, where Pillow's resize takes ~120 us."""
+def resample(grey: np.ndarray, size: tuple[int, int], box: int = 1, extent: tuple[int, int] | None = None) -> np.ndarray:
+    """``grey`` (rows × columns) resampled to ``size`` (width, height) with Lanczos-3 in float64,
+    both axes at once (no rounding between them): two small matrix products, ~25 us from the
+    100×75 of a JPEG decoded at 1/8, where Pillow's resize takes ~120 us. ``box`` and ``extent``
+    (the image's width and height in pixels) say that each sample is the mean of ``box`` × ``box``
+    pixels (see :func:`lanczos_matrix`)."""
     width, height = size
-    return lanczos_matrix(height, grey.shape[0]) @ grey @ lanczos_matrix(width, grey.shape[1]).T
+    rows, cols = grey.shape
+    ext_w, ext_h = (cols * box, rows * box) if extent is None else extent
+    return lanczos_matrix(height, rows, box, ext_h) @ grey @ lanczos_matrix(width, cols, box, ext_w).T
+
+
+def box_factor(width: int, height: int, size: tuple[int, int]) -> int:
+    """The box reduction a thumbnail of ``size`` starts from: JPEG ``draft``'s choice, the largest
+    of 8, 4, 2 and 1 that leaves at least the thumbnail's size (Pillow's rule)."""
+    scale = min(width // size[0], height // size[1])
+    return next((f for f in (8, 4, 2) if scale >= f), 1)
+
+
+#: EXIF orientation -> what shows the stored pixels upright (ImageOps.exif_transpose's table), as
+#: numpy does it to the thumbnail: the resampling is symmetric, so turning the thumbnail equals
+#: turning the image first.
+_UPRIGHT: dict[int, Callable[[np.ndarray], np.ndarray]] = {
+    2: np.fliplr,
+    3: lambda a: np.rot90(a, 2),
+    4: np.flipud,
+    5: np.transpose,
+    6: lambda a: np.rot90(a, -1),
+    7: lambda a: np.rot90(a, 2).T,
+    8: lambda a: np.rot90(a, 1),
+}
 
 
 def phash_bits(grey32: np.ndarray) -> int:
@@ -298,7 +329,7 @@ class ImagePipeline:
 
     def _decode(self, image: ImageInput, index: int | None) -> tuple[np.ndarray, int, bool, bytes]:
         """(thumbnail, pixels, too small, content hash) of one input."""
-        _, Image, ImageOps = _pil()
+        _, Image = _pil()
         where = "" if index is None else f" at index {index}"
         data: bytes | None = None
         if isinstance(image, Image.Image):
@@ -311,18 +342,26 @@ class ImagePipeline:
             width, height = img.size
             if width * height > self.max_pixels:
                 raise InputError(f"image{where} declares {width}×{height} pixels, above max_pixels={self.max_pixels:,}")
+            orientation = img.getexif().get(_ORIENTATION, 1)
+            turn = _UPRIGHT.get(orientation) if isinstance(orientation, int) else None
             size = IMAGE_KINDS[self.kind][1]
-            if img.format == "JPEG" and data is not None:
-                # Grey straight from the decoder where it can (the Y of YCbCr is 601 luma).
-                img.draft("L" if img.mode in ("L", "RGB") else img.mode, size)
+            stored = size[::-1] if orientation in (5, 6, 7, 8) else size  # the thumbnail before it is turned
+            box = box_factor(width, height, stored)
+            if img.format == "JPEG" and data is not None and box > 1:
+                # libjpeg decodes each 8x8 block's mean (its DC) at 1/8, and so on: the box
+                # reduction, for most of the decoding's cost. Grey straight from the decoder where
+                # it can (the Y of YCbCr is 601 luma).
+                img.draft("L" if img.mode in ("L", "RGB") else img.mode, (width // box, height // box))
             img.load()
-            if img.getexif().get(_ORIENTATION, 1) != 1:  # exif_transpose would copy an upright image too
-                img = ImageOps.exif_transpose(img)
             grey = _to_grey(img, Image)
-            factor = (max(1, int(grey.width / size[0] / _REDUCING_GAP)), max(1, int(grey.height / size[1] / _REDUCING_GAP)))
-            if factor != (1, 1):
-                grey = grey.reduce(factor)
-            out = resample(np.asarray(grey, dtype=np.float64), size)
+            boxes = (-(-width // box), -(-height // box))
+            if grey.size == (width, height) and box > 1:
+                grey = grey.reduce(box)  # the same boxes as the JPEG's, from full pixels
+            elif grey.size != boxes:
+                raise InputError(f"image{where}: the decoder gave {grey.size[0]}×{grey.size[1]} pixels, expected {boxes[0]}×{boxes[1]}")
+            out = resample(np.asarray(grey, dtype=np.float64), stored, box, (width, height))
+            if turn is not None:
+                out = turn(out)
         except InputError:
             raise
         except MemoryError:

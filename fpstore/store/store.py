@@ -22,7 +22,7 @@ import numpy as np
 
 from fpstore.closing import Closing
 from fpstore.errors import CorruptionError, DesignError, InputError, NotAStoreError
-from fpstore.fingerprint.image import DEFAULT_IMAGE_K, ImageInput
+from fpstore.fingerprint.image import DEFAULT_IMAGE_K, ImageInput, ImagePipeline
 from fpstore.fingerprint.kinds import AnyPipeline, content_of, is_image
 from fpstore.fingerprint.pipeline import DEFAULT_K, Fingerprints, Pipeline
 from fpstore.fingerprint.text import Text
@@ -106,7 +106,7 @@ class Store(Closing):
         # A new store's arguments are checked before anything is made on disk.
         creating = create and not readonly and not os.path.exists(os.path.join(os.fspath(path), DATA_FILE))
         self.threshold = check_threshold(threshold)
-        default_k = DEFAULT_IMAGE_K if is_image(pipeline) else DEFAULT_K
+        default_k = DEFAULT_IMAGE_K[pipeline.kind] if isinstance(pipeline, ImagePipeline) else DEFAULT_K
         new_k = (default_k if self.threshold is None else CANDIDATE_K) if k is None else k
         if self.threshold is not None and pipeline is None:
             pipeline = Pipeline(sketch_bits=DEFAULT_SKETCH_BITS) if creating else None
