@@ -43,6 +43,7 @@ import msgpack
 import numpy as np
 
 from fpstore.errors import FormatError, InputError, PipelineMismatchError
+from fpstore.fingerprint.jpeg import dc_scans
 from fpstore.fingerprint.pipeline import Fingerprints, Signature
 from fpstore.parallel import available_cores, executor
 
@@ -348,10 +349,7 @@ class ImagePipeline:
             stored = size[::-1] if orientation in (5, 6, 7, 8) else size  # the thumbnail before it is turned
             box = box_factor(width, height, stored)
             if img.format == "JPEG" and data is not None and box > 1:
-                # libjpeg decodes each 8x8 block's mean (its DC) at 1/8, and so on: the box
-                # reduction, for most of the decoding's cost. Grey straight from the decoder where
-                # it can (the Y of YCbCr is 601 luma).
-                img.draft("L" if img.mode in ("L", "RGB") else img.mode, (width // box, height // box))
+                img = _draft_jpeg(Image, img, data, box)
             img.load()
             grey = _to_grey(img, Image)
             boxes = (-(-width // box), -(-height // box))
@@ -387,6 +385,27 @@ class ImagePipeline:
         if len(data) > self.max_bytes:
             raise InputError(f"image{where} has {len(data):,} bytes, above max_bytes={self.max_bytes:,}")
         return data
+
+
+def _draft_jpeg(Image: Any, img: Any, data: bytes, box: int) -> Any:
+    """``img`` (a JPEG of ``data``) set to decode at 1/``box`` scale, where libjpeg gives each
+    box's mean (from the DC coefficient at 1/8) for most of a full decode's cost; in grey straight
+    from the decoder where it can (the Y of YCbCr is 601 luma). A progressive JPEG decoded at 1/8
+    reads only its DC scans (:func:`fpstore.fingerprint.jpeg.dc_scans`: the same pixels)."""
+    mode = "L" if img.mode in ("L", "RGB") else img.mode
+    size = (img.width // box, img.height // box)
+    if box == 8 and img.info.get("progressive"):
+        dc = dc_scans(data)
+        if dc is not None:
+            try:
+                small = Image.open(io.BytesIO(dc))
+                small.draft(mode, size)
+                small.load()
+                return small
+            except Exception:  # noqa: BLE001 - what the rewrite could not do, the whole file does
+                pass
+    img.draft(mode, size)
+    return img
 
 
 def _content_hash(data: bytes) -> bytes:

@@ -1,0 +1,93 @@
+"""A progressive JPEG's DC scans give, at 1/8 scale, exactly the pixels of the whole file."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from fpstore.fingerprint.image import ImagePipeline
+from fpstore.fingerprint.jpeg import dc_scans
+
+Image = pytest.importorskip("PIL.Image", reason="Pillow is in the test extra")
+
+
+def picture(width: int, height: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:height, 0:width]
+    base = 128 + 70 * np.sin(xx / rng.uniform(9, 40)) * np.cos(yy / rng.uniform(9, 40)) + 30 * np.sin((xx + yy) / 17.0)
+    rgb = np.stack([base, 255 - base, base * 0.5 + 60], axis=-1) + rng.normal(0, 6, (height, width, 3))
+    return np.clip(rgb, 0, 255).astype(np.uint8)
+
+
+def encode(array: np.ndarray, mode: str = "RGB", **save: object) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(array).convert(mode).save(buf, "JPEG", **save)
+    return buf.getvalue()
+
+
+def at_one_eighth(data: bytes) -> np.ndarray:
+    img = Image.open(io.BytesIO(data))
+    img.draft("L" if img.mode in ("L", "RGB") else img.mode, (img.width // 8, img.height // 8))
+    img.load()
+    return np.asarray(img)
+
+
+CASES = [
+    # (width, height, mode, save options)
+    (1024, 768, "RGB", {"quality": 80, "subsampling": 2}),
+    (803, 601, "RGB", {"quality": 60, "subsampling": 1}),
+    (333, 517, "RGB", {"quality": 95, "subsampling": 0}),
+    (100, 37, "L", {"quality": 75}),
+    (1650, 1400, "L", {"quality": 50}),  # more than 32,767 blocks: several end-of-band runs
+    (640, 480, "CMYK", {"quality": 85}),
+    (512, 384, "RGB", {"quality": 80, "restart_marker_blocks": 7}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}x{c[1]}-{c[2]}-{'-'.join(f'{k}{v}' for k, v in c[3].items())}")
+def test_the_dc_scans_decode_to_the_same_pixels_at_one_eighth(case: tuple) -> None:
+    width, height, mode, save = case
+    data = encode(picture(width, height, width), mode, progressive=True, **save)
+    dc = dc_scans(data)
+    assert dc is not None and (len(dc) < len(data) / 3 or len(data) < 5000)  # a tiny file is mostly headers
+    assert np.array_equal(at_one_eighth(dc), at_one_eighth(data))
+
+
+def test_only_progressive_huffman_jpegs_are_rewritten() -> None:
+    a = picture(200, 150, 1)
+    assert dc_scans(encode(a)) is None  # baseline: DC and AC interleaved in one scan
+    png = io.BytesIO()
+    Image.fromarray(a).save(png, "PNG")
+    assert dc_scans(png.getvalue()) is None
+    assert dc_scans(b"") is None and dc_scans(b"\xff\xd8") is None and dc_scans(b"\xff\xd8\xff\xd9") is None
+
+
+def test_the_pipeline_gives_a_progressive_jpeg_its_baseline_twins_fingerprint() -> None:
+    """Same pixels and quality: the same DC coefficients, so the same fingerprint either way."""
+    for kind in ("phash64", "dhash64"):
+        pipe = ImagePipeline(kind=kind)
+        for seed in range(4):
+            a = picture(800, 600, seed)
+            assert pipe.fingerprint(encode(a, quality=80, progressive=True)) == pipe.fingerprint(encode(a, quality=80))
+
+
+def test_damaged_progressive_files_are_rewritten_safely_or_not_at_all() -> None:
+    rng = np.random.default_rng(3)
+    data = encode(picture(320, 240, 2), quality=80, progressive=True)
+    pipe = ImagePipeline()
+    outcomes = set()
+    for i in range(400):
+        bad = bytearray(data)
+        for _ in range(int(rng.integers(1, 6))):
+            bad[int(rng.integers(0, len(bad)))] = int(rng.integers(0, 256))
+        if i % 3 == 0:
+            bad = bad[: int(rng.integers(2, len(bad)))]
+        rewritten = dc_scans(bytes(bad))
+        outcomes.add(rewritten is None)
+        try:
+            pipe.signature(bytes(bad))
+        except Exception as exc:  # the pipeline's own refusal only
+            assert type(exc).__name__ == "InputError", exc
+    assert outcomes == {True, False}
