@@ -189,13 +189,9 @@ class WarcSource(Source):
             hint = " (ingest --images reads images into an image store)" if ctype.startswith("image/") else ""
             yield Note(where, "not-text", f"{ctype} payload; skipped{hint}", here)
             return
-        try:
-            data = self._undo_encodings(rec, raw)
-        except (OSError, ValueError, zlib.error) as exc:
-            yield Note(where, "bad-encoding", f"payload does not decode ({exc}); skipped", here)
-            return
-        if data is None:
-            yield Note(where, "too-large", f"decoded payload larger than {self.max_bytes:,} bytes; skipped", here)
+        data = self._decoded(rec, raw, where, here)
+        if isinstance(data, Note):
+            yield data
             return
         if not ctype and b"\x00" in data[:SNIFF_BYTES]:
             yield Note(where, "not-text", "binary payload; skipped", here)
@@ -218,18 +214,24 @@ class WarcSource(Source):
         if ctype.startswith("image/svg"):
             yield Note(where, "not-image", f"{ctype} payload (a vector format); skipped", here)
             return
-        try:
-            data = self._undo_encodings(rec, raw)
-        except (OSError, ValueError, zlib.error) as exc:
-            yield Note(where, "bad-encoding", f"payload does not decode ({exc}); skipped", here)
-            return
-        if data is None:
-            yield Note(where, "too-large", f"decoded payload larger than {self.max_bytes:,} bytes; skipped", here)
+        data = self._decoded(rec, raw, where, here)
+        if isinstance(data, Note):
+            yield data
             return
         if not ctype and not image_format(data):
             yield Note(where, "not-image", "payload without a content type or an image format's signature; skipped", here)
             return
         yield Item(uri, "", here, len(raw), image=data, where=f"{where} ({uri})")
+
+    def _decoded(self, rec: Any, raw: bytes, where: str, here: dict[str, Any]) -> bytes | Note:
+        """The payload with its encodings undone, or the note that skips it."""
+        try:
+            data = self._undo_encodings(rec, raw)
+        except (OSError, ValueError, zlib.error) as exc:
+            return Note(where, "bad-encoding", f"payload does not decode ({exc}); skipped", here)
+        if data is None:
+            return Note(where, "too-large", f"decoded payload larger than {self.max_bytes:,} bytes; skipped", here)
+        return data
 
     def _undo_encodings(self, rec: Any, raw: bytes) -> bytes | None:
         """The payload with chunked transfer coding and gzip/deflate/br content coding undone.
