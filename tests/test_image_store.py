@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import sys
 
 import numpy as np
 import pytest
@@ -150,3 +151,17 @@ def test_a_threshold_is_refused_for_images_with_a_reason(tmp_path) -> None:
     fpstore.open(tmp_path / "u", pipeline=fpstore.ImagePipeline()).close()
     with pytest.raises(InputError, match="image store matches within k bits"):
         fpstore.open(tmp_path / "u", threshold=0.8)
+
+
+def test_an_image_store_opens_and_answers_fingerprints_without_pillow(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "p"
+    with fpstore.open(path, pipeline=fpstore.ImagePipeline()) as s:
+        s.add("a", image=encode(photo(1)))
+        fp = s["a"].fingerprint
+    for name in [m for m in sys.modules if m == "PIL" or m.startswith("PIL.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "PIL", None)  # import PIL now raises ImportError
+    with fpstore.open(path) as s:
+        assert [m.key for m in s.query(fingerprint=fp, pipeline_id=s.pipeline.id)] == ["a"]
+        with pytest.raises(InputError, match=r"need Pillow: pip install 'fpstore\[image\]'"):
+            s.add("b", image=b"\x89PNG")
