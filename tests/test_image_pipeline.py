@@ -297,3 +297,106 @@ def test_a_jpeg_and_its_lossless_original_start_from_the_same_boxes() -> None:
         a = photo(512, 384, seed=seed)
         assert bin(pipe.fingerprint(png(a)) ^ pipe.fingerprint(jpeg(a, 90))).count("1") <= 2
         assert bin(pipe.fingerprint(png(a)) ^ pipe.fingerprint(Image.open(io.BytesIO(jpeg(a, 90))))).count("1") <= 2
+
+
+JPEG_DATA = __import__("pathlib").Path(__file__).resolve().parent / "data" / "jpeg"
+
+#: Pinned fingerprints of committed JPEG files (made by Pillow 13's encoder, so only decoding is
+#: under test): box 8 from the DC coefficients (baseline 4:2:0 and 4:4:4, progressive through
+#: its DC scans: the same picture and quality, so the same DC and the same bits) and a box of 2.
+JPEG_GOLDEN = {
+    "phash64": {
+        "golden-baseline-420.jpg": "845b54fbf3a4ab04",
+        "golden-baseline-444.jpg": "845b54fbf3a4ab04",
+        "golden-box2.jpg": "ead5903e823f902f",
+        "golden-progressive-420.jpg": "845b54fbf3a4ab04",
+    },
+    "dhash64": {
+        "golden-baseline-420.jpg": "49b7b68c496bb694",
+        "golden-baseline-444.jpg": "49b7b68c496bb694",
+        "golden-box2.jpg": "c0c08000070f1f3f",
+        "golden-progressive-420.jpg": "49b7b68c496bb694",
+    },
+}
+
+
+@pytest.mark.parametrize("kind", ["phash64", "dhash64"])
+def test_golden_fingerprints_of_jpeg_files(kind: str) -> None:
+    pipe = ImagePipeline(kind=kind)
+    got = {f.name: f"{pipe.fingerprint(f.read_bytes()):016x}" for f in sorted(JPEG_DATA.glob("golden-*.jpg"))}
+    assert got == JPEG_GOLDEN[kind]
+
+
+@pytest.mark.parametrize("kind", ["phash64", "dhash64"])
+@pytest.mark.parametrize("stored_as", ["rational", "float"])
+def test_an_orientation_stored_as_a_fraction_turns_like_exif_transpose(kind: str, stored_as: str) -> None:
+    """Pillow reads a RATIONAL or FLOAT orientation tag as 6.0: exif_transpose turns the image by
+    it, and so must the thumbnail (a dHash thumbnail left sideways was 9x8 and did not hash)."""
+    import struct
+
+    from PIL import ImageOps
+
+    # A little-endian TIFF header and one IFD entry: tag 0x0112, type RATIONAL (5) or DOUBLE (12),
+    # its 8-byte value after the IFD.
+    kind_code, value = (5, struct.pack("<II", 6, 1)) if stored_as == "rational" else (12, struct.pack("<d", 6.0))
+    tiff = b"II*\x00" + struct.pack("<I", 8) + struct.pack("<HHHII", 1, 0x0112, kind_code, 1, 26) + struct.pack("<I", 0) + value
+    stored = Image.fromarray(photo(384, 256, seed=4))
+    buf = io.BytesIO()
+    stored.save(buf, "PNG", exif=tiff)
+    assert Image.open(io.BytesIO(buf.getvalue())).getexif().get(0x0112) == 6.0
+    upright = io.BytesIO()
+    ImageOps.exif_transpose(Image.open(io.BytesIO(buf.getvalue()))).save(upright, "PNG")
+    pipe = ImagePipeline(kind=kind)
+    assert pipe.fingerprint(buf.getvalue()) == pipe.fingerprint(upright.getvalue())
+
+
+def test_a_very_long_image_is_resampled_without_a_dense_matrix() -> None:
+    """Above 2,048 samples an axis is resampled row by row, with the same weights."""
+    from fpstore.fingerprint.image import _lanczos_rows, lanczos_matrix
+
+    rng = np.random.default_rng(1)
+    grey = rng.uniform(0, 255, (40, 3000))
+    dense = lanczos_matrix(32, 40) @ grey @ lanczos_matrix(32, 3000).T
+    assert np.allclose(resample(grey, (32, 32)), dense)
+    assert lanczos_matrix.cache_info().maxsize == 64
+    rows = _lanczos_rows(32, 200_000, 1, 200_000)
+    assert max(len(w) for _, w in rows) < 40_000  # the support of one output sample, not the axis
+    long = png(rng.integers(0, 255, (40, 120_000), dtype=np.uint8))
+    assert ImagePipeline().signature(long).tokens == 40 * 120_000
+
+
+def test_formats_outside_the_web_are_refused_unread() -> None:
+    eps = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 100 100\nshowpage\n"
+    with pytest.raises(InputError, match="does not decode"):
+        ImagePipeline().signature(eps)  # Pillow's EPS plugin would start Ghostscript
+
+
+def test_a_colour_key_is_transparency_too() -> None:
+    """A PNG with a tRNS colour key (RGB or L) is composited over white like one with alpha."""
+    a = photo(200, 150, seed=5)
+    a[40:110, 50:150] = (0, 0, 0)
+    keyed = io.BytesIO()
+    Image.fromarray(a).save(keyed, "PNG", transparency=(0, 0, 0))
+    alpha = np.dstack([a, np.where((a == 0).all(axis=-1), 0, 255).astype(np.uint8)])
+    pipe = ImagePipeline()
+    assert pipe.fingerprint(keyed.getvalue()) == pipe.fingerprint(png(alpha))
+    assert pipe.fingerprint(keyed.getvalue()) != pipe.fingerprint(png(a))
+
+
+def test_an_mpo_is_decoded_as_the_jpeg_it_starts_with() -> None:
+    """Phones write MPO (a JPEG with more pictures after it): its first picture is draft-decoded."""
+    a, b = photo(512, 384, seed=6), photo(512, 384, seed=7)
+    mpo = io.BytesIO()
+    Image.fromarray(a).save(mpo, "MPO", save_all=True, append_images=[Image.fromarray(b)], quality=85)
+    assert Image.open(io.BytesIO(mpo.getvalue())).format == "MPO"
+    pipe = ImagePipeline()
+    assert pipe.fingerprint(mpo.getvalue()) == pipe.fingerprint(jpeg(a, 85))
+
+
+def test_a_kind_that_is_not_a_string_is_refused() -> None:
+    with pytest.raises(InputError):
+        ImagePipeline(kind=["phash64"])  # type: ignore[arg-type]
+    from fpstore.fingerprint.kinds import pipeline_from_config
+
+    with pytest.raises(FormatError):
+        pipeline_from_config(dict(ImagePipeline().config, kind=[1]))

@@ -165,3 +165,15 @@ def test_an_image_store_opens_and_answers_fingerprints_without_pillow(tmp_path, 
         assert [m.key for m in s.query(fingerprint=fp, pipeline_id=s.pipeline.id)] == ["a"]
         with pytest.raises(InputError, match=r"need Pillow: pip install 'fpstore\[image\]'"):
             s.add("b", image=b"\x89PNG")
+
+
+def test_reopening_keeps_the_callers_limits(tmp_path) -> None:
+    """An open with an ImagePipeline of the store's id keeps its limits (they are not in the id)."""
+    path = tmp_path / "l"
+    fpstore.open(path, pipeline=fpstore.ImagePipeline()).close()
+    with fpstore.open(path, pipeline=fpstore.ImagePipeline(max_pixels=10_000)) as s:
+        assert s.pipeline.max_pixels == 10_000
+        with pytest.raises(InputError, match="max_pixels"):
+            s.add("big", image=encode(photo(1)))
+    with fpstore.open(path) as s:
+        assert s.pipeline.max_pixels == fpstore.ImagePipeline().max_pixels

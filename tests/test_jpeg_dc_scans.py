@@ -43,6 +43,7 @@ CASES = [
     (1650, 1400, "L", {"quality": 50}),  # more than 32,767 blocks: several end-of-band runs
     (640, 480, "CMYK", {"quality": 85}),
     (512, 384, "RGB", {"quality": 80, "restart_marker_blocks": 7}),
+    (640, 480, "CMYK", {"quality": 85, "subsampling": 2}),  # C sampled 2x2: M, Y, K decode to 2x2 blocks at 1/8
 ]
 
 
@@ -50,9 +51,11 @@ CASES = [
 def test_the_dc_scans_decode_to_the_same_pixels_at_one_eighth(case: tuple) -> None:
     width, height, mode, save = case
     data = encode(picture(width, height, width), mode, progressive=True, **save)
-    dc = dc_scans(data)
-    assert dc is not None and (len(dc) < len(data) / 3 or len(data) < 5000)  # a tiny file is mostly headers
-    assert np.array_equal(at_one_eighth(dc), at_one_eighth(data))
+    # at_one_eighth asks for grey from RGB and L files: then only their luma is decoded.
+    for grey in {False, mode in ("RGB", "L")}:
+        dc = dc_scans(data, grey=grey)
+        assert dc is not None and (len(dc) < len(data) / 2.5 or len(data) < 5000)  # a tiny file is mostly headers
+        assert np.array_equal(at_one_eighth(dc), at_one_eighth(data))
 
 
 def test_only_progressive_huffman_jpegs_are_rewritten() -> None:
@@ -91,3 +94,32 @@ def test_damaged_progressive_files_are_rewritten_safely_or_not_at_all() -> None:
         except Exception as exc:  # the pipeline's own refusal only
             assert type(exc).__name__ == "InputError", exc
     assert outcomes == {True, False}
+
+
+DATA = __import__("pathlib").Path(__file__).resolve().parent / "data" / "jpeg"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("progressive-*.jpg")))
+def test_other_encoders_scripts_decode_alike_or_are_decoded_whole(name: str) -> None:
+    """Files made by libjpeg-turbo's cjpeg 2.1.5 with scan scripts Pillow does not write: DC with
+    successive approximation, non-interleaved DC sent late, a subsampled luma component and an
+    RGB frame with subsampled G and B (both decode to blocks larger than 1x1 at 1/8, which read AC
+    coefficients: their AC scans are kept), restart markers, and two files whose AC coefficients
+    never all arrive (libjpeg then smooths the DC itself: they must be decoded whole)."""
+    data = (DATA / name).read_bytes()
+    never_all_ac = name in ("progressive-dc-only.jpg", "progressive-luma-without-ac.jpg")
+    for grey in (False, True):  # at_one_eighth asks for grey: both must give its pixels
+        dc = dc_scans(data, grey=grey)
+        assert (dc is None) == never_all_ac
+        if dc is not None:
+            assert np.array_equal(at_one_eighth(dc), at_one_eighth(data))
+
+
+def test_the_pipeline_hashes_every_file_as_its_whole_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fpstore.fingerprint.image as image_module
+
+    files = sorted(DATA.glob("*.jpg"))
+    pipes = [ImagePipeline(kind=kind) for kind in ("phash64", "dhash64")]
+    fast = [[p.fingerprint(f.read_bytes()) for f in files] for p in pipes]
+    monkeypatch.setattr(image_module, "dc_scans", lambda data, grey=False: None)
+    assert fast == [[p.fingerprint(f.read_bytes()) for f in files] for p in pipes]

@@ -174,6 +174,8 @@ def _image_signature(pipeline: Any, data: bytes) -> Signature | str:
         return "image does not decode in the memory available"
     except RecursionError:  # a plugin's recursive structure (TIFF IFDs) nested too deeply
         return "image does not decode: nested too deeply"
+    except Exception as exc:  # noqa: BLE001 - a bug of ours; one file must not stop the ingest for good
+        return f"image does not fingerprint ({type(exc).__name__}: {exc}; an fpstore bug: please report it with the file)"
 
 
 def image_signatures(pipeline: Any, images: Sequence[bytes], threads: int = 1) -> list[Signature | str]:

@@ -81,6 +81,9 @@ _LIBRARIES = ("libjpeg_turbo", "jpg", "zlib", "libtiff", "webp", "jpg_2000")
 ImageInput = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]", "_PILImage.Image"]
 
 _ORIENTATION = 0x0112  # the EXIF tag
+#: The formats Pillow may open (``Image.open(formats=...)``): the image formats of the web. Others
+#: (EPS, which starts Ghostscript; PSD, FITS, the many legacy formats) are refused unread.
+FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "TIFF", "BMP", "ICO", "AVIF")
 _MODES_16 = ("I;16", "I;16B", "I;16L", "I;16N", "I")
 
 
@@ -115,7 +118,30 @@ def _bits_to_int(bits: np.ndarray) -> int:
     return int.from_bytes(np.packbits(bits.reshape(64)).tobytes(), "big")
 
 
-@functools.lru_cache(maxsize=1024)
+def _lanczos_rows(out: int, n: int, box: int, length: int) -> list[tuple[int, np.ndarray]]:
+    """Each output sample's first input sample and weights (see :func:`lanczos_matrix`)."""
+    scale = length / out
+    stretch = max(scale, float(box))
+    centres = box * (np.arange(n, dtype=np.float64) + 0.5)
+    centres[-1] = (box * (n - 1) + length) / 2.0
+    rows = []
+    for i in range(out):
+        centre = (i + 0.5) * scale
+        # Only samples within the kernel's support (3 stretches) weigh: find them by their centres.
+        lo = int(np.searchsorted(centres, centre - 3.0 * stretch, side="right"))
+        hi = int(np.searchsorted(centres, centre + 3.0 * stretch, side="left"))
+        x = (centres[lo:hi] - centre) / stretch
+        w = np.sinc(x) * np.sinc(x / 3.0)
+        rows.append((lo, w / w.sum()))
+    return rows
+
+
+#: Above this many input samples on an axis, the weights are applied row by row instead of as a
+#: dense matrix, which would take out × n × 8 bytes (a 200,000-pixel-long image: 51 MB).
+_DENSE_MAX = 2048
+
+
+@functools.lru_cache(maxsize=64)  # at most 64 × 32 × 2048 × 8 bytes = 32 MiB
 def lanczos_matrix(out: int, n: int, box: int = 1, length: int | None = None) -> np.ndarray:
     """Weights (``out`` × ``n``) of Lanczos-3 resampling to ``out`` samples from ``n`` samples,
     each the mean of a box of ``box`` pixels along an axis of ``length`` pixels (default
@@ -127,18 +153,19 @@ def lanczos_matrix(out: int, n: int, box: int = 1, length: int | None = None) ->
     centre, the partial last box's included. (Placing the ``n`` samples evenly over the image
     instead stretches a box-reduced image by up to a box, and costs resized copies their match.)
     """
-    length = n * box if length is None else length
-    scale = length / out
-    stretch = max(scale, float(box))
-    centres = box * (np.arange(n, dtype=np.float64) + 0.5)
-    centres[-1] = (box * (n - 1) + length) / 2.0
     m = np.zeros((out, n), dtype=np.float64)
-    for i in range(out):
-        x = (centres - (i + 0.5) * scale) / stretch
-        w = np.where(np.abs(x) < 3.0, np.sinc(x) * np.sinc(x / 3.0), 0.0)
-        m[i] = w / w.sum()
+    for i, (lo, w) in enumerate(_lanczos_rows(out, n, box, n * box if length is None else length)):
+        m[i, lo : lo + len(w)] = w
     m.setflags(write=False)
     return m
+
+
+def _resample_axis0(grey: np.ndarray, out: int, box: int, length: int) -> np.ndarray:
+    """``grey`` resampled along its first axis to ``out`` rows."""
+    n = grey.shape[0]
+    if n <= _DENSE_MAX:
+        return lanczos_matrix(out, n, box, length) @ grey
+    return np.stack([w @ grey[lo : lo + len(w)] for lo, w in _lanczos_rows(out, n, box, length)])
 
 
 def resample(grey: np.ndarray, size: tuple[int, int], box: int = 1, extent: tuple[int, int] | None = None) -> np.ndarray:
@@ -150,7 +177,8 @@ def resample(grey: np.ndarray, size: tuple[int, int], box: int = 1, extent: tupl
     width, height = size
     rows, cols = grey.shape
     ext_w, ext_h = (cols * box, rows * box) if extent is None else extent
-    return lanczos_matrix(height, rows, box, ext_h) @ grey @ lanczos_matrix(width, cols, box, ext_w).T
+    tall = _resample_axis0(grey, height, box, ext_h)
+    return _resample_axis0(tall.T, width, box, ext_w).T
 
 
 def box_factor(width: int, height: int, size: tuple[int, int]) -> int:
@@ -213,7 +241,7 @@ class ImagePipeline:
     modality = "image"
 
     def __post_init__(self) -> None:
-        if self.kind not in IMAGE_KINDS:
+        if not isinstance(self.kind, str) or self.kind not in IMAGE_KINDS:
             raise InputError(f"image kind must be one of {sorted(IMAGE_KINDS)}, got {self.kind!r}")
         for name in ("min_side", "max_pixels", "max_bytes"):
             value = getattr(self, name)
@@ -264,7 +292,7 @@ class ImagePipeline:
         if unknown:
             raise FormatError(f"image pipeline config has fields this version does not know: {sorted(unknown)}")
         kind = config.get("kind")
-        if kind not in IMAGE_KINDS:
+        if not isinstance(kind, str) or kind not in IMAGE_KINDS:
             raise FormatError(f"image pipeline kind {kind!r} is not supported (this build: {sorted(IMAGE_KINDS)})")
         if config.get("scheme") != IMAGE_KINDS[kind][0]:
             raise FormatError(f"image pipeline scheme {config.get('scheme')!r} is not supported (this build: {IMAGE_KINDS[kind][0]})")
@@ -339,16 +367,15 @@ class ImagePipeline:
             data = self._read(image, where)
             digest = _content_hash(data)
         try:
-            img: Any = image if data is None else Image.open(io.BytesIO(data))
+            img: Any = image if data is None else Image.open(io.BytesIO(data), formats=FORMATS)
             width, height = img.size
             if width * height > self.max_pixels:
                 raise InputError(f"image{where} declares {width}×{height} pixels, above max_pixels={self.max_pixels:,}")
-            orientation = img.getexif().get(_ORIENTATION, 1)
-            turn = _UPRIGHT.get(orientation) if isinstance(orientation, int) else None
+            orientation = _orientation(img.getexif().get(_ORIENTATION))
             size = IMAGE_KINDS[self.kind][1]
             stored = size[::-1] if orientation in (5, 6, 7, 8) else size  # the thumbnail before it is turned
             box = box_factor(width, height, stored)
-            if img.format == "JPEG" and data is not None and box > 1:
+            if img.format in ("JPEG", "MPO") and data is not None and box > 1:
                 img = _draft_jpeg(Image, img, data, box)
             img.load()
             grey = _to_grey(img, Image)
@@ -358,8 +385,10 @@ class ImagePipeline:
             elif grey.size != boxes:
                 raise InputError(f"image{where}: the decoder gave {grey.size[0]}×{grey.size[1]} pixels, expected {boxes[0]}×{boxes[1]}")
             out = resample(np.asarray(grey, dtype=np.float64), stored, box, (width, height))
-            if turn is not None:
-                out = turn(out)
+            if orientation in _UPRIGHT:
+                out = _UPRIGHT[orientation](out)
+            if out.shape != size[::-1]:
+                raise InputError(f"image{where}: a thumbnail of {out.shape[1]}×{out.shape[0]}, expected {size[0]}×{size[1]}")
         except InputError:
             raise
         except MemoryError:
@@ -395,7 +424,7 @@ def _draft_jpeg(Image: Any, img: Any, data: bytes, box: int) -> Any:
     mode = "L" if img.mode in ("L", "RGB") else img.mode
     size = (img.width // box, img.height // box)
     if box == 8 and img.info.get("progressive"):
-        dc = dc_scans(data)
+        dc = dc_scans(data, grey=mode == "L")
         if dc is not None:
             try:
                 small = Image.open(io.BytesIO(dc))
@@ -406,6 +435,16 @@ def _draft_jpeg(Image: Any, img: Any, data: bytes, box: int) -> Any:
                 pass
     img.draft(mode, size)
     return img
+
+
+def _orientation(value: object) -> int:
+    """The EXIF orientation tag as ImageOps.exif_transpose reads it: 1..8, stored as any integer
+    or a whole RATIONAL or FLOAT (6.0); anything else is upright (1)."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 1
+    return int(number) if number.is_integer() and 1 <= number <= 8 else 1
 
 
 def _content_hash(data: bytes) -> bytes:
@@ -421,7 +460,7 @@ def _to_grey(img: Any, Image: Any) -> Any:
         return Image.fromarray(np.clip(px // 257, 0, 255).astype(np.uint8), "L")
     if img.mode == "F":
         return Image.fromarray(np.clip(np.asarray(img), 0, 255).astype(np.uint8), "L")
-    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (img.mode == "P" and "transparency" in img.info):
+    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:  # alpha, or a colour key (P, L, RGB)
         rgba = img.convert("RGBA")
         white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return Image.alpha_composite(white, rgba).convert("L")

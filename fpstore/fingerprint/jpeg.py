@@ -6,7 +6,7 @@ everything anyway; a progressive JPEG sends the DC coefficients in scans of thei
 those hold about an eighth of the file's bytes. :func:`dc_scans` rewrites such a file into one with
 the same frame, tables and DC scans, and, for each component, one AC scan that says "every AC
 coefficient is 0" in a few bytes (end-of-band runs). Decoded at 1/8, it gives the same pixels as the
-whole file (``tests/test_image_pipeline.py`` checks it, pixel for pixel), about five times faster.
+whole file (``tests/test_jpeg_dc_scans.py`` checks it, pixel for pixel), about five times faster.
 
 The AC scans are there so that the decoder knows every coefficient: with AC coefficients missing,
 libjpeg's block smoothing would estimate them from the neighbouring DC values and change the
@@ -72,16 +72,50 @@ def _all_zero_ac_scan(component: int, blocks: int) -> bytes:
     return bytes([0xFF, _SOS, 0, 8, 1, component, 0x00, 1, 63, 0x00]) + bytes(out)
 
 
-def dc_scans(data: bytes) -> bytes | None:
+def _scaled_block(h: int, v: int, hmax: int, vmax: int) -> int:
+    """The size of the block a component of sampling factors ``h`` × ``v`` decodes to at 1/8
+    scale: libjpeg doubles it while the frame's largest factors are multiples of twice it (a
+    4:2:0 chroma component gets 2×2, which reads AC coefficients), up to 8."""
+    size = 1
+    while size < 8 and hmax % (h * size * 2) == 0 and vmax % (v * size * 2) == 0:
+        size *= 2
+    return size
+
+
+def _ycbcr(comps: list[tuple[int, int, int]], jfif: bool, adobe_transform: int | None) -> bool:
+    """Whether libjpeg reads a 3-component frame as YCbCr (``default_decompress_parms``): a JFIF
+    marker says so; an Adobe marker says so unless its transform is 0 (RGB); without either,
+    component ids R, G, B mean RGB and anything else YCbCr."""
+    if len(comps) != 3:
+        return False
+    if jfif:
+        return True
+    if adobe_transform is not None:
+        return adobe_transform != 0
+    return [c for c, _, _ in comps] != [ord("R"), ord("G"), ord("B")]
+
+
+def dc_scans(data: bytes, grey: bool = False) -> bytes | None:
     """``data`` (a progressive JPEG) with its AC scans replaced by scans of zeros, or None when
-    ``data`` is not a progressive, 8-bit, Huffman-coded JPEG this function can follow."""
+    ``data`` is not a progressive, 8-bit, Huffman-coded JPEG this function can follow. ``grey``:
+    the decode asks for grey output (then only the luma component of a YCbCr file is decoded).
+
+    Two kinds of file keep more, or are left whole, because their pixels at 1/8 depend on AC
+    coefficients: a component the output needs that decodes to blocks larger than 1×1 at 1/8
+    (one sampled less than the frame's largest factors in both directions, such as the G and B of
+    an RGB file sampled 2×2, 1×1, 1×1) keeps its own AC scans; and a file in which some
+    component's AC coefficients do not all reach full precision returns None (libjpeg then
+    estimates the missing ones, and smooths the DC, from the neighbouring blocks)."""
     n = len(data)
     if n < 4 or data[:2] != _SOI:
         return None
-    out = [_SOI]
+    out: list[bytes | tuple[int, bytes]] = [_SOI]  # (component, scan) for an AC scan, decided at the end
     pos = 2
     frame: tuple[int, int, list[tuple[int, int, int]]] | None = None
     dc = 0
+    #: per component id, the precision (Al) each AC coefficient 1..63 has reached; None: not sent
+    precision: dict[int, list[int | None]] = {}
+    jfif, adobe_transform = False, None  # what decides a 3-component frame's colour space
     while True:
         if pos + 2 > n:
             return None  # no EOI
@@ -110,28 +144,50 @@ def dc_scans(data: bytes) -> bytes | None:
             if width == 0 or height == 0 or any(h == 0 or v == 0 for _, h, v in comps):
                 return None
             frame = (width, height, comps)
+            precision = {c: [None] * 64 for c, _, _ in comps}
         if marker == _SOS:
             ns = data[pos + 4] if length >= 3 else 0
             if frame is None or ns == 0 or length != 6 + 2 * ns:
                 return None
-            first, last = data[end - 3], data[end - 2]
+            first, last, al = data[end - 3], data[end - 2], data[end - 1] & 15
             following = _NEXT_MARKER.search(data, end)
             scan_end = following.start() if following else n
             if first == 0 and last == 0:  # a DC scan (first or refinement): kept whole
                 out.append(data[pos:scan_end])
                 dc += 1
+            elif ns == 1 and 1 <= first <= last <= 63 and data[pos + 5] in precision:
+                component = data[pos + 5]
+                for coefficient in range(first, last + 1):
+                    precision[component][coefficient] = al
+                out.append((component, data[pos:scan_end]))
+            else:
+                return None  # an AC scan of several components, or of no known component: not JPEG
             pos = scan_end
             continue
+        # libjpeg's own tests: a JFIF APP0 of at least 14 bytes; an Adobe APP14 of at least 12,
+        # its transform the 12th.
+        if marker == 0xE0 and length >= 16 and data[pos + 4 : pos + 9] == b"JFIF\x00":
+            jfif = True
+        if marker == 0xEE and length >= 14 and data[pos + 4 : pos + 9] == b"Adobe":
+            adobe_transform = data[pos + 15]
         out.append(data[pos:end])  # tables, restart interval, application data: kept
         pos = end
     if frame is None or dc == 0:
         return None
+    if any(p != 0 for bands in precision.values() for p in bands[1:]):
+        return None  # some AC coefficient never sent, or not to full precision
     width, height, comps = frame
     hmax, vmax = max(h for _, h, _ in comps), max(v for _, _, v in comps)
-    out += [_NO_RESTARTS, _EOB_TABLE]
+    # The components the output needs: grey from YCbCr (or from a grey file) reads only the first.
+    needed = comps[:1] if grey and (len(comps) == 1 or _ycbcr(comps, jfif, adobe_transform)) else comps
+    keep = {c for c, h, v in needed if _scaled_block(h, v, hmax, vmax) > 1}
+    kept = [part if isinstance(part, bytes) else part[1] for part in out if isinstance(part, bytes) or part[0] in keep]
+    kept += [_NO_RESTARTS, _EOB_TABLE]
     for component, h, v in comps:
+        if component in keep:
+            continue
         # A non-interleaved scan covers the component's own samples, in whole blocks.
         cols, rows = -(-width * h // hmax), -(-height * v // vmax)
-        out.append(_all_zero_ac_scan(component, -(-cols // 8) * -(-rows // 8)))
-    out.append(_EOI)
-    return b"".join(out)
+        kept.append(_all_zero_ac_scan(component, -(-cols // 8) * -(-rows // 8)))
+    kept.append(_EOI)
+    return b"".join(kept)

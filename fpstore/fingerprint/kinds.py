@@ -27,22 +27,25 @@ def pipeline_from_config(config: object, idf: IdfTable | None = None) -> AnyPipe
     """The pipeline a config (read from a store header or a stream: untrusted) describes."""
     if not isinstance(config, dict):
         raise FormatError("pipeline config must be a dict")
-    if config.get("kind") in IMAGE_KINDS:
+    kind = config.get("kind")
+    if isinstance(kind, str) and kind in IMAGE_KINDS:
         if idf is not None:
             raise FormatError("an image pipeline takes no idf table")
         return ImagePipeline.from_config(config)
     return Pipeline.from_config(config, idf)
 
 
-def content_of(pipeline: AnyPipeline, text: object, image: object) -> Any:
-    """The one content argument given (``text=`` or ``image=``, or None), refused when it is not of
-    the kind ``pipeline`` fingerprints."""
+def content_of(pipeline: AnyPipeline, text: object, image: object, plural: str = "") -> Any:
+    """The one content argument given (``text=`` or ``image=``, or None; ``texts=`` and
+    ``images=`` with ``plural="s"``), refused when it is not of the kind ``pipeline``
+    fingerprints."""
+    t, i = f"text{plural}=", f"image{plural}="
     if image is not None:
         if text is not None:
-            raise InputError("pass text= or image=, not both")
+            raise InputError(f"pass {t} or {i}, not both")
         if not is_image(pipeline):
-            raise InputError(f"this store's pipeline ({pipeline.kind}) fingerprints text: pass text=, not image=")
+            raise InputError(f"this store's pipeline ({pipeline.kind}) fingerprints text: pass {t}, not {i}")
         return image
     if text is not None and is_image(pipeline):
-        raise InputError(f"this store's pipeline ({pipeline.kind}) fingerprints images: pass image=, not text=")
+        raise InputError(f"this store's pipeline ({pipeline.kind}) fingerprints images: pass {i}, not {t}")
     return text

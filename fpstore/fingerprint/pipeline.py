@@ -331,7 +331,7 @@ class Pipeline:
             raise InputError(f"shingle must be an int in 1..{MAX_SHINGLE}, got {self.shingle!r}")
         if not isinstance(self.seed, int) or not 0 <= self.seed <= _M64:
             raise InputError(f"seed must be an int in 0..2**64-1, got {self.seed!r}")
-        if self.kind not in KINDS:
+        if not isinstance(self.kind, str) or self.kind not in KINDS:
             raise InputError(f"kind must be one of {sorted(KINDS)}, got {self.kind!r}")
         allowed = _WEIGHTINGS[self.kind]
         if self.weighting is None:

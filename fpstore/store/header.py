@@ -13,6 +13,7 @@ import msgpack
 
 from fpstore._version import __version__ as _fpstore_version
 from fpstore.errors import CorruptionError, DesignError, FormatError, InputError, NotAStoreError, PipelineMismatchError
+from fpstore.fingerprint.image import ImagePipeline
 from fpstore.fingerprint.kinds import AnyPipeline, is_image, pipeline_from_config
 from fpstore.fingerprint.pipeline import IdfTable
 from fpstore.index.design import Design
@@ -170,6 +171,8 @@ def stored_design_and_pipeline(
             f"{path} was created with pipeline {stored.id}, not {pipeline.id} ({stored.mismatch(pipeline)}); "
             "fingerprints of different pipelines are not comparable"
         )
+    if isinstance(pipeline, ImagePipeline):
+        return stored_design, pipeline  # the same id, with the caller's limits (max_pixels, max_bytes)
     return stored_design, stored
 
 

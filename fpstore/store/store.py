@@ -271,7 +271,7 @@ class Store(Closing):
         ``images`` takes the place of ``texts`` in a store of image fingerprints; an image that does
         not decode makes the whole batch an :class:`InputError` naming its index.
         """
-        contents = content_of(self.pipeline, texts, images)
+        contents = content_of(self.pipeline, texts, images, "s")
         batch = prepare_batch(self.pipeline, keys, contents, fingerprints, pipeline_id, checkpoint, canonicals)
         cat, flush_entries = self._cat, self.flush_entries
         action = f"adding a batch of {len(batch.typed_keys)}"
@@ -292,7 +292,9 @@ class Store(Closing):
         give (each sees the documents before it, of the store and of the batch; a repeated key
         replaces its earlier copy; canonicals come from the verdicts). ``checkpoint`` as in
         :meth:`add_many`; ``images`` as in :meth:`add_many`."""
-        batch = prepare_batch(self.pipeline, keys, content_of(self.pipeline, texts, images), fingerprints, pipeline_id, checkpoint, None)
+        batch = prepare_batch(
+            self.pipeline, keys, content_of(self.pipeline, texts, images, "s"), fingerprints, pipeline_id, checkpoint, None
+        )
         adds, cat, flush_entries, k = batch_adds(batch, keys), self._cat, self.flush_entries, self.k
         return self._storage.write(
             lambda txn: add_group(cat, txn, adds, k, flush_entries, batch.ckpt), action=f"adding a batch of {len(adds)}"
