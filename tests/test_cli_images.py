@@ -181,3 +181,11 @@ def test_killed_image_ingest_resumes_with_each_image_once(tmp_path):
     with fpstore.open(store, readonly=True) as s:
         assert sorted(s) == sorted(good)
     assert run("verify", store, "--no-copy").code == 0
+
+
+def test_text_options_on_an_existing_image_store_say_what_the_store_is(tmp_path):
+    store = tmp_path / "i.fps"
+    assert cli("create", store, "--kind", "phash64").code == 0
+    (tmp_path / "d").mkdir()
+    r = cli("ingest", store, "--images", tmp_path / "d", "--shingle", "3", "--no-progress")
+    assert r.code == 2 and "phash64 (which takes no shingle), not shingle=3" in r.err

@@ -103,7 +103,9 @@ def pipeline_conflicts(pipeline: Any, args: argparse.Namespace) -> str:
     """The given pipeline options that differ from ``pipeline``'s (``"shingle=2, not 3"``), or ""
     (an image pipeline has none of the text options: each given one differs)."""
     return ", ".join(
-        f"{name}={getattr(pipeline, name, None)!r}, not {value!r}"
+        f"{name}={getattr(pipeline, name)!r}, not {value!r}"
+        if hasattr(pipeline, name)
+        else f"{pipeline.kind} (which takes no {name}), not {name}={value!r}"
         for name, value in pipeline_options(args).items()
         if getattr(pipeline, name, None) != value
     )
