@@ -400,3 +400,16 @@ def test_a_kind_that_is_not_a_string_is_refused() -> None:
 
     with pytest.raises(FormatError):
         pipeline_from_config(dict(ImagePipeline().config, kind=[1]))
+
+
+def test_a_file_read_whole_even_when_it_grew_after_its_size_was_taken(tmp_path, monkeypatch) -> None:
+    import fpstore.fingerprint.image as image_module
+
+    data = png(photo())
+    path = tmp_path / "growing.png"
+    path.write_bytes(data)
+    expected = ImagePipeline().signature(data)
+    monkeypatch.setattr(image_module.os.path, "getsize", lambda p: 100)  # as if it had 100 bytes then
+    assert ImagePipeline().signature(path) == expected
+    with pytest.raises(InputError, match="max_bytes"):
+        ImagePipeline(max_bytes=len(data) - 1).signature(path)

@@ -406,7 +406,11 @@ class ImagePipeline:
                 if size > self.max_bytes:
                     raise InputError(f"image file{where} {os.fspath(image)!r} has {size:,} bytes, above max_bytes={self.max_bytes:,}")
                 with open(image, "rb") as f:
-                    data = f.read(self.max_bytes + 1)
+                    # The size seen, and one byte more to see a file that grew past it: a read of
+                    # max_bytes + 1 would allocate 64 MiB for every file, whatever its size.
+                    data = f.read(min(size, self.max_bytes) + 1)
+                    if len(data) > size:
+                        data += f.read(self.max_bytes + 1 - len(data))
             except OSError as exc:
                 raise InputError(f"image file{where} cannot be read: {exc}") from exc
         else:
