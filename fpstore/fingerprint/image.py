@@ -316,7 +316,7 @@ class ImagePipeline:
     def thumbnail(self, image: ImageInput, *, index: int | None = None) -> np.ndarray:
         """The grey thumbnail the hash reads (float64 in 0..255, 32×32 for pHash, 8 rows × 9 for
         dHash)."""
-        return self._decode(image, index)[0]
+        return self._decode(image, index, False)[0]
 
     def signature(self, image: ImageInput) -> Signature:
         """Fingerprint, short flag and content hash of one image (``tokens`` is the image's pixel
@@ -324,8 +324,8 @@ class ImagePipeline:
         return self._signature(image, None)
 
     def fingerprint(self, image: ImageInput) -> int:
-        """The 64-bit fingerprint of one image (see :meth:`signature`)."""
-        return self._signature(image, None).fingerprint
+        """The 64-bit fingerprint of one image (see :meth:`signature`; no content hash is made)."""
+        return self._signature(image, None, False).fingerprint
 
     def signatures(self, images: Sequence[ImageInput], threads: int | None = None) -> Fingerprints:
         """Signatures of many images, columnar, on ``threads`` threads (None: all cores; Pillow
@@ -350,22 +350,22 @@ class ImagePipeline:
         """uint64 array of the fingerprints of ``images`` (see :meth:`signatures`)."""
         return self.signatures(images, threads).values
 
-    def _signature(self, image: ImageInput, index: int | None) -> Signature:
-        grey, pixels, short, digest = self._decode(image, index)
+    def _signature(self, image: ImageInput, index: int | None, content_hash: bool = True) -> Signature:
+        grey, pixels, short, digest = self._decode(image, index, content_hash)
         fp = phash_bits(grey) if self.kind == "phash64" else dhash_bits(grey)
         flat = float(grey.max()) - float(grey.min()) <= 1.0
         return Signature(fp, pixels, short or flat, digest)
 
-    def _decode(self, image: ImageInput, index: int | None) -> tuple[np.ndarray, int, bool, bytes]:
-        """(thumbnail, pixels, too small, content hash) of one input."""
+    def _decode(self, image: ImageInput, index: int | None, content_hash: bool) -> tuple[np.ndarray, int, bool, bytes]:
+        """(thumbnail, pixels, too small, content hash: empty unless ``content_hash``) of one input."""
         _, Image = _pil()
         where = "" if index is None else f" at index {index}"
         data: bytes | None = None
         if isinstance(image, Image.Image):
-            digest = _content_hash(f"{image.mode} {image.size}".encode() + image.tobytes())
+            digest = _content_hash(f"{image.mode} {image.size}".encode() + image.tobytes()) if content_hash else b""
         else:
             data = self._read(image, where)
-            digest = _content_hash(data)
+            digest = _content_hash(data) if content_hash else b""
         try:
             img: Any = image if data is None else Image.open(io.BytesIO(data), formats=FORMATS)
             width, height = img.size
