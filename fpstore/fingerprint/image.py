@@ -39,12 +39,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
-import msgpack
 import numpy as np
 
 from fpstore.errors import FormatError, InputError, PipelineMismatchError
 from fpstore.fingerprint.jpeg import dc_scans
-from fpstore.fingerprint.pipeline import Fingerprints, Signature
+from fpstore.fingerprint.pipeline import Fingerprints, Signature, config_id, config_mismatch
 from fpstore.parallel import available_cores, executor
 
 if TYPE_CHECKING:
@@ -88,6 +87,7 @@ _MODES_16 = ("I;16", "I;16B", "I;16L", "I;16N", "I")
 
 
 def _pil() -> Any:
+    """Pillow's ``Image`` module, of a major version this build's fingerprints are defined with."""
     try:
         import PIL
         from PIL import Image
@@ -99,7 +99,7 @@ def _pil() -> Any:
             f"image fingerprints of this build are defined with Pillow {PILLOW_MAJORS}; Pillow {PIL.__version__} is "
             "installed, whose decoding and resampling may differ: install the version the 'image' extra pins"
         )
-    return PIL, Image
+    return Image
 
 
 @functools.lru_cache(maxsize=4)
@@ -238,7 +238,6 @@ class ImagePipeline:
     # A store asks every pipeline for these; an image pipeline has no sketch.
     sketch_bits = 0
     idf = None
-    modality = "image"
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, str) or self.kind not in IMAGE_KINDS:
@@ -267,20 +266,12 @@ class ImagePipeline:
     @functools.cached_property
     def id(self) -> str:
         """16 hex digits: a digest of the canonical msgpack form of :attr:`config` less ``libraries``."""
-        config = {k: v for k, v in self.config.items() if k != "libraries"}
-        canonical = msgpack.packb(sorted(config.items()), use_bin_type=True)
-        return hashlib.blake2b(canonical, digest_size=8).hexdigest()
+        return config_id(_identity(self.config))
 
     def mismatch(self, other: Any) -> str:
         """How ``other``'s config differs from this one's (``libraries`` aside), as
         :meth:`Pipeline.mismatch <fpstore.Pipeline.mismatch>` says it."""
-        mine = {k: v for k, v in self.config.items() if k != "libraries"}
-        theirs = {k: v for k, v in other.config.items() if k != "libraries"}
-        return ", ".join(
-            f"{f}: store has {mine.get(f)!r}, given {theirs.get(f)!r}"
-            for f in sorted(set(mine) | set(theirs))
-            if mine.get(f) != theirs.get(f)
-        )
+        return config_mismatch(_identity(self.config), _identity(other.config))
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ImagePipeline:
@@ -358,7 +349,7 @@ class ImagePipeline:
 
     def _decode(self, image: ImageInput, index: int | None, content_hash: bool) -> tuple[np.ndarray, int, bool, bytes]:
         """(thumbnail, pixels, too small, content hash: empty unless ``content_hash``) of one input."""
-        _, Image = _pil()
+        Image = _pil()
         where = "" if index is None else f" at index {index}"
         data: bytes | None = None
         if isinstance(image, Image.Image):
@@ -389,9 +380,7 @@ class ImagePipeline:
                 out = _UPRIGHT[orientation](out)
             if out.shape != size[::-1]:
                 raise InputError(f"image{where}: a thumbnail of {out.shape[1]}×{out.shape[0]}, expected {size[0]}×{size[1]}")
-        except InputError:
-            raise
-        except MemoryError:
+        except (InputError, MemoryError):
             raise
         except Exception as exc:  # Pillow's plugins raise many types on hostile input
             raise InputError(f"image{where} does not decode: {type(exc).__name__}: {exc}") from exc
@@ -431,7 +420,7 @@ def _draft_jpeg(Image: Any, img: Any, data: bytes, box: int) -> Any:
         dc = dc_scans(data, grey=mode == "L")
         if dc is not None:
             try:
-                small = Image.open(io.BytesIO(dc))
+                small = Image.open(io.BytesIO(dc), formats=("JPEG",))
                 small.draft(mode, size)
                 small.load()
                 return small
@@ -439,6 +428,11 @@ def _draft_jpeg(Image: Any, img: Any, data: bytes, box: int) -> Any:
                 pass
     img.draft(mode, size)
     return img
+
+
+def _identity(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a config that decides fingerprints: all but the libraries' versions."""
+    return {k: v for k, v in config.items() if k != "libraries"}
 
 
 def _orientation(value: object) -> int:

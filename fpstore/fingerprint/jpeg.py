@@ -1,12 +1,14 @@
 """The part of a progressive JPEG that a decode at 1/8 scale reads.
 
-At 1/8 scale libjpeg computes each output pixel from its 8×8 block's DC coefficient alone (its
-1×1 inverse DCT). A baseline JPEG interleaves DC and AC codes in one scan, so the decoder reads
-everything anyway; a progressive JPEG sends the DC coefficients in scans of their own, first, and
-those hold about an eighth of the file's bytes. :func:`dc_scans` rewrites such a file into one with
-the same frame, tables and DC scans, and, for each component, one AC scan that says "every AC
-coefficient is 0" in a few bytes (end-of-band runs). Decoded at 1/8, it gives the same pixels as the
-whole file (``tests/test_jpeg_dc_scans.py`` checks it, pixel for pixel), about five times faster.
+At 1/8 scale libjpeg computes each output pixel of a full-resolution component from its 8×8
+block's DC coefficient alone (its 1×1 inverse DCT). A baseline JPEG interleaves DC and AC codes in
+one scan, so the decoder reads everything anyway; a progressive JPEG sends the DC coefficients in
+scans of their own, and those hold about an eighth of the file's bytes. :func:`dc_scans` rewrites
+such a file into one with the same frame, tables and DC scans, the AC scans of any needed
+component that decodes to larger blocks at 1/8 (a subsampled one), and, for every other component,
+one AC scan that says "every AC coefficient is 0" in a few bytes (end-of-band runs). Decoded at
+1/8, it gives the same pixels as the whole file (``tests/test_jpeg_dc_scans.py`` checks it, pixel
+for pixel), about four times faster.
 
 The AC scans are there so that the decoder knows every coefficient: with AC coefficients missing,
 libjpeg's block smoothing would estimate them from the neighbouring DC values and change the

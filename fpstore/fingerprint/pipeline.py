@@ -81,6 +81,20 @@ _M64 = 0xFFFFFFFFFFFFFFFF
 _BATCH = 256  # texts per kernel call in fingerprint_many: large enough to amortise, small enough to balance threads
 
 
+def config_id(config: dict[str, Any]) -> str:
+    """A pipeline's id: 16 hex digits, a digest of the canonical msgpack form of its config."""
+    canonical = msgpack.packb(sorted(config.items()), use_bin_type=True)
+    return hashlib.blake2b(canonical, digest_size=8).hexdigest()
+
+
+def config_mismatch(mine: dict[str, Any], theirs: dict[str, Any]) -> str:
+    """``"field: store has X, given Y"`` for every field where two configs differ, joined by
+    ``", "`` (empty when they are equal)."""
+    return ", ".join(
+        f"{f}: store has {mine.get(f)!r}, given {theirs.get(f)!r}" for f in sorted(set(mine) | set(theirs)) if mine.get(f) != theirs.get(f)
+    )
+
+
 def batch_size(n: int, threads: int) -> int:
     """Texts per kernel call when ``fingerprint_many`` does ``n`` texts on ``threads`` threads.
 
@@ -383,19 +397,13 @@ class Pipeline:
     @functools.cached_property
     def id(self) -> str:
         """16 hex digits: a digest of the canonical msgpack form of :attr:`config`."""
-        canonical = msgpack.packb(sorted(self.config.items()), use_bin_type=True)
-        return hashlib.blake2b(canonical, digest_size=8).hexdigest()
+        return config_id(self.config)
 
     def mismatch(self, other: Any) -> str:
         """How ``other``'s config differs from this one's: ``"field: store has X, given Y"`` for
         every differing field, joined by ``", "`` (empty when the configs are equal). ``self`` is
         the stored pipeline, ``other`` the one given (a text or an image pipeline)."""
-        mine, theirs = self.config, other.config
-        return ", ".join(
-            f"{f}: store has {mine.get(f)!r}, given {theirs.get(f)!r}"
-            for f in sorted(set(mine) | set(theirs))
-            if mine.get(f) != theirs.get(f)
-        )
+        return config_mismatch(self.config, other.config)
 
     @classmethod
     def from_config(cls, config: dict[str, Any], idf: IdfTable | None = None) -> Pipeline:

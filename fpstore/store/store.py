@@ -94,7 +94,7 @@ class Store(Closing):
         merges: str = "background",
         threshold: float | None = None,
     ) -> None:
-        if pipeline is not None and not isinstance(pipeline, Pipeline) and not is_image(pipeline):
+        if pipeline is not None and not isinstance(pipeline, (Pipeline, ImagePipeline)):
             raise InputError(f"pipeline must be a fpstore.Pipeline or fpstore.ImagePipeline, not {type(pipeline).__name__}")
         if isinstance(flush_entries, bool) or not isinstance(flush_entries, int) or flush_entries < 0:
             raise InputError(f"flush_entries must be an int >= 0, got {flush_entries!r}")
