@@ -43,12 +43,13 @@ class _Threads(faults.Faults):
         super().begin_write()
 
 
-def test_awaited_adds_share_groups_and_equal_serial_adds_in_commit_order(tmp_path):
+@pytest.mark.parametrize("writer", fpstore.aio.WRITERS)
+def test_awaited_adds_share_groups_and_equal_serial_adds_in_commit_order(tmp_path, writer):
     docs = _docs(60, seed=3)
 
     async def run():
         with _installed(_SlowCommits()):
-            async with fpstore.aio.open(tmp_path / "a", k=K) as store:
+            async with fpstore.aio.open(tmp_path / "a", k=K, writer=writer) as store:
                 pid = store.store.pipeline.id
                 results = await asyncio.gather(*(store.add(key, fingerprint=fp, pipeline_id=pid) for key, fp in docs))
                 assert store.groups < store.adds == len(docs)  # they were grouped
@@ -137,9 +138,10 @@ def test_a_cancelled_add_is_withdrawn_or_stored_whole(tmp_path):
     assert count == len(stored) == 20
 
 
-def test_errors_reach_their_caller_and_a_closed_store_refuses(tmp_path):
+@pytest.mark.parametrize("writer", fpstore.aio.WRITERS)
+def test_errors_reach_their_caller_and_a_closed_store_refuses(tmp_path, writer):
     async def run():
-        store = await fpstore.aio.open(tmp_path / "s", k=K)
+        store = await fpstore.aio.open(tmp_path / "s", k=K, writer=writer)
         pid = store.store.pipeline.id
         with pytest.raises(InputError):
             await store.add("bad", fingerprint=-1, pipeline_id=pid)
@@ -174,7 +176,8 @@ def test_durability_modes(tmp_path):
     assert not (tmp_path / "bad").exists()
 
 
-def test_a_checkpoint_function_records_positions_in_commit_order(tmp_path):
+@pytest.mark.parametrize("writer", fpstore.aio.WRITERS)
+def test_a_checkpoint_function_records_positions_in_commit_order(tmp_path, writer):
     """Texts take different times to fingerprint, so awaits reach the writer out of call order; a
     checkpoint function is called as each add joins the queue, so the last committed position is
     the last one taken, and the adds' ids grow with the positions they took."""
@@ -187,7 +190,7 @@ def test_a_checkpoint_function_records_positions_in_commit_order(tmp_path):
     texts = [" ".join(f"w{(i * 31 + j) % 97}" for j in range(30 if i % 3 else 60_000)) for i in range(24)]
 
     async def run():
-        async with fpstore.aio.open(tmp_path / "s", k=K, readers=4) as store:
+        async with fpstore.aio.open(tmp_path / "s", k=K, readers=4, writer=writer) as store:
             results = await asyncio.gather(
                 *(store.add(f"t{i}", text=t, checkpoint=lambda i=i: position(i)) for i, t in enumerate(texts))
             )
@@ -200,13 +203,14 @@ def test_a_checkpoint_function_records_positions_in_commit_order(tmp_path):
     assert taken != sorted(taken), "fingerprinting did not reorder the adds: the test proved nothing"
 
 
-def test_writes_run_in_the_order_they_were_awaited(tmp_path):
+@pytest.mark.parametrize("writer", fpstore.aio.WRITERS)
+def test_writes_run_in_the_order_they_were_awaited(tmp_path, writer):
     """A set_checkpoint or delete awaited between adds runs between them: it used to wait behind
     the writer's whole drain, so adds awaited after it committed first (the older position won)."""
 
     async def run():
         with _installed(_SlowCommits()):
-            async with fpstore.aio.open(tmp_path / "s", k=K) as store:
+            async with fpstore.aio.open(tmp_path / "s", k=K, writer=writer) as store:
                 pid = store.store.pipeline.id
                 busy = [asyncio.create_task(store.add(f"a{i}", fingerprint=i * 7919, pipeline_id=pid)) for i in range(40)]
                 await asyncio.sleep(0)
@@ -223,13 +227,14 @@ def test_writes_run_in_the_order_they_were_awaited(tmp_path):
     assert a1 is not None and a1.fingerprint == 1
 
 
-def test_a_cancelled_add_with_a_checkpoint_function_is_stored(tmp_path):
+@pytest.mark.parametrize("writer", fpstore.aio.WRITERS)
+def test_a_cancelled_add_with_a_checkpoint_function_is_stored(tmp_path, writer):
     """Its checkpoint function already moved the caller's position past it, so cancelling the
     await must not withdraw the add (the position would name a page that is not stored)."""
 
     async def run():
         with _installed(_SlowCommits()):
-            async with fpstore.aio.open(tmp_path / "s", k=K) as store:
+            async with fpstore.aio.open(tmp_path / "s", k=K, writer=writer) as store:
                 pid = store.store.pipeline.id
                 busy = [asyncio.create_task(store.add(f"a{i}", fingerprint=i * 7919, pipeline_id=pid)) for i in range(20)]
                 await asyncio.sleep(0)
@@ -237,6 +242,8 @@ def test_a_cancelled_add_with_a_checkpoint_function_is_stored(tmp_path):
                 await asyncio.sleep(0)
                 task.cancel()
                 await asyncio.gather(*busy, task, return_exceptions=True)
+                # The cancelled await returned at once; a write awaited after it runs after it.
+                await store.add("last", fingerprint=1 << 60, pipeline_id=pid)
                 return task.cancelled(), await store.get("kept"), await store.checkpoint("feed")
 
     cancelled, kept, position = asyncio.run(run())
@@ -271,12 +278,13 @@ def test_an_error_escaping_the_writer_reaches_its_callers_and_the_writer_goes_on
     assert asyncio.run(run()).id is not None
 
 
-def test_a_second_close_waits_for_the_first(tmp_path):
+@pytest.mark.parametrize("writer", fpstore.aio.WRITERS)
+def test_a_second_close_waits_for_the_first(tmp_path, writer):
     """Two close() at once: both return only once the store is closed (the second returned at
     once, with the store still open)."""
 
     async def run():
-        store = await fpstore.aio.open(tmp_path / "s", k=K)
+        store = await fpstore.aio.open(tmp_path / "s", k=K, writer=writer)
         pid = store.store.pipeline.id
         await asyncio.gather(*(store.add(f"d{i}", fingerprint=i, pipeline_id=pid) for i in range(20)))
         first = asyncio.create_task(store.close())
@@ -287,3 +295,138 @@ def test_a_second_close_waits_for_the_first(tmp_path):
         return closed_after_second
 
     assert asyncio.run(run())
+
+
+# -- writer="process": the writes in a child process -------------------------------------------
+
+
+def test_the_writer_process_runs_every_write_in_order_and_reads_see_each(tmp_path):
+    """Each kind of write travels to the child and back: its result, and what the loop's read-only
+    store reads once it returns (the child committed it before answering)."""
+
+    async def run():
+        async with fpstore.aio.open(tmp_path / "s", k=K, writer="process") as store:
+            assert store.store.readonly
+            pid = store.store.pipeline.id
+            first = await store.add("a", fingerprint=0b1011, pipeline_id=pid, checkpoint=("feed", 1))
+            assert (await store.get("a")).fingerprint == 0b1011 and await store.checkpoint("feed") == 1
+            near = await store.add("b", fingerprint=0b1010, pipeline_id=pid)
+            assert [m.key for m in near.near_duplicates] == ["a"] and near.canonical == "a"
+            each = await store.add_each(["c", "d"], fingerprints=[0xFFFF << 40, (0xFFFF << 40) | 1], pipeline_id=pid)
+            assert [m.key for m in each[1].near_duplicates] == ["c"]
+            ids = await store.add_many([7, 8], fingerprints=np.array([1 << 50, 1 << 51], dtype=np.uint64), pipeline_id=pid)
+            assert ids.dtype == np.int64 and len(ids) == 2
+            assert await store.delete("c") is True
+            await store.set_checkpoint("feed", {"page": 9})
+            page = await store.add("page", text="words of a page " * 20)
+            assert not page.short and await store.get("page") is not None
+            keys = sorted(map(str, await store.run(lambda: [d.key for d in store.store.documents()])))
+            return first, keys, await store.checkpoint("feed"), store.groups, store.adds
+
+    first, keys, position, groups, adds = asyncio.run(run())
+    assert first.id is not None and keys == ["7", "8", "a", "b", "d", "page"] and position == {"page": 9}
+    assert groups == adds == 3  # three adds, each awaited alone
+    with fpstore.open(tmp_path / "s") as store:  # the child closed the store: a writer opens it
+        assert len(store) == 6
+
+
+def test_errors_in_the_writer_process_reach_their_caller_and_it_goes_on(tmp_path):
+    from fpstore.errors import NotAStoreError
+
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("not a store")
+
+    async def run():
+        with pytest.raises(NotAStoreError):  # raised by the child's open, here
+            await fpstore.aio.open(tmp_path / "other", writer="process")
+        async with fpstore.aio.open(tmp_path / "s", k=K, writer="process") as store:
+            pid = store.store.pipeline.id
+            with pytest.raises(InputError, match="canonical"):  # raised in the child
+                await store.add_many(["x"], fingerprints=[1], pipeline_id=pid, canonicals=["nowhere"])
+            with pytest.raises(AttributeError):  # a method the store lacks: the child's error, here
+                await store._write("no_such_method")
+            return await store.add("y", fingerprint=2, pipeline_id=pid)
+
+    assert asyncio.run(run()).id is not None
+    assert (tmp_path / "other" / "notes.txt").read_text() == "not a store"
+    with pytest.raises(InputError, match="writer"):
+        fpstore.aio.open(tmp_path / "s", writer="fork")
+
+
+def test_a_killed_writer_process_fails_the_waiting_adds_and_every_later_write(tmp_path):
+    import os
+    import signal
+
+    from fpstore.errors import StorageError
+
+    async def run():
+        store = await fpstore.aio.open(tmp_path / "s", k=K, writer="process")
+        pid = store.store.pipeline.id
+        acknowledged = [await store.add(f"d{i}", fingerprint=i * 7919, pipeline_id=pid) for i in range(5)]
+        os.kill(store._writer.pid, signal.SIGKILL)
+        with pytest.raises(StorageError, match="exited"):
+            await asyncio.wait_for(asyncio.gather(*(store.add(f"e{i}", fingerprint=i, pipeline_id=pid) for i in range(10))), 30)
+        with pytest.raises(StorageError, match="exited"):
+            await store.set_checkpoint("feed", 1)
+        await asyncio.wait_for(store.close(), 30)
+        return acknowledged
+
+    acknowledged = asyncio.run(run())
+    with fpstore.open(tmp_path / "s") as store:  # every acknowledged add is there
+        assert all(store.get(r.key) is not None for r in acknowledged)
+
+
+def test_the_writer_process_ends_when_the_loops_process_dies(tmp_path):
+    """The child reads its end of the pipe: when the loop's process is killed, it closes the store
+    and exits instead of holding the writer's lock for ever."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = f"""
+import asyncio, os, sys, time
+import fpstore.aio
+async def main():
+    store = await fpstore.aio.open({str(tmp_path / "s")!r}, k=3, writer="process")
+    await store.add("a", fingerprint=1, pipeline_id=store.store.pipeline.id)
+    print(store._writer.pid, flush=True)
+    time.sleep(60)
+asyncio.run(main())
+"""
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(child, signal.SIGKILL)
+            raise AssertionError("the writer process outlived the loop's process")
+    finally:
+        parent.kill()
+    with fpstore.open(tmp_path / "s") as store:  # the writer's lock is free again
+        assert store.get("a").fingerprint == 1
+
+
+def test_adds_cancelled_before_they_are_sent_are_withdrawn(tmp_path):
+    """A turn's adds are sent together at its end: those cancelled before then are never stored."""
+
+    async def run():
+        async with fpstore.aio.open(tmp_path / "s", k=K, writer="process") as store:
+            pid = store.store.pipeline.id
+            tasks = [asyncio.create_task(store.add(f"d{i}", fingerprint=i << 20, pipeline_id=pid)) for i in range(20)]
+            await asyncio.sleep(0)  # each task has queued its add; the turn's frame is not sent yet
+            for t in tasks[::2]:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            return await store.run(lambda: sorted(d.key for d in store.store.documents()))
+
+    assert asyncio.run(run()) == sorted(f"d{i}" for i in range(1, 20, 2))

@@ -8,13 +8,18 @@ threads. An ``await store.add(...)`` returns once its transaction is durable (as
 store's ``durability`` promises). Reads run on a small pool of reader threads, each in its own
 read transaction.
 
+With ``open(..., writer="process")`` the writes run in a child process instead
+(:mod:`fpstore.aio.process`), whose interpreter lock is not the event loop's; this process keeps a
+read-only store for the reads.
+
 Every write runs in the order it was awaited: ``delete``, ``set_checkpoint``, ``add_each`` and
 ``add_many`` wait in the same queue as the adds and run alone between them.
 
 Cancelling a task that awaits an add withdraws the add when the writer has not taken it yet
 (unless its checkpoint was a function, which has already moved the caller's position past it);
 once taken, the add is committed with its group (a group is never half-written) and its result
-is dropped. Cancelling an await of any other write never withdraws it.
+is dropped. With the writer process, an add is taken when its turn of the loop ends (each turn's
+writes go to the child together). Cancelling an await of any other write never withdraws it.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
+from fpstore.aio.process import READ_OPTIONS, ProcessWriter
 from fpstore.errors import ClosedError, InputError
 from fpstore.fingerprint.image import ImageInput
 from fpstore.fingerprint.kinds import content_of
@@ -54,25 +60,30 @@ class AsyncStore:
     """An open :class:`Store` for asyncio code: the awaitable twins of its everyday methods.
 
     ``store`` is the underlying :class:`Store`, for anything else through :meth:`run` (which calls
-    it on a reader thread). Made by :func:`open`; close it with ``await store.close()`` or an
-    ``async with`` block.
+    it on a reader thread); with ``writer="process"`` it is this process's read-only store (the
+    writer process holds the writing one). Made by :func:`open`; close it with
+    ``await store.close()`` or an ``async with`` block.
     """
 
-    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop, readers: int) -> None:
+    def __init__(
+        self, store: Store, loop: asyncio.AbstractEventLoop, readers: int, writer: _ThreadWriter | ProcessWriter | None = None
+    ) -> None:
         self.store = store
         self._loop = loop
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="fpstore-writer")
+        self._writer = writer if writer is not None else _ThreadWriter(store, loop)
         self._readers = ThreadPoolExecutor(readers, thread_name_prefix="fpstore-reader")
-        self._lock = threading.Lock()
-        #: Writes in the order they were awaited: adds (committed in groups) and jobs (another
-        #: write, run alone), so a write never overtakes one awaited before it.
-        self._queue: deque[_Queued] = deque()
-        self._draining = False
         self._closed = False
         self._closing: asyncio.Future[None] | None = None
-        #: Groups the writer committed and the adds in them (for tests and benchmarks).
-        self.groups = 0
-        self.adds = 0
+
+    @property
+    def groups(self) -> int:
+        """Groups of adds the writer has committed (for tests and benchmarks)."""
+        return self._writer.groups
+
+    @property
+    def adds(self) -> int:
+        """Adds the writer has taken (for tests and benchmarks)."""
+        return self._writer.adds
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -87,7 +98,7 @@ class AsyncStore:
         checkpoint: tuple[str, Any] | Callable[[], tuple[str, Any]] | None = None,
         image: ImageInput | None = None,
     ) -> AddResult:
-        """:meth:`Store.add`, queued for the writer thread's next group commit.
+        """:meth:`Store.add`, queued for the writer's next group commit.
 
         ``checkpoint`` may also be a function returning ``(name, position)``: it is called on the
         loop when the add joins the writer's queue (after its text is fingerprinted), and adds
@@ -102,6 +113,7 @@ class AsyncStore:
             one = await self._loop.run_in_executor(
                 self._readers, prepare_add, pipeline, key, content, fingerprint, pipeline_id, on_duplicate, fixed
             )
+            self._check_open()
         else:
             one = prepare_add(pipeline, key, content, fingerprint, pipeline_id, on_duplicate, fixed)
         # A checkpoint function has already moved its caller's state on: its add is never withdrawn.
@@ -109,55 +121,8 @@ class AsyncStore:
         if callable(checkpoint):
             one = dataclasses.replace(one, checkpoint=encode_checkpoint(checkpoint()))
         future: asyncio.Future[Any] = self._loop.create_future()
-        self._enqueue(_Queued(one, None, future, withdrawable))
+        self._writer.add(one, future, withdrawable)
         return await future  # an add's future holds its AddResult
-
-    def _enqueue(self, item: _Queued) -> None:
-        with self._lock:
-            self._check_open()
-            self._queue.append(item)
-            start, self._draining = not self._draining, True
-        if start:
-            self._writer.submit(self._drain)
-
-    def _drain(self) -> None:
-        """The writer thread: run the queued writes in order until the queue is empty: each run of
-        adds (up to ``MAX_GROUP``) in one group commit, each job alone."""
-        while True:
-            with self._lock:
-                if not self._queue:
-                    self._draining = False
-                    return
-                if self._queue[0].job is not None:
-                    taken = [self._queue.popleft()]
-                else:
-                    taken = []
-                    while self._queue and self._queue[0].job is None and len(taken) < MAX_GROUP:
-                        taken.append(self._queue.popleft())
-            try:
-                self._run(taken)
-            except BaseException as exc:  # noqa: BLE001 - every waiting caller hears of it
-                self._loop.call_soon_threadsafe(_fail, [item.future for item in taken], exc)
-
-    def _run(self, taken: list[_Queued]) -> None:
-        first = taken[0]
-        if first.job is not None:
-            try:
-                outcome: tuple[Any, Exception | None] = (first.job(), None)
-            except Exception as exc:
-                outcome = (None, exc)
-            self._loop.call_soon_threadsafe(_deliver, [first.future], [outcome])
-            return
-        # A cancelled await withdraws its add while the add still waits here (unless its
-        # checkpoint was a function: the caller's position has moved past it already).
-        group = [item for item in taken if not (item.withdrawable and item.future.cancelled())]
-        if not group:
-            return
-        adds = [item.add for item in group if item.add is not None]
-        outcomes = run_group(self.store._commit_adds, adds)
-        self.groups += 1
-        self.adds += len(adds)
-        self._loop.call_soon_threadsafe(_deliver, [item.future for item in group], outcomes)
 
     async def add_each(
         self,
@@ -171,15 +136,7 @@ class AsyncStore:
     ) -> list[AddResult]:
         """:meth:`Store.add_each` on the writer thread."""
         return await self._write(
-            functools.partial(
-                self.store.add_each,
-                keys,
-                texts=texts,
-                fingerprints=fingerprints,
-                pipeline_id=pipeline_id,
-                checkpoint=checkpoint,
-                images=images,
-            )
+            "add_each", keys, texts=texts, fingerprints=fingerprints, pipeline_id=pipeline_id, checkpoint=checkpoint, images=images
         )
 
     async def add_many(
@@ -195,32 +152,31 @@ class AsyncStore:
     ) -> np.ndarray:
         """:meth:`Store.add_many` on the writer thread."""
         return await self._write(
-            functools.partial(
-                self.store.add_many,
-                keys,
-                texts=texts,
-                fingerprints=fingerprints,
-                pipeline_id=pipeline_id,
-                checkpoint=checkpoint,
-                canonicals=canonicals,
-                images=images,
-            )
+            "add_many",
+            keys,
+            texts=texts,
+            fingerprints=fingerprints,
+            pipeline_id=pipeline_id,
+            checkpoint=checkpoint,
+            canonicals=canonicals,
+            images=images,
         )
 
     async def delete(self, key: Key) -> bool:
         """:meth:`Store.delete` on the writer thread."""
-        return await self._write(functools.partial(self.store.delete, key))
+        return await self._write("delete", key)
 
     async def set_checkpoint(self, name: str, position: Any) -> None:
         """:meth:`Store.set_checkpoint` on the writer thread."""
-        await self._write(functools.partial(self.store.set_checkpoint, name, position))
+        await self._write("set_checkpoint", name, position)
 
-    async def _write(self, fn: Callable[[], T]) -> T:
-        """``fn()`` on the writer thread, in order with the adds awaited before it. A cancelled
-        await does not withdraw it (it may already run); its result is dropped."""
+    async def _write(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """The store's method ``name`` on the writer, in order with the adds awaited before it. A
+        cancelled await does not withdraw it (it may already run); its result is dropped."""
+        self._check_open()
         future: asyncio.Future[Any] = self._loop.create_future()
-        self._enqueue(_Queued(None, fn, future, False))
-        return await asyncio.shield(future)  # fn's result
+        self._writer.job(name, args, kwargs, future)
+        return await asyncio.shield(future)  # the method's result
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -267,13 +223,17 @@ class AsyncStore:
         """Wait for the queued writes, then close the store (its threads and its files). A second
         call waits for the first one's work."""
         if self._closing is None:
-            with self._lock:
-                self._closed = True
-            self._closing = asyncio.ensure_future(self._loop.run_in_executor(None, self._shutdown))
+            self._closed = True
+            self._closing = asyncio.ensure_future(self._shutdown())
         await asyncio.shield(self._closing)
 
-    def _shutdown(self) -> None:
-        self._writer.shutdown(wait=True)
+    async def _shutdown(self) -> None:
+        try:
+            await self._writer.close()
+        finally:
+            await self._loop.run_in_executor(None, self._close_here)
+
+    def _close_here(self) -> None:
         self._readers.shutdown(wait=True)
         self.store.close()
 
@@ -296,6 +256,78 @@ class _Queued(NamedTuple):
     job: Callable[[], Any] | None
     future: asyncio.Future[Any]
     withdrawable: bool
+
+
+class _ThreadWriter:
+    """One writer thread of this process: the writes in the order they were queued, each run of
+    adds (up to ``MAX_GROUP``) in one group commit, each other write alone."""
+
+    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
+        self._store, self._loop = store, loop
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="fpstore-writer")
+        self._lock = threading.Lock()
+        #: Writes in the order they were awaited: adds (committed in groups) and jobs (another
+        #: write, run alone), so a write never overtakes one awaited before it.
+        self._queue: deque[_Queued] = deque()
+        self._draining = False
+        #: Groups committed and the adds in them.
+        self.groups = 0
+        self.adds = 0
+
+    def add(self, add: OneAdd, future: asyncio.Future[Any], withdrawable: bool) -> None:
+        self._enqueue(_Queued(add, None, future, withdrawable))
+
+    def job(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], future: asyncio.Future[Any]) -> None:
+        self._enqueue(_Queued(None, functools.partial(getattr(self._store, name), *args, **kwargs), future, False))
+
+    def _enqueue(self, item: _Queued) -> None:
+        with self._lock:
+            self._queue.append(item)
+            start, self._draining = not self._draining, True
+        if start:
+            self._executor.submit(self._drain)
+
+    def _drain(self) -> None:
+        """The writer thread: run the queued writes in order until the queue is empty."""
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._draining = False
+                    return
+                if self._queue[0].job is not None:
+                    taken = [self._queue.popleft()]
+                else:
+                    taken = []
+                    while self._queue and self._queue[0].job is None and len(taken) < MAX_GROUP:
+                        taken.append(self._queue.popleft())
+            try:
+                self._run(taken)
+            except BaseException as exc:  # noqa: BLE001 - every waiting caller hears of it
+                self._loop.call_soon_threadsafe(_fail, [item.future for item in taken], exc)
+
+    def _run(self, taken: list[_Queued]) -> None:
+        first = taken[0]
+        if first.job is not None:
+            try:
+                outcome: tuple[Any, Exception | None] = (first.job(), None)
+            except Exception as exc:
+                outcome = (None, exc)
+            self._loop.call_soon_threadsafe(_deliver, [first.future], [outcome])
+            return
+        # A cancelled await withdraws its add while the add still waits here (unless its
+        # checkpoint was a function: the caller's position has moved past it already).
+        group = [item for item in taken if not (item.withdrawable and item.future.cancelled())]
+        if not group:
+            return
+        adds = [item.add for item in group if item.add is not None]
+        outcomes = run_group(self._store._commit_adds, adds)
+        self.groups += 1
+        self.adds += len(adds)
+        self._loop.call_soon_threadsafe(_deliver, [item.future for item in group], outcomes)
+
+    async def close(self) -> None:
+        """Wait for the queued writes and stop the thread."""
+        await self._loop.run_in_executor(None, functools.partial(self._executor.shutdown, wait=True))
 
 
 def _fail(futures: list[asyncio.Future[Any]], error: BaseException) -> None:
@@ -323,14 +355,24 @@ class _Opening:
     """What :func:`open` returns: awaitable (``store = await fpstore.aio.open(...)``) and an
     async context manager (``async with fpstore.aio.open(...) as store``)."""
 
-    def __init__(self, path: str | os.PathLike[str], readers: int, options: dict[str, Any]) -> None:
-        self._path, self._readers, self._options = path, readers, options
+    def __init__(self, path: str | os.PathLike[str], readers: int, writer: str, options: dict[str, Any]) -> None:
+        self._path, self._readers, self._writer, self._options = path, readers, writer, options
         self._store: AsyncStore | None = None
 
     async def _open(self) -> AsyncStore:
         loop = asyncio.get_running_loop()
-        store = await loop.run_in_executor(None, functools.partial(open_store, self._path, **self._options))
-        return AsyncStore(store, loop, self._readers)
+        if self._writer == "thread":
+            store = await loop.run_in_executor(None, functools.partial(open_store, self._path, **self._options))
+            return AsyncStore(store, loop, self._readers)
+        # The writer process opens (or creates) the store first; this process then reads it.
+        writer = await ProcessWriter.start(self._path, self._options)
+        reading = {name: self._options[name] for name in READ_OPTIONS if name in self._options}
+        try:
+            store = await loop.run_in_executor(None, functools.partial(open_store, self._path, readonly=True, **reading))
+        except BaseException:
+            await writer.close()
+            raise
+        return AsyncStore(store, loop, self._readers, writer)
 
     def __await__(self) -> Generator[Any, None, AsyncStore]:
         return self._open().__await__()
@@ -344,9 +386,25 @@ class _Opening:
             await self._store.close()
 
 
-def open(path: str | os.PathLike[str], *, readers: int = 4, **options: Any) -> _Opening:
+#: Where the writes run: a thread of this process, or a process of their own.
+WRITERS = ("thread", "process")
+
+
+def open(path: str | os.PathLike[str], *, readers: int = 4, writer: str = "thread", **options: Any) -> _Opening:
     """Open a store for asyncio code; ``options`` as for :func:`fpstore.open` (run on a thread).
-    ``readers`` threads serve the reads."""
+    ``readers`` threads serve the reads.
+
+    ``writer="thread"`` (the default): one thread of this process runs the writes. It shares the
+    interpreter lock with the event loop, so the loop waits while it computes verdicts (stalls of
+    several milliseconds under hundreds of awaiting adds). ``writer="process"``: a child process
+    (this Python, ``-c``) opens the store and runs the writes, with an interpreter of its own;
+    this process opens the store read-only for the reads, and :attr:`AsyncStore.store` is that
+    read-only store. The options are the writer's (``k``, ``threshold``, ``pipeline`` and ``verify``
+    also go to the read-only store). Adds travel pickled down a private pipe, so the store's
+    pipeline and every argument must pickle; the child ends with the store's close, or when this
+    process exits."""
     if isinstance(readers, bool) or not isinstance(readers, int) or readers < 1:
         raise InputError(f"readers must be an int >= 1, got {readers!r}")
-    return _Opening(path, readers, options)
+    if writer not in WRITERS:
+        raise InputError(f"writer must be one of {', '.join(map(repr, WRITERS))}, got {writer!r}")
+    return _Opening(path, readers, writer, options)
