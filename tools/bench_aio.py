@@ -34,6 +34,7 @@ import gc
 import itertools
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,10 +54,18 @@ import fpstore.aio  # noqa: E402
 
 
 def aio_window(
-    path: Path, durability: str, c: int, rnd: int, pool: list[int], warmup: float, seconds: float, freeze: bool = False
+    path: Path,
+    durability: str,
+    c: int,
+    rnd: int,
+    pool: list[int],
+    warmup: float,
+    seconds: float,
+    freeze: bool = False,
+    writer: str = "thread",
 ) -> dict[str, Any]:
     async def run() -> dict[str, Any]:
-        async with fpstore.aio.open(path, durability=durability) as store:
+        async with fpstore.aio.open(path, durability=durability, writer=writer) as store:
             if freeze:
                 gc.collect()
                 gc.freeze()
@@ -75,7 +84,7 @@ def aio_window(
                 j = 0
                 while (t0 := clock()) < me:
                     fp = pool[next(counter) % len(pool)]
-                    await store.add(f"a{c}-{durability}-r{rnd}-t{i}-{j}", fingerprint=fp, pipeline_id=pid)
+                    await store.add(f"a{c}-{durability}-{writer}-{freeze}-r{rnd}-t{i}-{j}", fingerprint=fp, pipeline_id=pid)
                     t1 = clock()
                     j += 1
                     if t0 >= ms:
@@ -114,6 +123,41 @@ def aio_window(
     return asyncio.run(run())
 
 
+def lag_control(warmup: float, seconds: float) -> dict[str, Any]:
+    """The machine's own floor for the loop-lag probe: the same probe on an event loop whose tasks
+    do 0.3 ms of work per turn, beside one CPU-bound process (what a busy writer process puts on
+    the second core), no fpstore at all."""
+    burner = subprocess.Popen([sys.executable, "-c", f"import time\nt = time.time() + {warmup + seconds + 1}\nwhile time.time() < t: sum(range(1000))"])
+
+    async def run() -> dict[str, Any]:
+        clock = time.perf_counter_ns
+        ms = clock() + int(warmup * 1e9)
+        me = ms + int(seconds * 1e9)
+        lags: list[float] = []
+
+        async def busy() -> None:
+            while (t0 := clock()) < me:
+                while clock() - t0 < 300_000:
+                    pass
+                await asyncio.sleep(0)
+
+        async def probe() -> None:
+            while clock() < me:
+                t0 = clock()
+                await asyncio.sleep(0.001)
+                if t0 >= ms:
+                    lags.append((clock() - t0) / 1e6 - 1.0)
+
+        await asyncio.gather(probe(), busy())
+        return {"lag_max_ms": max(lags), "lag_p99_ms": float(np.percentile(lags, 99))}
+
+    try:
+        return asyncio.run(run())
+    finally:
+        burner.kill()
+        burner.wait()
+
+
 def thread_window(path: Path, durability: str, c: int, rnd: int, pool: list[int], warmup: float, seconds: float) -> dict[str, Any]:
     with fpstore.open(path, durability=durability) as store:
         w = bench_crawler.callers_window(store, c, rnd, pool, warmup, seconds)
@@ -143,39 +187,58 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     kinds = [("threads", thread_window), ("asyncio", aio_window)]
                     if args.gc_freeze:
                         kinds.append(("asyncio-frozen", functools.partial(aio_window, freeze=True)))
+                    if "process" in args.writers:
+                        kinds.append(("asyncio-process", functools.partial(aio_window, writer="process")))
+                        if args.gc_freeze:
+                            kinds.append(("asyncio-process-frozen", functools.partial(aio_window, writer="process", freeze=True)))
                     for kind, window in kinds:
                         r = window(path, durability, c, rnd, pool, args.warmup, args.seconds)
                         rows.setdefault(f"{kind}|{durability}|{c}", []).append(r)
                         extra = f", loop lag max {r['lag_max_ms']:.2f} ms (p99 {r['lag_p99_ms']:.2f})" if kind != "threads" else ""
                         print(f"  round {rnd} {durability} C={c} {kind}: {r['rate']:,.0f} adds/s, p99 {r['p99_ms']:.1f} ms, group {r['group']:.1f}{extra}", flush=True)
+            r = lag_control(args.warmup, args.seconds)
+            rows.setdefault("control", []).append(r)
+            print(f"  round {rnd} control (no fpstore, one busy process beside): loop lag max {r['lag_max_ms']:.2f} ms (p99 {r['lag_p99_ms']:.2f})", flush=True)
         print(f"end: {bc.uptime()}", flush=True)
-    out = {"n": n, "callers": args.callers, "rounds": args.rounds, "gc_freeze": args.gc_freeze, "rows": {}}
+    out = {"n": n, "callers": args.callers, "rounds": args.rounds, "gc_freeze": args.gc_freeze, "writers": args.writers, "rows": {}}
     for name, rs in rows.items():
         out["rows"][name] = {key: statistics.median(r[key] for r in rs) for key in rs[0]}
     return out
 
 
+KIND_TITLES = {
+    "asyncio": "asyncio, writer thread",
+    "asyncio-frozen": "asyncio, writer thread, gc.freeze()",
+    "asyncio-process": "asyncio, writer process",
+    "asyncio-process-frozen": "asyncio, writer process, gc.freeze()",
+}
+
+
 def render(res: dict[str, Any]) -> str:
-    frozen = bool(res.get("gc_freeze"))
-    head = "| durability | callers | threads adds/s (p99 ms, group) | asyncio adds/s (p99 ms, group) | asyncio ÷ threads | loop lag max / p99 ms |"
-    lines = [
-        head + (" with gc.freeze(): adds/s, loop lag max / p99 ms |" if frozen else ""),
-        "|---|--:|---|---|--:|---|" + ("---|" if frozen else ""),
-    ]
+    rows = res["rows"]
+    kinds = [k for k in KIND_TITLES if any(name.startswith(k + "|") for name in rows)]
+    head = "| durability | callers | threads: adds/s (p99 ms, group) | " + " | ".join(
+        f"{KIND_TITLES[k]}: adds/s (p99 ms, group); ÷ threads; loop lag max / p99 ms" for k in kinds
+    )
+    lines = [head + " |", "|---|--:|---|" + "---|" * len(kinds)]
     for durability in ("full", "process"):
         for c in res["callers"]:
-            t, a = res["rows"][f"threads|{durability}|{c}"], res["rows"][f"asyncio|{durability}|{c}"]
-            line = (
-                f"| {durability} | {c} | {t['rate']:,.0f} ({t['p99_ms']:.1f}, {t['group']:.1f}) | {a['rate']:,.0f} ({a['p99_ms']:.1f}, {a['group']:.1f}) "
-                f"| {a['rate'] / t['rate']:.2f} | {a['lag_max_ms']:.1f} / {a['lag_p99_ms']:.1f} |"
-            )
-            if frozen:
-                f = res["rows"][f"asyncio-frozen|{durability}|{c}"]
-                line += f" {f['rate']:,.0f}, {f['lag_max_ms']:.1f} / {f['lag_p99_ms']:.1f} |"
-            lines.append(line)
+            t = rows[f"threads|{durability}|{c}"]
+            cells = [f"{durability}", f"{c}", f"{t['rate']:,.0f} ({t['p99_ms']:.1f}, {t['group']:.1f})"]
+            for k in kinds:
+                a = rows[f"{k}|{durability}|{c}"]
+                cells.append(
+                    f"{a['rate']:,.0f} ({a['p99_ms']:.1f}, {a['group']:.1f}); **{a['rate'] / t['rate']:.2f}**; {a['lag_max_ms']:.1f} / {a['lag_p99_ms']:.1f}"
+                )
+            lines.append("| " + " | ".join(cells) + " |")
+    if "control" in rows:
+        ctl = rows["control"]
+        lines.append(
+            f"\ncontrol (the same probe, no fpstore, one busy process beside the loop): loop lag max {ctl['lag_max_ms']:.1f} / p99 {ctl['lag_p99_ms']:.1f} ms"
+        )
     for c in res["callers"]:
-        for kind in ("threads", "asyncio"):
-            full, proc = res["rows"][f"{kind}|full|{c}"]["rate"], res["rows"][f"{kind}|process|{c}"]["rate"]
+        for kind in ["threads"] + kinds:
+            full, proc = rows[f"{kind}|full|{c}"]["rate"], rows[f"{kind}|process|{c}"]["rate"]
             lines.append(f"\n{kind}, {c} callers: \"process\" ÷ \"full\" = {proc / full:.2f}")
     return "\n".join(lines)
 
@@ -192,6 +255,7 @@ def main() -> None:
     ap.add_argument("--tmp", default=bc.DEFAULT_TMP)
     ap.add_argument("--json", help="write every figure to this file")
     ap.add_argument("--gc-freeze", action="store_true", help="also each asyncio window with gc.freeze() once the store is open")
+    ap.add_argument("--writers", nargs="*", choices=["thread", "process"], default=["thread", "process"], help="fpstore.aio writers to run (default both)")
     args = ap.parse_args()
     if args.quick:
         args.n = min(args.n, 1e5)
