@@ -6,19 +6,23 @@ modes, in one process run.
     cd /work/main && python tools/bench_aio.py --quick     # 10^5, C = 16 only, 1 s windows, 1 round
 
 A store (k = 3, design ``auto``) is bulk-loaded with ``--n`` (10^6) uniform random fingerprints.
-For each round, durability ("full", then "process") and C in ``--callers`` (16 256): the store is
-reopened with that durability, then
+For each round, durability ("full", then "process") and C in ``--callers`` (16 256), each window
+below runs on a fresh copy of that store (so that no kind meets a store grown by the windows
+before it), opened with that durability:
 
 * **threads**: C threads call ``store.add`` in a loop (``tools/bench_crawler.py``'s window: fresh
   fingerprints, 10 % near a stored one, ``--warmup`` s untimed, then ``--seconds`` measured);
-* **asyncio**: one event loop, C tasks ``await store.add(...)`` in a loop on ``fpstore.aio`` over
-  the same store directory (reopened), the same fingerprints and window, and a loop-lag probe: a
-  task that sleeps 1 ms and records how late it wakes (the loop's stalls: the longest is reported,
-  and the 99th percentile);
-* with ``--gc-freeze``, the asyncio window once more right after it, with ``gc.freeze()`` called
-  once the store is open (``gc.unfreeze()`` after the window): the objects made so far (numpy's
-  and fpstore's, at import) leave the cyclic collector's generations, whose full collections
-  otherwise traverse them, holding the GIL, in whichever thread falls due.
+* **asyncio**: one event loop, C tasks ``await store.add(...)`` in a loop on ``fpstore.aio`` (the
+  writer thread), the same fingerprints and window, and a loop-lag probe: a task that sleeps 1 ms
+  and records how late it wakes (the loop's stalls: the longest is reported, and the 99th
+  percentile);
+* with ``--gc-freeze``, the asyncio window once more, with ``gc.freeze()`` called once the store
+  is open (``gc.unfreeze()`` after the window): the objects made so far (numpy's and fpstore's,
+  at import) leave the cyclic collector's generations, whose full collections otherwise traverse
+  them, holding the GIL, in whichever thread falls due;
+* the same asyncio window(s) with ``writer="process"`` (``--writers``);
+* once per round, a **control**: the same probe on a loop whose task does 0.3 ms of work per turn,
+  beside one CPU-bound process, without fpstore: the stalls this machine gives a loop anyway.
 
 adds/s = adds completed in the window / its length; p99 = of the adds started in the window;
 mean group = adds / groups committed in the window. Figures are medians over ``--rounds``. The
@@ -33,6 +37,7 @@ import functools
 import gc
 import itertools
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -173,14 +178,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     n = int(args.n)
     rows: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
-        path = Path(tmp) / "store"
+        base, path = Path(tmp) / "base", Path(tmp) / "store"
         stored = bc.random_fps(n, rng)
-        with fpstore.open(path, k=bench_crawler.K) as store:
+        with fpstore.open(base, k=bench_crawler.K) as store:
             store.bulk_load(np.arange(n), stored, pipeline_id=store.pipeline.id)
         print(f"n={n:,}: {bc.uptime()}", flush=True)
         for rnd in range(args.rounds):
-            # Alternate which mode goes first: the store grows during a run, and a later window
-            # meets more runs.
+            # Alternate which mode goes first (the page cache and the machine's state drift).
             for durability in ("full", "process") if rnd % 2 == 0 else ("process", "full"):
                 for c in args.callers:
                     pool = bench_crawler.fresh_fps(stored, bench_crawler.POOL, rng).tolist()
@@ -192,6 +196,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         if args.gc_freeze:
                             kinds.append(("asyncio-process-frozen", functools.partial(aio_window, writer="process", freeze=True)))
                     for kind, window in kinds:
+                        # Every window starts from a copy of the bulk-loaded store: a store that grew
+                        # through the windows before would slow the later kinds.
+                        shutil.rmtree(path, ignore_errors=True)
+                        shutil.copytree(base, path)
                         r = window(path, durability, c, rnd, pool, args.warmup, args.seconds)
                         rows.setdefault(f"{kind}|{durability}|{c}", []).append(r)
                         extra = f", loop lag max {r['lag_max_ms']:.2f} ms (p99 {r['lag_p99_ms']:.2f})" if kind != "threads" else ""
