@@ -401,3 +401,27 @@ def test_keys_of_over_segments_of_both_key_kinds_records_and_tombstones(tmp_path
             s.keys_of([0])
         with pytest.raises(CorruptionError):
             s.keys_of([2**63])
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_loads_over_many_segments_replace_exactly_the_keys_loaded_again(tmp_path, seed):
+    """Integer and string keys loaded again, in runs over many earlier key segments (each search
+    of a segment takes the run's keys in hash order), replace exactly their earlier documents:
+    the store equals a dict of the last load of each key."""
+    rng = np.random.default_rng(seed)
+    oracle: dict[object, int] = {}
+    with fpstore.open(tmp_path / "s", k=3) as store:
+        pid = store.pipeline.id
+        for load in range(6):
+            m = int(rng.integers(50, 400))
+            if load % 2:
+                keys: object = rng.choice(2000, m, replace=False).astype(np.uint64)
+                key_list = [int(k) for k in keys]  # type: ignore[union-attr]
+            else:
+                key_list = [f"k{int(k)}" for k in rng.choice(800, m, replace=False)]
+                keys = key_list
+            fps = rng.integers(0, 2**63, m, dtype=np.uint64)
+            store.bulk_load(keys, fps, pipeline_id=pid, max_run=int(rng.integers(20, 120)))
+            oracle.update(zip(key_list, fps.tolist()))
+        assert len(store) == len(oracle)
+        assert {d.key: d.fingerprint for d in store.documents()} == oracle

@@ -47,7 +47,7 @@ def test_prepare_load_keeps_the_last_copy_in_fingerprint_order():
     """A bulk load keeps each key's last copy, sorted by fingerprint, with key hashes."""
     load = prepare_load(np.array([5, 3, 5], np.uint64), np.array([9, 7, 1], np.uint64))
     assert load is not None and load.fps.tolist() == [1, 7] and load.int_keys.tolist() == [5, 3]
-    assert load.typed_keys() == [b"i" + (5).to_bytes(8, "big"), b"i" + (3).to_bytes(8, "big")]
+    assert list(load.typed_keys()) == [b"i" + (5).to_bytes(8, "big"), b"i" + (3).to_bytes(8, "big")]
     load = prepare_load(["b", "a", "b"], np.array([4, 2, 3], np.uint64))
     assert load.fps.tolist() == [2, 3] and load.typed_keys() == [b"sa", b"sb"] and len(load.hashes) == 2
     assert prepare_load([], np.zeros(0, np.uint64)) is None

@@ -25,7 +25,7 @@ import hashlib
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar, cast
 
 import lmdb
@@ -802,13 +802,21 @@ class KeySegment(_Bound[SegmentMeta]):
             return tag, keys
         raise CorruptionError(f"segment {self.meta.id} key block {block} has unknown tag {tag!r}")
 
-    def find_many(self, typed: list[bytes], hashes: np.ndarray) -> dict[int, int]:
+    def find_many(self, typed: Sequence[bytes], hashes: np.ndarray) -> dict[int, int]:
         """For keys (with their :func:`key_hash` values): key index -> id, for those stored here
         (dead or alive). Hash positions are found in one merge, keys checked a block at a time."""
         if not len(typed):
             return {}
         table = CodecRun(self._txn, self._db, self._cache, self.meta.hashes)
-        uniq, inverse = np.unique(hashes, return_inverse=True)
+        if len(hashes) > 1 and bool(np.all(hashes[1:] >= hashes[:-1])):
+            # Sorted already (a bulk load sorts its run's hashes once for every segment): the
+            # distinct values without numpy's sort.
+            first = np.empty(len(hashes), dtype=bool)
+            first[0] = True
+            np.not_equal(hashes[1:], hashes[:-1], out=first[1:])
+            uniq, inverse = hashes[first], np.cumsum(first) - 1
+        else:
+            uniq, inverse = np.unique(hashes, return_inverse=True)
         hi, pos = table.positions(uniq)
         if not len(pos):
             return {}

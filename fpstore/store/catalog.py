@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import bisect
 import zlib
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, overload
 
 import lmdb
 import numpy as np
@@ -217,13 +217,13 @@ class Catalog:
         # dead means deleted.
         return None if self.is_dead(txn, found[1]) else found[1]
 
-    def ids_of_many(self, txn: lmdb.Transaction, typed: list[bytes], hashes: np.ndarray | None = None) -> list[int | None]:
+    def ids_of_many(self, txn: lmdb.Transaction, typed: Sequence[bytes], hashes: np.ndarray | None = None) -> list[int | None]:
         """:meth:`id_of` for many keys, with the key segments searched in batches."""
         out: list[int | None] = [None] * len(typed)
         if not txn.stat(self.keys)["entries"]:
             # No incremental key (a store filled by bulk loads): every key goes to the segments.
             # Looking up each key here first costs seconds per million keys, for nothing.
-            return self._ids_in_segments(txn, typed, hashes, out, list(range(len(typed))))
+            return self._ids_in_segments(txn, typed, hashes, out, np.arange(len(typed)))
         pending: list[int] = []
         lookup = [lookup_key(t) for t in typed]
         # One C-level pass over the keys table for the whole batch (getmulti wants sorted keys).
@@ -244,27 +244,36 @@ class Catalog:
         return self._ids_in_segments(txn, typed, hashes, out, pending)
 
     def _ids_in_segments(
-        self, txn: lmdb.Transaction, typed: list[bytes], hashes: np.ndarray | None, out: list[int | None], pending: list[int]
+        self,
+        txn: lmdb.Transaction,
+        typed: Sequence[bytes],
+        hashes: np.ndarray | None,
+        out: list[int | None],
+        pending: list[int] | np.ndarray,
     ) -> list[int | None]:
         """:meth:`ids_of_many`'s search of the key segments for the keys ``pending`` (indices into
-        ``typed``), newest segment first; fills ``out`` and returns it."""
+        ``typed``), newest segment first; fills ``out`` and returns it. The keys still pending stay
+        a numpy index: a bulk load's run of millions of new keys meets every earlier segment, and
+        only the few whose hash a segment holds become Python objects."""
         segments = self.segments(txn)
-        if not pending or not segments:
+        if not len(pending) or not segments:
             return out
         if hashes is None:
-            hashes = tiers.key_hashes(typed)
+            hashes = tiers.key_hashes(list(typed))
+        left = np.asarray(pending, dtype=np.int64)
+        # In hash order, once: each segment's search then needs no sort of its own.
+        left = left[np.argsort(hashes[left], kind="stable")]
         for seg in reversed(segments):
-            if not pending:
+            if not len(left):
                 break
-            in_seg = seg.find_many([typed[i] for i in pending], hashes[pending])
-            still: list[int] = []
-            for j, i in enumerate(pending):
-                doc_id = in_seg.get(j)
-                if doc_id is None:
-                    still.append(i)
-                elif not self.is_dead(txn, doc_id):  # the newest copy decides (see id_of)
-                    out[i] = doc_id
-            pending = still
+            in_seg = seg.find_many(_Picked(typed, left), hashes[left])
+            if not in_seg:
+                continue
+            found = np.fromiter(in_seg, dtype=np.int64, count=len(in_seg))
+            for j, doc_id in in_seg.items():
+                if not self.is_dead(txn, doc_id):  # the newest copy decides (see id_of)
+                    out[int(left[j])] = doc_id
+            left = np.delete(left, found)
         return out
 
     def id_of_incremental(self, txn: lmdb.Transaction, typed: bytes) -> int | None:
@@ -700,3 +709,24 @@ class Catalog:
         # block instead of decoding it from its start (the kernel's restart points).
         search.fill_restarts(self.plan(txn), txn, self.blobs)
         return total
+
+
+class _Picked(Sequence[bytes]):
+    """``typed[picked[j]]`` for j in range(len(picked)), made only when asked for."""
+
+    __slots__ = ("_typed", "_picked")
+
+    def __init__(self, typed: Sequence[bytes], picked: np.ndarray) -> None:
+        self._typed, self._picked = typed, picked
+
+    def __len__(self) -> int:
+        return len(self._picked)
+
+    @overload
+    def __getitem__(self, j: int) -> bytes: ...
+    @overload
+    def __getitem__(self, j: slice) -> list[bytes]: ...
+    def __getitem__(self, j: int | slice) -> bytes | list[bytes]:
+        if isinstance(j, slice):
+            return [self._typed[int(i)] for i in self._picked[j]]
+        return self._typed[int(self._picked[j])]

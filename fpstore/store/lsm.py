@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import lmdb
 import numpy as np
@@ -140,10 +140,33 @@ class Load:
     #: The documents' sketches (uint64[m, W]), in the same order, when the store keeps them.
     sketches: np.ndarray | None = None
 
-    def typed_keys(self) -> list[bytes]:
+    def typed_keys(self) -> Sequence[bytes]:
+        """The typed keys; integer keys are made one at a time, when asked for (a run's key
+        lookup needs only those whose hash an earlier segment holds)."""
         if self.int_keys is not None:
-            return [b"i" + k.to_bytes(8, "big") for k in self.int_keys.tolist()]
+            return _IntTyped(self.int_keys)
         return self.typed  # type: ignore[return-value]  # prepare_load sets typed when int_keys is None
+
+
+class _IntTyped(Sequence[bytes]):
+    """The typed keys (``typed_key``'s encoding) of an array of integer keys, made on demand."""
+
+    __slots__ = ("_keys",)
+
+    def __init__(self, keys: np.ndarray) -> None:
+        self._keys = keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[bytes]: ...
+    def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
+        if isinstance(i, slice):
+            return [b"i" + k.to_bytes(8, "big") for k in self._keys[i].tolist()]
+        return b"i" + int(self._keys[i]).to_bytes(8, "big")
 
 
 def prepare_load(keys: KeyBatch, fps: np.ndarray) -> Load | None:
