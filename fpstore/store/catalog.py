@@ -217,13 +217,17 @@ class Catalog:
         # dead means deleted.
         return None if self.is_dead(txn, found[1]) else found[1]
 
-    def ids_of_many(self, txn: lmdb.Transaction, typed: Sequence[bytes], hashes: np.ndarray | None = None) -> list[int | None]:
-        """:meth:`id_of` for many keys, with the key segments searched in batches."""
+    def ids_of_many(
+        self, txn: lmdb.Transaction, typed: Sequence[bytes], hashes: np.ndarray | None = None, hash_order: np.ndarray | None = None
+    ) -> list[int | None]:
+        """:meth:`id_of` for many keys, with the key segments searched in batches (``hash_order``:
+        the keys' indices in ``hashes`` order, when the caller has it)."""
         out: list[int | None] = [None] * len(typed)
         if not txn.stat(self.keys)["entries"]:
             # No incremental key (a store filled by bulk loads): every key goes to the segments.
             # Looking up each key here first costs seconds per million keys, for nothing.
-            return self._ids_in_segments(txn, typed, hashes, out, np.arange(len(typed)))
+            everything = hash_order if hash_order is not None else np.arange(len(typed))
+            return self._ids_in_segments(txn, typed, hashes, out, everything)
         pending: list[int] = []
         lookup = [lookup_key(t) for t in typed]
         # One C-level pass over the keys table for the whole batch (getmulti wants sorted keys).
@@ -262,7 +266,9 @@ class Catalog:
             hashes = tiers.key_hashes(list(typed))
         left = np.asarray(pending, dtype=np.int64)
         # In hash order, once: each segment's search then needs no sort of its own.
-        left = left[np.argsort(hashes[left], kind="stable")]
+        pending_hashes = hashes[left]
+        if len(left) > 1 and not bool(np.all(pending_hashes[1:] >= pending_hashes[:-1])):
+            left = left[np.argsort(pending_hashes, kind="stable")]
         for seg in reversed(segments):
             if not len(left):
                 break

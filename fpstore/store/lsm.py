@@ -139,6 +139,9 @@ class Load:
     hashes: np.ndarray
     #: The documents' sketches (uint64[m, W]), in the same order, when the store keeps them.
     sketches: np.ndarray | None = None
+    #: The documents in key-hash order, once :meth:`Lsm.load_blobs` has sorted them for the key
+    #: segment (the run's key lookup takes them in that order too).
+    hash_order: np.ndarray | None = None
 
     def typed_keys(self) -> Sequence[bytes]:
         """The typed keys; integer keys are made one at a time, when asked for (a run's key
@@ -380,7 +383,7 @@ class Lsm:
         fps_prefix = tiers.seg_prefix(seg_id, b"f")
         tables = [fps_prefix] + [tiers.run_prefix(run_id, t) for t in range(1, len(self.design.tables))]
         blobs = encode_tables(self.design, load.fps, tables)
-        horder = search.argsort_u64(load.hashes)
+        horder = load.hash_order = search.argsort_u64(load.hashes)
         blobs += tiers.codec_run_blobs(tiers.seg_prefix(seg_id, b"h"), load.hashes[horder])
         ord_blobs, ord_rec = tiers.packed_blobs(tiers.seg_prefix(seg_id, b"o"), horder.astype(np.uint64))
         blobs += ord_blobs

@@ -207,7 +207,7 @@ def load_run(storage: Storage, cat: Catalog, keys: KeyBatch, fps: np.ndarray) ->
             blobs, run_rec, seg_rec = cat.lsm.load_blobs(load, state, base)
         replaced = 0
         if state.segs or cat.meta_int(txn, H_COUNT):  # else no key can be replaced
-            for old in cat.ids_of_many(txn, load.typed_keys(), load.hashes):
+            for old in cat.ids_of_many(txn, load.typed_keys(), load.hashes, load.hash_order):
                 if old is not None:
                     cat.remove(txn, old)
                     replaced += 1
