@@ -9,6 +9,7 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
 
 from _common cimport Triples, fps_popcount64, triples_copy, triples_free, triples_init, triples_push
 
@@ -342,14 +343,128 @@ cdef int _radix_pass_needed(const uint64_t* src, Py_ssize_t n, int shift) noexce
     return 0
 
 
-def radix_sort(const uint64_t[::1] keys, bint with_order=False, int top_bits=64):
+cdef void _lsd(uint64_t** psrc, uint64_t** pdst, int64_t** posrc, int64_t** podst, Py_ssize_t n,
+               int shift, int last_shift, int64_t* counts, bint with_order) noexcept nogil:
+    """LSD passes over the digits at ``shift``, ``shift + RADIX_BITS``, ... up to ``last_shift``
+    (stable), ping-ponging between the two buffers; on return ``*psrc`` (``*posrc``) holds the
+    result. A pass whose digit is equal everywhere is skipped."""
+    cdef uint64_t* src = psrc[0]
+    cdef uint64_t* dst = pdst[0]
+    cdef int64_t* osrc = posrc[0]
+    cdef int64_t* odst = podst[0]
+    cdef uint64_t* swap
+    cdef int64_t* oswap
+    cdef Py_ssize_t i
+    cdef int d
+    cdef int64_t total, c
+    while shift <= last_shift:
+        if _radix_pass_needed(src, n, shift):
+            for d in range(RADIX_BINS):
+                counts[d] = 0
+            for i in range(n):
+                counts[(src[i] >> shift) & RADIX_MASK] += 1
+            total = 0
+            for d in range(RADIX_BINS):
+                c = counts[d]
+                counts[d] = total
+                total += c
+            for i in range(n):
+                d = (src[i] >> shift) & RADIX_MASK
+                dst[counts[d]] = src[i]
+                if with_order:
+                    odst[counts[d]] = osrc[i]
+                counts[d] += 1
+            swap = src
+            src = dst
+            dst = swap
+            oswap = osrc
+            osrc = odst
+            odst = oswap
+        shift += RADIX_BITS
+    psrc[0], pdst[0], posrc[0], podst[0] = src, dst, osrc, odst
+
+
+cdef void _insertion_sort(uint64_t* a, int64_t* o, Py_ssize_t n, bint with_order) noexcept nogil:
+    """Stable insertion sort of a few keys (and their order entries) in place."""
+    cdef Py_ssize_t i, j
+    cdef uint64_t key
+    cdef int64_t pos
+    for i in range(1, n):
+        key = a[i]
+        if with_order:
+            pos = o[i]
+        j = i - 1
+        while j >= 0 and a[j] > key:
+            a[j + 1] = a[j]
+            if with_order:
+                o[j + 1] = o[j]
+            j -= 1
+        a[j + 1] = key
+        if with_order:
+            o[j + 1] = pos
+
+
+cdef void _msd_then_lsd(uint64_t* a, uint64_t* b, int64_t* oa, int64_t* ob, Py_ssize_t n, int64_t* counts,
+                        int64_t* starts, bint with_order) noexcept nogil:
+    """Full sort of ``a`` (and ``oa``) into ``a``, ``b`` (``ob``) as scratch: one stable pass by the
+    top RADIX_BITS bits scatters the keys into buckets of about n / RADIX_BINS, then each bucket,
+    small enough for the cache, is sorted by its lower bits where it lies."""
+    cdef Py_ssize_t i, s, m
+    cdef int d, top = 64 - RADIX_BITS
+    cdef int64_t total, c
+    cdef uint64_t* bsrc
+    cdef uint64_t* bdst
+    cdef int64_t* obsrc
+    cdef int64_t* obdst
+    for d in range(RADIX_BINS):
+        counts[d] = 0
+    for i in range(n):
+        counts[a[i] >> top] += 1
+    total = 0
+    for d in range(RADIX_BINS):
+        c = counts[d]
+        counts[d] = total
+        starts[d] = total
+        total += c
+    for i in range(n):
+        d = <int>(a[i] >> top)
+        b[counts[d]] = a[i]
+        if with_order:
+            ob[counts[d]] = oa[i]
+        counts[d] += 1
+    for d in range(RADIX_BINS):
+        s = starts[d]
+        m = (starts[d + 1] if d + 1 < RADIX_BINS else n) - s
+        if m == 0:
+            continue
+        bsrc, bdst = b + s, a + s
+        obsrc = ob + s if with_order else NULL
+        obdst = oa + s if with_order else NULL
+        if m <= 32:
+            _insertion_sort(bsrc, obsrc, m, with_order)
+        else:
+            # Bits 0 .. top - 1 (the passes' last digit overlaps the bucket's equal top bits).
+            _lsd(&bsrc, &bdst, &obsrc, &obdst, m, 0, top - 1, counts, with_order)
+        if bsrc != a + s:
+            memcpy(a + s, bsrc, m * sizeof(uint64_t))
+            if with_order:
+                memcpy(oa + s, obsrc, m * sizeof(int64_t))
+
+
+#: Arrays at least this long are first split by their top bits (:func:`_msd_then_lsd`), when
+#: fully sorted: each of the later passes then runs in the cache, over one bucket.
+MSD_MIN = 1 << 20
+
+
+def radix_sort(const uint64_t[::1] keys, bint with_order=False, int top_bits=64, Py_ssize_t msd_min=MSD_MIN):
     """Copy of ``keys`` stably sorted by their top ``top_bits`` bits (0..64; 64: a full sort), and,
     with ``with_order``, the permutation applied (int64).
 
     LSD radix sort, 11-bit digits (2,048 bins stay in L1; 16-bit digits measured slower than
     numpy's sort), up to six passes, only over the top bits; a pass whose digit is equal
     everywhere is skipped. A batch probe needs its queries grouped by prefix only, so it sorts
-    25 bits in three passes instead of 64 in six.
+    25 bits in three passes instead of 64 in six. A full sort of at least ``msd_min`` keys
+    first splits them by their top 11 bits, then sorts each bucket by the rest in the cache.
     """
     if not 0 <= top_bits <= 64:
         raise ValueError("top_bits must be in 0..64")
@@ -368,11 +483,7 @@ def radix_sort(const uint64_t[::1] keys, bint with_order=False, int top_bits=64)
     cdef uint64_t* dst
     cdef int64_t* osrc
     cdef int64_t* odst
-    cdef uint64_t* swap
-    cdef int64_t* oswap
-    cdef int64_t* counts = <int64_t*>malloc(RADIX_BINS * sizeof(int64_t))
-    cdef int shift, d
-    cdef int64_t total, c
+    cdef int64_t* counts = <int64_t*>malloc(2 * RADIX_BINS * sizeof(int64_t))
     if counts == NULL:
         raise MemoryError()
     try:
@@ -385,32 +496,12 @@ def radix_sort(const uint64_t[::1] keys, bint with_order=False, int top_bits=64)
             src, dst = &a[0], &b[0]
             osrc = &oa[0] if with_order else NULL
             odst = &ob[0] if with_order else NULL
-            shift = 64 - top_bits - RADIX_BITS
-            while shift + RADIX_BITS < 64:
-                shift += RADIX_BITS
-                if not _radix_pass_needed(src, n, shift):
-                    continue
-                for d in range(RADIX_BINS):
-                    counts[d] = 0
-                for i in range(n):
-                    counts[(src[i] >> shift) & RADIX_MASK] += 1
-                total = 0
-                for d in range(RADIX_BINS):
-                    c = counts[d]
-                    counts[d] = total
-                    total += c
-                for i in range(n):
-                    d = (src[i] >> shift) & RADIX_MASK
-                    dst[counts[d]] = src[i]
-                    if with_order:
-                        odst[counts[d]] = osrc[i]
-                    counts[d] += 1
-                swap = src
-                src = dst
-                dst = swap
-                oswap = osrc
-                osrc = odst
-                odst = oswap
+            if top_bits == 64 and n >= msd_min and n > 1:
+                _msd_then_lsd(src, dst, osrc, odst, n, counts, counts + RADIX_BINS, with_order)
+            else:
+                # Digits from the lowest of the top bits up: a stable sort by those bits only.
+                if top_bits > 0:
+                    _lsd(&src, &dst, &osrc, &odst, n, 64 - top_bits, 63, counts, with_order)
     finally:
         free(counts)
     # An odd number of passes left the result in the scratch arrays.

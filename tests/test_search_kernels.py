@@ -47,6 +47,18 @@ def test_radix_sort_by_top_bits_is_a_stable_sort_of_the_prefix(keys, top_bits):
         assert np.array_equal(o, want) and np.array_equal(s, keys[want])
 
 
+@given(u64_arrays, st.booleans())
+@settings(max_examples=200)
+def test_radix_sort_split_by_top_bits_first_equals_stable_numpy_sort(keys, with_order):
+    """The full sort that first splits by the top 11 bits (used from MSD_MIN keys up; forced here
+    with msd_min=0) gives numpy's sorted order and stable argsort, on random, tiny and extreme values."""
+    got = C.radix_sort(keys, with_order, 64, 0)
+    if with_order:
+        assert np.array_equal(got[0], np.sort(keys)) and np.array_equal(got[1], np.argsort(keys, kind="stable"))
+    else:
+        assert np.array_equal(got, np.sort(keys))
+
+
 def test_radix_sort_large_and_skipped_passes():
     """Large arrays, and arrays whose high or low digits are all equal (passes skipped), sort right."""
     rng = np.random.default_rng(1)
@@ -55,8 +67,10 @@ def test_radix_sort_large_and_skipped_passes():
         rng.integers(0, 2**16, 300_000).astype(np.uint64),
         rng.integers(0, 2**16, 300_000).astype(np.uint64) << np.uint64(48),
     ):
-        s, o = C.radix_sort(keys, True)
-        assert np.array_equal(s, np.sort(keys)) and np.array_equal(o, np.argsort(keys, kind="stable"))
+        for msd_min in (1 << 62, 0):  # LSD only, and split by the top bits first
+            s, o = C.radix_sort(keys, True, 64, msd_min)
+            assert np.array_equal(s, np.sort(keys)) and np.array_equal(o, np.argsort(keys, kind="stable"))
+            assert np.array_equal(C.radix_sort(keys, False, 64, msd_min), s)
 
 
 @pytest.mark.slow

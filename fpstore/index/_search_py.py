@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 MAX_WIDTH = 64
+#: The kernel's size from which a full sort splits by the top bits first (the same name here).
+MSD_MIN = 1 << 20
 
 
 def self_join(keys: np.ndarray, prefix_bits: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -186,9 +188,12 @@ def components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.array([find(i) for i in range(n)], dtype=np.int64)
 
 
-def radix_sort(keys: np.ndarray, with_order: bool = False, top_bits: int = 64) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+def radix_sort(
+    keys: np.ndarray, with_order: bool = False, top_bits: int = 64, msd_min: int = MSD_MIN
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Copy of uint64 ``keys`` stably sorted by their top ``top_bits`` bits (64: a full sort) and,
-    with ``with_order``, the permutation applied (int64)."""
+    with ``with_order``, the permutation applied (int64). ``msd_min`` chooses the kernel's
+    method only: numpy sorts here."""
     if not 0 <= top_bits <= 64:
         raise ValueError("top_bits must be in 0..64")
     by = keys >> np.uint64(64 - top_bits) if top_bits < 64 else keys
