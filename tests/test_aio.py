@@ -430,3 +430,199 @@ def test_adds_cancelled_before_they_are_sent_are_withdrawn(tmp_path):
             return await store.run(lambda: sorted(d.key for d in store.store.documents()))
 
     assert asyncio.run(run()) == sorted(f"d{i}" for i in range(1, 20, 2))
+
+
+def test_a_write_that_does_not_pickle_fails_alone(tmp_path):
+    """Arguments that do not pickle are the caller's InputError, at once; the other writes of the
+    same turn go on (they used to wait for ever, the turn's frame never sent); a memoryview key,
+    which the store accepts, travels as bytes."""
+
+    async def run():
+        async with fpstore.aio.open(tmp_path / "s", k=K, writer="process") as store:
+            pid = store.store.pipeline.id
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(
+                    store.add("before", fingerprint=1, pipeline_id=pid),
+                    store.set_checkpoint("feed", lambda: 1),
+                    store.add(memoryview(b"mv"), fingerprint=1 << 30, pipeline_id=pid),
+                    store.add_many(["gen"], fingerprints=(x for x in [5])),
+                    store.add("after", fingerprint=1 << 40, pipeline_id=pid),
+                    return_exceptions=True,
+                ),
+                30,
+            )
+            return outcomes, await store.get(b"mv")
+
+    outcomes, mv = asyncio.run(run())
+    assert isinstance(outcomes[1], InputError) and "pickle" in str(outcomes[1])
+    assert isinstance(outcomes[3], InputError)
+    assert outcomes[0].id is not None and outcomes[2].key == b"mv" and outcomes[4].id is not None
+    assert mv is not None
+
+
+def test_a_write_that_does_not_unpickle_in_the_writer_fails_alone(tmp_path):
+    """An argument of a class the writer process cannot import fails that write only (it used to
+    kill the writer process, and every write after it)."""
+    import sys
+    import types
+
+    only_here = types.ModuleType("fpstore_test_only_in_this_process")
+    exec("class Position(int):\n    pass\n", only_here.__dict__)
+    only_here.Position.__module__ = only_here.__name__
+    sys.modules[only_here.__name__] = only_here
+    try:
+
+        async def run():
+            async with fpstore.aio.open(tmp_path / "s", k=K, writer="process") as store:
+                pid = store.store.pipeline.id
+                with pytest.raises(InputError, match="unpickle"):
+                    await asyncio.wait_for(store.set_checkpoint("feed", only_here.Position(3)), 30)
+                return await asyncio.wait_for(store.add("next", fingerprint=7, pipeline_id=pid), 30)
+
+        assert asyncio.run(run()).id is not None
+    finally:
+        del sys.modules[only_here.__name__]
+
+
+def test_a_cancelled_open_leaves_no_writer_process(tmp_path):
+    """An open cancelled while the writer process starts kills it: the writer's lock is free while
+    the program goes on (a surviving child held it for the life of the program)."""
+    import time
+
+    from fpstore.errors import WriterLockedError
+
+    def free() -> bool:
+        try:
+            with fpstore.open(tmp_path / "s", k=K):
+                return True
+        except WriterLockedError:
+            return False
+
+    async def run():
+        for timeout in (0.05, 0.3, 0.6):  # before, while and after the child imports fpstore
+            try:
+                store = await asyncio.wait_for(fpstore.aio.open(tmp_path / "s", k=K, writer="process"), timeout)
+            except asyncio.TimeoutError:
+                pass
+            else:
+                await store.close()
+            deadline = time.monotonic() + 20
+            while not await asyncio.get_running_loop().run_in_executor(None, free):
+                assert time.monotonic() < deadline, f"a writer process still holds the store (timeout {timeout})"
+                await asyncio.sleep(0.1)
+
+    asyncio.run(run())
+
+
+def test_the_writer_process_has_its_own_session_and_ignores_sigint(tmp_path):
+    """A Ctrl-C or a SIGTERM to the program's process group does not reach the writer process
+    (it stopped the writer before the program's own shutdown could write its last checkpoint)."""
+    import os
+    import signal
+
+    async def run():
+        async with fpstore.aio.open(tmp_path / "s", k=K, writer="process") as store:
+            child = store._writer.pid
+            assert os.getsid(child) == child and os.getpgid(child) != os.getpgid(0)
+            os.kill(child, signal.SIGINT)
+            await asyncio.sleep(0.2)
+            await store.set_checkpoint("feed", "last")
+            return await store.checkpoint("feed")
+
+    assert asyncio.run(run()) == "last"
+
+
+def test_the_writer_process_ends_when_its_parent_dies_even_with_a_forked_process_left(tmp_path):
+    """A process forked by the loop's process inherits the writer's stdin: the pipe stays open
+    after the parent's death, so the child also watches its parent."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = f"""
+import asyncio, os, sys, time
+import fpstore.aio
+async def main():
+    store = await fpstore.aio.open({str(tmp_path / "s")!r}, k=3, writer="process")
+    await store.add("a", fingerprint=1, pipeline_id=store.store.pipeline.id)
+    if os.fork() == 0:
+        time.sleep(120)
+        os._exit(0)
+    print(store._writer.pid, flush=True)
+    time.sleep(120)
+asyncio.run(main())
+"""
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        child = int(parent.stdout.readline())
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(child, signal.SIGKILL)
+            raise AssertionError("the writer process outlived its parent")
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)  # the forked sleeper, in the parent's session
+    with fpstore.open(tmp_path / "s") as store:
+        assert store.get("a").fingerprint == 1
+
+
+def test_long_answers_and_maintenance_through_the_writer_process(tmp_path):
+    """A list answer longer than a part arrives whole and in order; maintenance writes run on the
+    writer (the loop's store is read-only); every StorageError after the writer's death is new."""
+    import os
+    import signal
+
+    from fpstore.aio.process import ITEMS_PER_PART
+    from fpstore.errors import StorageError
+
+    n = 2 * ITEMS_PER_PART + 7
+
+    async def run():
+        store = await fpstore.aio.open(tmp_path / "s", k=K, writer="process")
+        pid = store.store.pipeline.id
+        results = await store.add_each([f"d{i}" for i in range(n)], fingerprints=[i << 8 for i in range(n)], pipeline_id=pid)
+        before = (await store.run(store.store.counts))["incremental_entries"]
+        await store.maintain("compact")
+        with pytest.raises(InputError, match="method"):
+            await store.maintain("delete", "d1")
+        counts = (before, (await store.run(store.store.counts))["incremental_entries"])
+        os.kill(store._writer.pid, signal.SIGKILL)
+        errors = []
+        for _ in range(2):
+            try:
+                await asyncio.wait_for(store.add("late", fingerprint=3, pipeline_id=pid), 30)
+            except StorageError as exc:
+                errors.append(exc)
+        await store.close()
+        return results, counts, errors
+
+    results, counts, errors = asyncio.run(run())
+    assert [r.key for r in results] == [f"d{i}" for i in range(n)]
+    assert counts == (n, 0)
+    assert len(errors) == 2 and errors[0] is not errors[1]
+
+
+def test_a_banner_on_the_writers_stdout_fails_the_open_cleanly(tmp_path, monkeypatch):
+    """Text a site module prints at the child's start is not read as a frame's length (the open
+    used to wait for ever)."""
+    from fpstore.errors import StorageError
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("print('hello from sitecustomize')\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+
+    async def run():
+        await asyncio.wait_for(fpstore.aio.open(tmp_path / "s", k=K, writer="process"), 60)
+
+    with pytest.raises(StorageError, match="stdout"):
+        asyncio.run(run())

@@ -170,6 +170,15 @@ class AsyncStore:
         """:meth:`Store.set_checkpoint` on the writer thread."""
         await self._write("set_checkpoint", name, position)
 
+    async def maintain(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A maintenance write of the store on the writer, in order with the writes awaited
+        before it: ``method`` is one of :data:`MAINTENANCE` (``await store.maintain("compact")``),
+        with that :class:`Store` method's arguments. With ``writer="process"`` this is the only way
+        to them: :attr:`store` is read-only there."""
+        if method not in MAINTENANCE:
+            raise InputError(f"method must be one of {', '.join(MAINTENANCE)}, got {method!r}")
+        return await self._write(method, *args, **kwargs)
+
     async def _write(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """The store's method ``name`` on the writer, in order with the adds awaited before it. A
         cancelled await does not withdraw it (it may already run); its result is dropped."""
@@ -369,8 +378,11 @@ class _Opening:
         reading = {name: self._options[name] for name in READ_OPTIONS if name in self._options}
         try:
             store = await loop.run_in_executor(None, functools.partial(open_store, self._path, readonly=True, **reading))
-        except BaseException:
+        except Exception:
             await writer.close()
+            raise
+        except BaseException:  # cancelled: no await any more, but no process left holding the lock
+            writer.kill()
             raise
         return AsyncStore(store, loop, self._readers, writer)
 
@@ -386,6 +398,9 @@ class _Opening:
             await self._store.close()
 
 
+#: The store's maintenance writes that :meth:`AsyncStore.maintain` runs on the writer.
+MAINTENANCE = ("bulk_load", "compact", "merge_runs", "compact_file", "redesign")
+
 #: Where the writes run: a thread of this process, or a process of their own.
 WRITERS = ("thread", "process")
 
@@ -399,10 +414,13 @@ def open(path: str | os.PathLike[str], *, readers: int = 4, writer: str = "threa
     several milliseconds under hundreds of awaiting adds). ``writer="process"``: a child process
     (this Python, ``-c``) opens the store and runs the writes, with an interpreter of its own;
     this process opens the store read-only for the reads, and :attr:`AsyncStore.store` is that
-    read-only store. The options are the writer's (``k``, ``threshold``, ``pipeline`` and ``verify``
-    also go to the read-only store). Adds travel pickled down a private pipe, so the store's
-    pipeline and every argument must pickle; the child ends with the store's close, or when this
-    process exits."""
+    read-only store (maintenance writes go through :meth:`AsyncStore.maintain`). The options are
+    the writer's (``k``, ``threshold``, ``pipeline``, ``verify`` and ``allow_network_fs`` also go
+    to the read-only store). Writes travel pickled down a private pipe: a write whose arguments do
+    not pickle (a generator, a lambda) is the caller's :class:`~fpstore.errors.InputError`, and a
+    custom pipeline class must be importable in the child. The child ends with the store's close,
+    or when this process exits; a write that kills it fails with
+    :class:`~fpstore.errors.StorageError`, as does every write after it."""
     if isinstance(readers, bool) or not isinstance(readers, int) or readers < 1:
         raise InputError(f"readers must be an int >= 1, got {readers!r}")
     if writer not in WRITERS:
