@@ -376,14 +376,29 @@ def test_a_killed_writer_process_fails_the_waiting_adds_and_every_later_write(tm
         assert all(store.get(r.key) is not None for r in acknowledged)
 
 
+def _assert_exits(pid: int, message: str, seconds: float = 30) -> None:
+    """Wait for process ``pid`` to be gone; kill it and fail with ``message`` if it is not."""
+    import os
+    import signal
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError(message)
+
+
 def test_the_writer_process_ends_when_the_loops_process_dies(tmp_path):
     """The child reads its end of the pipe: when the loop's process is killed, it closes the store
     and exits instead of holding the writer's lock for ever."""
-    import os
     import signal
     import subprocess
     import sys
-    import time
 
     script = f"""
 import asyncio, os, sys, time
@@ -400,16 +415,7 @@ asyncio.run(main())
         child = int(parent.stdout.readline())
         parent.send_signal(signal.SIGKILL)
         parent.wait(30)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.kill(child, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.05)
-        else:
-            os.kill(child, signal.SIGKILL)
-            raise AssertionError("the writer process outlived the loop's process")
+        _assert_exits(child, "the writer process outlived the loop's process")
     finally:
         parent.kill()
     with fpstore.open(tmp_path / "s") as store:  # the writer's lock is free again
@@ -539,7 +545,6 @@ def test_the_writer_process_ends_when_its_parent_dies_even_with_a_forked_process
     import signal
     import subprocess
     import sys
-    import time
 
     script = f"""
 import asyncio, os, sys, time
@@ -559,16 +564,7 @@ asyncio.run(main())
         child = int(parent.stdout.readline())
         parent.send_signal(signal.SIGKILL)
         parent.wait(30)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.kill(child, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
-            os.kill(child, signal.SIGKILL)
-            raise AssertionError("the writer process outlived its parent")
+        _assert_exits(child, "the writer process outlived its parent")
     finally:
         os.killpg(parent.pid, signal.SIGKILL)  # the forked sleeper, in the parent's session
     with fpstore.open(tmp_path / "s") as store:

@@ -58,6 +58,17 @@ import fpstore  # noqa: E402
 import fpstore.aio  # noqa: E402
 
 
+async def lag_probe(lags: list[float], ms: int, me: int) -> None:
+    """Sleep 1 ms at a time until ``me`` (perf_counter_ns) and record in ``lags`` how late each
+    wake-up came (ms) from ``ms`` on: the event loop's stalls."""
+    clock = time.perf_counter_ns
+    while clock() < me:
+        t0 = clock()
+        await asyncio.sleep(0.001)
+        if t0 >= ms:
+            lags.append((clock() - t0) / 1e6 - 1.0)
+
+
 def aio_window(
     path: Path,
     durability: str,
@@ -97,13 +108,6 @@ def aio_window(
                     if ms <= t1 <= me:
                         done[0] += 1
 
-            async def probe() -> None:
-                while clock() < me:
-                    t0 = clock()
-                    await asyncio.sleep(0.001)
-                    if t0 >= ms:
-                        lags.append((clock() - t0) / 1e6 - 1.0)
-
             async def counters() -> None:
                 await asyncio.sleep(max(0.0, (ms - clock()) / 1e9))
                 marks["start"] = (store.groups, store.adds)
@@ -111,7 +115,7 @@ def aio_window(
                 marks["end"] = (store.groups, store.adds)
 
             try:
-                await asyncio.gather(probe(), counters(), *(task(i) for i in range(c)))
+                await asyncio.gather(lag_probe(lags, ms, me), counters(), *(task(i) for i in range(c)))
             finally:
                 if freeze:
                     gc.unfreeze()
@@ -146,14 +150,7 @@ def lag_control(warmup: float, seconds: float) -> dict[str, Any]:
                     pass
                 await asyncio.sleep(0)
 
-        async def probe() -> None:
-            while clock() < me:
-                t0 = clock()
-                await asyncio.sleep(0.001)
-                if t0 >= ms:
-                    lags.append((clock() - t0) / 1e6 - 1.0)
-
-        await asyncio.gather(probe(), busy())
+        await asyncio.gather(lag_probe(lags, ms, me), busy())
         return {"lag_max_ms": max(lags), "lag_p99_ms": float(np.percentile(lags, 99))}
 
     try:

@@ -168,8 +168,8 @@ class _IntTyped(Sequence[bytes]):
     def __getitem__(self, i: slice) -> list[bytes]: ...
     def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
         if isinstance(i, slice):
-            return [b"i" + k.to_bytes(8, "big") for k in self._keys[i].tolist()]
-        return b"i" + int(self._keys[i]).to_bytes(8, "big")
+            return [typed_key(k) for k in self._keys[i].tolist()]
+        return typed_key(int(self._keys[i]))
 
 
 def prepare_load(keys: KeyBatch, fps: np.ndarray) -> Load | None:
