@@ -437,6 +437,34 @@ def hold_reader(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+def interval_adder(args: argparse.Namespace) -> int:
+    """``durability="interval"``: resume from the checkpoint and add document i (key ``d{i}``, the
+    checkpoint ``(FEED, i)`` in the same add) one ``add()`` at a time, printing ``ack i`` once it
+    returns (staged); every --sync-every adds, ``store.sync()`` then ``synced i``. The parent kills
+    it and checks that the store holds exactly d0..dj for some j at or after the last sync."""
+    import fpstore
+
+    store = fpstore.open(args.path, durability="interval", commit_interval=args.interval)
+    pos = store.checkpoint(FEED)
+    start = 0 if pos is None else pos + 1
+    say("ready", pos)
+    pid = store.pipeline.id
+    for i in range(start, 1 << 40):
+        store.add(f"d{i}", fingerprint=interval_fp(i), pipeline_id=pid, checkpoint=(FEED, i))
+        say("ack", i)
+        if args.sync_every and i % args.sync_every == 0:
+            store.sync()
+            say("synced", i)
+    return 0
+
+
+def interval_fp(i: int) -> int:
+    """Document i's fingerprint in :func:`interval_adder`: every tenth near the one before it."""
+    rng = np.random.default_rng([SEED, i // 10])
+    base = int(rng.integers(0, 2**64, dtype=np.uint64))
+    return base ^ (1 << (i % 10)) if i % 10 else base
+
+
 def try_open(args: argparse.Namespace) -> int:
     """Open the store (writer, or reader with --readonly); exit 0 with ``opened N``, 3 on
     WriterLockedError, 4 on another FpstoreError."""
@@ -476,6 +504,9 @@ def main(argv: list[str] | None = None) -> int:
     command("fork-server", fork_server)
     p = command("thread-adder", thread_adder)
     p.add_argument("--threads", type=int, default=8)
+    p = command("interval-adder", interval_adder)
+    p.add_argument("--interval", type=float, default=0.05)
+    p.add_argument("--sync-every", type=int, default=0)
     p = command("fill-writer", fill_writer)
     p.add_argument("--stop", type=int, default=1 << 40)
     p.add_argument("--fsize", type=int, default=0, help="RLIMIT_FSIZE in bytes")

@@ -1,12 +1,13 @@
 """Crawler integration (docs/benchmarks.md, section "asyncio and durability modes"): C asyncio
-tasks awaiting ``fpstore.aio`` adds against C threads calling ``Store.add``, in both durability
-modes, in one process run.
+tasks awaiting ``fpstore.aio`` adds against C threads calling ``Store.add``, in each durability
+mode, in one process run.
 
     cd /work/main && python tools/bench_aio.py --json /work/bench-tmp/bench_aio.json
     cd /work/main && python tools/bench_aio.py --quick     # 10^5, C = 16 only, 1 s windows, 1 round
 
 A store (k = 3, design ``auto``) is bulk-loaded with ``--n`` (10^6) uniform random fingerprints.
-For each round, durability ("full", then "process") and C in ``--callers`` (16 256), each window
+For each round, durability (``--durability``: "full", "process" and "interval", the order rotated
+from round to round) and C in ``--callers`` (16 256), each window
 below runs on a fresh copy of that store (so that no kind meets a store grown by the windows
 before it), opened with that durability:
 
@@ -56,6 +57,7 @@ import bench_crawler  # noqa: E402
 
 import fpstore  # noqa: E402
 import fpstore.aio  # noqa: E402
+import fpstore.store.storage  # noqa: E402
 
 
 async def lag_probe(lags: list[float], ms: int, me: int) -> None:
@@ -181,8 +183,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             store.bulk_load(np.arange(n), stored, pipeline_id=store.pipeline.id)
         print(f"n={n:,}: {bc.uptime()}", flush=True)
         for rnd in range(args.rounds):
-            # Alternate which mode goes first (the page cache and the machine's state drift).
-            for durability in ("full", "process") if rnd % 2 == 0 else ("process", "full"):
+            # Rotate which mode goes first (the page cache and the machine's state drift).
+            modes = args.durability[rnd % len(args.durability) :] + args.durability[: rnd % len(args.durability)]
+            for durability in modes:
                 for c in args.callers:
                     pool = bench_crawler.fresh_fps(stored, bench_crawler.POOL, rng).tolist()
                     kinds = [("threads", thread_window), ("asyncio", aio_window)]
@@ -205,7 +208,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             rows.setdefault("control", []).append(r)
             print(f"  round {rnd} control (no fpstore, one busy process beside): loop lag max {r['lag_max_ms']:.2f} ms (p99 {r['lag_p99_ms']:.2f})", flush=True)
         print(f"end: {bc.uptime()}", flush=True)
-    out = {"n": n, "callers": args.callers, "rounds": args.rounds, "gc_freeze": args.gc_freeze, "writers": args.writers, "rows": {}}
+    out = {"n": n, "durability": args.durability, "callers": args.callers, "rounds": args.rounds, "gc_freeze": args.gc_freeze, "writers": args.writers, "rows": {}}
     for name, rs in rows.items():
         out["rows"][name] = {key: statistics.median(r[key] for r in rs) for key in rs[0]}
     return out
@@ -226,7 +229,7 @@ def render(res: dict[str, Any]) -> str:
         f"{KIND_TITLES[k]}: adds/s (p99 ms, group); ÷ threads; loop lag max / p99 ms" for k in kinds
     )
     lines = [head + " |", "|---|--:|---|" + "---|" * len(kinds)]
-    for durability in ("full", "process"):
+    for durability in res["durability"]:
         for c in res["callers"]:
             t = rows[f"threads|{durability}|{c}"]
             cells = [f"{durability}", f"{c}", f"{t['rate']:,.0f} ({t['p99_ms']:.1f}, {t['group']:.1f})"]
@@ -241,10 +244,12 @@ def render(res: dict[str, Any]) -> str:
         lines.append(
             f"\ncontrol (the same probe, no fpstore, one busy process beside the loop): loop lag max {ctl['lag_max_ms']:.1f} / p99 {ctl['lag_p99_ms']:.1f} ms"
         )
-    for c in res["callers"]:
-        for kind in ["threads"] + kinds:
-            full, proc = rows[f"{kind}|full|{c}"]["rate"], rows[f"{kind}|process|{c}"]["rate"]
-            lines.append(f"\n{kind}, {c} callers: \"process\" ÷ \"full\" = {proc / full:.2f}")
+    if "full" in res["durability"]:
+        for c in res["callers"]:
+            for kind in ["threads"] + kinds:
+                full = rows[f"{kind}|full|{c}"]["rate"]
+                ratios = ", ".join(f'"{d}" {rows[f"{kind}|{d}|{c}"]["rate"] / full:.2f}' for d in res["durability"] if d != "full")
+                lines.append(f"\n{kind}, {c} callers, ÷ \"full\": {ratios}")
     return "\n".join(lines)
 
 
@@ -260,6 +265,7 @@ def main() -> None:
     ap.add_argument("--tmp", default=bc.DEFAULT_TMP)
     ap.add_argument("--json", help="write every figure to this file")
     ap.add_argument("--gc-freeze", action="store_true", help="also each asyncio window with gc.freeze() once the store is open")
+    ap.add_argument("--durability", nargs="*", choices=list(fpstore.store.storage.DURABILITY), default=list(fpstore.store.storage.DURABILITY), help="durability modes (default all)")
     ap.add_argument("--writers", nargs="*", choices=["thread", "process"], default=["thread", "process"], help="fpstore.aio writers to run (default both)")
     args = ap.parse_args()
     if args.quick:

@@ -170,6 +170,11 @@ class AsyncStore:
         """:meth:`Store.set_checkpoint` on the writer thread."""
         await self._write("set_checkpoint", name, position)
 
+    async def sync(self) -> None:
+        """:meth:`Store.sync` on the writer: once it returns, every add acknowledged before it is
+        durable (with ``durability="interval"``; in the other modes they already are)."""
+        await self._write("sync")
+
     async def maintain(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """A maintenance write of the store on the writer, in order with the writes awaited
         before it: ``method`` is one of :data:`MAINTENANCE` (``await store.maintain("compact")``),

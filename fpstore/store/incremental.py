@@ -97,7 +97,7 @@ class IncrementalTables:
     follows that transaction's own changes, and by a read transaction of exactly that commit;
     any other transaction reads the tables."""
 
-    __slots__ = ("design", "dbs", "_committed", "_txn", "_work")
+    __slots__ = ("design", "dbs", "_committed", "_txn", "_work", "_staging", "_staged")
 
     def __init__(self, design: Design, dbs: list[Any]) -> None:
         self.design = design
@@ -108,20 +108,35 @@ class IncrementalTables:
         #: until read, or when there are too many to keep.
         self._txn: Any = None
         self._work: _Held | None = None
+        #: With ``durability="interval"``: a transaction of staged writes is open, and its documents
+        #: after the last staged write (None: read them). Its nested transactions start from them.
+        self._staging = False
+        self._staged: _Held | None = None
 
     # -- the copy in memory -----------------------------------------------------------------------
 
     def begin_write(self, txn: Any) -> None:
         committed = self._committed
         self._txn = txn
-        self._work = committed[1] if committed is not None and txn.id() == committed[0] + 1 else None
+        if self._staging:
+            self._work = self._staged
+        else:
+            self._work = committed[1] if committed is not None and txn.id() == committed[0] + 1 else None
+
+    def staged(self) -> None:
+        """The write just run (in a nested transaction) is now part of the open transaction."""
+        self._staging, self._staged = True, self._work
+        self._txn = self._work = None
 
     def committed(self, txnid: int) -> None:
-        work, self._txn, self._work = self._work, None, None
+        work = self._staged if self._staging else self._work
+        self._txn = self._work = self._staged = None
+        self._staging = False
         self._committed = (txnid, work) if work is not None else None
 
     def aborted(self) -> None:
-        self._txn = self._work = None
+        # A staged write's abort leaves the open transaction, whose documents are then read again.
+        self._txn = self._work = self._staged = None
 
     def _held(self, txn: Any) -> _Held | None:
         if txn is self._txn:

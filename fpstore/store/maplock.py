@@ -58,6 +58,10 @@ class MapLock:
             with self._cond:
                 self._cond.notify_all()
 
+    def growth_waits(self) -> bool:
+        """Whether a growth waits (or runs)."""
+        return bool(self._pending)
+
     def held(self) -> bool:
         """Whether the calling thread holds a share: a transaction of its own is open."""
         return bool(self._shares.get(threading.get_ident()))

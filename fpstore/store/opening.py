@@ -68,6 +68,12 @@ def open(path: str | os.PathLike[str], **options: Any) -> Store:
     ``durability``: ``"full"`` (the default): an acknowledged write survives a process crash, a
     system crash and a power cut. ``"process"``: it survives a process crash; a system crash or a
     power cut may undo the last commit, never more and never damaging the store (LMDB commits
-    without flushing its meta page). It belongs to this open, not to the store's files.
+    without flushing its meta page). ``"interval"``: :meth:`Store.add` answers once its add is
+    staged, with its verdict, and the staged adds commit with a full sync within
+    ``commit_interval`` seconds (0.1 by default); a crash of any kind may undo the adds of that
+    last interval, the newest ones and whole, never an older one and never damaging the store.
+    Other writes (``add_many``, checkpoints, maintenance) stay durable when they return, and commit
+    the staged adds before them; :meth:`Store.sync` commits them on demand. Reads see a staged add
+    once it has committed. The mode belongs to this open, not to the store's files.
     """
     return Store(path, **options)

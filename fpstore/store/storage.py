@@ -66,6 +66,7 @@ from fpstore.store.files import (
     verify_file,
 )
 from fpstore.store.maplock import MapLock
+from fpstore.store.staging import DEFAULT_INTERVAL, MAX_INTERVAL, Stager
 
 __all__ = ["DURABILITY", "Storage", "structure_problems"]
 
@@ -73,7 +74,9 @@ log = logging.getLogger(__name__)
 
 #: What an acknowledged write survives. "full": a process crash, a system crash and a power cut.
 #: "process": a process crash (kill -9); a system crash or power cut may undo the last commit.
-DURABILITY = ("full", "process")
+#: "interval": adds are acknowledged before their commit, which follows within ``commit_interval``
+#: seconds (:mod:`fpstore.store.staging`); a crash may undo the adds of that last interval.
+DURABILITY = ("full", "process", "interval")
 
 T = TypeVar("T")
 
@@ -141,6 +144,17 @@ def translate(exc: BaseException, action: str, path: str | None = None) -> Fpsto
     return StorageError(f"{action}: {exc!r}")
 
 
+def check_commit_interval(interval: object, durability: str) -> float:
+    """The seconds a staged write waits at most for its commit (``durability="interval"`` only)."""
+    if interval is None:
+        return DEFAULT_INTERVAL
+    if durability != "interval":
+        raise InputError(f"commit_interval applies to durability='interval' only, not {durability!r}")
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= MAX_INTERVAL:
+        raise InputError(f"commit_interval must be a number of seconds in (0, {MAX_INTERVAL:g}], got {interval!r}")
+    return float(interval)
+
+
 def _lock_or_close(fd: int, operation: int, refusal: FpstoreError) -> None:
     """flock ``fd`` without waiting; when another process holds the lock, close ``fd`` and raise
     ``refusal``."""
@@ -169,9 +183,11 @@ class Storage:
         allow_network_fs: bool = False,
         verify: bool = False,
         durability: str = "full",
+        commit_interval: float | None = None,
     ) -> None:
         if durability not in DURABILITY:
             raise InputError(f"durability must be one of {', '.join(map(repr, DURABILITY))}, got {durability!r}")
+        interval = check_commit_interval(commit_interval, durability)
         self.path = os.fspath(path)
         self.readonly = readonly
         self.durability = durability
@@ -192,6 +208,12 @@ class Storage:
         self.on_abort: list[Callable[[], None]] = []
         #: Called after each write commits, once its locks are released (a merge it made due).
         self.on_commit: list[Callable[[], None]] = []
+        #: Called after a staged write's nested transaction is merged into the stager's open one.
+        self.on_staged: list[Callable[[], None]] = []
+        #: The thread inside :meth:`alone`, whose writes run in that thread.
+        self._alone_thread = 0
+        #: The thread that owns write transactions with ``durability="interval"``.
+        self._stager = Stager(self, interval) if durability == "interval" and not readonly else None
         #: Called with each write transaction (as the write's function receives it) before the
         #: function runs, and with its id once it has committed, before the next one can begin:
         #: what a cache of the committed state needs to follow this process's writes.
@@ -413,8 +435,14 @@ class Storage:
         except BlockingIOError:
             raise StorageError(f"{self.path} is open in another process; {what} needs it alone (close the readers first)") from None
         try:
+            if self._stager is not None:
+                self._stager.sync()  # staged writes commit first; then the stager waits for the block
             with self._write_lock, self._map.alone():
-                yield
+                outer, self._alone_thread = self._alone_thread, threading.get_ident()
+                try:
+                    yield
+                finally:
+                    self._alone_thread = outer
         finally:
             fcntl.flock(self._open_fd, fcntl.LOCK_SH)
 
@@ -593,7 +621,16 @@ class Storage:
                 self.close()
 
     def close(self) -> None:
-        """Close the environment and release the writer lock. Idempotent."""
+        """Close the environment and release the writer lock. Idempotent. With
+        ``durability="interval"`` what is staged commits first; a commit that failed is raised
+        once the store is closed."""
+        failure: FpstoreError | None = None
+        stager = getattr(self, "_stager", None)
+        if stager is not None and self._env is not None and os.getpid() == self._pid and not self._forked:
+            try:
+                stager.close()
+            except FpstoreError as exc:
+                failure = exc
         if self._env is not None and os.getpid() == self._pid and not self._forked:
             self._env.close()
         self._env = None
@@ -605,6 +642,8 @@ class Storage:
                 setattr(self, name, None)
         with _open_paths_lock:
             _open_paths.discard(getattr(self, "_real", ""))
+        if failure is not None:
+            raise failure
 
     def reader_check(self) -> int:
         """Clear reader slots of dead processes; returns how many were cleared."""
@@ -669,65 +708,133 @@ class Storage:
             log.info("%s: map size %d MiB (%s)", self.path, self.env.info()["map_size"] >> 20, action)
 
     def write(self, fn: Callable[[lmdb.Transaction], T], *, action: str = "writing") -> T:
-        """Run ``fn(txn)`` in one write transaction and commit; all of it or nothing.
+        """Run ``fn(txn)`` in one write transaction and commit durably; all of it or nothing.
 
         On a full map the transaction is aborted, the map grown, and ``fn`` run again from the start,
         so ``fn`` must compute everything from what it reads in ``txn`` (no side effects outside it).
+        With ``durability="interval"`` the stager thread runs it, once what is staged has committed.
         """
         self.check_writable()
+        stager = self._stager
+        if stager is not None and not stager.owns_current_thread() and self._alone_thread != threading.get_ident():
+            return stager.write(fn, action)
+        return self.write_now(fn, action)
+
+    def stage(self, fn: Callable[[lmdb.Transaction], T], *, action: str = "writing") -> T:
+        """Run ``fn(txn)`` as :meth:`write` does; with ``durability="interval"``, return once it has
+        run in the stager's open transaction, before that commits (:mod:`fpstore.store.staging`)."""
+        self.check_writable()
+        stager = self._stager
+        if stager is not None and not stager.owns_current_thread() and self._alone_thread != threading.get_ident():
+            return stager.stage(fn, action)
+        return self.write_now(fn, action)
+
+    def sync(self) -> None:
+        """Return once every write acknowledged so far is durable (with ``durability="interval"``,
+        commit what is staged now; the other modes acknowledge only durable writes)."""
+        self.check_writable()
+        if self._stager is not None and not self._stager.owns_current_thread():
+            self._stager.sync()
+
+    def write_now(self, fn: Callable[[lmdb.Transaction], T], action: str) -> T:
+        """:meth:`write` in the calling thread."""
+        self.check_writable()
         with self._write_lock:
-            env = self.env
-            self._maybe_reader_check()
             fault_points = faults.active()
             fault_points.begin_write()
             while True:
-                self._map.share()
-                try:
-                    # Views, as for reads; valid until the next write in the transaction, so callers
-                    # decode what they read before writing.
-                    txn = env.begin(write=True, buffers=True)
-                except lmdb.MapResizedError:
-                    self._map.unshare()
-                    self._set_mapsize(0, "adopting the map size")
-                    continue
-                except BaseException as exc:
-                    self._map.unshare()
-                    if isinstance(exc, lmdb.Error):
-                        raise translate(exc, action, self.path) from exc
-                    raise
+                txn = self.begin_write(action)
                 try:
                     seen = fault_points.write_txn(txn)
                     for begin in self.on_begin_write:
                         begin(seen)
                     result = fn(seen)
-                    fault_points.before_commit()
-                    txnid = txn.id()
-                    txn.commit()
-                except lmdb.MapFullError:
-                    self._abort(txn)
-                    self._grow()
-                    continue
-                except lmdb.Error as exc:
-                    self._abort(txn)
-                    raise translate(exc, action, self.path) from exc
-                except BaseException:
-                    self._abort(txn)
+                except BaseException as exc:
+                    self.aborted(txn)
+                    if isinstance(exc, lmdb.MapFullError):
+                        self.grow()
+                        continue
+                    if isinstance(exc, lmdb.Error):
+                        raise translate(exc, action, self.path) from exc
                     raise
-                self._map.unshare()
-                for committed in self.on_committed:
-                    committed(txnid)
-                fault_points.after_commit()
+                try:
+                    self.commit_write(txn, action)
+                except lmdb.MapFullError:
+                    self.grow()
+                    continue
                 break
-        for hook in self.on_commit:
-            hook()
+        self.after_write()
         return result
 
-    def _abort(self, txn: lmdb.Transaction) -> None:
-        """Abort a write transaction: what it made is gone, so are the caches of it."""
-        txn.abort()
+    @property
+    def stager(self) -> Stager | None:
+        """The thread that owns write transactions with ``durability="interval"`` (else None)."""
+        return self._stager
+
+    @property
+    def write_lock(self) -> threading.RLock:
+        """Held by the thread that has a write transaction open (and by :meth:`alone`)."""
+        return self._write_lock
+
+    def begin_write(self, action: str) -> lmdb.Transaction:
+        """Begin a write transaction holding a share of the map (write lock held by the caller):
+        :meth:`commit_write` or :meth:`aborted` ends it."""
+        env = self.env
+        self._maybe_reader_check()
+        while True:
+            self._map.share()
+            try:
+                # Views, as for reads; valid until the next write in the transaction, so callers
+                # decode what they read before writing.
+                return env.begin(write=True, buffers=True)
+            except lmdb.MapResizedError:
+                self._map.unshare()
+                self._set_mapsize(0, "adopting the map size")
+            except BaseException as exc:
+                self._map.unshare()
+                if isinstance(exc, lmdb.Error):
+                    raise translate(exc, action, self.path) from exc
+                raise
+
+    def commit_write(self, txn: lmdb.Transaction, action: str) -> None:
+        """Commit a transaction of :meth:`begin_write`. A failure aborts it: ``MapFullError`` is
+        raised as LMDB's (the caller grows the map and writes again), others as fpstore's."""
+        fault_points = faults.active()
+        try:
+            fault_points.before_commit()
+            txnid = txn.id()
+            txn.commit()
+        except BaseException as exc:
+            self.aborted(txn)
+            if isinstance(exc, lmdb.Error) and not isinstance(exc, lmdb.MapFullError):
+                raise translate(exc, action, self.path) from exc
+            raise
         self._map.unshare()
+        for committed in self.on_committed:
+            committed(txnid)
+        fault_points.after_commit()
+
+    def after_write(self) -> None:
+        """Once a write has committed and its locks are released: the hooks that follow writes."""
+        for hook in self.on_commit:
+            hook()
+
+    def aborted(self, txn: lmdb.Transaction) -> None:
+        """Abort a write transaction (or a nested one of the stager's): what it made is gone, so
+        are the caches of it. A top-level transaction gives back its share of the map."""
+        nested = self._stager is not None and self._stager.is_nested(txn)
+        txn.abort()
+        if not nested:
+            self._map.unshare()
         for forget in self.on_abort:
             forget()
+
+    def map_growth_waits(self) -> bool:
+        """Whether a growth of the map waits for this process's transactions to end."""
+        return self._map.growth_waits()
+
+    def translate(self, exc: BaseException, action: str) -> FpstoreError:
+        return translate(exc, action, self.path)
 
     def reserve(self, nbytes: int) -> None:
         """Grow the map now (no transaction open) so that ``nbytes`` more fit without a retry.
@@ -743,7 +850,8 @@ class Storage:
             self._set_mapsize(need, f"growing the map to {need} bytes")
         faults.active().after_reserve()
 
-    def _grow(self) -> None:
+    def grow(self) -> None:
+        """Grow the map by a step (no transaction of this thread open)."""
         env = self.env
         current = env.info()["map_size"]
         new = current + min(max(current, INITIAL_MAP_SIZE), MAX_GROWTH_STEP)

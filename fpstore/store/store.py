@@ -59,6 +59,7 @@ from fpstore.store.redesign import redesign_plan, switch_design, write_header
 from fpstore.store.results import AddResult, Cluster, Document, Match
 from fpstore.store.rows import arrow_table, record_batches
 from fpstore.store.sketches import CANDIDATE_K, DEFAULT_SKETCH_BITS, NEEDS_SKETCH, check_threshold, stored_threshold
+from fpstore.store.staging import StagedRequests
 from fpstore.store.storage import DATA_FILE, Storage
 from fpstore.store.writes import add_batch, add_group, compact, delete_one, load_run
 
@@ -91,6 +92,7 @@ class Store(Closing):
         verify: bool = False,
         flush_entries: int = FLUSH_ENTRIES,
         durability: str = "full",
+        commit_interval: float | None = None,
         merges: str = "background",
         threshold: float | None = None,
     ) -> None:
@@ -102,7 +104,6 @@ class Store(Closing):
             raise InputError(f"merges must be one of {', '.join(MERGE_MODES)}, got {merges!r}")
         #: Documents held in the incremental tables before a write moves them into a run (0: never).
         self.flush_entries = flush_entries
-        self._adds: GroupCommit[OneAdd, AddResult] = GroupCommit(self._commit_adds)
         # A new store's arguments are checked before anything is made on disk.
         creating = create and not readonly and not os.path.exists(os.path.join(os.fspath(path), DATA_FILE))
         self.threshold = check_threshold(threshold)
@@ -120,6 +121,7 @@ class Store(Closing):
             allow_network_fs=allow_network_fs,
             verify=verify,
             durability=durability,
+            commit_interval=commit_interval,
         )
         try:
             if self._storage.is_new:
@@ -131,6 +133,10 @@ class Store(Closing):
             if not readonly:
                 clean_up(self._storage, self._cat)  # what a merge that died left behind
             self._storage.on_commit = [self._merges.after_commit]
+            stager = self._storage.stager
+            self._adds: GroupCommit[OneAdd, AddResult] | StagedRequests[OneAdd, AddResult] = (
+                GroupCommit(self._commit_adds) if stager is None else StagedRequests(stager, self._add_group)
+            )
         except BaseException:
             if self._storage.is_new:
                 self._storage.discard()  # a store that could not be created leaves nothing behind
@@ -178,6 +184,7 @@ class Store(Closing):
         self._storage.on_abort = [self._cat.cache.clear, incremental.aborted]
         self._storage.on_begin_write = [incremental.begin_write]
         self._storage.on_committed = [incremental.committed]
+        self._storage.on_staged = [incremental.staged]
 
     def _check_k(self, k: object) -> int:
         if not isinstance(k, int) or isinstance(k, bool) or k < 0:
@@ -234,16 +241,26 @@ class Store(Closing):
 
         Threads may call it at once: concurrent adds are committed together, in the order they
         arrived, each seeing the ones before it (group commit, :mod:`fpstore.store.group`); each
-        returns once its transaction is durable.
+        returns once its transaction is durable, or, with ``durability="interval"``, once it is
+        staged in the transaction that commits within ``commit_interval`` (:meth:`sync`).
         """
         self._storage.check_writable()  # before queueing: a closed or forked store raises here
         content = content_of(self.pipeline, text, image)
         return self._adds.submit(prepare_add(self.pipeline, key, content, fingerprint, pipeline_id, on_duplicate, checkpoint))
 
+    def _add_group(self, txn: Any, adds: Sequence[OneAdd]) -> list[AddResult]:
+        return add_group(self._cat, txn, adds, self.k, self.flush_entries)
+
     def _commit_adds(self, adds: Sequence[OneAdd]) -> list[AddResult]:
         k, cat, flush_entries = self.k, self._cat, self.flush_entries
         action = f"adding {adds[0].key!r}" if len(adds) == 1 else f"adding a group of {len(adds)} documents"
-        return self._storage.write(lambda txn: add_group(cat, txn, adds, k, flush_entries), action=action)
+        return self._storage.stage(lambda txn: add_group(cat, txn, adds, k, flush_entries), action=action)
+
+    def sync(self) -> None:
+        """Return once every add acknowledged so far is durable. With ``durability="interval"``
+        this commits the staged adds now (a crawler calls it before it reports progress it must
+        not lose); in the other modes every acknowledged write is already durable."""
+        self._storage.sync()
 
     def add_many(
         self,

@@ -1,0 +1,357 @@
+"""``durability="interval"``: writes acknowledged before their fsync, committed within an interval.
+
+In this mode one thread, the stager, begins and commits every write transaction of the store (LMDB
+binds a write transaction to the thread that began it). It keeps one transaction open for up to
+``interval`` seconds and runs each staged write (a group of adds, :meth:`Storage.stage`) in a
+nested transaction of it: a staged write is applied entirely or not at all, is answered as soon as
+it has run, and sees every write staged before it, so verdicts are exactly those of durable adds
+in the same order. The open transaction commits, with LMDB's full sync, once its first write is
+``interval`` seconds old, before every durable write (:meth:`Storage.write`: ``add_many``, a
+checkpoint, a merge step, which the stager then runs as it always runs), on :meth:`Stager.sync`,
+when a map growth waits, and on close.
+
+What a crash loses is therefore the newest staged writes, whole, from at most the last
+``interval`` (plus the commit in flight); never an older one, never part of one, never the store.
+Readers (other threads' queries, other processes) see a staged write once it is committed.
+
+A commit that fails (a full disk) loses the writes acknowledged since the previous commit: the
+stager then refuses every later write, sync and close with the error, until the store is opened
+again, so that no caller goes on as if they were stored.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import lmdb
+
+from fpstore.errors import ClosedError, FpstoreError, StorageError
+from fpstore.store import faults
+from fpstore.store.group import MAX_GROUP, run_group
+
+if TYPE_CHECKING:
+    from fpstore.store.storage import Storage
+
+__all__ = ["DEFAULT_INTERVAL", "MAX_INTERVAL", "StagedRequests", "Stager"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds a staged write waits at most for its commit (MongoDB's journal commits every 100 ms).
+DEFAULT_INTERVAL = 0.1
+MAX_INTERVAL = 60.0
+#: Map room made before each long transaction begins, so that a staged write rarely meets a full
+#: map (which commits what is staged, grows the map and runs the write again).
+STAGE_ROOM = 32 << 20
+
+_STAGE, _REQUEST, _WRITE, _SYNC = "stage", "request", "write", "sync"
+
+Req = TypeVar("Req")
+Res = TypeVar("Res")
+
+_live: weakref.WeakSet[Stager] = weakref.WeakSet()
+
+
+@atexit.register
+def _commit_at_exit() -> None:
+    """A program that ends without closing its store still commits the writes it was told were
+    staged (the stager is a daemon thread, alive until after the exit handlers)."""
+    for stager in list(_live):
+        try:
+            stager.sync()
+        except FpstoreError as exc:
+            log.error("%s", exc)
+
+
+class _Job:
+    __slots__ = ("kind", "fn", "action", "owner", "request", "result", "error", "done")
+
+    def __init__(
+        self, kind: str, fn: Callable[[Any], Any] | None, action: str, owner: StagedRequests[Any, Any] | None = None, request: Any = None
+    ) -> None:
+        self.kind, self.fn, self.action, self.owner, self.request = kind, fn, action, owner, request
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+
+class StagedRequests(Generic[Req, Res]):
+    """What :class:`~fpstore.store.group.GroupCommit` is in the other modes: concurrent requests
+    (adds) answered in groups, in arrival order. Here each goes straight to the stager's queue, and
+    the stager stages whatever has queued as one group while the callers of the previous group
+    prepare their next request: no leader, no wait for stragglers."""
+
+    def __init__(self, stager: Stager, commit_in: Callable[[Any, Sequence[Req]], list[Res]], max_group: int = MAX_GROUP) -> None:
+        self._stager, self.commit_in, self.max_group = stager, commit_in, max_group
+        #: Groups staged and the requests in them (for tests and benchmarks).
+        self.groups = 0
+        self.requests = 0
+
+    def submit(self, request: Req) -> Res:
+        """Queue ``request``; its result once it is staged (or raise its error)."""
+        return self._stager._submit(_Job(_REQUEST, None, "", self, request))
+
+
+class Stager:
+    """The thread that owns a store's write transactions in ``durability="interval"``."""
+
+    def __init__(self, storage: Storage, interval: float) -> None:
+        self._storage = storage
+        self.interval = interval
+        self._cond = threading.Condition(threading.Lock())
+        self._jobs: deque[_Job] = deque()
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        #: A commit that failed: the writes it lost are named, to every later caller.
+        self._failure: FpstoreError | None = None
+        # The stager thread's own state: the open transaction and when it must commit.
+        self._txn: lmdb.Transaction | None = None
+        self._deadline = 0.0
+        #: The writes staged since the last commit, with their results (run again after a growth).
+        self._pending: list[tuple[Callable[[Any], Any], Any]] = []
+        #: Commits of staged writes, the writes staged, and the times a full map made the writes
+        #: since the last commit run again (for tests and benchmarks).
+        self.commits = 0
+        self.staged = 0
+        self.rebuilds = 0
+
+    # -- any thread --------------------------------------------------------------------------------
+
+    def is_nested(self, txn: lmdb.Transaction) -> bool:
+        """Whether ``txn`` is a staged write's nested transaction (the open one is its parent)."""
+        return self._txn is not None and txn is not self._txn
+
+    def owns_current_thread(self) -> bool:
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def stage(self, fn: Callable[[Any], Any], action: str) -> Any:
+        """Run ``fn(txn)`` in a nested transaction of the open one; its result once it has run."""
+        return self._submit(_Job(_STAGE, fn, action))
+
+    def write(self, fn: Callable[[Any], Any], action: str) -> Any:
+        """Commit what is staged, then run ``fn`` as a durable write of its own."""
+        return self._submit(_Job(_WRITE, fn, action))
+
+    def sync(self) -> None:
+        """Return once every write staged before the call is durable."""
+        if self._thread is not None or self._failure is not None:  # else nothing was staged
+            self._submit(_Job(_SYNC, None, "committing staged writes"))
+
+    def close(self) -> None:
+        """Commit what is staged and end the thread; raises a failed commit's error (once the
+        thread has ended)."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        if self._failure is not None:
+            failure, self._failure = self._failure, None  # said once, by close
+            raise failure
+
+    def _submit(self, job: _Job) -> Any:
+        with self._cond:
+            if self._failure is not None:
+                raise self._failure
+            if self._closing:
+                raise ClosedError(f"the store at {self._storage.path} is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=f"fpstore-stager {self._storage.path}", daemon=True)
+                self._thread.start()
+                _live.add(self)
+            self._jobs.append(job)
+            self._cond.notify()
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    # -- the stager thread -------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._jobs and not self._closing:
+                    if self._txn is None:
+                        self._cond.wait()
+                        continue
+                    left = self._deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                jobs = list(self._jobs)
+                self._jobs.clear()
+                closing = self._closing and not jobs
+            i = 0
+            while i < len(jobs):
+                owner = jobs[i].owner
+                if owner is None:
+                    self._run(jobs[i])
+                    i += 1
+                    continue
+                j = i + 1  # the requests of one owner queued in a row: one group
+                while j < len(jobs) and jobs[j].owner is owner and j - i < owner.max_group:
+                    j += 1
+                self._run_group(owner, jobs[i:j])
+                i = j
+            if self._txn is not None and (closing or time.monotonic() >= self._deadline or self._storage.map_growth_waits()):
+                try:
+                    self._commit()
+                except Exception:
+                    pass  # kept in self._failure, raised to every later caller
+            if closing:
+                return
+
+    def _run(self, job: _Job) -> None:
+        try:
+            if self._failure is not None:
+                raise self._failure
+            if job.kind == _STAGE:
+                assert job.fn is not None
+                job.result = self._stage(job.fn, job.action)
+            else:
+                if self._txn is not None:
+                    self._commit()
+                if job.kind == _WRITE:
+                    assert job.fn is not None
+                    job.result = self._storage.write_now(job.fn, job.action)
+        except BaseException as exc:
+            job.error = exc
+        finally:
+            job.done.set()
+
+    def _run_group(self, owner: StagedRequests[Any, Any], jobs: list[_Job]) -> None:
+        """Stage a group of requests in one nested transaction (each alone when that fails: one
+        request's failure is its own), then answer each."""
+        requests = [job.request for job in jobs]
+        action = f"adding a group of {len(jobs)} documents"
+        outcomes: list[tuple[Any, BaseException | None]]
+        try:
+            if self._failure is not None:
+                raise self._failure
+            outcomes = list(run_group(lambda group: self._stage(lambda txn: owner.commit_in(txn, group), action), requests))
+        except BaseException as exc:
+            outcomes = [(None, exc)] * len(jobs)
+        owner.groups += 1
+        owner.requests += len(jobs)
+        for job, (result, error) in zip(jobs, outcomes):
+            job.result, job.error = result, error
+            job.done.set()
+
+    def _begin(self) -> None:
+        """Begin the long transaction (holding the store's write lock and a share of the map)."""
+        storage = self._storage
+        storage.write_lock.acquire()
+        try:
+            if STAGE_ROOM:
+                storage.reserve(STAGE_ROOM)
+            self._txn = storage.begin_write("beginning a transaction of staged writes")
+        except BaseException:
+            storage.write_lock.release()
+            raise
+        self._deadline = time.monotonic() + self.interval
+
+    def _abort_open(self) -> None:
+        txn, self._txn = self._txn, None
+        assert txn is not None
+        try:
+            self._storage.aborted(txn)
+        finally:
+            self._storage.write_lock.release()
+
+    def _stage(self, fn: Callable[[Any], Any], action: str) -> Any:
+        while True:
+            if self._txn is None:
+                self._begin()
+            try:
+                result = self._stage_once(fn, action)
+            except (lmdb.MapFullError, lmdb.TxnFullError):
+                # The map is full. Committing the open transaction could itself fail for want of
+                # a page, so it is aborted: the map grows with no transaction open, and the
+                # writes staged since the last commit run again before this one.
+                self._abort_open()
+                self._rebuild()
+                continue
+            self._pending.append((fn, result))
+            self.staged += 1
+            return result
+
+    def _stage_once(self, fn: Callable[[Any], Any], action: str) -> Any:
+        """``fn`` in a nested transaction of the open one; a full map is raised as LMDB's."""
+        storage = self._storage
+        try:
+            child = storage.env.begin(write=True, parent=self._txn, buffers=True)
+        except lmdb.Error as exc:
+            raise storage.translate(exc, action) from exc
+        try:
+            seen = faults.active().write_txn(child)
+            for begin in storage.on_begin_write:
+                begin(seen)
+            result = fn(seen)
+            child.commit()
+        except BaseException as exc:
+            storage.aborted(child)
+            if isinstance(exc, lmdb.Error) and not isinstance(exc, (lmdb.MapFullError, lmdb.TxnFullError)):
+                raise storage.translate(exc, action) from exc
+            raise
+        for staged in storage.on_staged:
+            staged()
+        return result
+
+    def _rebuild(self) -> None:
+        """Grow the map and stage again, in order, the writes acknowledged since the last commit
+        (no transaction is open). They run on the same committed state, so each gives the result
+        it gave: one that does not is a failure, as a lost write is."""
+        self.rebuilds += 1
+        while True:
+            try:
+                self._storage.grow()
+                self._begin()
+                for fn, result in self._pending:
+                    if self._stage_once(fn, "staging writes again after the map grew") != result:
+                        raise StorageError("a staged write gave another result when it ran again after the map grew")
+                return
+            except (lmdb.MapFullError, lmdb.TxnFullError):
+                self._abort_open()
+            except Exception as exc:
+                if self._txn is not None:
+                    self._abort_open()
+                raise self._fail(exc) from exc
+
+    def _commit(self) -> None:
+        """Commit the long transaction with a full sync; on failure, remember what was lost."""
+        storage = self._storage
+        while True:
+            txn, self._txn = self._txn, None
+            assert txn is not None
+            try:
+                storage.commit_write(txn, "committing staged writes")
+            except (lmdb.MapFullError, lmdb.TxnFullError):
+                storage.write_lock.release()  # the transaction is aborted; its writes run again
+                self._rebuild()
+                continue
+            except Exception as exc:
+                storage.write_lock.release()
+                raise self._fail(exc) from exc
+            storage.write_lock.release()
+            break
+        self._pending = []
+        self.commits += 1
+        storage.after_write()
+
+    def _fail(self, exc: BaseException) -> StorageError:
+        """The writes acknowledged since the last commit are lost: every later caller hears it."""
+        self._failure = StorageError(
+            f"{self._storage.path}: a commit of staged writes failed ({exc}); the {len(self._pending)} writes "
+            "acknowledged since the previous commit are lost; close the store and open it again"
+        )
+        self._pending = []
+        log.error("%s", self._failure)
+        return self._failure

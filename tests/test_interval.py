@@ -1,0 +1,396 @@
+"""``durability="interval"``: adds answered once staged, committed within an interval.
+
+Verdicts equal those of durable adds in the same order; a staged add is invisible to reads until
+it commits (at the interval, on ``sync()``, before a durable write, on close, at exit); one add's
+failure is its own; a full map mid-interval loses nothing; a commit that fails is said to every
+later caller; a kill -9 leaves exactly the adds up to some point at or after the last ``sync()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fpstore
+import fpstore.aio
+from fpstore.errors import ClosedError, InputError, StorageError
+from fpstore.store import faults
+from tests.support.oracle import FEED
+from tests.support.processes import ROOT, Child
+from tests.workers import interval_fp
+
+K = 3
+
+
+def _verdict(res: fpstore.AddResult) -> tuple:
+    return (res.id, res.key, res.fingerprint, res.short, res.exact_duplicate_of,
+            [(m.key, m.distance, m.fingerprint, m.id) for m in res.near_duplicates], res.canonical)
+
+
+@contextlib.contextmanager
+def _installed(fault: faults.Faults):
+    previous = faults.install(fault)
+    try:
+        yield fault
+    finally:
+        faults.install(previous)
+
+
+def _stored(path) -> dict[str, int]:
+    with fpstore.open(path, readonly=True) as store:
+        return {d.key: d.fingerprint for d in store.documents()}
+
+
+@st.composite
+def _adds(draw):
+    """Adds of texts and fingerprints: near and exact duplicates, replaced keys, skips, checkpoints."""
+    bases = draw(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=3))
+    out = []
+    for i in range(draw(st.integers(1, 60))):
+        key = f"k{draw(st.integers(0, 15))}"
+        skip = draw(st.booleans()) and draw(st.booleans())
+        if draw(st.integers(0, 4)) == 0:
+            words = " ".join(f"w{draw(st.integers(0, 6))}" for _ in range(12))
+            out.append((key, {"text": words}, skip, i))
+        else:
+            fp = bases[draw(st.integers(0, len(bases) - 1))] ^ (1 << draw(st.integers(0, 63))) * draw(st.integers(0, 1))
+            out.append((key, {"fingerprint": fp}, skip, i))
+    return out
+
+
+@settings(max_examples=20, deadline=None)
+@given(adds=_adds(), interval=st.sampled_from([0.0005, 0.05, 30.0]))
+def test_verdicts_and_store_equal_durable_adds(tmp_path_factory, adds, interval):
+    """The same adds one by one, with durability "full" and "interval": the same verdict for
+    each, and the same documents and checkpoint once the interval store is closed."""
+    root = tmp_path_factory.mktemp("iv")
+    results = {}
+    for mode in ("full", "interval"):
+        options = {"commit_interval": interval} if mode == "interval" else {}
+        with fpstore.open(root / mode, k=K, durability=mode, **options) as store:
+            pid = store.pipeline.id
+            got = []
+            for key, content, skip, i in adds:
+                extra = {"pipeline_id": pid} if "fingerprint" in content else {}
+                res = store.add(key, **content, **extra, on_duplicate="skip" if skip else "insert", checkpoint=("c", i))
+                got.append(_verdict(res))
+            results[mode] = got
+    assert results["interval"] == results["full"]
+    assert _stored(root / "interval") == _stored(root / "full")
+    with fpstore.open(root / "interval", readonly=True) as store:
+        assert store.checkpoint("c") == len(adds) - 1
+        assert store.verify() == []
+
+
+def test_a_staged_add_is_read_once_committed(tmp_path):
+    """With a long interval an add is staged, not committed: reads of another opener and of the
+    store itself do not see it, its verdict is given at once, and ``sync()`` commits it."""
+    path = tmp_path / "s"
+    with fpstore.open(path, k=K, durability="interval", commit_interval=30) as store:
+        pid = store.pipeline.id
+        store.add("a", fingerprint=0b1111, pipeline_id=pid)
+        res = store.add("b", fingerprint=0b0111, pipeline_id=pid)
+        assert [m.key for m in res.near_duplicates] == ["a"]  # sees the staged add
+        assert len(store) == 0 and store.get("a") is None
+        out = subprocess.run(
+            [sys.executable, "-c", f"import fpstore; s = fpstore.open({str(path)!r}, readonly=True); print(len(s))"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )
+        assert out.stdout.split() == ["0"], out
+        store.sync()
+        assert len(store) == 2
+        assert store.get("a").fingerprint == 0b1111
+
+
+def test_the_interval_commits_without_sync(tmp_path):
+    """A staged add commits by itself once the interval has passed."""
+    with fpstore.open(tmp_path / "s", k=K, durability="interval", commit_interval=0.02) as store:
+        store.add("a", fingerprint=5, pipeline_id=store.pipeline.id)
+        deadline = time.monotonic() + 30
+        while len(store) == 0:
+            assert time.monotonic() < deadline, "the staged add never committed"
+            time.sleep(0.01)
+        assert store._storage.stager.commits >= 1
+
+
+def test_a_durable_write_commits_the_staged_adds_before_it(tmp_path):
+    """add() (staged), then add_many() replacing the same key, from one thread: the batch is
+    durable when it returns, the staged add committed before it, and the batch's document wins."""
+    path = tmp_path / "s"
+    with fpstore.open(path, k=K, durability="interval", commit_interval=30) as store:
+        pid = store.pipeline.id
+        store.add("a", fingerprint=1, pipeline_id=pid)
+        store.add("b", fingerprint=2, pipeline_id=pid)
+        store.add_many(["a"], fingerprints=[3], pipeline_id=pid)
+        assert len(store) == 2  # committed without sync()
+        store.set_checkpoint("c", 7)
+        assert _stored_live(store) == {"a": 3, "b": 2}
+        store.add("d", fingerprint=4, pipeline_id=pid)
+    assert _stored(path) == {"a": 3, "b": 2, "d": 4}
+
+
+def _stored_live(store) -> dict[str, int]:
+    return {d.key: d.fingerprint for d in store.documents()}
+
+
+def test_many_threads_of_adds_lose_nothing_and_the_index_stays_exact(tmp_path):
+    """16 threads add through "interval" while queries run; after close every add is stored with
+    its own id, and queries equal a brute-force scan of the stored fingerprints."""
+    rng = np.random.default_rng(7)
+    base = rng.integers(0, 2**64, size=200, dtype=np.uint64)
+    work = [[(f"t{t}-{j}", int(base[(t * 40 + j) % 200] ^ np.uint64(1 << int(rng.integers(64))))) for j in range(40)] for t in range(16)]
+    path = tmp_path / "s"
+    results, errors = [], []
+    with fpstore.open(path, k=K, durability="interval", commit_interval=0.01, flush_entries=100) as store:
+        pid = store.pipeline.id
+
+        def run(docs):
+            try:
+                for key, fp in docs:
+                    res = store.add(key, fingerprint=fp, pipeline_id=pid)
+                    results.append((key, fp, res))
+                    store.query(fingerprint=fp, pipeline_id=pid)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(docs,)) for docs in work]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert store._adds.requests == 16 * 40 and store._adds.groups < store._adds.requests
+    assert all(res.key == key and res.fingerprint == fp for key, fp, res in results)
+    assert len({res.id for _, _, res in results}) == 16 * 40
+    stored = _stored(path)
+    assert len(stored) == 16 * 40
+    keys, fps = list(stored), np.array(list(stored.values()), dtype=np.uint64)
+    with fpstore.open(path, readonly=True) as store:
+        pid = store.pipeline.id
+        for q in rng.choice(fps, 50).tolist() + rng.integers(0, 2**64, size=10, dtype=np.uint64).tolist():
+            d = np.bitwise_count(fps ^ np.uint64(q))
+            want = sorted(keys[i] for i in np.flatnonzero(d <= K))
+            assert sorted(m.key for m in store.query(fingerprint=q, pipeline_id=pid)) == want
+
+
+class _FailOnePut(faults.Faults):
+    """A write that puts the poisoned key's record fails (its document's record is refused)."""
+
+    def __init__(self, poison: bytes) -> None:
+        self.poison = poison
+
+    def write_txn(self, txn):
+        poison = self.poison
+
+        class Txn:
+            def __getattr__(self, name):
+                return getattr(txn, name)
+
+            def put(self, key, value, *a, **kw):
+                if poison in bytes(value):
+                    raise StorageError("injected: this document's record is refused")
+                return txn.put(key, value, *a, **kw)
+
+            def cursor(self, *a, **kw):
+                cur = txn.cursor(*a, **kw)
+
+                class Cur:
+                    def __getattr__(self, name):
+                        return getattr(cur, name)
+
+                    def putmulti(self, items, *pa, **pkw):
+                        items = list(items)
+                        if any(poison in bytes(v) or poison in bytes(k) for k, v in items):
+                            raise StorageError("injected: this document's record is refused")
+                        return cur.putmulti(items, *pa, **pkw)
+
+                return Cur()
+
+        return Txn()
+
+
+def test_one_failing_add_fails_alone_and_the_staged_adds_survive(tmp_path):
+    """Adds staged earlier, then a group holding one add whose write fails: that caller gets the
+    error, every other caller its result, and all but the failed add are stored after close."""
+    path = tmp_path / "s"
+    with fpstore.open(path, k=K, durability="interval", commit_interval=30) as store:
+        pid = store.pipeline.id
+        for i in range(5):
+            store.add(f"early{i}", fingerprint=1000 + i, pipeline_id=pid)
+        outcome: dict[str, object] = {}
+
+        def add(key: str, fp: int) -> None:
+            try:
+                outcome[key] = store.add(key, fingerprint=fp, pipeline_id=pid)
+            except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+                outcome[key] = exc
+
+        with _installed(_FailOnePut(b"POISONED")):
+            threads = [threading.Thread(target=add, args=(k, 1 << (i + 20))) for i, k in enumerate(["x1", "POISONED", "x2", "x3"])]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+        assert isinstance(outcome["POISONED"], StorageError), outcome
+        assert all(isinstance(outcome[k], fpstore.AddResult) for k in ("x1", "x2", "x3")), outcome
+    assert set(_stored(path)) == {f"early{i}" for i in range(5)} | {"x1", "x2", "x3"}
+
+
+def test_a_full_map_mid_interval_loses_no_staged_add(tmp_path, monkeypatch):
+    """From a 1 MiB map, staged adds fill it many times over within one interval: each time the
+    staged transaction is aborted, the map grown and the staged adds run again, and every add is
+    stored, with the verdict it was given."""
+    import fpstore.store.staging as staging
+    import fpstore.store.storage as storage
+
+    monkeypatch.setattr(storage, "INITIAL_MAP_SIZE", 1 << 20)
+    monkeypatch.setattr(staging, "STAGE_ROOM", 0)  # no room made up front: growth mid-interval
+    path = tmp_path / "s"
+    n = 3000
+    with fpstore.open(path, k=K, durability="interval", commit_interval=60, map_size=1 << 20, flush_entries=0) as store:
+        pid = store.pipeline.id
+        sizes = {store.info()["map_size"]}
+        given = [_verdict(store.add(f"key-{i:06d}-" + "x" * 200, fingerprint=interval_fp(i), pipeline_id=pid)) for i in range(n)]
+        assert store._storage.stager.commits == 0 and store._storage.stager.rebuilds >= 2
+        store.sync()
+        sizes.add(store.info()["map_size"])
+        assert len(sizes) > 1, "the map never grew: the test proves nothing"
+    assert len(_stored(path)) == n
+    with fpstore.open(tmp_path / "full", k=K) as serial:  # the verdicts durable adds give
+        pid = serial.pipeline.id
+        assert [_verdict(serial.add(f"key-{i:06d}-" + "x" * 200, fingerprint=interval_fp(i), pipeline_id=pid)) for i in range(n)] == given
+
+
+class _CommitFails(faults.Faults):
+    def __init__(self) -> None:
+        self.armed = False
+
+    def before_commit(self) -> None:
+        if self.armed:
+            self.armed = False
+            raise StorageError("injected: the disk refused this commit")
+
+
+def test_a_failed_commit_is_said_to_every_later_caller(tmp_path):
+    """The commit of staged adds fails: sync, add and close raise StorageError naming the lost
+    adds; the store opened again holds what was committed before, and takes writes again."""
+    path = tmp_path / "s"
+    fault = _CommitFails()
+    store = fpstore.open(path, k=K, durability="interval", commit_interval=30)
+    pid = store.pipeline.id
+    store.add("kept", fingerprint=1, pipeline_id=pid)
+    store.sync()
+    store.add("lost1", fingerprint=2, pipeline_id=pid)
+    store.add("lost2", fingerprint=3, pipeline_id=pid)
+    with _installed(fault):
+        fault.armed = True
+        with pytest.raises(StorageError, match="2 writes acknowledged since the previous commit are lost"):
+            store.sync()
+    with pytest.raises(StorageError, match="are lost"):
+        store.add("later", fingerprint=4, pipeline_id=pid)
+    with pytest.raises(StorageError, match="are lost"):
+        store.add_many(["later"], fingerprints=[4], pipeline_id=pid)
+    with pytest.raises(StorageError, match="are lost"):
+        store.close()
+    with pytest.raises(ClosedError):
+        store.add("after close", fingerprint=5, pipeline_id=pid)
+    assert _stored(path) == {"kept": 1}
+    with fpstore.open(path, durability="interval") as again:
+        again.add("again", fingerprint=6, pipeline_id=pid)
+    assert _stored(path) == {"kept": 1, "again": 6}
+
+
+def test_a_program_that_exits_without_close_commits_its_staged_adds(tmp_path):
+    path = tmp_path / "s"
+    fpstore.open(path, k=K).close()
+    code = (
+        "import fpstore\n"
+        f"s = fpstore.open({str(path)!r}, durability='interval', commit_interval=60)\n"
+        "s.add('a', fingerprint=9, pipeline_id=s.pipeline.id)\n"
+        "KEEP = s\n"  # never closed
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert _stored(path) == {"a": 9}
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"durability": "interval", "commit_interval": 0}, "commit_interval must be"),
+        ({"durability": "interval", "commit_interval": -1.0}, "commit_interval must be"),
+        ({"durability": "interval", "commit_interval": 61}, "commit_interval must be"),
+        ({"durability": "interval", "commit_interval": "0.1"}, "commit_interval must be"),
+        ({"durability": "interval", "commit_interval": True}, "commit_interval must be"),
+        ({"durability": "full", "commit_interval": 0.1}, "applies to durability='interval' only"),
+        ({"durability": "later"}, "durability must be one of"),
+    ],
+)
+def test_bad_interval_options_are_refused(tmp_path, options, message):
+    with pytest.raises(InputError, match=message):
+        fpstore.open(tmp_path / "s", k=K, **options)
+    assert not (tmp_path / "s").exists()
+
+
+def test_aio_adds_with_interval_durability_and_sync(tmp_path):
+    """fpstore.aio with either writer: adds are answered staged, ``await store.sync()`` commits them."""
+    import asyncio
+
+    async def main(path, writer):
+        async with fpstore.aio.open(path, k=K, durability="interval", commit_interval=30, writer=writer) as store:
+            pid = store.store.pipeline.id
+            results = await asyncio.gather(*(store.add(f"k{i}", fingerprint=interval_fp(i), pipeline_id=pid) for i in range(40)))
+            assert [r.key for r in results] == [f"k{i}" for i in range(40)]
+            assert any(r.near_duplicates for r in results)
+            assert await store.run(len, store.store) == 0  # staged, not committed
+            await store.sync()
+            assert await store.run(len, store.store) == 40
+
+    for writer in ("thread", "process"):
+        asyncio.run(main(tmp_path / writer, writer))
+        assert len(_stored(tmp_path / writer)) == 40
+
+
+@pytest.mark.slow
+def test_kill9_leaves_the_adds_up_to_a_point_at_or_after_the_last_sync(tmp_path):
+    """An adder in "interval" mode (syncing every 50 adds) is SIGKILLed at random moments, six
+    times, resuming from its checkpoint each time: the store then holds exactly d0..dj with the
+    checkpoint at j, for a j between the last ``synced`` and the last ``ack``, every fingerprint
+    as added, and verifies clean."""
+    path = str(tmp_path / "s")
+    fpstore.open(path, k=K).close()
+    rng = np.random.default_rng(5)
+    acked_total = lost_total = 0
+    for cycle in range(6):
+        child = Child("interval-adder", path, "--interval", "0.05", "--sync-every", "50")
+        try:
+            first = child.line(timeout=120)
+            assert first.startswith("ready"), first
+            time.sleep(float(rng.uniform(0.2, 1.0)))
+            child.kill()
+        finally:
+            child.close()
+        acks = [int(line.split()[1]) for line in child.lines if line.startswith("ack ")]
+        syncs = [int(line.split()[1]) for line in child.lines if line.startswith("synced ")]
+        with fpstore.open(path, readonly=True) as store:
+            j = store.checkpoint(FEED)
+            docs = {d.key: d.fingerprint for d in store.documents()}
+            assert store.verify() == []
+        j = -1 if j is None else j
+        assert docs == {f"d{i}": interval_fp(i) for i in range(j + 1)}, f"cycle {cycle}: not a prefix ending at {j}"
+        if syncs:
+            assert j >= syncs[-1], f"cycle {cycle}: synced {syncs[-1]}, the store holds only up to {j}"
+        if acks:
+            assert j <= acks[-1] + 1, f"cycle {cycle}: the store holds {j}, beyond the add in flight after {acks[-1]}"
+            acked_total += len(acks)
+            lost_total += acks[-1] - j
+    assert acked_total > 300, f"too few adds were acknowledged to prove anything ({acked_total})"
+    print(f"FIGURES interval kill: acked {acked_total}, acknowledged but undone by the kills {lost_total}")
