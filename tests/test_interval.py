@@ -70,12 +70,13 @@ def _adds(draw):
 @given(adds=_adds(), interval=st.sampled_from([0.0005, 0.05, 30.0]))
 def test_verdicts_and_store_equal_durable_adds(tmp_path_factory, adds, interval):
     """The same adds one by one, with durability "full" and "interval": the same verdict for
-    each, and the same documents and checkpoint once the interval store is closed."""
+    each, and the same documents and checkpoint once the interval store is closed. Flushes into
+    runs every 8 documents, so that staged writes probe runs made earlier in the same transaction."""
     root = tmp_path_factory.mktemp("iv")
     results = {}
     for mode in ("full", "interval"):
         options = {"commit_interval": interval} if mode == "interval" else {}
-        with fpstore.open(root / mode, k=K, durability=mode, **options) as store:
+        with fpstore.open(root / mode, k=K, durability=mode, flush_entries=8, merges="manual", **options) as store:
             pid = store.pipeline.id
             got = []
             for key, content, skip, i in adds:

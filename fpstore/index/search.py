@@ -28,6 +28,8 @@ _search = _backend.load("search")
 __all__ = [
     "argsort_u64",
     "batch_probe_runs",
+    "compare_all",
+    "compare_pairs",
     "components",
     "fill_restarts",
     "join_design",
@@ -165,12 +167,12 @@ def probe_plan_each(
 
 
 def probe_plan_rows(
-    plan: ReadPlan, txn: Any, db: Any, design: object, queries: list[int], k: int
+    plan: ReadPlan, txn: Any, db: Any, design: object, queries: list[int], k: int, memo: dict[bytes, Any] | None = None
 ) -> tuple[list[int], list[int], list[int], list[int]]:
     """:func:`probe_plan_each` in plain lists (query index, id, distance, fingerprint)."""
     if not plan.tables or not queries:
         return [], [], [], []
-    q_, id_, d_, f_ = probe_plan_each(plan, txn, db, design, np.array(queries, dtype=np.uint64), k)
+    q_, id_, d_, f_ = probe_plan_each(plan, txn, db, design, np.array(queries, dtype=np.uint64), k, memo)
     return q_.tolist(), id_.tolist(), d_.tolist(), f_.tolist()
 
 
@@ -350,6 +352,33 @@ def join_design(k: int, n: int) -> Design:
     """
     m = max(n, 1)
     return min(flip_free_designs(k), key=lambda d: join_cost(d, m))
+
+
+#: One prefix group holding everything: :func:`compare_all` is the kernel's join at 0 prefix bits.
+_ONE_GROUP = np.zeros(1, np.uint64)
+
+
+def compare_all(queries: np.ndarray, fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (query index int64, index into ``fps`` int64, distance uint8) within ``k`` bits, by
+    query then index: each query compared with every fingerprint (uint64 arrays), for a small
+    batch against the few thousand documents a writer keeps in memory. The compiled kernel's join
+    at 0 prefix bits (one nogil loop, no temporaries); the pure-Python twin's loop would cost
+    seconds there, so that backend broadcasts in numpy instead."""
+    if _backend.PURE_PYTHON:
+        dist = np.bitwise_count(queries[:, None] ^ fps[None, :])
+        qi, j = np.nonzero(dist <= k)
+        return qi.astype(np.int64), j.astype(np.int64), dist[qi, j].astype(np.uint8)
+    return _search.prefix_join(queries, fps, 0, _ONE_GROUP, k, False)
+
+
+def compare_pairs(fps: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair (i, j), i < j, of ``fps`` within ``k`` bits, by i then j, comparing every pair
+    (a small batch; :func:`pairs_within` joins large ones)."""
+    if _backend.PURE_PYTHON:
+        dist = np.bitwise_count(fps[:, None] ^ fps[None, :])
+        lo, hi = np.nonzero(np.triu(dist <= k, 1))
+        return lo.astype(np.int64), hi.astype(np.int64), dist[lo, hi].astype(np.uint8)
+    return _search.prefix_join(fps, fps, 0, _ONE_GROUP, k, True)
 
 
 def pairs_within(

@@ -123,6 +123,7 @@ class Catalog:
         self._state_memo: tuple[bytes, State] | None = None
         self._plan_memo: tuple[State, int, ReadPlan] | None = None
         self._snapshot: _Snapshot | None = None
+        self._writer_chunks: tuple[ReadPlan, dict[bytes, Any]] | None = None
 
     def state(self, txn: lmdb.Transaction) -> State:
         raw = txn.get(tiers.STATE_KEY, db=self.meta)
@@ -341,7 +342,7 @@ class Catalog:
         the state, its plan and the run chunks read once for the batch. Any transaction."""
         out = self.incremental.probe_each(txn, fps, k)
         plan = self.plan(txn)
-        q_, id_, d_, f_ = search.probe_plan_rows(plan, txn, self.blobs, self.probe_design, fps, k)
+        q_, id_, d_, f_ = search.probe_plan_rows(plan, txn, self.blobs, self.probe_design, fps, k, self._chunks_written_txn(txn, plan))
         if q_:
             dead = txn.stat(self.dead)["entries"] > 0
             for q, doc_id, d, f in zip(q_, id_, d_, f_):
@@ -349,6 +350,25 @@ class Catalog:
                 if doc_id not in found and not (dead and self.is_dead(txn, doc_id)):
                     found[doc_id] = (d, f)
         return out
+
+    def _chunks_written_txn(self, txn: lmdb.Transaction, plan: ReadPlan) -> dict[bytes, Any] | None:
+        """The run chunks the writer's open transaction has read for ``plan`` (its staged writes'
+        included, with ``durability="interval"``), for a later probe in it to read again without
+        an LMDB lookup each; None for any other transaction.
+
+        Sound while the transaction is open: a chunk of a run it did not write is a view into a
+        page no write of it changes, and the runs it writes (a flush) make a new plan, whose
+        chunks start a new memo, before any probe reads them. Every commit and abort forgets it
+        (:meth:`forget_written_chunks`): a committed transaction's freed pages are reused."""
+        if txn is not self.incremental.write_txn:
+            return None
+        memo = self._writer_chunks
+        if memo is None or memo[0] is not plan:
+            memo = self._writer_chunks = (plan, {})
+        return memo[1]
+
+    def forget_written_chunks(self, *_: Any) -> None:
+        self._writer_chunks = None
 
     def small_batch(self, txn: lmdb.Transaction, m: int) -> bool:
         """Whether a batch of ``m`` fingerprints is probed one fingerprint at a time (see
@@ -667,6 +687,8 @@ class Catalog:
         a small batch's run chunks kept in ``memo`` (see :meth:`query`)."""
         plan = self.plan(txn)
         if plan.runs and len(fps) < _small_batch_limit(plan.chunks0):
+            if memo is None:
+                memo = self._chunks_written_txn(txn, plan)
             rq, rid, rd, rfp = search.probe_plan_each(plan, txn, self.blobs, self.probe_design, fps, k, memo)
         else:
             rq, rid, rd, rfp = search.batch_probe_runs(self.runs(txn), self.design, fps, k)

@@ -16,6 +16,7 @@ from typing import Any
 import lmdb
 import numpy as np
 
+from fpstore import _backend
 from fpstore.errors import CorruptionError
 from fpstore.index import search
 from fpstore.index.design import Design
@@ -33,9 +34,10 @@ PROBE_US, SCAN_US, SCAN_US_PER_ENTRY = 27.0, 600.0, 0.5
 
 
 #: :meth:`IncrementalTables.probe_each` compares every query with every document kept in memory
-#: in one broadcast while the copy holds at most this many documents and the pairs stay below
-#: ``_COMPARE_ALL_PAIRS``: the broadcast's temporaries cost about 3 ns a pair, one fingerprint's
-#: comparison about 3 µs plus 1.4 ns a document (``tools/bench_incremental.py``).
+#: in one kernel call (:func:`fpstore.index.search.compare_all`). With the pure-Python kernels it
+#: broadcasts in numpy instead, while the copy holds at most this many documents and the pairs stay
+#: below ``_COMPARE_ALL_PAIRS``: the broadcast's temporaries cost about 3 ns a pair, one
+#: fingerprint's comparison about 3 µs plus 1.4 ns a document (``tools/bench_incremental.py``).
 _COMPARE_ALL_DOCS, _COMPARE_ALL_PAIRS = 1536, 1 << 18
 
 
@@ -114,6 +116,11 @@ class IncrementalTables:
         self._staged: _Held | None = None
 
     # -- the copy in memory -----------------------------------------------------------------------
+
+    @property
+    def write_txn(self) -> Any:
+        """The write transaction in progress, as its function sees it (None between writes)."""
+        return self._txn
 
     def begin_write(self, txn: Any) -> None:
         committed = self._committed
@@ -295,11 +302,10 @@ class IncrementalTables:
         fingerprint against every document of the copy in one numpy pass while that is cheap,
         else a probe per fingerprint."""
         docs = self._docs(txn)
-        if docs is not None and entries <= _COMPARE_ALL_DOCS and len(fps) * entries <= _COMPARE_ALL_PAIRS:
-            dist = np.bitwise_count(np.array(fps, dtype=np.uint64)[:, None] ^ docs[0][None, :])
+        if docs is not None and (not _backend.PURE_PYTHON or (entries <= _COMPARE_ALL_DOCS and len(fps) * entries <= _COMPARE_ALL_PAIRS)):
+            qi, j, dist = search.compare_all(np.array(fps, dtype=np.uint64), docs[0], k)
             out: list[dict[int, tuple[int, int]]] = [{} for _ in fps]
-            qi, j = np.nonzero(dist <= k)
-            for q, doc_id, d, f in zip(qi.tolist(), docs[1][j].tolist(), dist[qi, j].tolist(), docs[0][j].tolist()):
+            for q, doc_id, d, f in zip(qi.tolist(), docs[1][j].tolist(), dist.tolist(), docs[0][j].tolist()):
                 out[q][doc_id] = (d, f)
             return out
         if not self._scan_pays(len(fps), entries):

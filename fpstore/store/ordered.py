@@ -57,11 +57,7 @@ def _self_pairs(fps: np.ndarray, k: int) -> tuple[list[int], list[int], list[int
     n = len(fps)
     if n < 2:
         return [], [], []
-    if n <= _DIRECT_JOIN:
-        dist = np.bitwise_count(fps[:, None] ^ fps[None, :])
-        lo, hi = np.nonzero(np.triu(dist <= k, 1))
-        return lo.tolist(), hi.tolist(), dist[lo, hi].tolist()
-    lo, hi, d = search.pairs_within(fps, k)
+    lo, hi, d = search.compare_pairs(fps, k) if n <= _DIRECT_JOIN else search.pairs_within(fps, k)
     return lo.tolist(), hi.tolist(), d.tolist()
 
 

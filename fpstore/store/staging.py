@@ -63,6 +63,8 @@ def _commit_at_exit() -> None:
     """A program that ends without closing its store still commits the writes it was told were
     staged (the stager is a daemon thread, alive until after the exit handlers)."""
     for stager in list(_live):
+        if stager._closing:
+            continue
         try:
             stager.sync()
         except FpstoreError as exc:

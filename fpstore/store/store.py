@@ -181,9 +181,10 @@ class Store(Closing):
         )
         # A run read inside a transaction that then aborts has an id the next one gives out again.
         incremental = self._cat.incremental
-        self._storage.on_abort = [self._cat.cache.clear, incremental.aborted]
+        cat = self._cat
+        self._storage.on_abort = [cat.cache.clear, incremental.aborted, cat.forget_written_chunks]
         self._storage.on_begin_write = [incremental.begin_write]
-        self._storage.on_committed = [incremental.committed]
+        self._storage.on_committed = [incremental.committed, cat.forget_written_chunks]
         self._storage.on_staged = [incremental.staged]
 
     def _check_k(self, k: object) -> int:
