@@ -189,3 +189,28 @@ def test_packed_readers_refuse_shapes_no_buffer_can_hold():
         assert twin.unpack_at({}, lambda name: b"\0" * 8, b"x", 2**58, 2**58, 64, 0, pos)[:2] == (2, 0)
         assert twin.unpack_at({}, lambda name: b"\0" * 8, b"x", 2**40 + 1, 1, 1, 0, pos)[:2] == (2, 0)  # chunk 2**40
         assert twin.unpack_bits(np.zeros(8, np.uint8), 64, 2**58, pos)[0] == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    queries=hnp.arrays(np.uint64, st.integers(0, 20)),
+    fps=hnp.arrays(np.uint64, st.integers(0, 300)),
+    k=st.integers(0, 64),
+    flips=st.integers(0, 3),
+)
+def test_compare_all_and_compare_pairs_equal_brute_force(queries, fps, k, flips):
+    """search.compare_all (each query against every fingerprint) and compare_pairs (every pair of
+    one batch): the rows numpy's broadcast finds, in the same order (query or i, then index)."""
+    from fpstore.index import search
+
+    near = min(len(queries) // 2, len(fps))  # some queries near stored fingerprints
+    queries[:near] = fps[:near] ^ np.uint64((1 << flips) - 1)
+    dist = np.bitwise_count(queries[:, None] ^ fps[None, :])
+    qi, j = np.nonzero(dist <= k)
+    got = search.compare_all(queries, fps, k)
+    assert [a.tolist() for a in got] == [qi.tolist(), j.tolist(), dist[qi, j].tolist()]
+    assert [a.dtype for a in got] == [np.int64, np.int64, np.uint8]
+    pd = np.bitwise_count(fps[:, None] ^ fps[None, :])
+    lo, hi = np.nonzero(np.triu(pd <= k, 1))
+    got = search.compare_pairs(fps, k)
+    assert [a.tolist() for a in got] == [lo.tolist(), hi.tolist(), pd[lo, hi].tolist()]
