@@ -183,11 +183,12 @@ def finish_feed(path: str, ckpt: int | None, extra: int) -> int:
     return stop - 1
 
 
-@pytest.mark.parametrize("durability", ["full", "process"])
+@pytest.mark.parametrize("durability", ["full", "process", "interval"])
 def test_writer_kill9_loses_no_acknowledged_batch(tmp_path, durability):
     """A writer SIGKILLed at random points never loses an acknowledged batch and leaves exactly
-    batches 0..checkpoint, in both durability modes (a process crash leaves the system's page
-    cache, which holds every commit, synced or not)."""
+    batches 0..checkpoint, in every durability mode (a process crash leaves the system's page
+    cache, which holds every commit, synced or not; with "interval", add_many commits what is
+    staged and then itself, durably)."""
     path = str(tmp_path / "store")
     fpstore.open(path, k=3).close()
     stats = run_kill_cycles(path, KILL_CYCLES, KILL_SEED, durability=durability)

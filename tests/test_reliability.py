@@ -334,7 +334,7 @@ def _wait_stopped(pid: int, timeout: float = 10.0) -> None:
     raise AssertionError(f"writer {pid} did not stop within {timeout} s")
 
 
-@pytest.mark.parametrize("durability", ["full", "process"])
+@pytest.mark.parametrize("durability", ["full", "process", "interval"])
 def test_power_loss_keeps_every_acknowledged_batch(ext4, tmp_path, durability):
     """A crash-consistent copy of an ext4 image taken while the writer is stopped (power cut) fscks,
     mounts and holds every acknowledged batch, exactly; with ``durability="process"`` every one
@@ -402,6 +402,57 @@ def test_power_loss_keeps_every_acknowledged_batch(ext4, tmp_path, durability):
     figures["seconds"] = round(time.perf_counter() - t0, 1)
     print(f"FIGURES power loss: {figures}")
     assert figures["acked"] >= POWERLOSS_CYCLES // 2, f"too few batches were acknowledged to prove anything: {figures}"
+
+
+def test_power_loss_keeps_staged_adds_up_to_a_point_at_or_after_the_last_sync(ext4, tmp_path):
+    """``durability="interval"``: an adder (one ``add()`` at a time, ``sync()`` every 25 adds) on an
+    ext4 image loses power at random moments: the fscked copy holds exactly the adds up to some
+    point at or after the last ``sync()`` (with the checkpoint at that point), and no later one."""
+    from tests.workers import interval_fp
+
+    rng = random.Random(int(os.environ.get("FPSTORE_POWERLOSS_SEED", "5")))
+    image = str(tmp_path / "disk.img")
+    live = ext4(image, str(tmp_path / "live"), new=True)
+    snap_img, snap_dir = str(tmp_path / "snap.img"), str(tmp_path / "snap")
+    path = os.path.join(live, "store")
+    fpstore.open(path, k=3).close()
+    figures = {"cycles": 0, "acked": 0, "synced_last": 0, "undone": 0}
+    for cycle in range(max(4, POWERLOSS_CYCLES // 4)):
+        child = Child("interval-adder", path, "--interval", "0.05", "--sync-every", "25")
+        try:
+            first = child.line(timeout=120)
+            assert first.startswith("ready"), first
+            time.sleep(rng.uniform(0.05, 0.4))
+            os.kill(child.pid, signal.SIGSTOP)  # the power goes
+            _wait_stopped(child.pid)
+            shutil.copyfile(image, snap_img)
+        finally:
+            child.kill()
+            child.close()
+        acks = [int(line.split()[1]) for line in child.lines if line.startswith("ack ")]
+        syncs = [int(line.split()[1]) for line in child.lines if line.startswith("synced ")]
+        _run("e2fsck", "-fy", snap_img, ok=(0, 1))
+        ext4(snap_img, snap_dir)
+        spath = os.path.join(snap_dir, "store")
+        with fpstore.open(spath, readonly=True) as store:
+            j = store.checkpoint(FEED)
+            docs = {d.key: d.fingerprint for d in store.documents()}
+        problems = lmdb_problems(spath)
+        ext4.umount(snap_dir)
+        os.remove(snap_img)
+        assert not problems, f"cycle {cycle}: LMDB verifier on the power-cut copy: {problems[:3]}"
+        j = -1 if j is None else j
+        assert docs == {f"d{i}": interval_fp(i) for i in range(j + 1)}, f"cycle {cycle}: not the adds up to {j}"
+        if syncs:
+            assert j >= syncs[-1], f"cycle {cycle}: synced {syncs[-1]}, the power-cut copy holds only up to {j}"
+        if acks:
+            assert j <= acks[-1] + 1, f"cycle {cycle}: the copy holds {j}, beyond the add in flight after {acks[-1]}"
+            figures["acked"] += len(acks)
+            figures["undone"] += acks[-1] - j
+        figures["synced_last"] += bool(syncs) and j == syncs[-1]
+        figures["cycles"] += 1
+    print(f"FIGURES power loss, staged adds: {figures}")
+    assert figures["acked"] >= 100, f"too few adds were acknowledged to prove anything: {figures}"
 
 
 # -- full disks and I/O errors ------------------------------------------------------------------------

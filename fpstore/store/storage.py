@@ -502,7 +502,7 @@ class Storage:
                 # "process": the data pages are synced at each commit, the page naming the new
                 # root is written but not synced (LMDB's MDB_NOMETASYNC): atomic and consistent,
                 # and a system crash can undo the last transaction (the next commit syncs it).
-                metasync=self.durability == "full",
+                metasync=self.durability != "process",
                 map_async=False,
                 readahead=False,  # a probe touches a few pages; readahead would evict the page cache
                 meminit=False,
