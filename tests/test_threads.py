@@ -280,3 +280,27 @@ def test_a_store_of_many_runs_reads_each_run_index_once(tmp_path, monkeypatch):
         s.add("second", fingerprint=2, pipeline_id=pid)
         s.query(fingerprint=3, pipeline_id=pid)
         assert built == [], f"{len(built)} run indexes read again"
+
+
+def test_map_figures_read_beside_a_growing_map(tmp_path):
+    """One thread grows the map again and again (reserve) while another reads the environment's
+    figures (reserve's own, store.info()): LMDB reads them through the map, so without a share of
+    it they fail with EINVAL (or read an unmapped page) while a growth moves it."""
+    with fpstore.open(tmp_path / "s", k=K) as store:
+        storage = store._storage
+        stop = time.monotonic() + 2.0
+        sizes = []
+
+        def grower():
+            size = 64 << 20
+            while time.monotonic() < stop:
+                size += 1 << 20
+                storage.reserve(size)
+
+        def reader():
+            while time.monotonic() < stop:
+                storage.reserve(0)
+                sizes.append(store.info()["map_size"])
+
+        _run_threads([grower, reader])
+        assert len(sizes) > 100 and len(set(sizes)) > 10, "the map did not grow under the reader: the test proves nothing"

@@ -705,7 +705,7 @@ class Storage:
             except lmdb.Error as exc:
                 raise translate(exc, action) from exc
         if log.isEnabledFor(logging.INFO):  # reading the size back costs a call: only when logged
-            log.info("%s: map size %d MiB (%s)", self.path, self.env.info()["map_size"] >> 20, action)
+            log.info("%s: map size %d MiB (%s)", self.path, self._figures()["map_size"] >> 20, action)
 
     def write(self, fn: Callable[[lmdb.Transaction], T], *, action: str = "writing") -> T:
         """Run ``fn(txn)`` in one write transaction and commit durably; all of it or nothing.
@@ -842,9 +842,8 @@ class Storage:
         Large transactions (bulk loads, compaction) call this first: a ``MapFullError`` would
         otherwise abort them after all their work and run them again.
         """
-        env = self.env
-        info = env.info()
-        used = (info["last_pgno"] + 1) * env.stat()["psize"]
+        info = self._figures(stat=True)
+        used = (info["last_pgno"] + 1) * info["psize"]
         need = used + int(nbytes * 1.25) + (16 << 20)
         if need > info["map_size"]:
             self._set_mapsize(need, f"growing the map to {need} bytes")
@@ -852,19 +851,31 @@ class Storage:
 
     def grow(self) -> None:
         """Grow the map by a step (no transaction of this thread open)."""
-        env = self.env
-        current = env.info()["map_size"]
+        current = self._figures()["map_size"]
         new = current + min(max(current, INITIAL_MAP_SIZE), MAX_GROWTH_STEP)
         self._set_mapsize(new, f"growing the map to {new} bytes")
 
     # -- maintenance --------------------------------------------------------------------------
 
     def info(self) -> dict[str, Any]:
-        env = self.env
-        info = dict(env.info())
-        info.update(env.stat())
+        info = self._figures(stat=True, readers=True)
         info["file_size"] = os.path.getsize(os.path.join(self.path, DATA_FILE))
-        info["readers"] = env.readers()
+        return info
+
+    def _figures(self, *, stat: bool = False, readers: bool = False) -> dict[str, Any]:
+        """The environment's info (and stat, and reader table), read while holding a share of the
+        map: LMDB reads them through the map, which another thread's growth may be moving (the
+        calls then fail with EINVAL, or read an unmapped page)."""
+        env = self.env
+        self._map.share()
+        try:
+            info = dict(env.info())
+            if stat:
+                info.update(env.stat())
+            if readers:
+                info["readers"] = env.readers()
+        finally:
+            self._map.unshare()
         return info
 
 
