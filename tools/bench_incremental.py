@@ -60,6 +60,7 @@ def passes(store, inc, txn, qs: list[int]) -> dict[str, tuple[float, list]]:
 def run(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(args.seed)
     print(f"{bc.uptime()}", flush=True)
+    compare: dict[int, dict[int, float]] = {}
     print("| incremental documents | call | B-trees µs/fp | copy µs/fp | ratio |")
     print("|--:|---|--:|--:|--:|")
     for e in args.entries:
@@ -95,7 +96,29 @@ def run(args: argparse.Namespace) -> None:
             for call in times["trees"]:
                 a, b = statistics.median(times["trees"][call]), statistics.median(times["copy"][call])
                 print(f"| {e:,} | {call} | {a:.2f} | {b:.2f} | {b / a:.2f} |", flush=True)
+            compare[e] = compare_ns(stored, np.array(qs, dtype=np.uint64), args.rounds)
+    print("\n`search.compare_all` (what `probe_each` runs on the copy), ns per (query, document) pair, median of the rounds:")
+    for e, per in compare.items():
+        print(f"- {e:,} documents: " + ", ".join(f"{m} queries {ns:.2f}" for m, ns in per.items()))
     print(f"{bc.uptime()}")
+
+
+def compare_ns(stored: np.ndarray, qs: np.ndarray, rounds: int) -> dict[int, float]:
+    """ns per pair of one ``search.compare_all`` call of 16 and of 1,000 queries against ``stored``."""
+    from fpstore.index import search
+
+    out = {}
+    for m in (16, 1000):
+        batch = qs[:m]
+        reps = max(1, 20_000_000 // (m * len(stored)))
+        per = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                search.compare_all(batch, stored, K)
+            per.append((time.perf_counter() - t0) / reps / (m * len(stored)) * 1e9)
+        out[m] = statistics.median(per)
+    return out
 
 
 def main() -> None:

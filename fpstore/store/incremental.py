@@ -34,11 +34,13 @@ PROBE_US, SCAN_US, SCAN_US_PER_ENTRY = 27.0, 600.0, 0.5
 
 
 #: :meth:`IncrementalTables.probe_each` compares every query with every document kept in memory
-#: in one kernel call (:func:`fpstore.index.search.compare_all`). With the pure-Python kernels it
+#: in one kernel call (:func:`fpstore.index.search.compare_all`, about 0.65 ns a pair:
+#: ``tools/bench_incremental.py``) while that costs no more than a scan. With the pure-Python kernels it
 #: broadcasts in numpy instead, while the copy holds at most this many documents and the pairs stay
 #: below ``_COMPARE_ALL_PAIRS``: the broadcast's temporaries cost about 3 ns a pair, one
 #: fingerprint's comparison about 3 µs plus 1.4 ns a document (``tools/bench_incremental.py``).
 _COMPARE_ALL_DOCS, _COMPARE_ALL_PAIRS = 1536, 1 << 18
+COMPARE_NS = 0.65
 
 
 def _without(fps: np.ndarray, ids: np.ndarray, fp: int, doc_id: int) -> _Docs:
@@ -302,7 +304,7 @@ class IncrementalTables:
         fingerprint against every document of the copy in one numpy pass while that is cheap,
         else a probe per fingerprint."""
         docs = self._docs(txn)
-        if docs is not None and (not _backend.PURE_PYTHON or (entries <= _COMPARE_ALL_DOCS and len(fps) * entries <= _COMPARE_ALL_PAIRS)):
+        if docs is not None and self._compare_pays(len(fps), entries):
             qi, j, dist = search.compare_all(np.array(fps, dtype=np.uint64), docs[0], k)
             out: list[dict[int, tuple[int, int]]] = [{} for _ in fps]
             for q, doc_id, d, f in zip(qi.tolist(), docs[1][j].tolist(), dist.tolist(), docs[0][j].tolist()):
@@ -311,6 +313,14 @@ class IncrementalTables:
         if not self._scan_pays(len(fps), entries):
             return [self.probe(txn, fp, k) for fp in fps]
         return None
+
+    @classmethod
+    def _compare_pays(cls, m: int, entries: int) -> bool:
+        """Whether comparing ``m`` fingerprints with every document of the copy costs no more
+        than one scan of the tables (the kernel), or stays small (numpy's broadcast)."""
+        if _backend.PURE_PYTHON:
+            return entries <= _COMPARE_ALL_DOCS and m * entries <= _COMPARE_ALL_PAIRS
+        return m * entries * COMPARE_NS / 1000 <= SCAN_US + SCAN_US_PER_ENTRY * entries
 
     @staticmethod
     def _scan_pays(m: int, entries: int) -> bool:
