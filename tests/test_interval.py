@@ -395,3 +395,24 @@ def test_kill9_leaves_the_adds_up_to_a_point_at_or_after_the_last_sync(tmp_path)
             lost_total += acks[-1] - j
     assert acked_total > 300, f"too few adds were acknowledged to prove anything ({acked_total})"
     print(f"FIGURES interval kill: acked {acked_total}, acknowledged but undone by the kills {lost_total}")
+
+
+@pytest.mark.parametrize("operation", ["redesign", "compact_file"])
+def test_a_switch_of_the_store_while_staged_adds_made_a_merge_due(tmp_path, operation):
+    """Staged adds flushed four runs (a merge due, merges "inline"); redesign() or compact_file()
+    commits them first (from the stager thread, whose commit must not run the merge the switch
+    holds) and completes; every add is stored."""
+    path = tmp_path / "s"
+    with fpstore.open(path, k=K, durability="interval", commit_interval=30, merges="inline", flush_entries=4) as store:
+        pid = store.pipeline.id
+        for i in range(16):
+            store.add(f"k{i}", fingerprint=interval_fp(i * 10), pipeline_id=pid)
+        assert store._cat.lsm.merge_due
+        done: list = []
+        worker = threading.Thread(target=lambda: done.append(store.redesign(4) if operation == "redesign" else store.compact_file()))
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive(), f"{operation} hangs behind the staged adds' commit"
+        assert done
+        store.add("after", fingerprint=1, pipeline_id=pid)
+    assert set(_stored(path)) == {f"k{i}" for i in range(16)} | {"after"}

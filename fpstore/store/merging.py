@@ -310,6 +310,10 @@ class Merger:
         if self._stop or store is None or not store._cat.lsm.merge_due or self.mode == "manual" or self._paused_by == threading.get_ident():
             return
         if self.mode == "inline":
+            if self._paused_by or self._pausing:
+                # Another thread holds merges for a switch of the whole store, and this commit is
+                # one it waits for (the stager's, for its sync): the merge stays due.
+                return
             try:
                 self.run()
             except FpstoreError as exc:  # the write itself committed: its caller must not see an error
