@@ -416,3 +416,59 @@ def test_a_switch_of_the_store_while_staged_adds_made_a_merge_due(tmp_path, oper
         assert done
         store.add("after", fingerprint=1, pipeline_id=pid)
     assert set(_stored(path)) == {f"k{i}" for i in range(16)} | {"after"}
+
+
+_FORK_WHILE_STAGED = """
+import os, sys, time, fpstore
+s = fpstore.open(sys.argv[1], k=3, durability="interval", commit_interval=30)
+for i in range(50):
+    s.add(f"a{i}", fingerprint=i * 7919, pipeline_id=s.pipeline.id)
+pid = os.fork()  # adds staged: the stager's transaction is open
+if pid == 0:
+    sys.exit(0)  # the child's exit handlers run too
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:
+    if os.waitpid(pid, os.WNOHANG)[0]:
+        break
+    time.sleep(0.01)
+else:
+    os.kill(pid, 9)
+    sys.exit("the forked child hung")
+s.add("after", fingerprint=1, pipeline_id=s.pipeline.id)
+s.close()
+print("ok", len(fpstore.open(sys.argv[1], readonly=True)))
+"""
+
+
+def test_a_fork_while_adds_are_staged(tmp_path):
+    """A process forks while the stager holds its transaction open: the staged adds commit first,
+    the child neither hangs in fork() nor at exit, and the parent goes on adding."""
+    out = subprocess.run([sys.executable, "-c", _FORK_WHILE_STAGED, str(tmp_path / "s")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["ok", "51"]
+
+
+def test_an_add_from_a_thread_holding_a_read(tmp_path):
+    """A thread inside ``store.reader()`` adds while another thread grows the map: the add runs in
+    the calling thread, durably, after the staged adds (the stager, growing the map for it, would
+    wait for that thread's read, which waits for the add)."""
+    with fpstore.open(tmp_path / "s", k=K, durability="interval", commit_interval=30) as store:
+        pid = store.pipeline.id
+        store.add("staged", fingerprint=7, pipeline_id=pid)
+        done: list = []
+
+        def reader_adds():
+            with store.reader():
+                grower = threading.Thread(target=lambda: store._storage.reserve(512 << 20), daemon=True)
+                grower.start()
+                time.sleep(0.2)  # the growth now waits for this thread's read
+                done.append(store.add("a", fingerprint=12345, pipeline_id=pid))
+                done.append(store.add("b", fingerprint=12344, pipeline_id=pid))
+            grower.join(60)
+
+        worker = threading.Thread(target=reader_adds, daemon=True)
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive(), "an add from a thread holding a read hangs"
+        assert [m.key for m in done[1].near_duplicates] == ["a"]
+        assert len(store) == 3  # durable on return, the staged add committed before them

@@ -22,7 +22,9 @@ again, so that no caller goes on as if they were stored.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
+import os
 import threading
 import time
 import weakref
@@ -63,12 +65,44 @@ def _commit_at_exit() -> None:
     """A program that ends without closing its store still commits the writes it was told were
     staged (the stager is a daemon thread, alive until after the exit handlers)."""
     for stager in list(_live):
-        if stager._closing:
+        if stager._closing or stager._pid != os.getpid():
             continue
         try:
             stager.sync()
         except FpstoreError as exc:
             log.error("%s", exc)
+
+
+def _before_fork() -> None:
+    # A child forked while the stager holds its transaction open inherits LMDB's write lock held
+    # by a thread the child does not have, and hangs when it closes the inherited environment:
+    # commit what is staged and hold the write lock (no transaction can begin) across the fork.
+    for stager in list(_live):
+        if stager._pid == os.getpid() and not stager._closing and not stager.owns_current_thread():
+            with contextlib.suppress(FpstoreError):
+                stager.sync()
+            stager._storage.write_lock.acquire()
+            stager._held_for_fork = True
+
+
+def _after_fork_in_parent() -> None:
+    for stager in list(_live):
+        if stager._held_for_fork:
+            stager._held_for_fork = False
+            stager._storage.write_lock.release()
+
+
+def _after_fork_in_child() -> None:
+    # The child has no stager thread: its stores are closed to it (Storage detaches them).
+    for stager in list(_live):
+        if stager._held_for_fork:
+            stager._held_for_fork = False
+            stager._storage.write_lock.release()
+        stager._closing = True
+    _live.clear()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 class _Job:
@@ -89,14 +123,25 @@ class StagedRequests(Generic[Req, Res]):
     the stager stages whatever has queued as one group while the callers of the previous group
     prepare their next request: no leader, no wait for stragglers."""
 
-    def __init__(self, stager: Stager, commit_in: Callable[[Any, Sequence[Req]], list[Res]], max_group: int = MAX_GROUP) -> None:
+    def __init__(
+        self,
+        stager: Stager,
+        commit_in: Callable[[Any, Sequence[Req]], list[Res]],
+        commit_here: Callable[[Req], Res],
+        max_group: int = MAX_GROUP,
+    ) -> None:
         self._stager, self.commit_in, self.max_group = stager, commit_in, max_group
+        #: A request committed in the calling thread, when its writes do not go to the stager
+        #: (:meth:`Storage.stager_for_this_thread`).
+        self._commit_here = commit_here
         #: Groups staged and the requests in them (for tests and benchmarks).
         self.groups = 0
         self.requests = 0
 
     def submit(self, request: Req) -> Res:
         """Queue ``request``; its result once it is staged (or raise its error)."""
+        if self._stager._storage.stager_for_this_thread() is None:
+            return self._commit_here(request)
         return self._stager._submit(_Job(_REQUEST, None, "", self, request))
 
 
@@ -105,6 +150,8 @@ class Stager:
 
     def __init__(self, storage: Storage, interval: float) -> None:
         self._storage = storage
+        self._pid = os.getpid()
+        self._held_for_fork = False
         self.interval = interval
         self._cond = threading.Condition(threading.Lock())
         self._jobs: deque[_Job] = deque()
@@ -274,7 +321,15 @@ class Stager:
                 self._begin()
             try:
                 result = self._stage_once(fn, action)
-            except (lmdb.MapFullError, lmdb.TxnFullError):
+            except lmdb.TxnFullError as exc:
+                # The open transaction holds too much for one more write (the nested one was
+                # aborted): commit it and run the write in a new one; a write too large for an
+                # empty transaction is its caller's error.
+                if not self._pending:
+                    raise self._storage.translate(exc, action) from exc
+                self._commit()
+                continue
+            except lmdb.MapFullError:
                 # The map is full. Committing the open transaction could itself fail for want of
                 # a page, so it is aborted: the map grows with no transaction open, and the
                 # writes staged since the last commit run again before this one.
@@ -320,7 +375,7 @@ class Stager:
                     if self._stage_once(fn, "staging writes again after the map grew") != result:
                         raise StorageError("a staged write gave another result when it ran again after the map grew")
                 return
-            except (lmdb.MapFullError, lmdb.TxnFullError):
+            except lmdb.MapFullError:
                 self._abort_open()
             except Exception as exc:
                 if self._txn is not None:
@@ -335,7 +390,7 @@ class Stager:
             assert txn is not None
             try:
                 storage.commit_write(txn, "committing staged writes")
-            except (lmdb.MapFullError, lmdb.TxnFullError):
+            except lmdb.MapFullError:
                 storage.write_lock.release()  # the transaction is aborted; its writes run again
                 self._rebuild()
                 continue
@@ -346,7 +401,10 @@ class Stager:
             break
         self._pending = []
         self.commits += 1
-        storage.after_write()
+        try:
+            storage.after_write()
+        except Exception:  # the commit is done: a hook's failure is not the staged writes'
+            log.exception("%s: a hook after a commit of staged writes failed", storage.path)
 
     def _fail(self, exc: BaseException) -> StorageError:
         """The writes acknowledged since the last commit are lost: every later caller hears it."""

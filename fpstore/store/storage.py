@@ -715,8 +715,8 @@ class Storage:
         With ``durability="interval"`` the stager thread runs it, once what is staged has committed.
         """
         self.check_writable()
-        stager = self._stager
-        if stager is not None and not stager.owns_current_thread() and self._alone_thread != threading.get_ident():
+        stager = self.stager_for_this_thread()
+        if stager is not None:
             return stager.write(fn, action)
         return self.write_now(fn, action)
 
@@ -724,17 +724,32 @@ class Storage:
         """Run ``fn(txn)`` as :meth:`write` does; with ``durability="interval"``, return once it has
         run in the stager's open transaction, before that commits (:mod:`fpstore.store.staging`)."""
         self.check_writable()
-        stager = self._stager
-        if stager is not None and not stager.owns_current_thread() and self._alone_thread != threading.get_ident():
+        stager = self.stager_for_this_thread()
+        if stager is not None:
             return stager.stage(fn, action)
         return self.write_now(fn, action)
+
+    def stager_for_this_thread(self) -> Stager | None:
+        """The stager, when this thread's writes go to it (``durability="interval"``); None when
+        they run in this thread: the stager's own, the thread inside :meth:`alone`, and a thread
+        that holds a read open. The last one's write waits for what is staged to commit, then
+        commits durably itself: the stager, growing the map for it, would wait for that very
+        read, which waits for the write."""
+        stager = self._stager
+        if stager is None or stager.owns_current_thread() or self._alone_thread == threading.get_ident():
+            return None
+        if self._map.held():
+            stager.sync()
+            return None
+        return stager
 
     def sync(self) -> None:
         """Return once every write acknowledged so far is durable (with ``durability="interval"``,
         commit what is staged now; the other modes acknowledge only durable writes)."""
         self.check_writable()
-        if self._stager is not None and not self._stager.owns_current_thread():
-            self._stager.sync()
+        stager = self._stager
+        if stager is not None and not stager.owns_current_thread() and self._alone_thread != threading.get_ident():
+            stager.sync()
 
     def write_now(self, fn: Callable[[lmdb.Transaction], T], action: str) -> T:
         """:meth:`write` in the calling thread."""
