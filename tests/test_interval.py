@@ -472,3 +472,31 @@ def test_an_add_from_a_thread_holding_a_read(tmp_path):
         assert not worker.is_alive(), "an add from a thread holding a read hangs"
         assert [m.key for m in done[1].near_duplicates] == ["a"]
         assert len(store) == 3  # durable on return, the staged add committed before them
+
+
+def test_a_store_dropped_without_close_is_closed_and_keeps_its_adds(tmp_path):
+    """A program drops an "interval" store without close(): once its interval has passed and it
+    is collected, it is closed (its staged add committed, its lock released), as with "full"."""
+    import gc
+    import warnings
+
+    path = tmp_path / "s"
+
+    def use_and_drop():
+        store = fpstore.open(path, k=K, durability="interval", commit_interval=0.05)
+        store.add("a", fingerprint=1, pipeline_id=store.pipeline.id)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        use_and_drop()
+        deadline = time.monotonic() + 30
+        while True:
+            gc.collect()
+            try:
+                again = fpstore.open(path, durability="interval")
+                break
+            except StorageError:  # still open: its staged add not yet committed
+                assert time.monotonic() < deadline, "the dropped store is never closed"
+                time.sleep(0.05)
+    with again:
+        assert {d.key for d in again.documents()} == {"a"}

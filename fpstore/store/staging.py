@@ -149,7 +149,10 @@ class Stager:
     """The thread that owns a store's write transactions in ``durability="interval"``."""
 
     def __init__(self, storage: Storage, interval: float) -> None:
-        self._storage = storage
+        # Weakly: the stager's thread must not keep a store its program dropped without close()
+        # alive (the store's finalizer closes it, committing what is staged through close()).
+        self._storage_ref = weakref.ref(storage)
+        self._closing_storage: Storage | None = None
         self._pid = os.getpid()
         self._held_for_fork = False
         self.interval = interval
@@ -192,15 +195,31 @@ class Stager:
         if self._thread is not None or self._failure is not None:  # else nothing was staged
             self._submit(_Job(_SYNC, None, "committing staged writes"))
 
-    def close(self) -> None:
+    @property
+    def _storage(self) -> Storage:
+        storage = self._storage_ref() or self._closing_storage
+        if storage is None:
+            raise ClosedError("the store was dropped")
+        return storage
+
+    def close(self, storage: Storage) -> None:
         """Commit what is staged and end the thread; raises a failed commit's error (once the
-        thread has ended)."""
+        thread has ended). ``storage`` is the closing store's (a finalizer's weak references
+        are gone)."""
         with self._cond:
             self._closing = True
+            self._closing_storage = storage
             self._cond.notify()
             thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
+        if thread is threading.current_thread():
+            # Closed from the stager's own thread (a store dropped there, between two jobs): the
+            # open transaction is this thread's to commit, now.
+            if self._txn is not None:
+                with contextlib.suppress(FpstoreError):
+                    self._commit()
+        elif thread is not None:
             thread.join()
+        self._closing_storage = None
         if self._failure is not None:
             failure, self._failure = self._failure, None  # said once, by close
             raise failure
@@ -238,18 +257,8 @@ class Stager:
                 jobs = list(self._jobs)
                 self._jobs.clear()
                 closing = self._closing and not jobs
-            i = 0
-            while i < len(jobs):
-                owner = jobs[i].owner
-                if owner is None:
-                    self._run(jobs[i])
-                    i += 1
-                    continue
-                j = i + 1  # the requests of one owner queued in a row: one group
-                while j < len(jobs) and jobs[j].owner is owner and j - i < owner.max_group:
-                    j += 1
-                self._run_group(owner, jobs[i:j])
-                i = j
+            self._run_all(jobs)
+            del jobs  # nothing of the callers' (their store, its storage) stays alive in this frame
             if self._txn is not None and (closing or time.monotonic() >= self._deadline or self._storage.map_growth_waits()):
                 try:
                     self._commit()
@@ -257,6 +266,21 @@ class Stager:
                     pass  # kept in self._failure, raised to every later caller
             if closing:
                 return
+
+    def _run_all(self, jobs: list[_Job]) -> None:
+        """Run the jobs in order; the requests of one owner queued in a row are one group."""
+        i = 0
+        while i < len(jobs):
+            owner = jobs[i].owner
+            if owner is None:
+                self._run(jobs[i])
+                i += 1
+                continue
+            j = i + 1
+            while j < len(jobs) and jobs[j].owner is owner and j - i < owner.max_group:
+                j += 1
+            self._run_group(owner, jobs[i:j])
+            i = j
 
     def _run(self, job: _Job) -> None:
         try:

@@ -628,7 +628,7 @@ class Storage:
         stager = getattr(self, "_stager", None)
         if stager is not None and self._env is not None and os.getpid() == self._pid and not self._forked:
             try:
-                stager.close()
+                stager.close(self)
             except FpstoreError as exc:
                 failure = exc
         if self._env is not None and os.getpid() == self._pid and not self._forked:
