@@ -500,3 +500,17 @@ def test_a_store_dropped_without_close_is_closed_and_keeps_its_adds(tmp_path):
                 time.sleep(0.05)
     with again:
         assert {d.key for d in again.documents()} == {"a"}
+
+
+def test_a_growth_of_the_map_does_not_wait_for_the_interval(tmp_path):
+    """With adds staged under a 30 s interval, another thread's growth of the map (a bulk load's
+    or a merge's reservation) makes the stager commit at once, not at the interval's end."""
+    with fpstore.open(tmp_path / "s", k=K, durability="interval", commit_interval=30) as store:
+        store.add("a", fingerprint=1, pipeline_id=store.pipeline.id)
+        before = store.info()["map_size"]
+        t0 = time.monotonic()
+        store._storage.reserve(before * 4)
+        waited = time.monotonic() - t0
+        assert store.info()["map_size"] > before
+        assert waited < 10, f"the growth waited {waited:.1f} s for the staged transaction"
+        assert len(store) == 1  # committed for the growth

@@ -51,6 +51,8 @@ MAX_INTERVAL = 60.0
 #: Map room made before each long transaction begins, so that a staged write rarely meets a full
 #: map (which commits what is staged, grows the map and runs the write again).
 STAGE_ROOM = 32 << 20
+#: How often an idle stager with a transaction open looks for a growth of the map waiting for it.
+GROWTH_POLL_S = 0.005
 
 _STAGE, _REQUEST, _WRITE, _SYNC = "stage", "request", "write", "sync"
 
@@ -251,9 +253,11 @@ class Stager:
                         self._cond.wait()
                         continue
                     left = self._deadline - time.monotonic()
-                    if left <= 0:
+                    if left <= 0 or self._storage.map_growth_waits():
                         break
-                    self._cond.wait(left)
+                    # A growth of the map (another thread's bulk load or merge) waits for the
+                    # open transaction: looked at every few milliseconds, not only at the deadline.
+                    self._cond.wait(min(left, GROWTH_POLL_S))
                 jobs = list(self._jobs)
                 self._jobs.clear()
                 closing = self._closing and not jobs

@@ -135,7 +135,9 @@ class Store(Closing):
             self._storage.on_commit = [self._merges.after_commit]
             stager = self._storage.stager
             self._adds: GroupCommit[OneAdd, AddResult] | StagedRequests[OneAdd, AddResult] = (
-                GroupCommit(self._commit_adds) if stager is None else StagedRequests(stager, self._add_group, lambda add: self._commit_adds([add])[0])
+                GroupCommit(self._commit_adds)
+                if stager is None
+                else StagedRequests(stager, self._add_group, lambda add: self._commit_adds([add])[0])
             )
         except BaseException:
             if self._storage.is_new:
