@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 0.1
 MAX_INTERVAL = 60.0
 #: Map room made before each long transaction begins, so that a staged write rarely meets a full
-#: map (which commits what is staged, grows the map and runs the write again).
+#: map (which aborts the open transaction, grows the map and stages its writes again).
 STAGE_ROOM = 32 << 20
 #: How often an idle stager with a transaction open looks for a growth of the map waiting for it.
 GROWTH_POLL_S = 0.005
@@ -81,10 +81,10 @@ def _before_fork() -> None:
     # commit what is staged and hold the write lock (no transaction can begin) across the fork.
     for stager in list(_live):
         if stager._pid == os.getpid() and not stager._closing and not stager.owns_current_thread():
-            with contextlib.suppress(FpstoreError):
+            with contextlib.suppress(FpstoreError):  # a failed stager or a dropped store: nothing staged
                 stager.sync()
-            stager._storage.write_lock.acquire()
-            stager._held_for_fork = True
+                stager._storage.write_lock.acquire()
+                stager._held_for_fork = True
 
 
 def _after_fork_in_parent() -> None:
