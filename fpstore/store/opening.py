@@ -73,7 +73,8 @@ def open(path: str | os.PathLike[str], **options: Any) -> Store:
     ``commit_interval`` seconds (0.1 by default); a crash of any kind may undo the adds of that
     last interval, the newest ones and whole, never an older one and never damaging the store.
     Other writes (``add_many``, checkpoints, maintenance) stay durable when they return, and commit
-    the staged adds before them; :meth:`Store.sync` commits them on demand. Reads see a staged add
-    once it has committed. The mode belongs to this open, not to the store's files.
+    the staged adds before them; :meth:`Store.sync` commits them on demand; an add from a thread
+    that holds a read open (``store.reader()``) is durable too. Reads see a staged add once it has
+    committed. The mode belongs to this open, not to the store's files.
     """
     return Store(path, **options)
