@@ -260,11 +260,11 @@ class IncrementalTables:
         docs = self._docs(txn)
         if docs is not None:
             fps, ids = docs
-            dist = np.bitwise_count(fps ^ np.uint64(fp))
-            for j in np.flatnonzero(dist <= k).tolist():
+            _, hits, dist = search.compare_all(np.array([fp], dtype=np.uint64), fps, k)
+            for j, d in zip(hits.tolist(), dist.tolist()):
                 doc_id = int(ids[j])
                 if doc_id != exclude:
-                    found[doc_id] = (int(dist[j]), int(fps[j]))
+                    found[doc_id] = (d, int(fps[j]))
             return found
         if txn.stat(self.dbs[0])["entries"] == 0:  # all compacted into runs: skip T seeks
             return found
