@@ -304,3 +304,43 @@ def test_map_figures_read_beside_a_growing_map(tmp_path):
 
         _run_threads([grower, reader])
         assert len(sizes) > 100 and len(set(sizes)) > 10, "the map did not grow under the reader: the test proves nothing"
+
+
+@pytest.mark.parametrize("durability", ["full", "interval"])
+def test_writes_and_reads_beside_redesigns_and_file_compactions(tmp_path, durability):
+    """Threads add (one at a time, in batches, with verdicts), query and compact while another
+    thread redesigns the store and compacts its file, again and again: each call either succeeds
+    or never started; none meets the catalog or the environment the switch replaced ("Database
+    handle belongs to another environment", a false CorruptionError, a closed store)."""
+    options = {"commit_interval": 0.05} if durability == "interval" else {}
+    with fpstore.open(tmp_path / "s", k=K, durability=durability, flush_entries=8, merges="background", **options) as store:
+        pid = store.pipeline.id
+        stop = threading.Event()
+        rng = np.random.default_rng(5)
+        fps = rng.integers(0, 2**64, size=6000, dtype=np.uint64).tolist()
+
+        def writer(w: int):
+            i = 0
+            while not stop.is_set() and i < 250:
+                key = f"w{w}-{i}"
+                kind = i % 5
+                if kind == 0:
+                    store.add_many([key, key + "b"], fingerprints=fps[i * 4 + w : i * 4 + w + 2], pipeline_id=pid)
+                elif kind == 1:
+                    store.add_each([key], fingerprints=[fps[i * 4 + w]], pipeline_id=pid)
+                elif kind == 2:
+                    store.query(fingerprint=fps[i], pipeline_id=pid)
+                elif kind == 3 and w == 0:
+                    store.compact()
+                else:
+                    store.add(key, fingerprint=fps[i * 4 + w], pipeline_id=pid)
+                i += 1
+
+        def switcher():
+            for j in range(6):
+                store.redesign([2, 3, 4][j % 3])
+                store.compact_file()
+            stop.set()
+
+        _run_threads([lambda w=w: writer(w) for w in range(3)] + [switcher])
+        assert store.verify() == []

@@ -468,13 +468,20 @@ class Storage:
                 fault_points = faults.active()
                 fault_points.fsync(copy)
                 fault_points.fsync(tmp)
-                map_size = self.env.info()["map_size"]
-                self.env.close()
-                self._env = None
-                fault_points.replace(copy, data)
-                fault_points.fsync(self.path)
-                after = os.path.getsize(data)
-                self._env = self._open_env(map_size)
+                old = self.env
+                map_size = old.info()["map_size"]
+                # ``_env`` keeps naming the closed environment until the new one is open: another
+                # thread's check that the store is open passes, and its transaction, which waits
+                # for this switch, begins in the new one.
+                old.close()
+                try:
+                    fault_points.replace(copy, data)
+                    fault_points.fsync(self.path)
+                    after = os.path.getsize(data)
+                    self._env = self._open_env(map_size)
+                except BaseException:
+                    self._env = None
+                    raise
                 self.mapping += 1
                 self.dbs = {}
                 reopen()
@@ -671,10 +678,13 @@ class Storage:
     def _begin_read(self, buffers: bool) -> lmdb.Transaction:
         """Begin a read holding a share of the map (released by :class:`_Reading` on exit)."""
         env = self.env
-        self._maybe_reader_check()
         for attempt in range(3):
             self._map.share()
             try:
+                # The environment as it is once the share is held: a switch of the whole store
+                # (file compaction) that this share waited for has replaced it.
+                env = self.env
+                self._maybe_reader_check()
                 # Two calls, not begin(buffers=buffers): lmdb's stubs type begin() by the literal value.
                 return env.begin(buffers=True) if buffers else env.begin(buffers=False)
             except lmdb.MapResizedError:
@@ -881,9 +891,9 @@ class Storage:
         """The environment's info (and stat, and reader table), read while holding a share of the
         map: LMDB reads them through the map, which another thread's growth may be moving (the
         calls then fail with EINVAL, or read an unmapped page)."""
-        env = self.env
         self._map.share()
         try:
+            env = self.env  # once the share is held: a file compaction may have replaced it
             info = dict(env.info())
             if stat:
                 info.update(env.stat())

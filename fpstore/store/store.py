@@ -255,9 +255,10 @@ class Store(Closing):
         return add_group(self._cat, txn, adds, self.k, self.flush_entries)
 
     def _commit_adds(self, adds: Sequence[OneAdd]) -> list[AddResult]:
-        k, cat, flush_entries = self.k, self._cat, self.flush_entries
         action = f"adding {adds[0].key!r}" if len(adds) == 1 else f"adding a group of {len(adds)} documents"
-        return self._storage.stage(lambda txn: add_group(cat, txn, adds, k, flush_entries), action=action)
+        # The catalog as the transaction finds it: a redesign or a file compaction in another
+        # thread replaces it (and its table handles) while this write waits for the write lock.
+        return self._storage.stage(lambda txn: self._add_group(txn, adds), action=action)
 
     def sync(self) -> None:
         """Return once every add acknowledged so far is durable. With ``durability="interval"``
@@ -293,9 +294,8 @@ class Store(Closing):
         """
         contents = content_of(self.pipeline, texts, images, "s")
         batch = prepare_batch(self.pipeline, keys, contents, fingerprints, pipeline_id, checkpoint, canonicals)
-        cat, flush_entries = self._cat, self.flush_entries
         action = f"adding a batch of {len(batch.typed_keys)}"
-        return self._storage.write(lambda txn: add_batch(cat, txn, batch, flush_entries), action=action)
+        return self._storage.write(lambda txn: add_batch(self._cat, txn, batch, self.flush_entries), action=action)
 
     def add_each(
         self,
@@ -315,9 +315,9 @@ class Store(Closing):
         batch = prepare_batch(
             self.pipeline, keys, content_of(self.pipeline, texts, images, "s"), fingerprints, pipeline_id, checkpoint, None
         )
-        adds, cat, flush_entries, k = batch_adds(batch, keys), self._cat, self.flush_entries, self.k
+        adds = batch_adds(batch, keys)
         return self._storage.write(
-            lambda txn: add_group(cat, txn, adds, k, flush_entries, batch.ckpt), action=f"adding a batch of {len(adds)}"
+            lambda txn: add_group(self._cat, txn, adds, self.k, self.flush_entries, batch.ckpt), action=f"adding a batch of {len(adds)}"
         )
 
     # -- bulk loads and compaction -------------------------------------------------------------
@@ -367,7 +367,7 @@ class Store(Closing):
         Tombstoned entries are dropped. One write transaction: readers keep their snapshot, and
         a crash leaves the old state or the new one. Returns counts of what was merged.
         """
-        return compact(self._storage, self._cat, full)
+        return compact(self._storage, lambda: self._cat, full)
 
     def merge_runs(self) -> dict[str, int]:
         """Run the merges of full size tiers now, in this thread, and return their counts. With

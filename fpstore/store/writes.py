@@ -5,7 +5,7 @@ transaction, the flush that follows a write, a bulk load's run and compaction (t
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import lmdb
 import numpy as np
@@ -223,10 +223,13 @@ def load_run(storage: Storage, cat: Catalog, keys: KeyBatch, fps: np.ndarray) ->
     return done
 
 
-def compact(storage: Storage, cat: Catalog, full: bool) -> dict[str, int]:
-    """:meth:`Store.compact`: the incremental tables (and, when ``full``, every run) into one run."""
+def compact(storage: Storage, catalog: Callable[[], Catalog], full: bool) -> dict[str, int]:
+    """:meth:`Store.compact`: the incremental tables (and, when ``full``, every run) into one run.
+    ``catalog()`` is the store's catalog as each transaction finds it (a redesign or a file
+    compaction in another thread may replace it meanwhile)."""
     storage.check_writable()
     with storage.read() as txn:
+        cat = catalog()
         state = cat.state(txn)
         incremental = cat.incremental.entries(txn)
         tombstones = txn.stat(cat.dead)["entries"]
@@ -239,6 +242,7 @@ def compact(storage: Storage, cat: Catalog, full: bool) -> dict[str, int]:
 
     def work(txn: lmdb.Transaction) -> dict[str, int]:
         # Merge what this transaction sees (another writer may have changed it since the read).
+        cat = catalog()
         state = cat.state(txn)
         new_state, result = cat.lsm.merge(txn, state, list(state.runs) if full else [], incremental=True)
         if new_state is not state:
