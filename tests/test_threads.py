@@ -11,34 +11,13 @@ import pytest
 
 import fpstore
 from fpstore.index.tiers import TierCache
+from tests.support.threads import run_threads
 
 K = 3
 
 
 def _brute(stored: dict[str, int], fp: int, k: int) -> set[str]:
     return {key for key, f in stored.items() if bin(f ^ fp).count("1") <= k}
-
-
-def _run_threads(workers: list, seconds_limit: float = 120.0) -> None:
-    errors: list[BaseException] = []
-
-    def wrap(fn):
-        def run():
-            try:
-                fn()
-            except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-                errors.append(exc)
-
-        return run
-
-    threads = [threading.Thread(target=wrap(fn)) for fn in workers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(seconds_limit)
-    assert not any(t.is_alive() for t in threads), "a thread is stuck"
-    if errors:
-        raise errors[0]
 
 
 def test_sixteen_threads_add_and_query_through_map_growth_and_flushes(tmp_path, monkeypatch):
@@ -100,12 +79,12 @@ def test_sixteen_threads_add_and_query_through_map_growth_and_flushes(tmp_path, 
 
     def adders_then_stop():
         try:
-            _run_threads(adders)
+            run_threads(adders)
         finally:
             stop.set()
             done.set()
 
-    _run_threads([adders_then_stop, *queriers])
+    run_threads([adders_then_stop, *queriers])
     try:
         assert len(store) == len(fps) == len(added)
         info = store.info()
@@ -132,7 +111,7 @@ def test_read_cache_survives_concurrent_eviction():
 
         return run
 
-    _run_threads([worker(s) for s in range(8)])
+    run_threads([worker(s) for s in range(8)])
 
 
 @pytest.mark.parametrize("readers", [4])
@@ -162,7 +141,7 @@ def test_map_growth_waits_for_other_threads_reads(tmp_path, monkeypatch, readers
             stop.set()
 
     try:
-        _run_threads([loader] + [reader] * readers)
+        run_threads([loader] + [reader] * readers)
         assert len(store) == 120_000
         assert store.info()["map_size"] > 1 << 20
     finally:
@@ -302,7 +281,7 @@ def test_map_figures_read_beside_a_growing_map(tmp_path):
                 storage.reserve(0)
                 sizes.append(store.info()["map_size"])
 
-        _run_threads([grower, reader])
+        run_threads([grower, reader])
         assert len(sizes) > 100 and len(set(sizes)) > 10, "the map did not grow under the reader: the test proves nothing"
 
 
@@ -342,5 +321,5 @@ def test_writes_and_reads_beside_redesigns_and_file_compactions(tmp_path, durabi
                 store.compact_file()
             stop.set()
 
-        _run_threads([lambda w=w: writer(w) for w in range(3)] + [switcher])
+        run_threads([lambda w=w: writer(w) for w in range(3)] + [switcher])
         assert store.verify() == []

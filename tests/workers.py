@@ -27,7 +27,7 @@ import numpy as np
 
 from tests.support.faults import install_crash_point
 from tests.support.fuzz import FUZZ_TARGETS, fuzz_one, fuzz_seeds
-from tests.support.oracle import FEED, SEED, CheckFailed, batch, batch_sketches, batch_size, check_keys, check_snapshot, snapshot
+from tests.support.oracle import FEED, SEED, CheckFailed, batch, batch_sketches, batch_size, check_keys, check_snapshot, interval_fp, snapshot
 from tests.support.scenario import SCENARIO_K, SCENARIO_OPS, run_op, scenario_data
 
 
@@ -456,13 +456,6 @@ def interval_adder(args: argparse.Namespace) -> int:
             store.sync()
             say("synced", i)
     return 0
-
-
-def interval_fp(i: int) -> int:
-    """Document i's fingerprint in :func:`interval_adder`: every tenth near the one before it."""
-    rng = np.random.default_rng([SEED, i // 10])
-    base = int(rng.integers(0, 2**64, dtype=np.uint64))
-    return base ^ (1 << (i % 10)) if i % 10 else base
 
 
 def try_open(args: argparse.Namespace) -> int:

@@ -314,8 +314,8 @@ class IncrementalTables:
             return [self.probe(txn, fp, k) for fp in fps]
         return None
 
-    @classmethod
-    def _compare_pays(cls, m: int, entries: int) -> bool:
+    @staticmethod
+    def _compare_pays(m: int, entries: int) -> bool:
         """Whether comparing ``m`` fingerprints with every document of the copy costs no more
         than one scan of the tables (the kernel), or stays small (numpy's broadcast)."""
         if _backend.PURE_PYTHON:

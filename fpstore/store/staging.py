@@ -252,9 +252,9 @@ class Stager:
                     if self._txn is None:
                         self._cond.wait()
                         continue
-                    left = self._deadline - time.monotonic()
-                    if left <= 0 or self._storage.map_growth_waits():
+                    if self._commit_due():
                         break
+                    left = self._deadline - time.monotonic()
                     # A growth of the map (another thread's bulk load or merge) waits for the
                     # open transaction: looked at every few milliseconds, not only at the deadline.
                     self._cond.wait(min(left, GROWTH_POLL_S))
@@ -263,13 +263,17 @@ class Stager:
                 closing = self._closing and not jobs
             self._run_all(jobs)
             del jobs  # nothing of the callers' (their store, its storage) stays alive in this frame
-            if self._txn is not None and (closing or time.monotonic() >= self._deadline or self._storage.map_growth_waits()):
+            if self._txn is not None and (closing or self._commit_due()):
                 try:
                     self._commit()
                 except Exception:
                     pass  # kept in self._failure, raised to every later caller
             if closing:
                 return
+
+    def _commit_due(self) -> bool:
+        """The open transaction's interval is over, or a growth of the map waits for it."""
+        return time.monotonic() >= self._deadline or self._storage.map_growth_waits()
 
     def _run_all(self, jobs: list[_Job]) -> None:
         """Run the jobs in order; the requests of one owner queued in a row are one group."""
@@ -418,15 +422,14 @@ class Stager:
             assert txn is not None
             try:
                 storage.commit_write(txn, "committing staged writes")
+                break
             except lmdb.MapFullError:
-                storage.write_lock.release()  # the transaction is aborted; its writes run again
-                self._rebuild()
-                continue
+                pass  # the transaction is aborted: its writes run again, in a grown map
             except Exception as exc:
-                storage.write_lock.release()
                 raise self._fail(exc) from exc
-            storage.write_lock.release()
-            break
+            finally:
+                storage.write_lock.release()
+            self._rebuild()
         self._pending = []
         self.commits += 1
         try:

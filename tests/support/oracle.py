@@ -117,3 +117,26 @@ def check_keys(store, pipeline_id: str, picks: list[tuple[int, int]]) -> int:
     if len(q) != len(picks):
         raise CheckFailed(f"query_many returned {len(q)} matches for {len(picks)} stored fingerprints")
     return len(picks)
+
+
+def interval_fp(i: int) -> int:
+    """Document i's fingerprint in the ``interval-adder`` worker: every tenth near the one before it."""
+    rng = np.random.default_rng([SEED, i // 10])
+    base = int(rng.integers(0, 2**64, dtype=np.uint64))
+    return base ^ (1 << (i % 10)) if i % 10 else base
+
+
+def check_interval_adds(path: str, acks: list[int], syncs: list[int], where: str) -> int:
+    """The store an ``interval-adder`` left at ``path`` (killed, or a power-cut copy) holds exactly
+    d0..dj with its checkpoint at j, for a j at or after the last ``synced`` and at most the add in
+    flight after the last ``ack``; returns j (-1: nothing)."""
+    with fpstore.open(path, readonly=True) as store:
+        j = store.checkpoint(FEED)
+        docs = {d.key: d.fingerprint for d in store.documents()}
+    j = -1 if j is None else j
+    assert docs == {f"d{i}": interval_fp(i) for i in range(j + 1)}, f"{where}: not the adds up to {j}"
+    if syncs:
+        assert j >= syncs[-1], f"{where}: synced {syncs[-1]}, the store holds only up to {j}"
+    if acks:
+        assert j <= acks[-1] + 1, f"{where}: the store holds {j}, beyond the add in flight after {acks[-1]}"
+    return j
