@@ -124,6 +124,34 @@ def test_query_many_over_runs_and_increments_equals_brute_force(tmp_path, kind, 
             assert {m.key: m.distance for m in s.query(fingerprint=x, pipeline_id=pid)} == want
 
 
+@pytest.mark.parametrize("cores", [1, 2])
+def test_large_batch_on_threads_equals_brute_force(tmp_path, monkeypatch, cores):
+    """A batch large enough for the merge on threads (20,000 queries and more), most of them near
+    a stored fingerprint, several of those stored more than once: the same rows as brute force,
+    on one core and on two (the tables, and the ids of the matches, looked up on threads)."""
+    monkeypatch.setattr(fpstore.parallel, "available_cores", lambda: cores)
+    n = 24_000
+    rng = np.random.default_rng(21)
+    fps = rng.integers(0, 2**64, size=n, dtype=np.uint64)
+    fps[:300] = fps[300:600]  # stored twice
+    q = rng.integers(0, 2**64, size=21_000, dtype=np.uint64)
+    near = rng.random(len(q)) < 0.8
+    q[near] = fps[rng.integers(0, n, int(near.sum()))] ^ (np.uint64(1) << rng.integers(0, 64, int(near.sum())).astype(np.uint64))
+    with fpstore.open(tmp_path / "s", k=3) as s:
+        pid = s.pipeline.id
+        s.bulk_load(np.arange(n), fps, pipeline_id=pid, max_run=9000)
+        qi, ids, dist = s.query_many(q, pipeline_id=pid)
+        got = list(zip(qi.tolist(), s.keys_of(ids), dist.tolist()))
+    want = []
+    for lo in range(0, len(q), 2000):
+        d = np.bitwise_count(q[lo : lo + 2000, None] ^ fps[None, :])
+        a, b = np.nonzero(d <= 3)
+        want.extend(zip((a + lo).tolist(), b.tolist(), d[a, b].tolist()))
+    assert len(got) == len(set(got)) and set(got) == set(want)
+    assert len(want) > 16_000
+    assert [(a, d) for a, _, d in got] == sorted((a, d) for a, _, d in got)
+
+
 @pytest.mark.parametrize("design", ["r2f1", "r3f2"])
 def test_flip_designs_are_exact_in_batch_and_single_queries(tmp_path, design, batch_path):
     """Multi-probe designs (flipped prefixes) answer exactly, over runs and increments."""
@@ -391,6 +419,11 @@ def test_keys_of_over_segments_of_both_key_kinds_records_and_tombstones(tmp_path
         picked = [keys[i] for i in order] + keys[:5]
         for _ in range(2):
             assert s.keys_of([ids[key] for key in picked]) == picked
+        assert s.keys_of(np.array([ids[key] for key in picked], dtype=np.int64)) == picked
+        assert s.keys_of(np.array([ids[key] for key in picked], dtype=np.uint64)) == picked
+        for bad in (np.array([0], np.int64), np.array([ids[7], 2**63], np.uint64), np.array([ids[7]] * 70 + [-1], np.int64)):
+            with pytest.raises(CorruptionError):
+                s.keys_of(bad)
         s.delete(1003)
         s.delete("u5")
         for gone in (1003, "u5"):

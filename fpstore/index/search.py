@@ -266,7 +266,10 @@ def batch_probe_runs(
         if not len(qi):
             continue
         uniq, inverse = np.unique(fps, return_inverse=True)
-        ki, ids = run.ids_of(uniq)
+        if threaded and len(uniq) > 8 * fetched[r][0][0].nchunks:
+            ki, ids = _ids_of_many(run, fetched[r][0], uniq, nthreads)
+        else:
+            ki, ids = run.ids_of(uniq)
         if len(ki) > len(uniq):
             # Some fingerprint is stored more than once in this run, and the merge reported one
             # row per stored copy: keep one row per (query, fingerprint) before expanding to ids.
@@ -294,6 +297,25 @@ def batch_probe_runs(
     if not out_q:
         return empty
     return np.concatenate(out_q), np.concatenate(out_id), np.concatenate(out_d), np.concatenate(out_fp)
+
+
+def _ids_of_many(run: Run, table0: tuple[Any, Callable[[int], Any]], fps: np.ndarray, nthreads: int) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`Run.ids_of` of many sorted unique fingerprints on ``nthreads`` threads: each looks
+    up a contiguous share of them in table 0 (``table0``: its index and a getter of chunks read
+    already), so each decodes the blocks of its share of the key space only."""
+    index, get_chunk = table0
+    parts = np.array_split(fps, nthreads)
+
+    def lookup(part: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return runs_codec.probe_batch_run(get_chunk, index, part, 64, 0, positions=True)
+
+    found = list(executor(nthreads).map(lookup, parts))
+    starts = np.cumsum([0] + [len(p) for p in parts[:-1]])
+    # Each share's rows come ordered by position, so by fingerprint then position; the shares
+    # follow one another in fingerprint order.
+    ki = np.concatenate([f[0] + s for f, s in zip(found, starts)])
+    pos = np.concatenate([f[1] for f in found])
+    return ki, run.ids_at(pos)
 
 
 def _vectorised_numpy_sort() -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import zlib
 from collections.abc import Callable, Sequence
-from typing import Any, overload
+from typing import Any, NoReturn, overload
 
 import lmdb
 import numpy as np
@@ -100,6 +100,11 @@ class _Snapshot:
         #: :attr:`~fpstore.store.storage.Storage.mapping` they were read under.
         self.chunks: dict[bytes, Any] = {}
         self.mapping = -1
+
+
+def _bad_id(ids: list[int]) -> NoReturn:
+    bad = next(i for i in ids if not 0 < i < 1 << 63)
+    raise CorruptionError(f"an index names document id {bad}, outside any id this store assigns")
 
 
 class Catalog:
@@ -536,23 +541,26 @@ class Catalog:
                 out[j] = doc_id
         return out
 
-    def keys_of(self, txn: lmdb.Transaction, ids: list[int], state: State | None = None, memo: dict[bytes, Any] | None = None) -> list[Key]:
-        """Keys of many ids: incremental records by lookup, bulk ones a key block at a time
+    def keys_of(
+        self, txn: lmdb.Transaction, ids: list[int] | np.ndarray, state: State | None = None, memo: dict[bytes, Any] | None = None
+    ) -> list[Key]:
+        """Keys of many ids (a list, or an integer array: a batch's ids need no Python int each
+        until their keys are made): incremental records by lookup, bulk ones a key block at a time
         (integer keys read straight from the decoded blocks, no typed key built per id); column
         chunks kept in ``memo`` (see :meth:`query`)."""
-        if not ids:
+        if not len(ids):
             return []
         plan = self.plan(txn, state)
         return self._keys_of(txn, plan, ids, bool(plan.segs) and txn.stat(self.dead)["entries"] > 0, memo)
 
     def _keys_of(
-        self, txn: lmdb.Transaction, plan: ReadPlan, ids: list[int], dead: bool, memo: dict[bytes, Any] | None = None
+        self, txn: lmdb.Transaction, plan: ReadPlan, ids: list[int] | np.ndarray, dead: bool, memo: dict[bytes, Any] | None = None
     ) -> list[Key]:
         """:meth:`keys_of` with the plan given, and tombstones looked up only when ``dead``; a
         single id's key column chunk kept in ``memo`` (see :meth:`query`)."""
         if len(ids) == 1 and plan.bases:
             # A single query's usual answer: one bulk-loaded document, read without the batch's sets.
-            doc_id = ids[0]
+            doc_id = int(ids[0])
             j = bisect.bisect_right(plan.bases, doc_id) - 1
             if j >= 0 and doc_id < plan.ends[j] and doc_id > 0 and not (dead and self.is_dead(txn, doc_id)):
                 meta = plan.segs[j]
@@ -560,16 +568,23 @@ class Catalog:
                     return [tiers.column_key(txn, self.blobs, meta, doc_id - meta.base, memo)]
                 key = KeySegment(txn, self.blobs, self.cache, meta).int_or_typed_key(doc_id - meta.base, memo)
                 return [key if isinstance(key, int) else untyped_key(key)]
-        uniq = set(ids)
-        if min(uniq) <= 0 or max(uniq) >= 1 << 63:
-            bad = next(i for i in ids if not 0 < i < 1 << 63)
-            raise CorruptionError(f"an index names document id {bad}, outside any id this store assigns")
+        if isinstance(ids, np.ndarray):
+            if int(ids.min()) <= 0 or int(ids.max()) >= 1 << 63:
+                _bad_id(ids.tolist())
+        elif min(ids) <= 0 or max(ids) >= 1 << 63:
+            _bad_id(ids)
         if plan.segs and all(seg.int_keys is not None for seg in plan.segs):
             # Integer key columns: a few ids one at a time (numpy's fixed costs exceed their
             # lookups), many in one numpy pass.
-            fast = self._column_keys_of(txn, plan, ids, dead, memo) if len(ids) >= 64 else self._few_column_keys(txn, plan, ids, dead, memo)
+            if len(ids) >= 64:
+                fast = self._column_keys_of(txn, plan, np.asarray(ids, dtype=np.int64), dead, memo)
+            else:
+                fast = self._few_column_keys(txn, plan, [int(i) for i in ids], dead, memo)
             if fast is not None:
                 return fast
+        if isinstance(ids, np.ndarray):
+            ids = ids.tolist()
+        uniq = set(ids)
         keys: dict[int, Key] = {}
         # A bulk load numbers its documents in one range of ids, which no record shares.
         held: dict[int, list[int]] = {}
@@ -616,12 +631,11 @@ class Catalog:
         return out
 
     def _column_keys_of(
-        self, txn: lmdb.Transaction, plan: ReadPlan, ids: list[int], dead: bool, memo: dict[bytes, Any] | None
+        self, txn: lmdb.Transaction, plan: ReadPlan, arr: np.ndarray, dead: bool, memo: dict[bytes, Any] | None
     ) -> list[Key] | None:
-        """:meth:`_keys_of` of a batch whose ids (checked in 1..2**63-1) all lie in key segments
-        with integer key columns, none tombstoned, in numpy; None when any does not (the general
-        path then finds them, or reports them)."""
-        arr = np.array(ids, dtype=np.int64)
+        """:meth:`_keys_of` of a batch whose ids (int64, checked in 1..2**63-1) all lie in key
+        segments with integer key columns, none tombstoned, in numpy; None when any does not (the
+        general path then finds them, or reports them)."""
         order = np.argsort(arr)  # in id order, each column chunk is read once
         ordered = arr[order]
         seg = np.searchsorted(np.array(plan.bases, dtype=np.int64), ordered, side="right") - 1

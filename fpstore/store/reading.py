@@ -166,5 +166,5 @@ class Reader:
 
     def keys_of(self, ids: Iterable[int]) -> list[Key]:
         """:meth:`Store.keys_of` in this reader's snapshot."""
-        id_list = ids.tolist() if isinstance(ids, np.ndarray) and ids.dtype.kind in "iu" else [int(i) for i in ids]
+        id_list = ids if isinstance(ids, np.ndarray) and ids.dtype.kind in "iu" else [int(i) for i in ids]
         return self._store._cat.keys_of(self._open_txn(), id_list, memo=self._chunks)
