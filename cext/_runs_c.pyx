@@ -88,6 +88,7 @@ cdef enum:
     C_ERR_TRAILING = 6
     C_ERR_UNSORTED = 7
     C_ERR_NOMEM = -1
+    C_AGAIN = -2  # an unchecked loop saw something wrong: decode again, checking each step
     C_MAX_ENTRIES = 65535
 
 
@@ -223,6 +224,20 @@ def encode_chunk(const uint64_t[::1] keys, Py_ssize_t block_entries, Py_ssize_t 
 # ------------------------------------------------------------------------------------------ decode
 
 
+# Whether whole blocks and probes take the loops that check the sum of a block's gaps once (on)
+# or only the loops that check each gap (off). Tests switch it off to compare: the answers, the
+# errors and the restart points recorded must not change.
+cdef bint _unchecked_loops = True
+
+
+def use_unchecked_loops(bint on):
+    """Switch the decoders' unchecked loops on or off (for tests); returns the previous setting."""
+    global _unchecked_loops
+    was = _unchecked_loops
+    _unchecked_loops = on
+    return was
+
+
 cdef inline uint64_t _read_bits(const uint8_t* buf, int64_t buflen, int64_t bitpos, int k) noexcept nogil:
     """k (1..63) bits at bit bitpos of buf; the caller knows they lie inside buf."""
     cdef int64_t byte = bitpos >> 3
@@ -271,7 +286,7 @@ cdef int _decode_block(const uint8_t* buf, int64_t buflen, int64_t start, int64_
     m = n - 1
     rs = start + 1
     us = rs + ((m * k + 7) >> 3)
-    if k == 0 or k > 47 or m <= 0 or m > 8 * (end - start - 1) or us > end or us + 8 > buflen:
+    if k == 0 or k > 47 or m <= 0 or m > 8 * (end - start - 1) or us > end or us + 8 > buflen or not _unchecked_loops:
         return _decode_block_probe(buf, buflen, start, end, n, first, limit, out, 0, 0xFFFFFFFFFFFFFFFFULL,
                                    &ndone, &skip, NULL, NULL)
     ub = end - us
@@ -399,6 +414,10 @@ cdef int _decode_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, 
     base = ((last + 1) >> 6) << 6
     pos = us + (base >> 3)
     i = j0
+    if fast and 1 <= k <= 47 and _unchecked_loops:
+        c = _probe_unchecked(buf, end, ub, k, m, j0, last, bitpos, base, pos, out, limit, stop, ndone, ck_key, ck_bit)
+        if c != C_AGAIN:
+            return c
     while True:
         if pos >= end:
             return C_ERR_SHORT
@@ -447,6 +466,74 @@ cdef int _decode_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, 
                 return C_OK
         pos += 8
         base += 64
+
+
+cdef int _probe_unchecked(const uint8_t* buf, int64_t end, int64_t ub, int k, int64_t m, int64_t j0,
+                          int64_t last, int64_t bitpos, int64_t base, int64_t pos, uint64_t* out,
+                          uint64_t limit, uint64_t stop, int64_t* ndone, uint64_t* ck_key,
+                          int32_t* ck_bit) noexcept nogil:
+    # The loop of _decode_block_probe from the state it set up (out[0], last, bitpos, base, pos),
+    # with the sizes of the gaps checked once, when it stops, as in _decode_block: C_OK with the
+    # same keys and ndone, or C_AGAIN when anything is wrong, for the checking loop to find it
+    # in the specification's order. Restart points are recorded only once the keys are known
+    # right (a damaged block records none here).
+    cdef uint64_t key0 = out[0], key = out[0], rsum = 0, qsum, span, q, r, w = 0
+    cdef uint64_t mask = ((<uint64_t>1) << k) - 1
+    cdef int64_t last0 = last, i = j0, p, avail, t, e
+    cdef int64_t seen[CK_PER_BLOCK]  # the unary bit of each restart entry decoded, -1 if none
+    cdef int c
+    cdef bint stopped = False
+    for c in range(CK_PER_BLOCK):
+        seen[c] = -1
+    while True:
+        if pos >= end:
+            return C_AGAIN
+        avail = end - pos
+        if avail >= 8:
+            w = fps_load64(buf + pos)
+        else:
+            w = 0
+            for t in range(avail):
+                w |= (<uint64_t>buf[pos + t]) << (8 * t)
+        if base <= last:  # the restart point's word: its bits up to the point's are consumed
+            w &= ~((((<uint64_t>1) << (last - base + 1))) - 1)
+        while w != 0:
+            p = base + fps_ctz64(w)
+            q = <uint64_t>(p - last - 1)
+            last = p
+            r = (fps_load64(buf + (bitpos >> 3)) >> (bitpos & 7)) & mask
+            bitpos += k
+            rsum += r
+            key += (q << k) | r
+            i += 1
+            out[i - j0] = key
+            if (i & (CK_STEP - 1)) == 0 and i <= CK_PER_BLOCK * CK_STEP:
+                seen[i // CK_STEP - 1] = last
+            if key > stop:
+                stopped = True
+                break
+            w &= w - 1
+            if i == m:
+                break
+        if stopped or i == m:
+            break
+        pos += 8
+        base += 64
+    span = limit - key0
+    qsum = <uint64_t>((last - last0) - (i - j0))
+    if qsum > (span >> k) or rsum > span - (qsum << k):
+        return C_AGAIN
+    if not stopped and (w != 0 or (last >> 3) != ub - 1):
+        return C_AGAIN
+    if ck_bit != NULL:
+        for c in range(CK_PER_BLOCK):
+            e = (c + 1) * CK_STEP
+            # (A unary section past 2**31 bits, which only a forged block has, records nothing.)
+            if seen[c] >= 0 and ck_bit[c] < 0 and seen[c] <= 0x7FFFFFFF:
+                ck_key[c] = out[e - j0]
+                ck_bit[c] = <int32_t>seen[c]
+    ndone[0] = i - j0 + 1
+    return C_OK
 
 
 def decode_blocks(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] ends,

@@ -728,6 +728,66 @@ def test_probes_restarting_inside_blocks_equal_brute_force(n, key_bits, block, s
             assert err == 0 and sorted(hits) == want, (mod, lo, hi)
 
 
+@contextlib.contextmanager
+def checked_loops_only():
+    """The compiled kernel with only its loops that check each gap (see use_unchecked_loops)."""
+    was = C.use_unchecked_loops(False)
+    try:
+        yield
+    finally:
+        C.use_unchecked_loops(was)
+
+
+@pytest.mark.slow
+@settings(max_examples=FUZZ_EXAMPLES // 5, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([40, 52, 58, 64]), st.sampled_from([64, 256]), st.integers(0, 4), st.booleans())
+def test_unchecked_loops_change_nothing_on_damaged_blocks(seed, key_bits, block, nflips, warm):
+    """The compiled decoders' loops that check the sum of a block's gaps once, against their loops
+    that check each gap, on blocks with bytes overwritten: the same errors, keys, hits and
+    restart points, probe after probe (restart points recorded as probes go, or all up front),
+    and the specification twin's answer wherever the compiled probe decodes as far as it does
+    (the compiled probe stops after the first key above its range, so damage past it may go
+    unreported there)."""
+    rng = np.random.default_rng(seed)
+    # Keys below 2**key_bits: gaps of about 2**(key_bits - 11.5), so blocks of 28..52 remainder
+    # bits, on both sides of the unchecked loops' limit of 47 (a store of 10^7 keys has ~41).
+    keys = np.sort(rng.integers(0, 2**key_bits - 1, 3000, dtype=np.uint64, endpoint=True))
+    index, chunks = runs.encode_run(keys, block_entries=block, chunk_bytes=max(1 << 12, runs.max_block_bytes(block)))
+    names = [b"c%d" % c for c in range(index.nchunks)]
+    bad = [bytearray(c) for c in chunks]
+    c = int(rng.integers(0, len(bad)))
+    for _ in range(nflips):
+        bad[c][int(rng.integers(0, len(bad[c])))] = int(rng.integers(0, 256))
+    store = dict(zip(names, (bytes(b) for b in bad)))
+    b0, b1 = int(index._chunk_start[c]), int(index._chunk_start[c + 1])
+    desc = (index._starts[b0:b1], index._ends[b0:b1], index._counts[b0:b1], index._bounds[b0 : b1 + 1])
+    decoded = []
+    for mod, checked in ((C, False), (C, True), (PY, False)):
+        out = np.zeros(int(desc[2].sum()), np.uint64)
+        with checked_loops_only() if checked else contextlib.nullcontext():
+            err, j = mod.decode_blocks(store[names[c]], *desc, out)
+        decoded.append((err, j, out.tobytes() if err == 0 else None))
+    assert decoded[0] == decoded[1] == decoded[2]
+    fast, slow, spec = (_probe_tables_of(mod, index, names) for mod in (C, C, PY))
+    if warm:
+        with checked_loops_only():
+            filled = C.fill_restarts(slow, store.get)
+        assert C.fill_restarts(fast, store.get) == filled == PY.fill_restarts(spec, store.get)
+    stored = keys.tolist()
+    for _ in range(40):
+        a = stored[int(rng.integers(0, len(stored)))]
+        lo = max(0, a - int(rng.integers(0, 2 ** (key_bits - 6))))
+        hi = min(2**64 - 1, a + int(rng.integers(0, 2 ** (key_bits - 4))))
+        query = int(rng.integers(0, 2**64, dtype=np.uint64))
+        k = 64 if rng.random() < 0.5 else int(rng.integers(0, 40))
+        got = C.probe_tables([fast], store.get, [(0, lo, hi, query)], k)
+        with checked_loops_only():
+            assert C.probe_tables([slow], store.get, [(0, lo, hi, query)], k) == got, (lo, hi)
+        want = PY.probe_tables([spec], store.get, [(0, lo, hi, query)], k)
+        if got[0] or not want[0]:
+            assert got[0] == want[0] and sorted(got[3]) == sorted(want[3]), (lo, hi)
+
+
 def test_fill_restarts_reports_damage_as_the_probes_do():
     """Decoding every block up front (Store.warm) reports a missing or truncated chunk and a
     damaged block with the same codes in both twins, and runs.fill_restarts raises CorruptionError."""

@@ -198,6 +198,13 @@ def _decode_block(buf: np.ndarray, start: int, end: int, n: int, first: int, lim
     return OK, keys
 
 
+def use_unchecked_loops(on: bool) -> bool:
+    """The compiled twin's switch between its decoding loops (for tests: those that check the
+    sum of a block's gaps once, or only those that check each gap). This twin has the second kind
+    only, so the switch changes nothing; returns False, the setting it always has."""
+    return False
+
+
 def decode_blocks(
     buf: bytes | memoryview | np.ndarray,
     starts: np.ndarray,
