@@ -626,7 +626,9 @@ def run_ids_at(txn: lmdb.Transaction, db: Any, meta: RunMeta, positions: np.ndar
     if not len(positions):
         return np.zeros(0, np.uint64)
     if ids is None:
-        if positions.min() < 0 or positions.max() >= meta.count:
+        # (A few positions: Python's min and max cost less than numpy's.)
+        lo, hi = (positions.min(), positions.max()) if len(positions) > 64 else (min(pos := positions.tolist()), max(pos))
+        if lo < 0 or hi >= meta.count:
             raise CorruptionError(f"position outside run {meta.id}")
         base: int = meta.ids_base  # type: ignore[assignment]  # RunMeta sets ids_base when ids is None
         # Ids are assigned from 1 upward; one past 2**63 can only come from damaged bytes.

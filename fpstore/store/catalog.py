@@ -542,14 +542,23 @@ class Catalog:
         return out
 
     def keys_of(
-        self, txn: lmdb.Transaction, ids: list[int] | np.ndarray, state: State | None = None, memo: dict[bytes, Any] | None = None
+        self,
+        txn: lmdb.Transaction,
+        ids: list[int] | np.ndarray,
+        state: State | None = None,
+        memo: dict[bytes, Any] | None = None,
+        *,
+        reading: bool = False,
     ) -> list[Key]:
         """Keys of many ids (a list, or an integer array: a batch's ids need no Python int each
         until their keys are made): incremental records by lookup, bulk ones a key block at a time
         (integer keys read straight from the decoded blocks, no typed key built per id); column
-        chunks kept in ``memo`` (see :meth:`query`)."""
+        chunks kept in ``memo`` (see :meth:`query`). ``reading``: as for :meth:`probe_many`."""
         if not len(ids):
             return []
+        if reading:
+            snap = self.snapshot(txn)
+            return self._keys_of(txn, snap.plan, ids, bool(snap.plan.segs) and snap.dead, memo)
         plan = self.plan(txn, state)
         return self._keys_of(txn, plan, ids, bool(plan.segs) and txn.stat(self.dead)["entries"] > 0, memo)
 
@@ -568,22 +577,29 @@ class Catalog:
                     return [tiers.column_key(txn, self.blobs, meta, doc_id - meta.base, memo)]
                 key = KeySegment(txn, self.blobs, self.cache, meta).int_or_typed_key(doc_id - meta.base, memo)
                 return [key if isinstance(key, int) else untyped_key(key)]
-        if isinstance(ids, np.ndarray):
+        # Integer key columns: a few ids without numpy's sorts (its fixed costs exceed their
+        # lookups), many in one numpy pass.
+        int_columns = bool(plan.segs) and all(seg.int_keys is not None for seg in plan.segs)
+        if isinstance(ids, np.ndarray) and len(ids) >= 64:
             if int(ids.min()) <= 0 or int(ids.max()) >= 1 << 63:
                 _bad_id(ids.tolist())
-        elif min(ids) <= 0 or max(ids) >= 1 << 63:
-            _bad_id(ids)
-        if plan.segs and all(seg.int_keys is not None for seg in plan.segs):
-            # Integer key columns: a few ids one at a time (numpy's fixed costs exceed their
-            # lookups), many in one numpy pass.
-            if len(ids) >= 64:
-                fast = self._column_keys_of(txn, plan, np.asarray(ids, dtype=np.int64), dead, memo)
-            else:
-                fast = self._few_column_keys(txn, plan, [int(i) for i in ids], dead, memo)
+            fast = self._column_keys_of(txn, plan, ids.astype(np.int64), dead, memo) if int_columns else None
             if fast is not None:
                 return fast
-        if isinstance(ids, np.ndarray):
             ids = ids.tolist()
+        else:
+            ids = ids.tolist() if isinstance(ids, np.ndarray) else ids
+            if min(ids) <= 0 or max(ids) >= 1 << 63:
+                _bad_id(ids)
+            fast = None
+            if int_columns:
+                fast = (
+                    self._column_keys_of(txn, plan, np.array(ids, dtype=np.int64), dead, memo)
+                    if len(ids) >= 64
+                    else self._few_column_keys(txn, plan, ids, dead, memo)
+                )
+        if fast is not None:
+            return fast
         uniq = set(ids)
         keys: dict[int, Key] = {}
         # A bulk load numbers its documents in one range of ids, which no record shares.
@@ -618,16 +634,30 @@ class Catalog:
     def _few_column_keys(
         self, txn: lmdb.Transaction, plan: ReadPlan, ids: list[int], dead: bool, memo: dict[bytes, Any] | None
     ) -> list[Key] | None:
-        """:meth:`_column_keys_of` one id at a time."""
-        memo = {} if memo is None else memo
+        """:meth:`_column_keys_of` without numpy's sorts: each id's segment found by bisection,
+        then one kernel call per segment reached for its keys."""
+        if len(ids) == 1 and memo is not None:  # a single query's match
+            (doc_id,) = ids
+            j = bisect.bisect_right(plan.bases, doc_id) - 1
+            if j < 0 or doc_id >= plan.ends[j] or (dead and self.is_dead(txn, doc_id)):
+                return None
+            return [tiers.column_key(txn, self.blobs, plan.segs[j], doc_id - plan.segs[j].base, memo)]
         bases, ends, segs = plan.bases, plan.ends, plan.segs
-        out: list[Key] = []
-        for doc_id in ids:
+        reached: dict[int, tuple[list[int], list[int]]] = {}  # segment -> (slots, ordinals)
+        for slot, doc_id in enumerate(ids):
             j = bisect.bisect_right(bases, doc_id) - 1
             if j < 0 or doc_id >= ends[j] or (dead and self.is_dead(txn, doc_id)):
                 return None
-            meta = segs[j]
-            out.append(tiers.column_key(txn, self.blobs, meta, doc_id - meta.base, memo))
+            slots, ordinals = reached.setdefault(j, ([], []))
+            slots.append(slot)
+            ordinals.append(doc_id - segs[j].base)
+        out: list[Key] = [0] * len(ids)
+        for j, (slots, ordinals) in reached.items():
+            column = segs[j].int_keys
+            assert column is not None
+            values = tiers.read_packed_at(txn, self.blobs, column.prefix, column, ordinals, memo).tolist()
+            for slot, value in zip(slots, values):
+                out[slot] = value
         return out
 
     def _column_keys_of(
@@ -694,22 +724,31 @@ class Catalog:
         return ([self.document(txn, doc_id, rec) for doc_id, rec in batch] if documents else batch), covered
 
     def probe_many(
-        self, txn: lmdb.Transaction, fps: np.ndarray, k: int, memo: dict[bytes, Any] | None = None
+        self, txn: lmdb.Transaction, fps: np.ndarray, k: int, memo: dict[bytes, Any] | None = None, *, reading: bool = False
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every live (query index int64, id int64, distance uint8, fingerprint uint64) within
         ``k`` of ``fps``, sorted by query index, then distance, then id (see :meth:`Store.query_many`);
-        a small batch's run chunks kept in ``memo`` (see :meth:`query`)."""
-        plan = self.plan(txn)
+        a small batch's run chunks kept in ``memo`` (see :meth:`query`). ``reading``: ``txn`` is
+        a read transaction, whose snapshot's facts (:meth:`snapshot`) earlier reads found."""
+        if reading:
+            snap = self.snapshot(txn)
+            plan, dead, incremental = snap.plan, snap.dead, snap.incremental
+        else:
+            plan, dead, incremental = self.plan(txn), None, True
         if plan.runs and len(fps) < _small_batch_limit(plan.chunks0):
             if memo is None:
                 memo = self._chunks_written_txn(txn, plan)
             rq, rid, rd, rfp = search.probe_plan_each(plan, txn, self.blobs, self.probe_design, fps, k, memo)
         else:
             rq, rid, rd, rfp = search.batch_probe_runs(self.runs(txn), self.design, fps, k)
-        if len(rid) and txn.stat(self.dead)["entries"]:
+        if len(rid) and (dead if dead is not None else txn.stat(self.dead)["entries"]):
             keep = ~np.isin(rid.astype(np.uint64), self.lsm.dead_ids(txn))
             rq, rid, rd, rfp = rq[keep], rid[keep], rd[keep], rfp[keep]
-        iq, iid, idist, ifp = self.incremental.probe_batch(txn, fps, k)
+        if incremental:
+            iq, iid, idist, ifp = self.incremental.probe_batch(txn, fps, k)
+        else:
+            iq = iid = ifp = np.zeros(0, np.int64)
+            idist = np.zeros(0, np.uint8)
         if len(iq):
             # The incremental tables report a document once per table that reaches it.
             first = search.unique_rows(iq, iid)

@@ -146,7 +146,7 @@ class Reader:
         kq = store._check_k(store.k if k is None else k)
         theta = store.threshold if threshold is None else check_threshold(threshold)
         check_verifiable(store._cat.sketches, sigs.sketches, theta, "Fingerprints with sketches")
-        q, ids, dist, _ = store._cat.probe_many(txn, np.ascontiguousarray(sigs.values), kq, self._chunks)
+        q, ids, dist, _ = store._cat.probe_many(txn, np.ascontiguousarray(sigs.values), kq, self._chunks, reading=True)
         return verified_columns(store._cat.sketches, txn, (q, ids, dist), sigs.sketches, theta)
 
     def get(self, key: Key, default: Any = None) -> Document | Any:
@@ -167,4 +167,4 @@ class Reader:
     def keys_of(self, ids: Iterable[int]) -> list[Key]:
         """:meth:`Store.keys_of` in this reader's snapshot."""
         id_list = ids if isinstance(ids, np.ndarray) and ids.dtype.kind in "iu" else [int(i) for i in ids]
-        return self._store._cat.keys_of(self._open_txn(), id_list, memo=self._chunks)
+        return self._store._cat.keys_of(self._open_txn(), id_list, memo=self._chunks, reading=True)
