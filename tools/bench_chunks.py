@@ -13,7 +13,9 @@ a configuration is skipped when its index would not fit in ``--faiss-ram`` GiB).
 stored fingerprints with 1-3 bits flipped, 20 % uniform random (``make_queries``). For each chunk
 size c, the same ``max(20 c, --min-queries)`` queries go through, c at a time:
 
-* fpstore: ``store.query_many(chunk, k=3)`` then ``store.keys_of(ids)`` (keys, as a crawler needs);
+* fpstore: ``store.query_many(chunk, k=3)`` then ``store.keys_of(ids)`` (keys, as a crawler needs;
+  one thread for chunks below 20,000 queries, every core of the process for larger ones, as
+  ``query_many`` merges them by default);
 * faiss: ``index.range_search(chunk, 4)`` (labels are the keys: faiss stores none of its own).
 
 Rounds alternate the contenders (``--rounds``, default 3); each figure is the median rate of the
@@ -165,7 +167,7 @@ def main() -> None:
         results = [run_n(int(n), args, rng) for n in args.n]
         end = bc.uptime()
         print(f"<!-- {' '.join(sys.argv)} -->")
-        print(f"fpstore {code}; fpstore and faiss one thread each.\n")
+        print(f"fpstore {code}; faiss one thread; fpstore one thread below 20,000 queries a chunk, every core from there (query_many's merge).\n")
         print(f"Load before: `{start}`; after: `{end}`.\n")
         bc.write_json(args.json, {"argv": sys.argv, "machine": bc.machine(), "code": code, "load_before": start,
                                   "load_after": end, "results": results})
