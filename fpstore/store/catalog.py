@@ -34,9 +34,9 @@ from fpstore.store.sketches import Sketches, verify_near
 #: fewer than ``SMALL_BATCH_BASE + min(SMALL_BATCH_PER_CHUNK * c, SMALL_BATCH_MAX_EXTRA)``
 #: queries, c the chunks of the runs' table 0: the merge's cost grows with the chunks it reaches,
 #: a single probe's much less. Fitted to the crossovers ``tools/bench_probe_crossover.py``
-#: measures ("query_many", idle machine: about 2,200 queries at 10^5 (3 chunks), 13,000 at 10^6
-#: (22), 20,000 at 10^7 (202); the cap holds 10^7's, the largest measured).
-SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK, SMALL_BATCH_MAX_EXTRA = 1600, 520, 18_400
+#: measures ("query_many", idle machine: about 1,700 queries at 10^5 (3 chunks), 7,600 at 10^6
+#: (22), 16,000 at 10^7 (202); the cap holds 10^7's, the largest measured).
+SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK, SMALL_BATCH_MAX_EXTRA = 800, 310, 15_200
 #: Fewer result rows than this are ordered by numpy's lexsort, more by two radix passes.
 SORT_SMALL = 2048
 
