@@ -264,6 +264,34 @@ cdef enum:
     CK_PER_BLOCK = 7
 
 
+cdef inline uint64_t _unary_word(const uint8_t* buf, int64_t pos, int64_t end) noexcept nogil:
+    """The 64 unary bits at byte ``pos`` (< ``end``), those past ``end`` read as 0."""
+    cdef uint64_t w
+    cdef int64_t t, avail = end - pos
+    if avail >= 8:
+        return fps_load64(buf + pos)
+    w = 0
+    for t in range(avail):
+        w |= (<uint64_t>buf[pos + t]) << (8 * t)
+    return w
+
+
+cdef inline bint _gaps_fit(uint64_t span, uint64_t qsum, uint64_t rsum, int k) noexcept nogil:
+    """Whether gaps whose quotients sum to ``qsum`` and remainders to ``rsum`` (k bits each) sum
+    to at most ``span``: the one check the unchecked loops make. Each gap is then at most the
+    sum, so no ``q << k`` nor partial sum overflowed, and each key is the one that checking every
+    gap against the room left would have given."""
+    return qsum <= (span >> k) and rsum <= span - (qsum << k)
+
+
+cdef inline int _decode_block_checked(const uint8_t* buf, int64_t buflen, int64_t start, int64_t end, int64_t n,
+                                      uint64_t first, uint64_t limit, uint64_t* out) noexcept nogil:
+    """A whole block through the probe's decoder (which checks in the specification's order)."""
+    cdef int64_t ndone, skip
+    return _decode_block_probe(buf, buflen, start, end, n, first, limit, out, 0, 0xFFFFFFFFFFFFFFFFULL,
+                               &ndone, &skip, NULL, NULL)
+
+
 cdef int _decode_block(const uint8_t* buf, int64_t buflen, int64_t start, int64_t end, int64_t n,
                        uint64_t first, uint64_t limit, uint64_t* out) noexcept nogil:
     """Checks 2..9 of the specification; writes n keys to out when it returns C_OK.
@@ -277,21 +305,18 @@ cdef int _decode_block(const uint8_t* buf, int64_t buflen, int64_t start, int64_
     specification's order and so returns the same error. Every read stays inside
     ``[start, end)`` and the 8 bytes after the remainders, as there."""
     cdef int k
-    cdef int64_t m, rs, us, ub, pos, base, last, p, i, bitpos, ndone, skip, avail, t
-    cdef uint64_t key, rsum, qsum, span, q, r, w, mask
-    if start < 0 or start >= end or end > buflen or first > limit:
-        return _decode_block_probe(buf, buflen, start, end, n, first, limit, out, 0, 0xFFFFFFFFFFFFFFFFULL,
-                                   &ndone, &skip, NULL, NULL)
-    k = buf[start]
+    cdef int64_t m, rs, us, ub, pos, base, last, p, i, bitpos, take, j
+    cdef uint64_t key, rsum, q, r, w = 0, mask
+    cdef bint tail
+    k = buf[start] if 0 <= start < end <= buflen else 0
     m = n - 1
     rs = start + 1
     us = rs + ((m * k + 7) >> 3)
-    if k == 0 or k > 47 or m <= 0 or m > 8 * (end - start - 1) or us > end or us + 8 > buflen or not _unchecked_loops:
-        return _decode_block_probe(buf, buflen, start, end, n, first, limit, out, 0, 0xFFFFFFFFFFFFFFFFULL,
-                                   &ndone, &skip, NULL, NULL)
+    if (k == 0 or k > 47 or first > limit or m <= 0 or m > 8 * (end - start - 1) or us > end
+            or us + 8 > buflen or not _unchecked_loops):
+        return _decode_block_checked(buf, buflen, start, end, n, first, limit, out)
     ub = end - us
-    out[0] = first
-    key = first
+    out[0] = key = first
     rsum = 0
     mask = ((<uint64_t>1) << k) - 1
     bitpos = rs * 8
@@ -299,33 +324,16 @@ cdef int _decode_block(const uint8_t* buf, int64_t buflen, int64_t start, int64_
     last = -1
     pos = us
     i = 0
-    while i < m:
-        if pos >= end:
-            break
-        avail = end - pos
-        if avail >= 8:
-            w = fps_load64(buf + pos)
-        else:
-            w = 0
-            for t in range(avail):
-                w |= (<uint64_t>buf[pos + t]) << (8 * t)
-        if fps_popcount64(w) >= m - i:
-            # The word holds the block's last entry: keep its later bits for the trailing check.
-            while True:
-                p = base + fps_ctz64(w)
-                q = <uint64_t>(p - last - 1)
-                last = p
-                r = (fps_load64(buf + (bitpos >> 3)) >> (bitpos & 7)) & mask
-                bitpos += k
-                rsum += r
-                key += (q << k) | r
-                i += 1
-                out[i] = key
-                w &= w - 1
-                if i == m:
-                    break
-            break
-        while w != 0:  # every one bit of the word is an entry of the block
+    while i < m and pos < end:
+        w = _unary_word(buf, pos, end)
+        # Every one bit of the word is an entry, unless the word holds the block's last entry:
+        # then its later bits stay in w for the trailing check. A counted loop, so that no entry
+        # asks whether it is the last.
+        take = fps_popcount64(w)
+        tail = take >= m - i
+        if tail:
+            take = m - i
+        for j in range(take):
             p = base + fps_ctz64(w)
             q = <uint64_t>(p - last - 1)
             last = p
@@ -336,17 +344,14 @@ cdef int _decode_block(const uint8_t* buf, int64_t buflen, int64_t start, int64_
             i += 1
             out[i] = key
             w &= w - 1
+        if tail:
+            break
         pos += 8
         base += 64
-    # The m gaps sum to (qsum << k) + rsum; each key above is exact when that is at most
-    # limit - first (it then fits, and so does every partial sum).
-    span = limit - first
-    qsum = <uint64_t>(last + 1 - m)
-    if (i == m and w == 0 and (last >> 3) == ub - 1 and qsum <= (span >> k)
-            and rsum <= span - (qsum << k)):
+    # The m gaps' quotients sum to last + 1 - m.
+    if i == m and w == 0 and (last >> 3) == ub - 1 and _gaps_fit(limit - first, <uint64_t>(last + 1 - m), rsum, k):
         return C_OK
-    return _decode_block_probe(buf, buflen, start, end, n, first, limit, out, 0, 0xFFFFFFFFFFFFFFFFULL,
-                               &ndone, &skip, NULL, NULL)
+    return _decode_block_checked(buf, buflen, start, end, n, first, limit, out)
 
 
 cdef int _decode_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, int64_t end, int64_t n,
@@ -365,7 +370,7 @@ cdef int _decode_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, 
     recorded (run chunks are immutable), and every read stays inside ``[start, end)`` as in the
     full decode."""
     cdef int k, c
-    cdef int64_t m, rs, us, ub, pos, avail, base, last, p, i, t, bitpos, j0
+    cdef int64_t m, rs, us, ub, pos, base, last, p, i, bitpos, j0
     cdef uint64_t rem, q, r, g, w, mask
     cdef bint fast
     skip[0] = 0
@@ -421,13 +426,7 @@ cdef int _decode_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, 
     while True:
         if pos >= end:
             return C_ERR_SHORT
-        avail = end - pos
-        if avail >= 8:
-            w = fps_load64(buf + pos)
-        else:
-            w = 0
-            for t in range(avail):
-                w |= (<uint64_t>buf[pos + t]) << (8 * t)
+        w = _unary_word(buf, pos, end)
         if base <= last:  # the restart point's word: its bits up to the point's are consumed
             w &= ~((((<uint64_t>1) << (last - base + 1))) - 1)
         while w != 0:
@@ -477,9 +476,9 @@ cdef int _probe_unchecked(const uint8_t* buf, int64_t end, int64_t ub, int k, in
     # same keys and ndone, or C_AGAIN when anything is wrong, for the checking loop to find it
     # in the specification's order. Restart points are recorded only once the keys are known
     # right (a damaged block records none here).
-    cdef uint64_t key0 = out[0], key = out[0], rsum = 0, qsum, span, q, r, w = 0
+    cdef uint64_t key0 = out[0], key = out[0], rsum = 0, q, r, w = 0
     cdef uint64_t mask = ((<uint64_t>1) << k) - 1
-    cdef int64_t last0 = last, i = j0, p, avail, t, e
+    cdef int64_t last0 = last, i = j0, p, e
     cdef int64_t seen[CK_PER_BLOCK]  # the unary bit of each restart entry decoded, -1 if none
     cdef int c
     cdef bint stopped = False
@@ -488,13 +487,7 @@ cdef int _probe_unchecked(const uint8_t* buf, int64_t end, int64_t ub, int k, in
     while True:
         if pos >= end:
             return C_AGAIN
-        avail = end - pos
-        if avail >= 8:
-            w = fps_load64(buf + pos)
-        else:
-            w = 0
-            for t in range(avail):
-                w |= (<uint64_t>buf[pos + t]) << (8 * t)
+        w = _unary_word(buf, pos, end)
         if base <= last:  # the restart point's word: its bits up to the point's are consumed
             w &= ~((((<uint64_t>1) << (last - base + 1))) - 1)
         while w != 0:
@@ -519,9 +512,7 @@ cdef int _probe_unchecked(const uint8_t* buf, int64_t end, int64_t ub, int k, in
             break
         pos += 8
         base += 64
-    span = limit - key0
-    qsum = <uint64_t>((last - last0) - (i - j0))
-    if qsum > (span >> k) or rsum > span - (qsum << k):
+    if not _gaps_fit(limit - key0, <uint64_t>((last - last0) - (i - j0)), rsum, k):
         return C_AGAIN
     if not stopped and (w != 0 or (last >> 3) != ub - 1):
         return C_AGAIN

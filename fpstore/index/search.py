@@ -19,7 +19,7 @@ from fpstore.errors import CorruptionError
 from fpstore.index import runs as runs_codec
 from fpstore.index.costs import join_cost
 from fpstore.index.design import Design, flip_free_designs
-from fpstore.index.tiers import ReadPlan, Run, run_ids, run_ids_at
+from fpstore.index.tiers import FEW_KEYS_PER_CHUNK, ReadPlan, Run, run_ids, run_ids_at
 from fpstore.parallel import executor
 from fpstore.parallel import threads as thread_count
 
@@ -266,7 +266,7 @@ def batch_probe_runs(
         if not len(qi):
             continue
         uniq, inverse = np.unique(fps, return_inverse=True)
-        if threaded and len(uniq) > 8 * fetched[r][0][0].nchunks:
+        if threaded and len(uniq) > FEW_KEYS_PER_CHUNK * fetched[r][0][0].nchunks:  # else positions() probes them
             ki, ids = _ids_of_many(run, fetched[r][0], uniq, nthreads)
         else:
             ki, ids = run.ids_of(uniq)

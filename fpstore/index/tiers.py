@@ -345,6 +345,11 @@ class TierCache:
         )
 
 
+#: :meth:`CodecRun.positions` looks up at most this many keys per chunk of the run one at a time;
+#: more are merged with the chunks.
+FEW_KEYS_PER_CHUNK = 8
+
+
 class CodecRun:
     """One stored codec run (sorted uint64 keys), read inside a transaction."""
 
@@ -393,7 +398,7 @@ class CodecRun:
         idx = self.index
         if idx.count == 0 or not len(keys):
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        if len(keys) <= 8 * idx.nchunks:
+        if len(keys) <= FEW_KEYS_PER_CHUNK * idx.nchunks:
             # Few keys for the run's size (a batch of new keys against a large key index): one
             # kernel call that finds each key's block, reads its chunk and decodes up to the key,
             # instead of a merge call per chunk.

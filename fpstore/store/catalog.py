@@ -636,12 +636,6 @@ class Catalog:
     ) -> list[Key] | None:
         """:meth:`_column_keys_of` without numpy's sorts: each id's segment found by bisection,
         then one kernel call per segment reached for its keys."""
-        if len(ids) == 1 and memo is not None:  # a single query's match
-            (doc_id,) = ids
-            j = bisect.bisect_right(plan.bases, doc_id) - 1
-            if j < 0 or doc_id >= plan.ends[j] or (dead and self.is_dead(txn, doc_id)):
-                return None
-            return [tiers.column_key(txn, self.blobs, plan.segs[j], doc_id - plan.segs[j].base, memo)]
         bases, ends, segs = plan.bases, plan.ends, plan.segs
         reached: dict[int, tuple[list[int], list[int]]] = {}  # segment -> (slots, ordinals)
         for slot, doc_id in enumerate(ids):
@@ -744,11 +738,7 @@ class Catalog:
         if len(rid) and (dead if dead is not None else txn.stat(self.dead)["entries"]):
             keep = ~np.isin(rid.astype(np.uint64), self.lsm.dead_ids(txn))
             rq, rid, rd, rfp = rq[keep], rid[keep], rd[keep], rfp[keep]
-        if incremental:
-            iq, iid, idist, ifp = self.incremental.probe_batch(txn, fps, k)
-        else:
-            iq = iid = ifp = np.zeros(0, np.int64)
-            idist = np.zeros(0, np.uint8)
+        iq, iid, idist, ifp = self.incremental.probe_batch(txn, fps, k) if incremental else (np.zeros(0, np.int64),) * 4
         if len(iq):
             # The incremental tables report a document once per table that reaches it.
             first = search.unique_rows(iq, iid)
