@@ -471,7 +471,8 @@ def report(data: dict[str, Any]) -> str:
                 f"({bc.fmt_rate(s['many verified cpu'])} / {bc.fmt_rate(s['many plain cpu'])})",
                 f"{mq['verified']:.2f} / {mq['plain']:.2f}",
                 f"{s['pairs_s']:.1f} ({s['pairs_cpu']:.1f} CPU) / {s['plain_s']:.1f}",
-                f"{s['pairs_n']:,} of {ld['planted_expected']:,} / " + (f"{s['plain_n']:,}" if s["plain_n"] is not None else "–"),
+                (f"{s['pairs_n']:,}" if s["pairs_n"] is not None else "–") + f" of {ld['planted_expected']:,} / "
+                + (f"{s['plain_n']:,}" if s["plain_n"] is not None else "–"),
                 f"{s['recall'][0]:,} of {s['recall'][1]:,}",
                 s["load_range"],
                 s["steal"],

@@ -129,7 +129,7 @@ class Reader:
             found = cat.scan_all(txn, fp, kq)
         else:
             # A read transaction: what the snapshot's earlier queries read is kept (Catalog.snapshot).
-            return verified(sketches, txn, cat.query(txn, fp, kq), sketch, threshold)
+            return verified(sketches, txn, cat.query(txn, fp, kq, self._chunks), sketch, threshold)
         return verified(sketches, txn, cat.matches(txn, found), sketch, threshold)
 
     def query_many(
