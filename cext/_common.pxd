@@ -24,8 +24,60 @@ cdef extern from *:
         return (int)((x * 0x0101010101010101ULL) >> 56);
     #endif
     }
+
+    /* The first t in [t, end) with popcount(s ^ q[t]) <= k, or end: one key against a group of
+       queries sharing a prefix (or one query against a run of keys). Most groups hold no match,
+       so the AVX2 form compares four words per step (popcount by nibble lookup) and tests one
+       mask per eight; it is chosen at run time, on CPUs that have AVX2, unless
+       fps_vector_compare is 0 (the tests compare both forms). */
+    static int fps_vector_compare = 1;
+    static inline int64_t fps_next_within_scalar(uint64_t s, const uint64_t *q, int64_t t, int64_t end, int k) {
+        for (; t < end; t++)
+            if (fps_popcount64(s ^ q[t]) <= k) return t;
+        return end;
+    }
+    #if defined(__GNUC__) && defined(__x86_64__)
+    #include <immintrin.h>
+    #define FPS_HAVE_AVX2_FORM 1
+    __attribute__((target("avx2,popcnt")))
+    static inline __m256i fps_popcount256(__m256i v) {
+        const __m256i lut = _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4,
+                                             0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4);
+        const __m256i low = _mm256_set1_epi8(0x0f);
+        __m256i n = _mm256_add_epi8(_mm256_shuffle_epi8(lut, _mm256_and_si256(v, low)),
+                                    _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low)));
+        return _mm256_sad_epu8(n, _mm256_setzero_si256());
+    }
+    __attribute__((target("avx2,popcnt")))
+    static int64_t fps_next_within_avx2(uint64_t s, const uint64_t *q, int64_t t, int64_t end, int k) {
+        const __m256i sv = _mm256_set1_epi64x((long long)s);
+        const __m256i kv = _mm256_set1_epi64x((long long)k);
+        for (; t + 8 <= end; t += 8) {
+            __m256i a = _mm256_cmpgt_epi64(fps_popcount256(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(q + t)), sv)), kv);
+            __m256i b = _mm256_cmpgt_epi64(fps_popcount256(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(q + t + 4)), sv)), kv);
+            if (!_mm256_testc_si256(_mm256_and_si256(a, b), _mm256_set1_epi64x(-1))) {
+                int m = _mm256_movemask_pd(_mm256_castsi256_pd(a)) | (_mm256_movemask_pd(_mm256_castsi256_pd(b)) << 4);
+                return t + __builtin_ctz(~m & 0xff);
+            }
+        }
+        for (; t < end; t++)
+            if (__builtin_popcountll(s ^ q[t]) <= k) return t;
+        return end;
+    }
+    #endif
+    typedef int64_t (*fps_next_within_fn)(uint64_t, const uint64_t *, int64_t, int64_t, int);
+    static inline fps_next_within_fn fps_next_within_form(void) {
+    #ifdef FPS_HAVE_AVX2_FORM
+        if (fps_vector_compare && __builtin_cpu_supports("avx2")) return fps_next_within_avx2;
+    #endif
+        return fps_next_within_scalar;
+    }
     """
     int fps_popcount64(uint64_t x) noexcept nogil
+    ctypedef int64_t (*fps_next_within_fn)(uint64_t, const uint64_t*, int64_t, int64_t, int) noexcept nogil
+    fps_next_within_fn fps_next_within_form() noexcept nogil
+    int64_t fps_next_within_scalar(uint64_t s, const uint64_t* q, int64_t t, int64_t end, int k) noexcept nogil
+    int fps_vector_compare
 
 
 cdef struct Triples:

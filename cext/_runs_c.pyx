@@ -12,7 +12,8 @@ from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcpy, memset
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 
-from _common cimport Triples, fps_popcount64, triples_copy, triples_free, triples_init, triples_push
+from _common cimport (Triples, fps_next_within_fn, fps_next_within_form, fps_popcount64, fps_vector_compare,
+                     triples_copy, triples_free, triples_init, triples_push)
 
 import numpy as np
 
@@ -235,6 +236,15 @@ def use_unchecked_loops(bint on):
     global _unchecked_loops
     was = _unchecked_loops
     _unchecked_loops = on
+    return was
+
+
+def use_vector_compare(bint on):
+    """Whether the merge compares a key with a group of queries four at a time (AVX2, where the
+    CPU has it) or one at a time; for tests, which compare both. Returns the previous setting."""
+    global fps_vector_compare
+    cdef bint was = fps_vector_compare != 0
+    fps_vector_compare = 1 if on else 0
     return was
 
 
@@ -567,6 +577,7 @@ cdef int _probe(const uint8_t* buf, int64_t buflen, const int64_t* starts, const
     cdef int64_t jj = 0
     cdef uint64_t lo, hi
     cdef int err
+    cdef fps_next_within_fn next_within = fps_next_within_form()
     while qi < nq and b < nb:
         lo = queries[qi] & mask_hi
         hi = lo | ~mask_hi
@@ -586,7 +597,7 @@ cdef int _probe(const uint8_t* buf, int64_t buflen, const int64_t* starts, const
                     failed[0] = b
                     return err
                 decoded = b
-            jj = _join_range(block, jj, counts[b], lo, hi, queries, qi, qe, k, estart[b], positions, hits)
+            jj = _join_range(block, jj, counts[b], lo, hi, queries, qi, qe, k, estart[b], positions, hits, next_within)
             if jj < 0:
                 return C_ERR_NOMEM
             if jj < counts[b]:
@@ -599,7 +610,7 @@ cdef int _probe(const uint8_t* buf, int64_t buflen, const int64_t* starts, const
 
 cdef int64_t _join_range(const uint64_t* keys, int64_t jj, int64_t n, uint64_t lo, uint64_t hi,
                          const uint64_t* queries, Py_ssize_t qi, Py_ssize_t qe, int k, int64_t first,
-                         bint positions, Triples* hits) noexcept nogil:
+                         bint positions, Triples* hits, fps_next_within_fn next_within) noexcept nogil:
     # One block's keys in [lo, hi] (keys[jj:n], sorted) against queries[qi:qe]: the pairs within k
     # pushed in key order, then query order. Returns the position of the first key above hi (n
     # when none), -1 when out of memory. The keys up to hi are compared as they are read, in one
@@ -626,11 +637,11 @@ cdef int64_t _join_range(const uint64_t* keys, int64_t jj, int64_t n, uint64_t l
         s = keys[jj]
         if s > hi:
             break
-        for t in range(qi, qe):
-            d = fps_popcount64(s ^ queries[t])
-            if d <= k:
-                if triples_push(hits, t, <uint64_t>(first + jj) if positions else s, <uint8_t>d):
-                    return -1
+        t = next_within(s, queries, qi, qe, k)
+        while t < qe:
+            if triples_push(hits, t, <uint64_t>(first + jj) if positions else s, <uint8_t>fps_popcount64(s ^ queries[t])):
+                return -1
+            t = next_within(s, queries, t + 1, qe, k)
         jj += 1
     return jj
 

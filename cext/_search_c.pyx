@@ -11,7 +11,8 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
-from _common cimport Triples, fps_popcount64, triples_copy, triples_free, triples_init, triples_push
+from _common cimport (Triples, fps_next_within_fn, fps_next_within_form, fps_popcount64, fps_vector_compare,
+                     triples_copy, triples_free, triples_init, triples_push)
 
 import numpy as np
 
@@ -23,6 +24,15 @@ cdef extern from *:
     #define FPS_MAX_PACKED_COUNT ((uint64_t)0xFFFFFFFFFFFFFFFFULL / 64)
     """
     const uint64_t MAX_PACKED_COUNT "FPS_MAX_PACKED_COUNT"
+
+
+def use_vector_compare(bint on):
+    """Whether the joins compare a key with a group four at a time (AVX2, where the CPU has it) or
+    one at a time; for tests, which compare both. Returns the previous setting."""
+    global fps_vector_compare
+    cdef bint was = fps_vector_compare != 0
+    fps_vector_compare = 1 if on else 0
+    return was
 
 
 def self_join(const uint64_t[::1] keys, int prefix_bits, int k):
@@ -66,9 +76,9 @@ def prefix_join(const uint64_t[::1] a, const uint64_t[::1] b, int prefix_bits, c
     cdef Py_ssize_t start = 0, end, x, y, lo, hi, mi
     cdef int shift = 64 - prefix_bits
     cdef uint64_t group, target, m, va
-    cdef int d
     cdef int failed = 0
     cdef Triples pb
+    cdef fps_next_within_fn next_within = fps_next_within_form()
     triples_init(&pb)
     with nogil:
         while start < na and not failed:
@@ -84,11 +94,12 @@ def prefix_join(const uint64_t[::1] a, const uint64_t[::1] b, int prefix_bits, c
                 if same and m == 0:
                     for x in range(start, end):
                         va = a[x]
-                        for y in range(x + 1, end):
-                            d = fps_popcount64(va ^ b[y])
-                            if d <= k and triples_push(&pb, x, <uint64_t>y, <uint8_t>d) != 0:
+                        y = next_within(va, &b[0], x + 1, end, k)
+                        while y < end:
+                            if triples_push(&pb, x, <uint64_t>y, <uint8_t>fps_popcount64(va ^ b[y])) != 0:
                                 failed = 1
                                 break
+                            y = next_within(va, &b[0], y + 1, end, k)
                         if failed:
                             break
                     continue
@@ -100,11 +111,12 @@ def prefix_join(const uint64_t[::1] a, const uint64_t[::1] b, int prefix_bits, c
                     hi += 1
                 for x in range(start, end):
                     va = a[x]
-                    for y in range(lo, hi):
-                        d = fps_popcount64(va ^ b[y])
-                        if d <= k and triples_push(&pb, x, <uint64_t>y, <uint8_t>d) != 0:
+                    y = next_within(va, &b[0], lo, hi, k)
+                    while y < hi:
+                        if triples_push(&pb, x, <uint64_t>y, <uint8_t>fps_popcount64(va ^ b[y])) != 0:
                             failed = 1
                             break
+                        y = next_within(va, &b[0], y + 1, hi, k)
                     if failed:
                         break
             start = end

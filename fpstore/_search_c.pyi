@@ -7,6 +7,7 @@ import numpy as np
 MAX_WIDTH: int
 MSD_MIN: int
 
+def use_vector_compare(on: bool) -> bool: ...
 def self_join(keys: np.ndarray, prefix_bits: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 def prefix_join(
     a: np.ndarray, b: np.ndarray, prefix_bits: int, masks: np.ndarray, k: int, same: bool

@@ -950,3 +950,37 @@ def test_a_query_inside_a_large_cluster_of_near_duplicates_is_answered_exactly()
             d = C.ProbeDesign(*spec)
         err, _, _, hits = mod.probe_fingerprint(d, per_mod[mod], store.get, query, k)
         assert err == 0 and hits == want
+
+
+@contextlib.contextmanager
+def scalar_compares_only():
+    """The compiled kernel comparing a key with a group one query at a time (see use_vector_compare)."""
+    was = C.use_vector_compare(False)
+    try:
+        yield
+    finally:
+        C.use_vector_compare(was)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 12), st.integers(1, 40), st.integers(0, 64))
+def test_vector_and_scalar_compares_equal_brute_force(seed, prefix_bits, group, k):
+    """The merge's group compare, four queries per step (AVX2) and one at a time, against brute
+    force: groups of 1..40 queries sharing a prefix (matches at every lane and in the scalar tail),
+    queries equal to or a few bits from stored keys, every k."""
+    rng = np.random.default_rng(seed)
+    keys = np.sort(rng.integers(0, 2**64 - 1, 600, dtype=np.uint64, endpoint=True))
+    near = keys[rng.integers(0, len(keys), group)] ^ (np.uint64(1) << rng.integers(prefix_bits, 64, group).astype(np.uint64))
+    queries = np.sort(np.concatenate([near, rng.integers(0, 2**64 - 1, group, dtype=np.uint64, endpoint=True)]))
+    index, chunks = runs.encode_run(keys, block_entries=64, chunk_bytes=1 << 12)
+    mask = (U64MAX << (64 - prefix_bits)) & U64MAX if prefix_bits else 0
+    got = []
+    for scalar in (False, True):
+        with scalar_compares_only() if scalar else contextlib.nullcontext():
+            qpos, found, dist = runs.probe_batch_run(chunks.__getitem__, index, queries, prefix_bits, k)
+        got.append(sorted(zip(qpos.tolist(), found.tolist(), dist.tolist())))
+    shared = (queries[:, None] & np.uint64(mask)) == (keys[None, :] & np.uint64(mask))
+    d = np.bitwise_count(queries[:, None] ^ keys[None, :])
+    qi, ki = np.nonzero(shared & (d <= k))
+    want = sorted(zip(qi.tolist(), keys[ki].tolist(), d[qi, ki].tolist()))
+    assert got[0] == got[1] == want

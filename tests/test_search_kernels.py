@@ -214,3 +214,33 @@ def test_compare_all_and_compare_pairs_equal_brute_force(queries, fps, k, flips)
     lo, hi = np.nonzero(np.triu(pd <= k, 1))
     got = search.compare_pairs(fps, k)
     assert [a.tolist() for a in got] == [lo.tolist(), hi.tolist(), pd[lo, hi].tolist()]
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(0, 10), st.integers(0, 64), st.booleans())
+@settings(max_examples=150, deadline=None)
+def test_joins_compare_alike_four_at_a_time_and_one_at_a_time(seed, prefix_bits, k, same):
+    """prefix_join's group compares, four keys per step (AVX2) and one at a time, give the same
+    rows in the same order, equal to brute force (groups of tens of keys, near pairs planted)."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 2**64 - 1, 300, dtype=np.uint64, endpoint=True)
+    a[::3] = a[1::3][: len(a[::3])] ^ (np.uint64(1) << rng.integers(0, 64, len(a[::3])).astype(np.uint64))
+    a = np.sort(a)
+    b = a if same else np.sort(a ^ (np.uint64(1) << rng.integers(0, 64, len(a)).astype(np.uint64)))
+    masks = np.zeros(1, np.uint64)
+    got = []
+    for vector in (True, False):
+        was = C.use_vector_compare(vector)
+        try:
+            got.append(tuple(x.tolist() for x in C.prefix_join(a, b, prefix_bits, masks, k, same)))
+        finally:
+            C.use_vector_compare(was)
+    assert got[0] == got[1]
+    shift = np.uint64(64 - prefix_bits) if prefix_bits else None
+    pa = a >> shift if shift is not None and prefix_bits < 64 else np.zeros(len(a), np.uint64)
+    pb = b >> shift if shift is not None and prefix_bits < 64 else np.zeros(len(b), np.uint64)
+    d = np.bitwise_count(a[:, None] ^ b[None, :])
+    ok = (pa[:, None] == pb[None, :]) & (d <= k)
+    if same:
+        ok &= np.triu(np.ones_like(ok), 1).astype(bool)
+    i, j = np.nonzero(ok)
+    assert sorted(zip(got[0][0], got[0][1], got[0][2])) == sorted(zip(i.tolist(), j.tolist(), d[i, j].tolist()))

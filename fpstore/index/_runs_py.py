@@ -205,6 +205,13 @@ def use_unchecked_loops(on: bool) -> bool:
     return False
 
 
+def use_vector_compare(on: bool) -> bool:
+    """The compiled twin's switch between comparing a key with a group of queries four at a time
+    (AVX2) or one at a time (for tests). This twin compares with numpy whatever the setting;
+    returns False, the setting it always has."""
+    return False
+
+
 def decode_blocks(
     buf: bytes | memoryview | np.ndarray,
     starts: np.ndarray,

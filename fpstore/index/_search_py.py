@@ -23,6 +23,13 @@ MAX_WIDTH = 64
 MSD_MIN = 1 << 20
 
 
+def use_vector_compare(on: bool) -> bool:
+    """The compiled twin's switch between comparing a key with a group four at a time (AVX2) or
+    one at a time (for tests). This twin compares with numpy whatever the setting; returns False,
+    the setting it always has."""
+    return False
+
+
 def self_join(keys: np.ndarray, prefix_bits: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pairs (i, j), i < j, of uint64 ``keys`` (grouped by their top ``prefix_bits`` bits) sharing that prefix and
     within ``k`` bits of each other; returns (i int64, j int64, distance uint8) ordered by i, j."""

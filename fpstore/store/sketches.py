@@ -116,18 +116,27 @@ class Sketches:
         """The sketches of ``ids`` (uint64[n, words]); an id whose block is missing raises
         :class:`CorruptionError` (every document of a store with a sketch has one)."""
         ids = np.asarray(ids, dtype=np.int64)
-        out = np.empty((len(ids), self.words), dtype=np.uint64)
-        if len(ids) == 0:
-            return out
+        n = len(ids)
+        if n == 0:
+            return np.empty((0, self.words), dtype=np.uint64)
         blocks, where = np.unique(ids // self.block, return_inverse=True)
-        values = np.empty((len(blocks), self.block, self.words), dtype=np.uint64)
-        for j, block in enumerate(blocks.tolist()):
-            got = self._block(txn, block)
-            if got is None:
-                raise CorruptionError(f"the sketch of document {int(ids[where == j][0])} is missing (block {block})")
-            values[j] = got
-        out[:] = values[where, ids % self.block]
-        return out
+        fetch, pack, db = txn.get, U64.pack, self.db
+        raws = [fetch(pack(block), db=db) for block in blocks.tolist()]
+        if not all(raw is not None and len(raw) == self._block_bytes for raw in raws):
+            for j, raw in enumerate(raws):
+                if raw is None:
+                    raise CorruptionError(f"the sketch of document {int(ids[where == j][0])} is missing (block {int(blocks[j])})")
+                self._raw(txn, int(blocks[j]))  # raises for the wrong length
+        slots = ids % self.block
+        if n > 8 * len(blocks):
+            # Many ids per block (a small store, a join's sorted ids): whole blocks in one copy.
+            values = np.frombuffer(b"".join(raws), dtype="<u8").reshape(len(blocks), self.block, self.words)
+            return values[where, slots].astype(np.uint64, copy=False)
+        # A few ids per block (a batch's matches in a large store): each sketch's bytes alone,
+        # where copying and indexing whole blocks cost 2-3 us per id.
+        width = 8 * self.words
+        joined = b"".join([raws[j][s : s + width] for j, s in zip(where.tolist(), (slots * width).tolist())])
+        return np.frombuffer(joined, dtype="<u8").reshape(n, self.words).astype(np.uint64)
 
     def similarities(self, txn: lmdb.Transaction, ids: list[int], sketch: np.ndarray) -> list[float]:
         """The similarity each of ``ids`` has to ``sketch`` (:func:`sketch_similarity`). A few ids
