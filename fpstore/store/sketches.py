@@ -14,7 +14,7 @@ it alone, and a replaced or deleted document's slot is simply never read again.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import lmdb
 import numpy as np
@@ -121,12 +121,13 @@ class Sketches:
             return np.empty((0, self.words), dtype=np.uint64)
         blocks, where = np.unique(ids // self.block, return_inverse=True)
         fetch, pack, db = txn.get, U64.pack, self.db
-        raws = [fetch(pack(block), db=db) for block in blocks.tolist()]
-        if not all(raw is not None and len(raw) == self._block_bytes for raw in raws):
-            for j, raw in enumerate(raws):
+        found = [fetch(pack(block), db=db) for block in blocks.tolist()]
+        if not all(raw is not None and len(raw) == self._block_bytes for raw in found):
+            for j, raw in enumerate(found):
                 if raw is None:
                     raise CorruptionError(f"the sketch of document {int(ids[where == j][0])} is missing (block {int(blocks[j])})")
                 self._raw(txn, int(blocks[j]))  # raises for the wrong length
+        raws = cast(list[bytes | memoryview], found)
         slots = ids % self.block
         if n > 8 * len(blocks):
             # Many ids per block (a small store, a join's sorted ids): whole blocks in one copy.
