@@ -341,3 +341,32 @@ def test_verify_finds_missing_and_damaged_sketches(tmp_path):
     env.close()
     with fpstore.open(tmp_path / "s", readonly=True) as store:
         assert any("missing" in p for p in store.verify())
+
+
+@pytest.mark.parametrize("words", [1, 4, 8])
+def test_sketch_column_reads_back_what_it_holds_few_or_many_ids_per_block(tmp_path, words):
+    """Sketches.get of ids in any order, with repeats, a few per block (each id's bytes copied
+    alone) and many per block (whole blocks copied): what put wrote; a missing block and a block of
+    the wrong length are CorruptionErrors naming them."""
+    from fpstore.store.sketches import Sketches
+
+    rng = np.random.default_rng(words)
+    env = lmdb.open(str(tmp_path / "col"), max_dbs=4, map_size=1 << 26)
+    db = env.open_db(b"sketches")
+    col = Sketches(db, words)
+    ids = np.arange(1, 20 * col.block, dtype=np.int64)
+    values = rng.integers(0, 2**64 - 1, (len(ids), words), dtype=np.uint64, endpoint=True)
+    with env.begin(write=True, buffers=True) as txn:
+        col.put(txn, ids, values)
+    with env.begin(buffers=True) as txn:
+        for pick in (rng.choice(ids, 15), rng.choice(ids, 5000), ids[::-1], np.repeat(ids[:3], 40)):
+            assert np.array_equal(col.get(txn, pick), values[pick - 1])
+    with env.begin(write=True) as txn:
+        txn.delete((3).to_bytes(8, "big"), db=db)
+        txn.put((5).to_bytes(8, "big"), b"\0" * 16, db=db)
+    with env.begin(buffers=True) as txn:
+        with pytest.raises(CorruptionError, match="block 3"):
+            col.get(txn, np.array([1, 3 * col.block + 2]))
+        with pytest.raises(CorruptionError, match="sketch block 5 holds 16 bytes"):
+            col.get(txn, np.array([5 * col.block]))
+    env.close()
