@@ -176,10 +176,11 @@ def probe_plan_rows(
     return q_.tolist(), id_.tolist(), d_.tolist(), f_.tolist()
 
 
-def flip_variants(design: Design, t: int, perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def flip_variants(design: Design, t: int, perm: np.ndarray) -> tuple[np.ndarray, int]:
     """Probe keys for table ``t``: each query's key XOR every flip mask of the table's prefix.
 
-    Returns (variant keys, index of the query each variant came from).
+    Returns (variant keys, variants per query): variant ``i`` comes from query ``i // per``
+    (arithmetic where an index array per variant cost a gather of millions after the sort).
     """
     masks = [0]
     table = design.tables[t]
@@ -187,11 +188,9 @@ def flip_variants(design: Design, t: int, perm: np.ndarray) -> tuple[np.ndarray,
         # probe_prefixes(0) gives the flipped prefixes of a zero key: exactly the masks.
         masks = [lo for lo, _ in design.probe_prefixes(0, t)]
     if masks == [0]:
-        return perm, np.arange(len(perm), dtype=np.int64)
+        return perm, 1
     m = np.array(masks, dtype=np.uint64)
-    variants = (perm[:, None] ^ m[None, :]).ravel()
-    origin = np.repeat(np.arange(len(perm), dtype=np.int64), len(masks))
-    return variants, origin
+    return (perm[:, None] ^ m[None, :]).ravel(), len(masks)
 
 
 def batch_probe_runs(
@@ -226,10 +225,10 @@ def batch_probe_runs(
     def table_work(t: int) -> list[tuple[np.ndarray, np.ndarray]]:
         table = design.tables[t]
         perm = design.permute(queries, t)
-        variants, origin = flip_variants(design, t, perm)
+        variants, per = flip_variants(design, t, perm)
         # Grouped by prefix is all the merge needs: a radix sort of the prefix bits only.
         sorted_variants, order = _search.radix_sort(np.ascontiguousarray(variants), True, table.prefix_bits)
-        origin = origin[order]
+        origin = order // per if per > 1 else order
         # With flips a variant's distance is not the query's: the kernel keeps candidates within
         # k + flips of the variant (the query is at most `flips` bits from it, so nothing within k
         # of the query is lost), and numpy checks the real distance.

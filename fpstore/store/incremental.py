@@ -367,14 +367,14 @@ class IncrementalTables:
             else:
                 keys, ids, found = stored, stored_ids, stored
             perm = design.permute(fps, t)
-            variants, origin = search.flip_variants(design, t, perm)
+            variants, per = search.flip_variants(design, t, perm)
             low = np.uint64(((1 << 64) - 1) >> table.prefix_bits) if table.prefix_bits < 64 else np.uint64(0)
             lo = np.searchsorted(keys, variants & ~low, side="left")
             hi = np.searchsorted(keys, variants | low, side="right")
             counts = hi - lo
             rows = np.repeat(np.arange(len(variants)), counts)
             idx = np.repeat(lo, counts) + (np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts))
-            qi = origin[rows]
+            qi = rows // per
             d = np.bitwise_count(keys[idx] ^ perm[qi])
             keep = d <= k
             out_q.append(qi[keep])
