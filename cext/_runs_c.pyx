@@ -565,10 +565,51 @@ def decode_blocks(const uint8_t[::1] buf, const int64_t[::1] starts, const int64
 # ------------------------------------------------------------------------------------- batch probe
 
 
+cdef int _cmp_u64(const void* a, const void* b) noexcept nogil:
+    cdef uint64_t x = (<const uint64_t*>a)[0], y = (<const uint64_t*>b)[0]
+    return (x > y) - (x < y)
+
+
+cdef struct Found:
+    # A group's hits found query by query, as (key offset << 32 | query offset), sorted before
+    # they are pushed, so that they come in the merge's order: by key, then by query.
+    uint64_t* v
+    Py_ssize_t n
+    Py_ssize_t cap
+
+
+cdef int _found_push(Found* f, uint64_t x) noexcept nogil:
+    cdef Py_ssize_t cap
+    cdef void* p
+    if f.n == f.cap:
+        cap = f.cap * 2 if f.cap else 256
+        p = realloc(f.v, cap * sizeof(uint64_t))
+        if p == NULL:
+            return -1
+        f.v = <uint64_t*>p
+        f.cap = cap
+    f.v[f.n] = x
+    f.n += 1
+    return 0
+
+
 cdef int _probe(const uint8_t* buf, int64_t buflen, const int64_t* starts, const int64_t* ends,
                 const int64_t* counts, const uint64_t* bounds, const int64_t* estart, Py_ssize_t nb,
                 const uint64_t* queries, Py_ssize_t nq, uint64_t mask_hi, int k, bint positions,
                 uint64_t* block, Triples* hits, Py_ssize_t* failed) noexcept nogil:
+    cdef Found found
+    found.v = NULL
+    found.n = found.cap = 0
+    cdef int err = _probe_groups(buf, buflen, starts, ends, counts, bounds, estart, nb, queries, nq, mask_hi, k,
+                                 positions, block, hits, failed, &found)
+    free(found.v)
+    return err
+
+
+cdef int _probe_groups(const uint8_t* buf, int64_t buflen, const int64_t* starts, const int64_t* ends,
+                       const int64_t* counts, const uint64_t* bounds, const int64_t* estart, Py_ssize_t nb,
+                       const uint64_t* queries, Py_ssize_t nq, uint64_t mask_hi, int k, bint positions,
+                       uint64_t* block, Triples* hits, Py_ssize_t* failed, Found* found) noexcept nogil:
     # Merge of two sorted streams (Manku section 3.3): groups of queries sharing a prefix, each
     # a key range [lo, hi], against the chunk's keys. b and jj (block, key position in the block)
     # only move forward, so one block is decoded at a time into ``block``, the first time it may
@@ -597,7 +638,8 @@ cdef int _probe(const uint8_t* buf, int64_t buflen, const int64_t* starts, const
                     failed[0] = b
                     return err
                 decoded = b
-            jj = _join_range(block, jj, counts[b], lo, hi, queries, qi, qe, k, estart[b], positions, hits, next_within)
+            jj = _join_range(block, jj, counts[b], lo, hi, queries, qi, qe, k, estart[b], positions, hits, next_within,
+                             found)
             if jj < 0:
                 return C_ERR_NOMEM
             if jj < counts[b]:
@@ -610,7 +652,7 @@ cdef int _probe(const uint8_t* buf, int64_t buflen, const int64_t* starts, const
 
 cdef int64_t _join_range(const uint64_t* keys, int64_t jj, int64_t n, uint64_t lo, uint64_t hi,
                          const uint64_t* queries, Py_ssize_t qi, Py_ssize_t qe, int k, int64_t first,
-                         bint positions, Triples* hits, fps_next_within_fn next_within) noexcept nogil:
+                         bint positions, Triples* hits, fps_next_within_fn next_within, Found* found) noexcept nogil:
     # One block's keys in [lo, hi] (keys[jj:n], sorted) against queries[qi:qe]: the pairs within k
     # pushed in key order, then query order. Returns the position of the first key above hi (n
     # when none), -1 when out of memory. The keys up to hi are compared as they are read, in one
@@ -633,10 +675,46 @@ cdef int64_t _join_range(const uint64_t* keys, int64_t jj, int64_t n, uint64_t l
                     return -1
             jj += 1
         return jj
-    while jj < n:
+    # A group of queries against the keys up to hi: query by query over the whole key range (one
+    # vector scan per query), the few hits then sorted into the merge's order. Comparing key by key
+    # with the group instead cost 2-3 times more at 15 queries and 250 keys a group.
+    cdef int64_t lo_j = jj, hi_j = n, mid, j
+    cdef Py_ssize_t x
+    while lo_j < hi_j:  # the first key above hi
+        mid = (lo_j + hi_j) >> 1
+        if keys[mid] <= hi:
+            lo_j = mid + 1
+        else:
+            hi_j = mid
+    if qe - qi > 0x7FFFFFFF:  # query offsets must fit their 32 bits in a Found entry
+        return _join_keywise(keys, jj, lo_j, queries, qi, qe, k, first, positions, hits, next_within)
+    found.n = 0
+    for t in range(qi, qe):
+        q = queries[t]
+        j = next_within(q, keys, jj, lo_j, k)
+        while j < lo_j:
+            if _found_push(found, (<uint64_t>(j - jj) << 32) | <uint64_t>(t - qi)):
+                return -1
+            j = next_within(q, keys, j + 1, lo_j, k)
+    if found.n > 1:
+        qsort(found.v, found.n, sizeof(uint64_t), _cmp_u64)
+    for x in range(found.n):
+        j = jj + <int64_t>(found.v[x] >> 32)
+        t = qi + <Py_ssize_t>((found.v[x] << 32) >> 32)
+        s = keys[j]
+        if triples_push(hits, t, <uint64_t>(first + j) if positions else s, <uint8_t>fps_popcount64(s ^ queries[t])):
+            return -1
+    return lo_j
+
+
+cdef int64_t _join_keywise(const uint64_t* keys, int64_t jj, int64_t jend, const uint64_t* queries, Py_ssize_t qi,
+                           Py_ssize_t qe, int k, int64_t first, bint positions, Triples* hits,
+                           fps_next_within_fn next_within) noexcept nogil:
+    """keys[jj:jend] against queries[qi:qe], key by key (any group size)."""
+    cdef Py_ssize_t t
+    cdef uint64_t s
+    while jj < jend:
         s = keys[jj]
-        if s > hi:
-            break
         t = next_within(s, queries, qi, qe, k)
         while t < qe:
             if triples_push(hits, t, <uint64_t>(first + jj) if positions else s, <uint8_t>fps_popcount64(s ^ queries[t])):
@@ -1122,11 +1200,6 @@ cdef struct FpProbe:
     PosKey* order                   # a run's answer, sorted by position
     Py_ssize_t order_cap
     ProbeScratch scratch
-
-
-cdef int _cmp_u64(const void* a, const void* b) noexcept nogil:
-    cdef uint64_t x = (<const uint64_t*>a)[0], y = (<const uint64_t*>b)[0]
-    return (x > y) - (x < y)
 
 
 cdef int _cmp_pos(const void* a, const void* b) noexcept nogil:

@@ -969,16 +969,27 @@ def test_vector_and_scalar_compares_equal_brute_force(seed, prefix_bits, group, 
     force: groups of 1..40 queries sharing a prefix (matches at every lane and in the scalar tail),
     queries equal to or a few bits from stored keys, every k."""
     rng = np.random.default_rng(seed)
-    keys = np.sort(rng.integers(0, 2**64 - 1, 600, dtype=np.uint64, endpoint=True))
+    keys = rng.integers(0, 2**64 - 1, 600, dtype=np.uint64, endpoint=True)
+    keys = np.sort(np.concatenate([keys, keys[:: 1 + seed % 40]]))  # stored twice: equal keys side by side
     near = keys[rng.integers(0, len(keys), group)] ^ (np.uint64(1) << rng.integers(prefix_bits, 64, group).astype(np.uint64))
     queries = np.sort(np.concatenate([near, rng.integers(0, 2**64 - 1, group, dtype=np.uint64, endpoint=True)]))
     index, chunks = runs.encode_run(keys, block_entries=64, chunk_bytes=1 << 12)
+    chunk0 = chunks[0]
+    b1 = int(index._chunk_start[1])
+    desc = (index._starts[:b1], index._ends[:b1], index._counts[:b1], index._bounds[: b1 + 1])
     mask = (U64MAX << (64 - prefix_bits)) & U64MAX if prefix_bits else 0
     got = []
+    rows = []
     for scalar in (False, True):
         with scalar_compares_only() if scalar else contextlib.nullcontext():
             qpos, found, dist = runs.probe_batch_run(chunks.__getitem__, index, queries, prefix_bits, k)
+            # One chunk's rows in the kernel's own order (by stored key position, then query),
+            # which the twin specifies, with keys and with positions.
+            rows.append([tuple(x.tolist()) for x in C.probe_chunk(chunk0, *desc, queries, mask, k)[2:]])
+            rows.append([tuple(x.tolist()) for x in C.probe_chunk(chunk0, *desc, queries, mask, k, True)[2:]])
         got.append(sorted(zip(qpos.tolist(), found.tolist(), dist.tolist())))
+    spec = [[tuple(x.tolist()) for x in PY.probe_chunk(chunk0, *desc, queries, mask, k, pos)[2:]] for pos in (False, True)]
+    assert rows == spec + spec
     shared = (queries[:, None] & np.uint64(mask)) == (keys[None, :] & np.uint64(mask))
     d = np.bitwise_count(queries[:, None] ^ keys[None, :])
     qi, ki = np.nonzero(shared & (d <= k))
