@@ -34,9 +34,10 @@ from fpstore.store.sketches import Sketches, verify_near
 #: fewer than ``SMALL_BATCH_BASE + min(SMALL_BATCH_PER_CHUNK * c, SMALL_BATCH_MAX_EXTRA)``
 #: queries, c the chunks of the runs' table 0: the merge's cost grows with the chunks it reaches,
 #: a single probe's much less. Fitted to the crossovers ``tools/bench_probe_crossover.py``
-#: measures ("query_many", idle machine: about 1,700 queries at 10^5 (3 chunks), 7,600 at 10^6
-#: (22), 16,000 at 10^7 (202); the cap holds 10^7's, the largest measured).
-SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK, SMALL_BATCH_MAX_EXTRA = 800, 310, 15_200
+#: measures ("query_many", idle machine, the merge on threads from 2,048 queries at 16 chunks
+#: and more: about 1,500-2,000 queries at 10^5 (3 chunks), 5,000-6,000 at 10^6 (22) and 10^7
+#: (202); the cap holds 10^7's, the largest measured).
+SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK, SMALL_BATCH_MAX_EXTRA = 800, 230, 4_700
 #: Fewer result rows than this are ordered by numpy's lexsort, more by two radix passes.
 SORT_SMALL = 2048
 
