@@ -91,8 +91,7 @@ def batch_path(request, monkeypatch):
     one probe per query (small batches); each must equal brute force on its own."""
     from fpstore.store import catalog
 
-    monkeypatch.setattr(catalog, "SMALL_BATCH_BASE", 0 if request.param == "merge" else 10**9)
-    monkeypatch.setattr(catalog, "SMALL_BATCH_PER_CHUNK", 0)
+    monkeypatch.setattr(catalog, "_small_batch_limit", lambda chunks0: 0 if request.param == "merge" else 10**9)
     return request.param
 
 

@@ -14,8 +14,9 @@ stored fingerprints with 1-3 bits flipped, 20 % uniform random (``make_queries``
 size c, the same ``max(20 c, --min-queries)`` queries go through, c at a time:
 
 * fpstore: ``store.query_many(chunk, k=3)`` then ``store.keys_of(ids)`` (keys, as a crawler needs;
-  one thread for chunks below 20,000 queries, every core of the process for larger ones, as
-  ``query_many`` merges them by default);
+  one thread for chunks below ``--threads-from`` (20,000) queries, as faiss, every core of the
+  process for larger ones; ``query_many`` itself merges on threads from 2,048 queries in a store
+  of 10^6 or more, which ``--threads-from 0`` keeps);
 * faiss: ``index.range_search(chunk, 4)`` (labels are the keys: faiss stores none of its own).
 
 Rounds alternate the contenders (``--rounds``, default 3); each figure is the median rate of the
@@ -149,6 +150,9 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, nargs="*", default=list(CHUNKS))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--min-queries", type=int, default=20_000)
+    ap.add_argument("--threads-from", type=int, default=20_000,
+                    help="fpstore's merge runs on one thread below this many queries a chunk, as faiss does here "
+                         "(0: fpstore's own default, threads from 2,048 queries in a store of 10^6 or more)")
     ap.add_argument("--faiss-ram", type=float, default=6.0, help="GiB a faiss index may take")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tmp", default=bc.DEFAULT_TMP)
@@ -162,12 +166,17 @@ def main() -> None:
     else:
         if bc.faiss_available():
             raise SystemExit(bc.faiss_available())
+        if args.threads_from:
+            from fpstore.index import search
+
+            if hasattr(search, "THREADED_MERGE_QUERIES"):
+                search.THREADED_MERGE_QUERIES = search.THREADED_MERGE_QUERIES_SMALL = args.threads_from
         rng = np.random.default_rng(args.seed)
         start, code = bc.uptime(), bc.code_version()
         results = [run_n(int(n), args, rng) for n in args.n]
         end = bc.uptime()
         print(f"<!-- {' '.join(sys.argv)} -->")
-        print(f"fpstore {code}; faiss one thread; fpstore one thread below 20,000 queries a chunk, every core from there (query_many's merge).\n")
+        print(f"fpstore {code}; faiss one thread; fpstore one thread below {args.threads_from or 'its default'} queries a chunk, every core from there (query_many's merge).\n")
         print(f"Load before: `{start}`; after: `{end}`.\n")
         bc.write_json(args.json, {"argv": sys.argv, "machine": bc.machine(), "code": code, "load_before": start,
                                   "load_after": end, "results": results})

@@ -7,7 +7,8 @@
   entries (E = 256, 1,024, 4,096: ``flush_entries`` is 4,096 by default) and batches of m random
   fingerprints, the median time of ``IncrementalTables.probe`` once per fingerprint against
   ``IncrementalTables.scan_batch`` (table 0 read once, the other orders sorted in memory).
-* **query_many** (``fpstore.store.catalog.SMALL_BATCH_BASE`` and ``SMALL_BATCH_PER_CHUNK``): on stores of
+* **query_many** (``fpstore.store.catalog.SMALL_BATCH_*`` for a merge on one thread, with
+  ``--one-thread``, and ``THREADED_BATCH_*`` for a merge on threads, as it runs by default): on stores of
   ``--query-many-n`` bulk-loaded fingerprints, ``Catalog.probe_many`` for m = 16 .. 8,192 with one
   probe per query against the merge of the sorted batch with every table; the crossover m is
   reported with c, the chunks of the runs' table 0 (the merge's cost grows with the chunks it
@@ -96,8 +97,7 @@ def query_many_paths(tmp: str, sizes_n: list[int], repeat: int, rng: np.random.G
           "is the first m where the probes stop paying")
     print("| n | chunks | " + " | ".join(f"m = {m}" for m in sizes) + " | crossover m |")
     print("|---" * (len(sizes) + 3) + "|")
-    saved = catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK
-    catalog.SMALL_BATCH_PER_CHUNK = 0
+    saved = catalog._small_batch_limit
     try:
         for n in sizes_n:
             with tempfile.TemporaryDirectory(dir=tmp) as d, fpstore.open(Path(d) / "s", k=3, expected_size=n) as store:
@@ -110,16 +110,16 @@ def query_many_paths(tmp: str, sizes_n: list[int], repeat: int, rng: np.random.G
                     # The snapshot's chunks, as query_many reads them (Reader).
                     memo = cat.snapshot_chunks(txn, store._storage.mapping)
                     for m in sizes:
-                        catalog.SMALL_BATCH_BASE = 10**9
+                        catalog._small_batch_limit = lambda chunks0: 10**9
                         each = median_ms(lambda f: cat.probe_many(txn, f, 3, memo), m, repeat, rng)
-                        catalog.SMALL_BATCH_BASE = 0
+                        catalog._small_batch_limit = lambda chunks0: 0
                         merge = median_ms(lambda f: cat.probe_many(txn, f, 3, memo), m, repeat, rng)
                         cells.append(f"{each:.2f} / {merge:.2f}")
                         if cross is None and each > merge:
                             cross = m
                 print(f"| {n:,} | {chunks} | " + " | ".join(cells) + f" | {cross} |")
     finally:
-        catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK = saved
+        catalog._small_batch_limit = saved
 
 
 def main() -> None:
@@ -130,7 +130,12 @@ def main() -> None:
     ap.add_argument("--only-query-many", action="store_true", help="only the query_many table")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tmp", default=bc.DEFAULT_TMP)
+    ap.add_argument("--one-thread", action="store_true", help="the merge on one thread (the fit of SMALL_BATCH_*)")
     args = ap.parse_args()
+    if args.one_thread:
+        from fpstore.index import search
+
+        search.THREADED_MERGE_QUERIES = search.THREADED_MERGE_QUERIES_SMALL = 10**12
     Path(args.tmp).mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(args.seed)
     if not args.only_query_many:

@@ -22,6 +22,7 @@ from fpstore.errors import CorruptionError, InputError
 from fpstore.index import search, tiers
 from fpstore.index.design import Design
 from fpstore.index.tiers import KeySegment, ReadPlan, Run, State, TierCache
+from fpstore.parallel import threads as thread_count
 from fpstore.store.header import U64, table_name
 from fpstore.store.incremental import IncrementalTables
 from fpstore.store.keys import FLAG_SHORT, MAX_RAW_KEY, Key, lookup_key, unpack_record, untyped_key
@@ -32,12 +33,16 @@ from fpstore.store.sketches import Sketches, verify_near
 
 #: A batch of queries is probed one query at a time (:func:`search.probe_plan_each`) while it holds
 #: fewer than ``SMALL_BATCH_BASE + min(SMALL_BATCH_PER_CHUNK * c, SMALL_BATCH_MAX_EXTRA)``
-#: queries, c the chunks of the runs' table 0: the merge's cost grows with the chunks it reaches,
-#: a single probe's much less. Fitted to the crossovers ``tools/bench_probe_crossover.py``
-#: measures ("query_many", idle machine, the merge on threads from 2,048 queries at 16 chunks
-#: and more: about 1,500-2,000 queries at 10^5 (3 chunks), 5,000-6,000 at 10^6 (22) and 10^7
-#: (202); the cap holds 10^7's, the largest measured).
-SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK, SMALL_BATCH_MAX_EXTRA = 800, 230, 4_700
+#: queries, c the chunks of the runs' table 0, when the merge would run on one thread; the merge's
+#: cost grows with the chunks it reaches, a single probe's much less. Fitted to the crossovers
+#: ``tools/bench_probe_crossover.py`` measures ("query_many", idle machine: about 1,700 queries
+#: at 10^5 (3 chunks), 7,600 at 10^6 (22), 16,000 at 10^7 (202); the cap holds 10^7's, the
+#: largest measured).
+SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK, SMALL_BATCH_MAX_EXTRA = 800, 310, 15_200
+#: The same limit where the merge would run on threads (:func:`search.threaded_merge_from`), the
+#: smaller of the two: about 5,900 queries at 10^6 and 8,000 at 10^7 on two cores (their crossovers
+#: measured 4,096-8,192 and 4,096-16,384 in four runs: the threaded merge varies more).
+THREADED_BATCH_BASE, THREADED_BATCH_PER_CHUNK, THREADED_BATCH_MAX_EXTRA = 800, 230, 7_200
 #: Fewer result rows than this are ordered by numpy's lexsort, more by two radix passes.
 SORT_SMALL = 2048
 
@@ -46,7 +51,11 @@ __all__ = ["ITER_BATCH", "Catalog", "live_canonical", "new_canonical", "read_u64
 
 def _small_batch_limit(chunks0: int) -> int:
     """Batches of fewer queries are probed one query at a time (see :data:`SMALL_BATCH_BASE`)."""
-    return SMALL_BATCH_BASE + min(SMALL_BATCH_PER_CHUNK * chunks0, SMALL_BATCH_MAX_EXTRA)
+    limit = SMALL_BATCH_BASE + min(SMALL_BATCH_PER_CHUNK * chunks0, SMALL_BATCH_MAX_EXTRA)
+    if thread_count(None) > 1:
+        threaded = THREADED_BATCH_BASE + min(THREADED_BATCH_PER_CHUNK * chunks0, THREADED_BATCH_MAX_EXTRA)
+        limit = min(limit, max(threaded, search.threaded_merge_from(chunks0)))
+    return limit
 
 
 #: Documents per snapshot when iterating over a store (no transaction spans a yield).
