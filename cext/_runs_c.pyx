@@ -571,7 +571,7 @@ cdef int _cmp_u64(const void* a, const void* b) noexcept nogil:
 
 
 cdef struct Found:
-    # A group's hits found query by query, as (key offset << 32 | query offset), sorted before
+    # A group's hits found query by query, as (key offset << 48 | query offset), sorted before
     # they are pushed, so that they come in the merge's order: by key, then by query.
     uint64_t* v
     Py_ssize_t n
@@ -665,63 +665,37 @@ cdef inline int64_t _first_above(const uint64_t* keys, int64_t lo_j, int64_t hi_
 cdef int64_t _join_range(const uint64_t* keys, int64_t jj, int64_t n, uint64_t lo, uint64_t hi,
                          const uint64_t* queries, Py_ssize_t qi, Py_ssize_t qe, int k, int64_t first,
                          bint positions, Triples* hits, fps_next_within_fn next_within, Found* found) noexcept nogil:
-    # One block's keys in [lo, hi] (keys[jj:n], sorted) against queries[qi:qe]: the pairs within k
-    # pushed in key order, then query order. Returns the position of the first key above hi (n
-    # when none), -1 when out of memory. The range's ends are found by binary search, then each
-    # query scans the whole range with the vector compare, and a group's few hits are sorted into
-    # the merge's order. Comparing key by key as the keys were read cost 1.3 times more for groups
-    # of one query (10^5 queries against 10^7 keys, k = 3) and 2-3 times more for groups of 15.
+    # One block's keys in [lo, hi] (keys[jj:n], sorted; n <= C_MAX_ENTRIES) against
+    # queries[qi:qe]: the pairs within k pushed in key order, then query order. Returns the
+    # position of the first key above hi (n when none), -1 when out of memory. The range's ends
+    # are found by binary search, then each query scans the whole range with the vector compare,
+    # and the group's few hits are sorted into the merge's order. Comparing key by key as the keys
+    # were read cost 1.3 times more for groups of one query (10^5 queries against 10^7 keys,
+    # k = 3) and 2-3 times more for groups of 15.
     cdef Py_ssize_t t, x
     cdef uint64_t s, q
     cdef int64_t j, end
     if lo:
         jj = _first_above(keys, jj, n, lo - 1)
     end = _first_above(keys, jj, n, hi)
-    if qe - qi == 1:  # one query's hits come in key order
-        q = queries[qi]
-        j = next_within(q, keys, jj, end, k)
-        while j < end:
-            s = keys[j]
-            if triples_push(hits, qi, <uint64_t>(first + j) if positions else s, <uint8_t>fps_popcount64(s ^ q)):
-                return -1
-            j = next_within(q, keys, j + 1, end, k)
-        return end
-    if qe - qi > 0x7FFFFFFF:  # query offsets must fit their 32 bits in a Found entry
-        return _join_keywise(keys, jj, end, queries, qi, qe, k, first, positions, hits, next_within)
     found.n = 0
     for t in range(qi, qe):
         q = queries[t]
         j = next_within(q, keys, jj, end, k)
         while j < end:
-            if _found_push(found, (<uint64_t>(j - jj) << 32) | <uint64_t>(t - qi)):
+            # A key offset fits 16 bits (a block holds at most 65,535 keys), a query offset 48.
+            if _found_push(found, (<uint64_t>(j - jj) << 48) | <uint64_t>(t - qi)):
                 return -1
             j = next_within(q, keys, j + 1, end, k)
-    if found.n > 1:
+    if found.n > 1 and qe - qi > 1:  # one query's hits come in key order already
         qsort(found.v, found.n, sizeof(uint64_t), _cmp_u64)
     for x in range(found.n):
-        j = jj + <int64_t>(found.v[x] >> 32)
-        t = qi + <Py_ssize_t>((found.v[x] << 32) >> 32)
+        j = jj + <int64_t>(found.v[x] >> 48)
+        t = qi + <Py_ssize_t>((found.v[x] << 16) >> 16)
         s = keys[j]
         if triples_push(hits, t, <uint64_t>(first + j) if positions else s, <uint8_t>fps_popcount64(s ^ queries[t])):
             return -1
     return end
-
-
-cdef int64_t _join_keywise(const uint64_t* keys, int64_t jj, int64_t jend, const uint64_t* queries, Py_ssize_t qi,
-                           Py_ssize_t qe, int k, int64_t first, bint positions, Triples* hits,
-                           fps_next_within_fn next_within) noexcept nogil:
-    """keys[jj:jend] against queries[qi:qe], key by key (any group size)."""
-    cdef Py_ssize_t t
-    cdef uint64_t s
-    while jj < jend:
-        s = keys[jj]
-        t = next_within(s, queries, qi, qe, k)
-        while t < qe:
-            if triples_push(hits, t, <uint64_t>(first + jj) if positions else s, <uint8_t>fps_popcount64(s ^ queries[t])):
-                return -1
-            t = next_within(s, queries, t + 1, qe, k)
-        jj += 1
-    return jj
 
 
 def probe_chunk(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] ends,

@@ -19,6 +19,7 @@ from fpstore import _backend
 from fpstore.index import runs
 from fpstore.errors import CorruptionError, FormatError, InputError
 from tests.conftest import expected_kernel, load_twins
+from tests.support.kernels import kernel_setting
 
 C, PY = load_twins("runs")
 TWINS = (C, PY)
@@ -728,14 +729,9 @@ def test_probes_restarting_inside_blocks_equal_brute_force(n, key_bits, block, s
             assert err == 0 and sorted(hits) == want, (mod, lo, hi)
 
 
-@contextlib.contextmanager
 def checked_loops_only():
     """The compiled kernel with only its loops that check each gap (see use_unchecked_loops)."""
-    was = C.use_unchecked_loops(False)
-    try:
-        yield
-    finally:
-        C.use_unchecked_loops(was)
+    return kernel_setting(C.use_unchecked_loops, False)
 
 
 @pytest.mark.slow
@@ -952,14 +948,9 @@ def test_a_query_inside_a_large_cluster_of_near_duplicates_is_answered_exactly()
         assert err == 0 and hits == want
 
 
-@contextlib.contextmanager
 def scalar_compares_only():
     """The compiled kernel comparing a key with a group one query at a time (see use_vector_compare)."""
-    was = C.use_vector_compare(False)
-    try:
-        yield
-    finally:
-        C.use_vector_compare(was)
+    return kernel_setting(C.use_vector_compare, False)
 
 
 @settings(max_examples=150, deadline=None)

@@ -9,6 +9,7 @@ from hypothesis.extra import numpy as hnp
 
 from fpstore import _backend
 from tests.conftest import expected_kernel, load_twins
+from tests.support.kernels import kernel_setting
 
 C, PY = load_twins("search")
 
@@ -229,11 +230,8 @@ def test_joins_compare_alike_four_at_a_time_and_one_at_a_time(seed, prefix_bits,
     masks = np.zeros(1, np.uint64)
     got = []
     for vector in (True, False):
-        was = C.use_vector_compare(vector)
-        try:
+        with kernel_setting(C.use_vector_compare, vector):
             got.append(tuple(x.tolist() for x in C.prefix_join(a, b, prefix_bits, masks, k, same)))
-        finally:
-            C.use_vector_compare(was)
     assert got[0] == got[1]
     shift = np.uint64(64 - prefix_bits) if prefix_bits else None
     pa = a >> shift if shift is not None and prefix_bits < 64 else np.zeros(len(a), np.uint64)

@@ -594,22 +594,20 @@ class Catalog:
             if int(ids.min()) <= 0 or int(ids.max()) >= 1 << 63:
                 _bad_id(ids.tolist())
             fast = self._column_keys_of(txn, plan, ids.astype(np.int64), dead, memo) if int_columns else None
-            if fast is not None:
-                return fast
-            ids = ids.tolist()
         else:
             ids = ids.tolist() if isinstance(ids, np.ndarray) else ids
             if min(ids) <= 0 or max(ids) >= 1 << 63:
                 _bad_id(ids)
-            fast = None
-            if int_columns:
-                fast = (
-                    self._column_keys_of(txn, plan, np.array(ids, dtype=np.int64), dead, memo)
-                    if len(ids) >= 64
-                    else self._few_column_keys(txn, plan, ids, dead, memo)
-                )
+            if not int_columns:
+                fast = None
+            elif len(ids) >= 64:
+                fast = self._column_keys_of(txn, plan, np.array(ids, dtype=np.int64), dead, memo)
+            else:
+                fast = self._few_column_keys(txn, plan, ids, dead, memo)
         if fast is not None:
             return fast
+        if isinstance(ids, np.ndarray):
+            ids = ids.tolist()
         uniq = set(ids)
         keys: dict[int, Key] = {}
         # A bulk load numbers its documents in one range of ids, which no record shares.

@@ -1,0 +1,17 @@
+"""A compiled kernel's test switches (``use_unchecked_loops``, ``use_vector_compare``), set for
+the length of a ``with`` block."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+
+@contextlib.contextmanager
+def kernel_setting(switch: Callable[[bool], bool], on: bool) -> Iterator[None]:
+    """``switch(on)`` inside the block; the setting it had before, after it."""
+    was = switch(on)
+    try:
+        yield
+    finally:
+        switch(was)
