@@ -364,25 +364,27 @@ cdef int _decode_block(const uint8_t* buf, int64_t buflen, int64_t start, int64_
     return _decode_block_checked(buf, buflen, start, end, n, first, limit, out)
 
 
-cdef int _decode_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, int64_t end, int64_t n,
-                             uint64_t first, uint64_t limit, uint64_t* out, uint64_t lo, uint64_t stop,
-                             int64_t* ndone, int64_t* skip, uint64_t* ck_key, int32_t* ck_bit) noexcept nogil:
-    """:func:`_decode_block` for a probe of ``[lo, stop]``: decoding stops after the first key
-    above ``stop`` (a probe needs the keys up to its range's end only; the checks of the part not
-    decoded, trailing bits, are then skipped, the reads stay bounded), and restarts at the last
-    restart point whose key is below ``lo`` when one is known: ``out`` receives the keys of entries
-    ``skip[0]`` .. ``skip[0] + ndone[0] - 1``. Without restart points (``ck_key``/``ck_bit`` NULL) the
-    block is decoded from its start and nothing is recorded. A restart point is entry j = c * CK_STEP (c = 1..CK_PER_BLOCK) with its key
-    (``ck_key[c - 1]``) and the bit of its unary code (``ck_bit[c - 1]``, -1 when not yet known);
-    decoding records each one it passes. Entries before j hold keys <= ck_key[c - 1] < lo (keys
-    are sorted), so nothing the probe wants is skipped; j's remainder sits at bit j * k of the
-    remainder section, so no other state is needed. The bytes are the same as when the point was
-    recorded (run chunks are immutable), and every read stays inside ``[start, end)`` as in the
-    full decode."""
+cdef struct BlockStart:
+    # Where a probe's decode of one block starts (see _probe_start): the remainder width k, the
+    # entries after the first (m), the unary section's length in bytes (ub), the entry decoding
+    # resumes after (j0, 0 at the block's start), that entry's unary bit (last, -1 at the start),
+    # the next remainder's bit (bitpos), the unary word holding the next entry (its first bit
+    # base, its byte pos), and whether every remainder is one unaligned load inside the buffer.
+    int k
+    int64_t m, ub, j0, last, bitpos, base, pos
+    bint fast
+
+
+cdef int _probe_start(const uint8_t* buf, int64_t buflen, int64_t start, int64_t end, int64_t n,
+                      uint64_t first, uint64_t limit, uint64_t* out, uint64_t lo, uint64_t stop,
+                      int64_t* ndone, int64_t* skip, const uint64_t* ck_key, const int32_t* ck_bit,
+                      BlockStart* st) noexcept nogil:
+    """The checks and the starting state of :func:`_decode_block_probe` (and of the scan of
+    :func:`_scan_block_probe`): an error code, C_OK when the block's first key already ends the
+    probe (``ndone`` set), or C_AGAIN with ``out[0]`` (the key decoding resumes after), ``skip``
+    and ``st`` set."""
     cdef int k, c
-    cdef int64_t m, rs, us, ub, pos, base, last, p, i, bitpos, j0
-    cdef uint64_t rem, q, r, g, w, mask
-    cdef bint fast
+    cdef int64_t m, rs, us, ub, j0, last
     skip[0] = 0
     if start < 0 or start >= end or end > buflen:
         return C_ERR_BOUNDS
@@ -420,14 +422,42 @@ cdef int _decode_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, 
             return C_OK if us == end else C_ERR_TRAILING
         last = -1
     skip[0] = j0
-    rem = limit - out[0]
-    mask = ((<uint64_t>1) << k) - 1
+    st.k, st.m, st.ub, st.j0, st.last = k, m, ub, j0, last
     # With k <= 56 and 8 readable bytes after the remainder section, every remainder is one
     # unaligned load that stays inside buf.
-    fast = k <= 56 and us + 8 <= buflen
-    bitpos = rs * 8 + j0 * k
-    base = ((last + 1) >> 6) << 6
-    pos = us + (base >> 3)
+    st.fast = k <= 56 and us + 8 <= buflen
+    st.bitpos = rs * 8 + j0 * k
+    st.base = ((last + 1) >> 6) << 6
+    st.pos = us + (st.base >> 3)
+    return C_AGAIN
+
+
+cdef int _decode_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, int64_t end, int64_t n,
+                             uint64_t first, uint64_t limit, uint64_t* out, uint64_t lo, uint64_t stop,
+                             int64_t* ndone, int64_t* skip, uint64_t* ck_key, int32_t* ck_bit) noexcept nogil:
+    """:func:`_decode_block` for a probe of ``[lo, stop]``: decoding stops after the first key
+    above ``stop`` (a probe needs the keys up to its range's end only; the checks of the part not
+    decoded, trailing bits, are then skipped, the reads stay bounded), and restarts at the last
+    restart point whose key is below ``lo`` when one is known: ``out`` receives the keys of entries
+    ``skip[0]`` .. ``skip[0] + ndone[0] - 1``. Without restart points (``ck_key``/``ck_bit`` NULL) the
+    block is decoded from its start and nothing is recorded. A restart point is entry j = c * CK_STEP (c = 1..CK_PER_BLOCK) with its key
+    (``ck_key[c - 1]``) and the bit of its unary code (``ck_bit[c - 1]``, -1 when not yet known);
+    decoding records each one it passes. Entries before j hold keys <= ck_key[c - 1] < lo (keys
+    are sorted), so nothing the probe wants is skipped; j's remainder sits at bit j * k of the
+    remainder section, so no other state is needed. The bytes are the same as when the point was
+    recorded (run chunks are immutable), and every read stays inside ``[start, end)`` as in the
+    full decode."""
+    cdef BlockStart st
+    cdef int k, c
+    cdef int64_t m, ub, pos, base, last, p, i, bitpos, j0
+    cdef uint64_t rem, q, r, g, w, mask
+    cdef bint fast
+    c = _probe_start(buf, buflen, start, end, n, first, limit, out, lo, stop, ndone, skip, ck_key, ck_bit, &st)
+    if c != C_AGAIN:
+        return c
+    k, m, ub, j0, last, bitpos, base, pos, fast = st.k, st.m, st.ub, st.j0, st.last, st.bitpos, st.base, st.pos, st.fast
+    rem = limit - out[0]
+    mask = ((<uint64_t>1) << k) - 1
     i = j0
     if fast and 1 <= k <= 47 and _unchecked_loops:
         c = _probe_unchecked(buf, end, ub, k, m, j0, last, bitpos, base, pos, out, limit, stop, ndone, ck_key, ck_bit)
@@ -534,6 +564,125 @@ cdef int _probe_unchecked(const uint8_t* buf, int64_t end, int64_t ub, int k, in
                 ck_key[c] = out[e - j0]
                 ck_bit[c] = <int32_t>seen[c]
     ndone[0] = i - j0 + 1
+    return C_OK
+
+
+cdef int _scan_unchecked(const uint8_t* buf, int64_t end, const BlockStart* st, uint64_t key0, uint64_t limit,
+                         uint64_t lo, uint64_t stop, uint64_t query, int kq, uint64_t* hit_key, int64_t* hit_at,
+                         int64_t* nhits, int64_t* ndone, uint64_t* last_key, uint64_t* ck_key,
+                         int32_t* ck_bit) noexcept nogil:
+    # _probe_unchecked fused with the probe's test of each key: the keys in [lo, stop] within kq
+    # of query go to hit_key / hit_at (entry - j0), and no decoded key is stored. A counted loop
+    # runs to the next mark (the next restart entry, or the block's last), so that no entry asks
+    # whether it is one. C_AGAIN as there, hits discarded.
+    cdef uint64_t key = key0, rsum = 0, q, r, w
+    cdef int k = st.k
+    cdef uint64_t mask = ((<uint64_t>1) << k) - 1
+    cdef int64_t m = st.m, j0 = st.j0, last = st.last, bitpos = st.bitpos, base = st.base, pos = st.pos
+    cdef int64_t last0 = last, i = j0, p, mark, nh = 0, take, j
+    cdef int64_t seen[CK_PER_BLOCK]  # the unary bit of each restart entry decoded, -1 if none
+    cdef uint64_t seen_key[CK_PER_BLOCK]
+    cdef int c
+    cdef bint stopped = False
+    for c in range(CK_PER_BLOCK):
+        seen[c] = -1
+    if lo <= key <= stop and fps_popcount64(key ^ query) <= kq:
+        hit_key[0], hit_at[0], nh = key, 0, 1
+    mark = (j0 // CK_STEP + 1) * CK_STEP
+    if mark > CK_PER_BLOCK * CK_STEP or mark > m:
+        mark = m
+    if pos >= end:
+        return C_AGAIN
+    w = _unary_word(buf, pos, end)
+    if base <= last:  # the restart point's word: its bits up to the point's are consumed
+        w &= ~((((<uint64_t>1) << (last - base + 1))) - 1)
+    while True:
+        take = fps_popcount64(w)
+        if take > mark - i:
+            take = mark - i
+        for j in range(take):
+            p = base + fps_ctz64(w)
+            q = <uint64_t>(p - last - 1)
+            last = p
+            r = (fps_load64(buf + (bitpos >> 3)) >> (bitpos & 7)) & mask
+            bitpos += k
+            rsum += r
+            key += (q << k) | r
+            if fps_popcount64(key ^ query) <= kq and lo <= key <= stop:
+                hit_key[nh], hit_at[nh] = key, i + j + 1 - j0
+                nh += 1
+            if key > stop:
+                stopped = True
+                take = j + 1
+                break
+            w &= w - 1
+        i += take
+        if i == mark:
+            if (i & (CK_STEP - 1)) == 0 and i <= CK_PER_BLOCK * CK_STEP:
+                seen[i // CK_STEP - 1] = last
+                seen_key[i // CK_STEP - 1] = key
+            if i == m:
+                break
+            mark = i + CK_STEP if i + CK_STEP <= CK_PER_BLOCK * CK_STEP else m
+            if mark > m:
+                mark = m
+        if stopped:
+            break
+        if w == 0:  # the word's entries are done: the next word
+            pos += 8
+            base += 64
+            if pos >= end:
+                return C_AGAIN
+            w = _unary_word(buf, pos, end)
+    if not _gaps_fit(limit - key0, <uint64_t>((last - last0) - (i - j0)), rsum, k):
+        return C_AGAIN
+    if not stopped and (w != 0 or (last >> 3) != st.ub - 1):
+        return C_AGAIN
+    if ck_bit != NULL:
+        for c in range(CK_PER_BLOCK):
+            # (A unary section past 2**31 bits, which only a forged block has, records nothing.)
+            if seen[c] >= 0 and ck_bit[c] < 0 and seen[c] <= 0x7FFFFFFF:
+                ck_key[c] = seen_key[c]
+                ck_bit[c] = <int32_t>seen[c]
+    ndone[0] = i - j0 + 1
+    nhits[0] = nh
+    last_key[0] = key
+    return C_OK
+
+
+cdef int _scan_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, int64_t end, int64_t n,
+                           uint64_t first, uint64_t limit, uint64_t* tmp, int64_t* hit_at, uint64_t lo,
+                           uint64_t stop, uint64_t query, int kq, int64_t* ndone, int64_t* skip,
+                           int64_t* nhits, uint64_t* last_key, uint64_t* ck_key, int32_t* ck_bit) noexcept nogil:
+    """A probe of one block: :func:`_decode_block_probe`'s decode of the entries from ``skip[0]``
+    (``ndone[0]`` of them, the last one's key in ``last_key[0]``), of which the ``nhits[0]`` with
+    keys in ``[lo, stop]`` within ``kq`` bits of ``query`` are returned, in entry order, as their
+    keys (``tmp``) and entries after ``skip[0]`` (``hit_at``); both hold ``n`` values. The same
+    errors, keys and restart points as decoding, then testing each key."""
+    cdef BlockStart st
+    cdef int c
+    cdef int64_t j, nh
+    cdef uint64_t key
+    nhits[0] = 0
+    c = _probe_start(buf, buflen, start, end, n, first, limit, tmp, lo, stop, ndone, skip, ck_key, ck_bit, &st)
+    if c == C_AGAIN and st.fast and 1 <= st.k <= 47 and _unchecked_loops:
+        c = _scan_unchecked(buf, end, &st, tmp[0], limit, lo, stop, query, kq, tmp, hit_at, nhits, ndone,
+                            last_key, ck_key, ck_bit)
+        if c != C_AGAIN:
+            return c
+    if c == C_AGAIN:
+        c = _decode_block_probe(buf, buflen, start, end, n, first, limit, tmp, lo, stop, ndone, skip, ck_key, ck_bit)
+    if c != C_OK:
+        return c
+    # The keys are in tmp: keep the hits, in place (a hit's slot is never past its key's).
+    last_key[0] = tmp[ndone[0] - 1]
+    nh = 0
+    for j in range(ndone[0]):
+        key = tmp[j]
+        if lo <= key <= stop and fps_popcount64(key ^ query) <= kq:
+            tmp[nh], hit_at[nh] = key, j
+            nh += 1
+    nhits[0] = nh
     return C_OK
 
 
@@ -845,13 +994,19 @@ cdef inline Py_ssize_t _first_reaching(const uint64_t* a, Py_ssize_t m, const ui
 
 cdef inline void _locate(ProbeTable pt, uint64_t lo, uint64_t hi, Py_ssize_t* b0, Py_ssize_t* b1) noexcept:
     # Blocks b0 .. b1-1 meeting [lo, hi]: block b holds keys in [bounds[b], bounds[b + 1]].
-    cdef Py_ssize_t nb = pt.nb, i
+    cdef Py_ssize_t nb = pt.nb, i, j
     # b0: the first b with bounds[b + 1] >= lo.
     i = _first_reaching(pt.bounds, nb + 1, pt.coarse, pt.ncoarse, lo, False)
     b0[0] = (i - 1 if i > 0 else 0) if i <= nb else nb
-    # b1: the first b with bounds[b] > hi.
-    i = _first_reaching(pt.bounds, nb + 1, pt.coarse, pt.ncoarse, hi, True)
-    b1[0] = i if i < nb else nb
+    # b1: the first b with bounds[b] > hi, at or after i (hi >= lo). A probe's range spans a
+    # block or two, so the few bounds after i (in the lines the search just read) usually hold
+    # it; past them, a search.
+    j = i
+    while j <= nb and j < i + 4 and pt.bounds[j] <= hi:
+        j += 1
+    if j <= nb and j == i + 4:
+        j = _first_reaching_in(pt.bounds, j, nb + 1 - j, hi, True)
+    b1[0] = j if j < nb else nb
 
 
 cdef struct PRange:
@@ -910,7 +1065,8 @@ cdef void _phits_free(PHits* h) noexcept nogil:
 
 cdef struct ProbeScratch:
     # What one probe call reuses from range to range (and from query to query in a batch).
-    uint64_t* tmp                   # a decoded block
+    uint64_t* tmp                   # a decoded block, or its hits' keys
+    int64_t* hit_at                 # its hits' entries (tmp_cap of each)
     Py_ssize_t tmp_cap
     Py_ssize_t* located             # b0, b1 of each range
     Py_ssize_t located_cap
@@ -920,8 +1076,10 @@ cdef struct ProbeScratch:
 
 cdef void _scratch_free(ProbeScratch* s) noexcept nogil:
     free(s.tmp)
+    free(s.hit_at)
     free(s.located)
     s.tmp = NULL
+    s.hit_at = NULL
     s.located = NULL
     s.tmp_cap = s.located_cap = 0
 
@@ -945,11 +1103,12 @@ cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, 
     an error code, with ``s.err_table`` / ``s.err_where`` saying where."""
     cdef ProbeTable pt
     cdef Py_ssize_t ri, b0, b1, b, end, c, j, n, maxn
-    cdef int64_t ndone, skip
+    cdef int64_t ndone, skip, nhits
     cdef uint64_t lo, hi, query, key
     cdef Py_buffer view
     cdef const uint8_t* bp
     cdef uint64_t* grown
+    cdef int64_t* grown_at
     cdef Py_ssize_t* located
     cdef int err
     cdef bint past
@@ -1026,22 +1185,24 @@ cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, 
                     if grown == NULL:
                         raise MemoryError()
                     s.tmp = grown
+                    grown_at = <int64_t*>realloc(s.hit_at, maxn * sizeof(int64_t))
+                    if grown_at == NULL:
+                        raise MemoryError()
+                    s.hit_at = grown_at
                     s.tmp_cap = maxn
                 for b in range(b0, end):
                     n = pt.counts[b]
                     # Keys are sorted: decoding stops after the first key above the range.
-                    err = _decode_block_probe(bp, view.len, pt.starts[b], pt.ends[b], n, pt.bounds[b],
-                                              pt.bounds[b + 1], s.tmp, lo, hi, &ndone, &skip,
-                                              pt.ck_key + b * CK_PER_BLOCK, pt.ck_bit + b * CK_PER_BLOCK)
+                    err = _scan_block_probe(bp, view.len, pt.starts[b], pt.ends[b], n, pt.bounds[b],
+                                            pt.bounds[b + 1], s.tmp, s.hit_at, lo, hi, query, k, &ndone, &skip,
+                                            &nhits, &key, pt.ck_key + b * CK_PER_BLOCK, pt.ck_bit + b * CK_PER_BLOCK)
                     if err:
                         s.err_table, s.err_where = ranges[ri].table, b
                         return err
-                    for j in range(ndone):
-                        key = s.tmp[j]
-                        if lo <= key <= hi and fps_popcount64(key ^ query) <= k:
-                            if _phits_push(hits, ranges[ri].table, key, pt.entry_start[b] + skip + j):
-                                raise MemoryError()
-                    if skip + ndone < n or s.tmp[ndone - 1] > hi:
+                    for j in range(nhits):
+                        if _phits_push(hits, ranges[ri].table, s.tmp[j], pt.entry_start[b] + skip + s.hit_at[j]):
+                            raise MemoryError()
+                    if skip + ndone < n or key > hi:
                         past = True
                         break
             finally:
