@@ -286,6 +286,14 @@ cdef inline uint64_t _unary_word(const uint8_t* buf, int64_t pos, int64_t end) n
     return w
 
 
+cdef inline bint _sums_fit(int k, int64_t m) noexcept nogil:
+    """Whether a block of ``m`` gaps with ``k`` remainder bits (1..56) can be decoded by the
+    loops that check the gaps' sum once: the sum of its remainders must fit in 64 bits, which
+    ``m < 2**(63 - k)`` ensures (every block when k <= 47; the small runs of a large store's
+    flushes have k near 50, and blocks of a few hundred entries)."""
+    return 1 <= k <= 56 and (m >> (63 - k)) == 0
+
+
 cdef inline bint _gaps_fit(uint64_t span, uint64_t qsum, uint64_t rsum, int k) noexcept nogil:
     """Whether gaps whose quotients sum to ``qsum`` and remainders to ``rsum`` (k bits each) sum
     to at most ``span``: the one check the unchecked loops make. Each gap is then at most the
@@ -306,11 +314,10 @@ cdef int _decode_block(const uint8_t* buf, int64_t buflen, int64_t start, int64_
                        uint64_t first, uint64_t limit, uint64_t* out) noexcept nogil:
     """Checks 2..9 of the specification; writes n keys to out when it returns C_OK.
 
-    A whole block with 1..47 remainder bits and 8 readable bytes after its remainders (nearly
-    every block) is decoded by a loop that checks the sum of its gaps once, at the end, instead
-    of each gap against the room left: every gap is at most the sum (q << k fits when the sum of
-    the quotients does, and the remainders of 65,535 entries fit in 64 bits when k <= 47), so the
-    keys are those that checking each gap would have given. Whenever that loop finds something
+    A whole block whose remainders' sum fits in 64 bits (:func:`_sums_fit`) and 8 readable bytes
+    after its remainders (nearly every block) is decoded by a loop that checks the sum of its
+    gaps once, at the end, instead of each gap against the room left: every gap is at most the
+    sum (q << k fits when the sum of the quotients does), so the keys are those that checking each gap would have given. Whenever that loop finds something
     wrong, the block is decoded again by :func:`_decode_block_probe`, which checks in the
     specification's order and so returns the same error. Every read stays inside
     ``[start, end)`` and the 8 bytes after the remainders, as there."""
@@ -322,7 +329,7 @@ cdef int _decode_block(const uint8_t* buf, int64_t buflen, int64_t start, int64_
     m = n - 1
     rs = start + 1
     us = rs + ((m * k + 7) >> 3)
-    if (k == 0 or k > 47 or first > limit or m <= 0 or m > 8 * (end - start - 1) or us > end
+    if (not _sums_fit(k, m) or first > limit or m <= 0 or m > 8 * (end - start - 1) or us > end
             or us + 8 > buflen or not _unchecked_loops):
         return _decode_block_checked(buf, buflen, start, end, n, first, limit, out)
     ub = end - us
@@ -459,7 +466,7 @@ cdef int _decode_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, 
     rem = limit - out[0]
     mask = ((<uint64_t>1) << k) - 1
     i = j0
-    if fast and 1 <= k <= 47 and _unchecked_loops:
+    if fast and _sums_fit(k, m) and _unchecked_loops:
         c = _probe_unchecked(buf, end, ub, k, m, j0, last, bitpos, base, pos, out, limit, stop, ndone, ck_key, ck_bit)
         if c != C_AGAIN:
             return c
@@ -665,7 +672,7 @@ cdef int _scan_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, in
     cdef uint64_t key
     nhits[0] = 0
     c = _probe_start(buf, buflen, start, end, n, first, limit, tmp, lo, stop, ndone, skip, ck_key, ck_bit, &st)
-    if c == C_AGAIN and st.fast and 1 <= st.k <= 47 and _unchecked_loops:
+    if c == C_AGAIN and st.fast and _sums_fit(st.k, st.m) and _unchecked_loops:
         c = _scan_unchecked(buf, end, &st, tmp[0], limit, lo, stop, query, kq, tmp, hit_at, nhits, ndone,
                             last_key, ck_key, ck_bit)
         if c != C_AGAIN:
