@@ -7,7 +7,7 @@ validation beyond memory safety: every read of a chunk is checked against the bu
 because the bytes come from disk and may be anything. The GIL is released in every loop.
 """
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcpy, memset
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -932,6 +932,13 @@ cdef class ProbeTable:
     # fill_restarts never release it), so no probe sees a point's key without its bit.
     cdef uint64_t* ck_key
     cdef int32_t* ck_bit
+    # Where each chunk's bytes are, as the memo (a snapshot's chunk views) last given holds them:
+    # a probe of a range then makes no dict lookup. The memo itself is kept referenced, so that
+    # no other dict can come to its address; a different memo starts the table over. Only with
+    # the GIL held, as the restart points.
+    cdef object memo_seen
+    cdef const uint8_t** chunk_at
+    cdef Py_ssize_t* chunk_at_len
     cdef readonly Py_ssize_t owned_nbytes  # the arrays built here (the rest are the run index's)
 
     def __init__(self, const uint64_t[::1] bounds, const int64_t[::1] starts, const int64_t[::1] ends,
@@ -960,7 +967,13 @@ cdef class ProbeTable:
         self.coarse = &coarse[0]
         self.ck_key = &ck_key[0]
         self.ck_bit = &ck_bit[0]
-        self.owned_nbytes = coarse.shape[0] * 8 + ck_key.shape[0] * 8 + ck_bit.shape[0] * 4
+        cdef uintptr_t[::1] chunk_at = np.zeros(max(nc, 1), dtype=np.uintp)
+        cdef Py_ssize_t[::1] chunk_at_len = np.zeros(max(nc, 1), dtype=np.intp)
+        self._keep = self._keep + (chunk_at, chunk_at_len)
+        self.chunk_at = <const uint8_t**>&chunk_at[0]
+        self.chunk_at_len = &chunk_at_len[0]
+        self.memo_seen = None
+        self.owned_nbytes = coarse.shape[0] * 8 + ck_key.shape[0] * 8 + ck_bit.shape[0] * 4 + chunk_at.shape[0] * 16
 
 
 cdef enum:
@@ -1075,8 +1088,7 @@ cdef struct ProbeScratch:
     uint64_t* tmp                   # a decoded block, or its hits' keys
     int64_t* hit_at                 # its hits' entries (tmp_cap of each)
     Py_ssize_t tmp_cap
-    Py_ssize_t* located             # b0, b1 of each range, and whether its held[] is held
-    Py_buffer* held                 # each range's first chunk, when held from the prefetch on
+    Py_ssize_t* located             # b0, b1 of each range
     Py_ssize_t located_cap
     Py_ssize_t err_table            # where an error was found: the range's table, and the
     Py_ssize_t err_where            # chunk (ERR_MISSING, ERR_LENGTH) or block (decode errors)
@@ -1086,8 +1098,6 @@ cdef void _scratch_free(ProbeScratch* s) noexcept nogil:
     free(s.tmp)
     free(s.hit_at)
     free(s.located)
-    free(s.held)
-    s.held = NULL
     s.tmp = NULL
     s.hit_at = NULL
     s.located = NULL
@@ -1107,46 +1117,61 @@ cdef object _chunk_of(ProbeTable pt, Py_ssize_t c, fetch, dict memo):
     return buf
 
 
+cdef bint _memo_chunk(ProbeTable pt, Py_ssize_t c, dict memo, const uint8_t** at, Py_ssize_t* length) except -1:
+    """Chunk c of pt's run table as ``memo`` holds it: True with ``at`` / ``length`` set, False
+    when ``memo`` does not hold it. The bytes stay where they are while ``memo`` holds their
+    object (memos only grow; a snapshot that moves gets a new memo), so pt keeps the address."""
+    cdef Py_buffer view
+    if pt.memo_seen is not memo:
+        memset(pt.chunk_at, 0, pt.nc * sizeof(const uint8_t*))
+        pt.memo_seen = memo
+    if pt.chunk_at[c] == NULL:
+        buf = memo.get(pt.names[c])
+        if buf is None:
+            return False
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        pt.chunk_at[c] = <const uint8_t*>view.buf
+        pt.chunk_at_len[c] = view.len
+        PyBuffer_Release(&view)
+        if pt.chunk_at[c] == NULL:  # an empty buffer may have no address: looked up each time
+            at[0], length[0] = <const uint8_t*>"", 0
+            return True
+    at[0], length[0] = pt.chunk_at[c], pt.chunk_at_len[c]
+    return True
+
+
 cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, int k, dict memo,
                        PHits* hits, ProbeScratch* s) except -1:
     """Probe ``ranges`` of ``tables`` (ProbeTable objects), appending to ``hits``; returns OK or
     an error code, with ``s.err_table`` / ``s.err_where`` saying where."""
     cdef ProbeTable pt
-    cdef Py_ssize_t ri, b0, b1, b, end, c, j, n, maxn
+    cdef Py_ssize_t ri, b0, b1, b, end, c, j, n, maxn, blen
     cdef int64_t ndone, skip, nhits
     cdef uint64_t lo, hi, query, key
-    cdef Py_buffer own
-    cdef Py_buffer* view
-    cdef Py_buffer* held
+    cdef Py_buffer view
     cdef const uint8_t* bp
     cdef uint64_t* grown
     cdef int64_t* grown_at
     cdef Py_ssize_t* located
     cdef int err
-    cdef bint past
+    cdef bint past, viewed
     if nr > s.located_cap:
-        located = <Py_ssize_t*>realloc(s.located, 3 * nr * sizeof(Py_ssize_t))
+        located = <Py_ssize_t*>realloc(s.located, 2 * nr * sizeof(Py_ssize_t))
         if located == NULL:
             raise MemoryError()
         s.located = located
-        held = <Py_buffer*>realloc(s.held, nr * sizeof(Py_buffer))
-        if held == NULL:
-            raise MemoryError()
-        s.held = held
         s.located_cap = nr
     located = s.located
-    held = s.held
     # First every range's blocks, asking for the lines its decode reads first; then the
     # decodes. A probe's tables lie far apart in the map (at 10^7, hundreds of MB), so each
     # table's first reads miss the cache: asked for together, the misses overlap.
     for ri in range(nr):
-        located[3 * ri + 2] = 0  # held[ri] not held
         pt = <ProbeTable?>tables[ranges[ri].table]
         b0 = b1 = 0
         if pt.nb:
             _locate(pt, ranges[ri].lo, ranges[ri].hi, &b0, &b1)
-        located[3 * ri] = b0
-        located[3 * ri + 1] = b1
+        located[2 * ri] = b0
+        located[2 * ri + 1] = b1
         if b0 < b1:
             fps_prefetch(pt.starts + b0)
             fps_prefetch(pt.ends + b0)
@@ -1156,88 +1181,78 @@ cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, 
             fps_prefetch(pt.entry_start + b0)
             fps_prefetch(pt.ck_key + b0 * CK_PER_BLOCK)
             fps_prefetch(pt.ck_bit + b0 * CK_PER_BLOCK)
-    try:
-        if memo is not None:
-            # Each range's first chunk, when the snapshot has read it before: its buffer is held
-            # for the decode below, which so looks it up once.
-            for ri in range(nr):
-                b0 = located[3 * ri]
-                if b0 >= located[3 * ri + 1]:
-                    continue
-                pt = <ProbeTable>tables[ranges[ri].table]
-                buf = memo.get(pt.names[pt.chunk[b0]])
-                if buf is None:
-                    continue
-                PyObject_GetBuffer(buf, &held[ri], PyBUF_SIMPLE)
-                located[3 * ri + 2] = 1
-                if pt.ends[b0] <= held[ri].len and pt.starts[b0] < pt.ends[b0]:
-                    # The whole block (about 1.4 KiB at 10^7): where a restart point sends the
-                    # decode depends on bits not read yet.
-                    bp = <const uint8_t*>held[ri].buf
-                    for j in range(pt.starts[b0], pt.ends[b0], 64):
-                        fps_prefetch(bp + j)
-                    fps_prefetch(bp + pt.ends[b0] - 1)
+    if memo is not None:
         for ri in range(nr):
-            lo, hi, query = ranges[ri].lo, ranges[ri].hi, ranges[ri].query
+            b0 = located[2 * ri]
+            if b0 >= located[2 * ri + 1]:
+                continue
             pt = <ProbeTable>tables[ranges[ri].table]
-            b0 = located[3 * ri]
-            b1 = located[3 * ri + 1]
-            past = False
-            while b0 < b1 and not past:
-                c = pt.chunk[b0]
-                end = b1 if b1 < pt.chunk_start[c + 1] else pt.chunk_start[c + 1]
-                if b0 == located[3 * ri] and located[3 * ri + 2]:
-                    view = &held[ri]
-                else:
-                    buf = _chunk_of(pt, c, fetch, memo)
-                    if buf is None:
-                        s.err_table, s.err_where = ranges[ri].table, c
-                        return ERR_MISSING
-                    # The raw buffer protocol: a typed memoryview costs a microsecond per chunk here.
-                    PyObject_GetBuffer(buf, &own, PyBUF_SIMPLE)
-                    view = &own
-                try:
-                    if view.len != pt.chunk_len[c]:
-                        s.err_table, s.err_where = ranges[ri].table, c
-                        return ERR_LENGTH
-                    bp = <const uint8_t*>view.buf
-                    maxn = 0
-                    for b in range(b0, end):
-                        if pt.counts[b] > maxn:
-                            maxn = pt.counts[b]
-                    if maxn > s.tmp_cap:
-                        grown = <uint64_t*>realloc(s.tmp, maxn * sizeof(uint64_t))
-                        if grown == NULL:
+            if not _memo_chunk(pt, pt.chunk[b0], memo, &bp, &blen):
+                continue
+            if pt.ends[b0] <= blen and pt.starts[b0] < pt.ends[b0]:
+                # The whole block (about 1.4 KiB at 10^7): where a restart point sends the
+                # decode depends on bits not read yet.
+                for j in range(pt.starts[b0], pt.ends[b0], 64):
+                    fps_prefetch(bp + j)
+                fps_prefetch(bp + pt.ends[b0] - 1)
+    for ri in range(nr):
+        lo, hi, query = ranges[ri].lo, ranges[ri].hi, ranges[ri].query
+        pt = <ProbeTable>tables[ranges[ri].table]
+        b0 = located[2 * ri]
+        b1 = located[2 * ri + 1]
+        past = False
+        while b0 < b1 and not past:
+            c = pt.chunk[b0]
+            end = b1 if b1 < pt.chunk_start[c + 1] else pt.chunk_start[c + 1]
+            viewed = False
+            if memo is None or not _memo_chunk(pt, c, memo, &bp, &blen):
+                buf = _chunk_of(pt, c, fetch, memo)
+                if buf is None:
+                    s.err_table, s.err_where = ranges[ri].table, c
+                    return ERR_MISSING
+                if memo is None or not _memo_chunk(pt, c, memo, &bp, &blen):
+                    # No memo to keep it: the raw buffer protocol for this chunk's decodes (a typed
+                    # memoryview costs a microsecond per chunk here).
+                    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+                    viewed = True
+                    bp, blen = <const uint8_t*>view.buf, view.len
+            try:
+                if blen != pt.chunk_len[c]:
+                    s.err_table, s.err_where = ranges[ri].table, c
+                    return ERR_LENGTH
+                maxn = 0
+                for b in range(b0, end):
+                    if pt.counts[b] > maxn:
+                        maxn = pt.counts[b]
+                if maxn > s.tmp_cap:
+                    grown = <uint64_t*>realloc(s.tmp, maxn * sizeof(uint64_t))
+                    if grown == NULL:
+                        raise MemoryError()
+                    s.tmp = grown
+                    grown_at = <int64_t*>realloc(s.hit_at, maxn * sizeof(int64_t))
+                    if grown_at == NULL:
+                        raise MemoryError()
+                    s.hit_at = grown_at
+                    s.tmp_cap = maxn
+                for b in range(b0, end):
+                    n = pt.counts[b]
+                    # Keys are sorted: decoding stops after the first key above the range.
+                    err = _scan_block_probe(bp, blen, pt.starts[b], pt.ends[b], n, pt.bounds[b],
+                                            pt.bounds[b + 1], s.tmp, s.hit_at, lo, hi, query, k, &ndone, &skip,
+                                            &nhits, &key, pt.ck_key + b * CK_PER_BLOCK, pt.ck_bit + b * CK_PER_BLOCK)
+                    if err:
+                        s.err_table, s.err_where = ranges[ri].table, b
+                        return err
+                    for j in range(nhits):
+                        if _phits_push(hits, ranges[ri].table, s.tmp[j], pt.entry_start[b] + skip + s.hit_at[j]):
                             raise MemoryError()
-                        s.tmp = grown
-                        grown_at = <int64_t*>realloc(s.hit_at, maxn * sizeof(int64_t))
-                        if grown_at == NULL:
-                            raise MemoryError()
-                        s.hit_at = grown_at
-                        s.tmp_cap = maxn
-                    for b in range(b0, end):
-                        n = pt.counts[b]
-                        # Keys are sorted: decoding stops after the first key above the range.
-                        err = _scan_block_probe(bp, view.len, pt.starts[b], pt.ends[b], n, pt.bounds[b],
-                                                pt.bounds[b + 1], s.tmp, s.hit_at, lo, hi, query, k, &ndone, &skip,
-                                                &nhits, &key, pt.ck_key + b * CK_PER_BLOCK, pt.ck_bit + b * CK_PER_BLOCK)
-                        if err:
-                            s.err_table, s.err_where = ranges[ri].table, b
-                            return err
-                        for j in range(nhits):
-                            if _phits_push(hits, ranges[ri].table, s.tmp[j], pt.entry_start[b] + skip + s.hit_at[j]):
-                                raise MemoryError()
-                        if skip + ndone < n or key > hi:
-                            past = True
-                            break
-                finally:
-                    if view == &own:
-                        PyBuffer_Release(&own)
-                b0 = end
-    finally:
-        for ri in range(nr):
-            if located[3 * ri + 2]:
-                PyBuffer_Release(&held[ri])
+                    if skip + ndone < n or key > hi:
+                        past = True
+                        break
+            finally:
+                if viewed:
+                    PyBuffer_Release(&view)
+            b0 = end
     return OK
 
 

@@ -546,7 +546,8 @@ def test_garbage_chunks_never_crash():
 
 
 # Blocks of 16 and 64 entries hold gaps whose sum the compiled decoder checks once per block (its
-# fast loop, for 1..47 remainder bits): a mutation there must still give the specification's error.
+# fast loop, for blocks whose remainders' sum fits in 64 bits): a mutation there must still give
+# the specification's error.
 REAL = [small_run(60, bsz, seed) for bsz in (1, 4, 8) for seed in range(3)] + [
     small_run(n, bsz, seed) for n, bsz in ((300, 16), (400, 64)) for seed in range(2)
 ]
@@ -946,6 +947,44 @@ def test_a_query_inside_a_large_cluster_of_near_duplicates_is_answered_exactly()
             d = C.ProbeDesign(*spec)
         err, _, _, hits = mod.probe_fingerprint(d, per_mod[mod], store.get, query, k)
         assert err == 0 and hits == want
+
+
+def test_a_probe_reads_the_chunks_of_the_memo_it_is_given():
+    """The compiled probe keeps, per table, where the chunks of the memo it was last given lie (a
+    snapshot's chunk views, one dict lookup saved per range). Given another memo, it reads that
+    memo's chunks: a truncated or damaged chunk there is reported as a table that never saw a
+    memo reports it, and the first memo, given again, still reads intact. (Reading the addresses
+    kept for the first memo would answer the damaged snapshot from the intact bytes.)"""
+    rng = np.random.default_rng(17)
+    stored = np.sort(rng.integers(0, 2**64, 3000, dtype=np.uint64))
+    index, chunks = runs.encode_run(stored, block_entries=64, chunk_bytes=max(1 << 11, runs.max_block_bytes(64)))
+    assert index.nchunks >= 3
+    names = [b"c%d" % c for c in range(index.nchunks)]
+    intact = dict(zip(names, chunks))
+    truncated = {**intact, names[1]: intact[names[1]][:-5]}
+    flipped = bytearray(intact[names[2]])
+    flipped[len(flipped) // 2] ^= 0x5A
+    damaged = {**intact, names[2]: bytes(flipped)}
+    identity = C.ProbeDesign([[(0, 2**64 - 1, 0)]], [12], [[0]])
+    queries = np.concatenate([stored[::7] ^ np.uint64(3), rng.integers(0, 2**64, 200, dtype=np.uint64)])
+
+    def probe(table, chunks_of, memo):
+        return C.probe_fingerprints(identity, [table], chunks_of.get, queries, 4, memo)
+
+    def rows(outcome):
+        err, i, where, found = outcome
+        return (err, i, where) if err else (0, [a.tolist() for a in found])
+
+    want = [(q, int(f)) for q, x in enumerate(queries.tolist()) for f in stored.tolist() if (f ^ x).bit_count() <= 4]
+    table = _probe_tables_of(C, index, names)
+    first = {}
+    err, _, _, (qi, _, found, _) = probe(table, intact, first)
+    assert err == 0 and sorted(zip(qi.tolist(), found.tolist())) == sorted(want)
+    for other in (truncated, damaged):
+        expected = rows(probe(_probe_tables_of(C, index, names), other, {}))
+        assert expected != rows(probe(table, intact, first))  # the damage changes the answer
+        assert rows(probe(table, other, {})) == expected
+        assert rows(probe(table, intact, first)) == rows(probe(_probe_tables_of(C, index, names), intact, {}))
 
 
 def scalar_compares_only():
