@@ -25,7 +25,6 @@ writes go to the child together). Cancelling an await of any other write never w
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import os
 import threading
@@ -119,7 +118,7 @@ class AsyncStore:
         # A checkpoint function has already moved its caller's state on: its add is never withdrawn.
         withdrawable = not callable(checkpoint)
         if callable(checkpoint):
-            one = dataclasses.replace(one, checkpoint=encode_checkpoint(checkpoint()))
+            one = one._replace(checkpoint=encode_checkpoint(checkpoint()))
         future: asyncio.Future[Any] = self._loop.create_future()
         self._writer.add(one, future, withdrawable)
         return await future  # an add's future holds its AddResult

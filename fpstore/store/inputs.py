@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -31,11 +31,11 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class OneAdd:
+class OneAdd(NamedTuple):
     """One document checked and fingerprinted, ready for a write transaction: its typed key,
     fingerprint, content hash (texts only), flags, the ``on_duplicate`` rule, and the checkpoint's
-    key and value to record with it."""
+    key and value to record with it. A named tuple: :meth:`Store.add_each` makes one per document,
+    at a quarter of a frozen dataclass's cost."""
 
     key: Key
     typed: bytes
