@@ -35,14 +35,14 @@ from fpstore.store.sketches import Sketches, verify_near
 #: fewer than ``SMALL_BATCH_BASE + min(SMALL_BATCH_PER_CHUNK * c, SMALL_BATCH_MAX_EXTRA)``
 #: queries, c the chunks of the runs' table 0, when the merge would run on one thread; the merge's
 #: cost grows with the chunks it reaches, a single probe's much less. Fitted to the crossovers
-#: ``tools/bench_probe_crossover.py`` measures ("query_many", idle machine: about 1,700 queries
-#: at 10^5 (3 chunks), 7,600 at 10^6 (22), 16,000 at 10^7 (202); the cap holds 10^7's, the
-#: largest measured).
-SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK, SMALL_BATCH_MAX_EXTRA = 800, 310, 15_200
+#: ``tools/bench_probe_crossover.py --one-thread`` measures ("query_many", idle machine: about
+#: 3,200 queries at 10^5 (3 chunks), 13,900 at 10^6 (22), 21,200 at 10^7 (202); the cap holds
+#: 10^7's, the largest measured).
+SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK, SMALL_BATCH_MAX_EXTRA = 1_400, 570, 19_800
 #: The same limit where the merge would run on threads (:func:`search.threaded_merge_from`), the
-#: smaller of the two: about 5,900 queries at 10^6 and 8,000 at 10^7 on two cores (their crossovers
-#: measured 4,096-8,192 and 4,096-16,384 in four runs: the threaded merge varies more).
-THREADED_BATCH_BASE, THREADED_BATCH_PER_CHUNK, THREADED_BATCH_MAX_EXTRA = 800, 230, 7_200
+#: smaller of the two: 6,500 queries at 10^6 and at 10^7 on two cores (their crossovers measured
+#: 6,600-11,500 and 6,300 in three runs: the threaded merge varies more).
+THREADED_BATCH_BASE, THREADED_BATCH_PER_CHUNK, THREADED_BATCH_MAX_EXTRA = 800, 260, 5_700
 #: Fewer result rows than this are ordered by numpy's lexsort, more by two radix passes.
 SORT_SMALL = 2048
 
