@@ -582,11 +582,11 @@ cdef int _scan_unchecked(const uint8_t* buf, int64_t end, const BlockStart* st, 
     # of query go to hit_key / hit_at (entry - j0), and no decoded key is stored. A counted loop
     # runs to the next mark (the next restart entry, or the block's last), so that no entry asks
     # whether it is one. C_AGAIN as there, hits discarded.
-    cdef uint64_t key = key0, rsum = 0, q, r, w
+    cdef uint64_t key = key0, rsum = 0, r, w
     cdef int k = st.k
-    cdef uint64_t mask = ((<uint64_t>1) << k) - 1
+    cdef uint64_t mask = ((<uint64_t>1) << k) - 1, unit = (<uint64_t>1) << k
     cdef int64_t m = st.m, j0 = st.j0, last = st.last, bitpos = st.bitpos, base = st.base, pos = st.pos
-    cdef int64_t last0 = last, i = j0, p, mark, nh = 0, take, j
+    cdef int64_t last0 = last, i = j0, mark, nh = 0, take, j, t, d
     cdef int64_t seen[CK_PER_BLOCK]  # the unary bit of each restart entry decoded, -1 if none
     cdef uint64_t seen_key[CK_PER_BLOCK]
     cdef int c
@@ -607,14 +607,19 @@ cdef int _scan_unchecked(const uint8_t* buf, int64_t end, const BlockStart* st, 
         take = fps_popcount64(w)
         if take > mark - i:
             take = mark - i
+        # Entry e = i + 1 + j's key is key0 + ((its quotients' sum) << k) + (its remainders'
+        # sum), and its quotients' sum is t + d - j (t: its bit in the word): no entry needs the
+        # one before it but through the remainders' sum.
+        d = base - last0 + j0 - i - 1
+        t = 0
         for j in range(take):
-            p = base + fps_ctz64(w)
-            q = <uint64_t>(p - last - 1)
-            last = p
+            t = fps_ctz64(w)
+            w &= w - 1
             r = (fps_load64(buf + (bitpos >> 3)) >> (bitpos & 7)) & mask
             bitpos += k
             rsum += r
-            key += (q << k) | r
+            key = key0 + <uint64_t>(t + d) * unit + rsum
+            d -= 1
             if fps_popcount64(key ^ query) <= kq and lo <= key <= stop:
                 hit_key[nh], hit_at[nh] = key, i + j + 1 - j0
                 nh += 1
@@ -622,7 +627,8 @@ cdef int _scan_unchecked(const uint8_t* buf, int64_t end, const BlockStart* st, 
                 stopped = True
                 take = j + 1
                 break
-            w &= w - 1
+        if take:
+            last = base + t
         i += take
         if i == mark:
             if (i & (CK_STEP - 1)) == 0 and i <= CK_PER_BLOCK * CK_STEP:
