@@ -1136,12 +1136,13 @@ cdef bint _memo_chunk(ProbeTable pt, Py_ssize_t c, dict memo, const uint8_t** at
         if buf is None:
             return False
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-        pt.chunk_at[c] = <const uint8_t*>view.buf
-        pt.chunk_at_len[c] = view.len
+        at[0], length[0] = <const uint8_t*>view.buf, view.len
         PyBuffer_Release(&view)
-        if pt.chunk_at[c] == NULL:  # an empty buffer may have no address: looked up each time
-            at[0], length[0] = <const uint8_t*>"", 0
-            return True
+        if at[0] == NULL:  # an empty buffer may have no address
+            at[0] = <const uint8_t*>""
+        elif pt.memo_seen is memo:  # (no other thread's probe has taken the table over meanwhile)
+            pt.chunk_at[c], pt.chunk_at_len[c] = at[0], length[0]
+        return True
     at[0], length[0] = pt.chunk_at[c], pt.chunk_at_len[c]
     return True
 
