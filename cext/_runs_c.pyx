@@ -945,6 +945,11 @@ cdef class ProbeTable:
     cdef object memo_seen
     cdef const uint8_t** chunk_at
     cdef Py_ssize_t* chunk_at_len
+    # chunk_at[c] belongs to memo_seen when chunk_gen[c] == memo_gen: another memo is one
+    # increment, not a clearing of every chunk's entry (a table of a 10^8 store has ~100 chunks,
+    # and a caller that passes no memo gives a new one each call).
+    cdef uint32_t* chunk_gen
+    cdef uint32_t memo_gen
     cdef readonly Py_ssize_t owned_nbytes  # the arrays built here (the rest are the run index's)
 
     def __init__(self, const uint64_t[::1] bounds, const int64_t[::1] starts, const int64_t[::1] ends,
@@ -975,11 +980,14 @@ cdef class ProbeTable:
         self.ck_bit = &ck_bit[0]
         cdef uintptr_t[::1] chunk_at = np.zeros(max(nc, 1), dtype=np.uintp)
         cdef Py_ssize_t[::1] chunk_at_len = np.zeros(max(nc, 1), dtype=np.intp)
-        self._keep = self._keep + (chunk_at, chunk_at_len)
+        cdef uint32_t[::1] chunk_gen = np.zeros(max(nc, 1), dtype=np.uint32)
+        self._keep = self._keep + (chunk_at, chunk_at_len, chunk_gen)
         self.chunk_at = <const uint8_t**>&chunk_at[0]
         self.chunk_at_len = &chunk_at_len[0]
+        self.chunk_gen = &chunk_gen[0]
+        self.memo_gen = 1
         self.memo_seen = None
-        self.owned_nbytes = coarse.shape[0] * 8 + ck_key.shape[0] * 8 + ck_bit.shape[0] * 4 + chunk_at.shape[0] * 16
+        self.owned_nbytes = coarse.shape[0] * 8 + ck_key.shape[0] * 8 + ck_bit.shape[0] * 4 + chunk_at.shape[0] * 20
 
 
 cdef enum:
@@ -1129,9 +1137,12 @@ cdef bint _memo_chunk(ProbeTable pt, Py_ssize_t c, dict memo, const uint8_t** at
     object (memos only grow; a snapshot that moves gets a new memo), so pt keeps the address."""
     cdef Py_buffer view
     if pt.memo_seen is not memo:
-        memset(pt.chunk_at, 0, pt.nc * sizeof(const uint8_t*))
+        pt.memo_gen += 1
+        if pt.memo_gen == 0:  # wrapped: no entry may look current
+            memset(pt.chunk_gen, 0, pt.nc * sizeof(uint32_t))
+            pt.memo_gen = 1
         pt.memo_seen = memo
-    if pt.chunk_at[c] == NULL:
+    if pt.chunk_gen[c] != pt.memo_gen:
         buf = memo.get(pt.names[c])
         if buf is None:
             return False
@@ -1141,7 +1152,7 @@ cdef bint _memo_chunk(ProbeTable pt, Py_ssize_t c, dict memo, const uint8_t** at
         if at[0] == NULL:  # an empty buffer may have no address
             at[0] = <const uint8_t*>""
         elif pt.memo_seen is memo:  # (no other thread's probe has taken the table over meanwhile)
-            pt.chunk_at[c], pt.chunk_at_len[c] = at[0], length[0]
+            pt.chunk_at[c], pt.chunk_at_len[c], pt.chunk_gen[c] = at[0], length[0], pt.memo_gen
         return True
     at[0], length[0] = pt.chunk_at[c], pt.chunk_at_len[c]
     return True
