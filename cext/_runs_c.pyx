@@ -317,9 +317,10 @@ cdef int _decode_block(const uint8_t* buf, int64_t buflen, int64_t start, int64_
     A whole block whose remainders' sum fits in 64 bits (:func:`_sums_fit`) and 8 readable bytes
     after its remainders (nearly every block) is decoded by a loop that checks the sum of its
     gaps once, at the end, instead of each gap against the room left: every gap is at most the
-    sum (q << k fits when the sum of the quotients does), so the keys are those that checking each gap would have given. Whenever that loop finds something
-    wrong, the block is decoded again by :func:`_decode_block_probe`, which checks in the
-    specification's order and so returns the same error. Every read stays inside
+    sum (q << k fits when the sum of the quotients does), so the keys are those that checking
+    each gap would have given. Whenever that loop finds something wrong, the block is decoded
+    again by :func:`_decode_block_probe`, which checks in the specification's order and so
+    returns the same error. Every read stays inside
     ``[start, end)`` and the 8 bytes after the remainders, as there."""
     cdef int k
     cdef int64_t m, rs, us, ub, pos, base, last, p, i, bitpos, take, j
