@@ -61,12 +61,85 @@ cdef extern from *:
         return __builtin_clzll(x);
     #endif
     }
+
+    /* The whole-block decoder's unary tables: for a byte b of the unary section, its one bits
+       (fps_unary_ones[b]) and the zeros before each of them inside the byte (entry j of
+       fps_unary_zeros[b], j < that count; the rest are 0). Filled once, at import. */
+    enum { FPS_RICE_MAX_GAPS = 1024 };
+    static uint64_t fps_unary_zeros[256][8];
+    static uint8_t fps_unary_ones[256];
+    static void fps_init_unary_tables(void) {
+        for (int b = 0; b < 256; b++) {
+            int j = 0;
+            for (int bit = 0; bit < 8; bit++)
+                if ((b >> bit) & 1) { fps_unary_zeros[b][j] = (uint64_t)(bit - j); j++; }
+            fps_unary_ones[b] = (uint8_t)j;
+        }
+    }
+
+    /* The keys of a block of m gaps (1..FPS_RICE_MAX_GAPS) of remainder width k (1..56), without
+       checking their sizes: out[0] = first, out[i] = first + (zeros before the i-th one bit << k)
+       + the first i remainders' sum. Two passes, neither waiting on the key before: the unary
+       bytes, each giving the zeros before its one bits from a table (eight slots written at once,
+       those past its ones overwritten by the next byte's), then the remainders, eight loads at a
+       time at byte offsets and shifts fixed for the block (eight remainders span k bytes),
+       each key formed as its remainder is read.
+       Returns 0 unless the unary section up[0..ub) holds exactly m one bits, the last in its
+       last byte; then *zsum is the quotients' sum and *rsum the remainders'. Reads: up[0..ub),
+       and 8 bytes at each remainder's first byte from rp, which the caller knows to be readable. */
+    static int fps_rice_keys(const uint8_t *rp, const uint8_t *up, int64_t ub, int64_t m, int k,
+                             uint64_t first, uint64_t *out, uint64_t *zsum, uint64_t *rsum) {
+        uint64_t h[FPS_RICE_MAX_GAPS + 8];
+        int64_t i = 0, t, e = 0, bit = 0;
+        for (t = 0; t < ub; t++) {
+            if (i > m) return 0;  /* so h[i + 7] stays inside h */
+            const uint8_t b = up[t];
+            const uint64_t *zeros = fps_unary_zeros[b];
+            const uint64_t z = (uint64_t)(8 * t - i);  /* the zeros before this byte */
+            uint64_t *hp = h + i;
+            for (int j = 0; j < 8; j++) hp[j] = z + zeros[j];
+            i += fps_unary_ones[b];
+        }
+        if (i != m || ub < 1 || up[ub - 1] == 0) return 0;
+        const uint64_t mask = (((uint64_t)1) << k) - 1;
+        const int o1 = k >> 3, o2 = (2 * k) >> 3, o3 = (3 * k) >> 3, o4 = (4 * k) >> 3,
+                  o5 = (5 * k) >> 3, o6 = (6 * k) >> 3, o7 = (7 * k) >> 3;
+        const int s1 = k & 7, s2 = (2 * k) & 7, s3 = (3 * k) & 7, s4 = (4 * k) & 7,
+                  s5 = (5 * k) & 7, s6 = (6 * k) & 7, s7 = (7 * k) & 7;
+        uint64_t s = first;
+        out[0] = first;
+        for (; e + 8 <= m; e += 8, rp += k) {
+            const uint64_t *hh = h + e;
+            uint64_t *o = out + e + 1;
+            s += fps_load64(rp) & mask;              o[0] = s + (hh[0] << k);
+            s += (fps_load64(rp + o1) >> s1) & mask; o[1] = s + (hh[1] << k);
+            s += (fps_load64(rp + o2) >> s2) & mask; o[2] = s + (hh[2] << k);
+            s += (fps_load64(rp + o3) >> s3) & mask; o[3] = s + (hh[3] << k);
+            s += (fps_load64(rp + o4) >> s4) & mask; o[4] = s + (hh[4] << k);
+            s += (fps_load64(rp + o5) >> s5) & mask; o[5] = s + (hh[5] << k);
+            s += (fps_load64(rp + o6) >> s6) & mask; o[6] = s + (hh[6] << k);
+            s += (fps_load64(rp + o7) >> s7) & mask; o[7] = s + (hh[7] << k);
+        }
+        for (; e < m; e++, bit += k) {
+            s += (fps_load64(rp + (bit >> 3)) >> (bit & 7)) & mask;
+            out[e + 1] = s + (h[e] << k);
+        }
+        *zsum = h[m - 1];
+        *rsum = s - first;  /* exact: the sum fits in 64 bits (the caller checked m and k) */
+        return 1;
+    }
     """
     uint64_t fps_load64(const uint8_t *p) noexcept nogil
     void fps_prefetch(const void *p) noexcept nogil
     void fps_store64(uint8_t *p, uint64_t v) noexcept nogil
     int fps_ctz64(uint64_t x) noexcept nogil
     int fps_clz64(uint64_t x) noexcept nogil
+    enum: FPS_RICE_MAX_GAPS
+    void fps_init_unary_tables() noexcept nogil
+    int fps_rice_keys(const uint8_t *rp, const uint8_t *up, int64_t ub, int64_t m, int k,
+                      uint64_t first, uint64_t *out, uint64_t *zsum, uint64_t *rsum) noexcept nogil
+
+fps_init_unary_tables()
 
 # Error codes: the same numbers as fpstore.index._runs_py.
 OK = 0
@@ -314,60 +387,25 @@ cdef int _decode_block(const uint8_t* buf, int64_t buflen, int64_t start, int64_
                        uint64_t first, uint64_t limit, uint64_t* out) noexcept nogil:
     """Checks 2..9 of the specification; writes n keys to out when it returns C_OK.
 
-    A whole block whose remainders' sum fits in 64 bits (:func:`_sums_fit`) and 8 readable bytes
-    after its remainders (nearly every block) is decoded by a loop that checks the sum of its
-    gaps once, at the end, instead of each gap against the room left: every gap is at most the
-    sum (q << k fits when the sum of the quotients does), so the keys are those that checking
-    each gap would have given. Whenever that loop finds something wrong, the block is decoded
-    again by :func:`_decode_block_probe`, which checks in the specification's order and so
-    returns the same error. Every read stays inside
+    A whole block of at most FPS_RICE_MAX_GAPS gaps whose remainders' sum fits in 64 bits
+    (:func:`_sums_fit`) and 8 readable bytes after its remainders (every block of a store) is
+    decoded by ``fps_rice_keys``, which checks the sum of its gaps once, at the end, instead of
+    each gap against the room left: every gap is at most the sum (q << k fits when the sum of
+    the quotients does), so the keys are those that checking each gap would have given. Whenever
+    something is wrong, the block is decoded again by :func:`_decode_block_probe`, which checks
+    in the specification's order and so returns the same error. Every read stays inside
     ``[start, end)`` and the 8 bytes after the remainders, as there."""
     cdef int k
-    cdef int64_t m, rs, us, ub, pos, base, last, p, i, bitpos, take, j
-    cdef uint64_t key, rsum, q, r, w = 0, mask
-    cdef bint tail
+    cdef int64_t m, rs, us
+    cdef uint64_t zsum, rsum
     k = buf[start] if 0 <= start < end <= buflen else 0
     m = n - 1
     rs = start + 1
     us = rs + ((m * k + 7) >> 3)
-    if (not _sums_fit(k, m) or first > limit or m <= 0 or m > 8 * (end - start - 1) or us > end
-            or us + 8 > buflen or not _unchecked_loops):
-        return _decode_block_checked(buf, buflen, start, end, n, first, limit, out)
-    ub = end - us
-    out[0] = key = first
-    rsum = 0
-    mask = ((<uint64_t>1) << k) - 1
-    bitpos = rs * 8
-    base = 0
-    last = -1
-    pos = us
-    i = 0
-    while i < m and pos < end:
-        w = _unary_word(buf, pos, end)
-        # Every one bit of the word is an entry, unless the word holds the block's last entry:
-        # then its later bits stay in w for the trailing check. A counted loop, so that no entry
-        # asks whether it is the last.
-        take = fps_popcount64(w)
-        tail = take >= m - i
-        if tail:
-            take = m - i
-        for j in range(take):
-            p = base + fps_ctz64(w)
-            q = <uint64_t>(p - last - 1)
-            last = p
-            r = (fps_load64(buf + (bitpos >> 3)) >> (bitpos & 7)) & mask
-            bitpos += k
-            rsum += r
-            key += (q << k) | r
-            i += 1
-            out[i] = key
-            w &= w - 1
-        if tail:
-            break
-        pos += 8
-        base += 64
-    # The m gaps' quotients sum to last + 1 - m.
-    if i == m and w == 0 and (last >> 3) == ub - 1 and _gaps_fit(limit - first, <uint64_t>(last + 1 - m), rsum, k):
+    if (_sums_fit(k, m) and first <= limit and 0 < m <= FPS_RICE_MAX_GAPS and m <= 8 * (end - start - 1)
+            and us <= end and us + 8 <= buflen and _unchecked_loops
+            and fps_rice_keys(buf + rs, buf + us, end - us, m, k, first, out, &zsum, &rsum)
+            and _gaps_fit(limit - first, zsum, rsum, k)):
         return C_OK
     return _decode_block_checked(buf, buflen, start, end, n, first, limit, out)
 

@@ -24,7 +24,9 @@ from tests.support.kernels import kernel_setting
 C, PY = load_twins("runs")
 TWINS = (C, PY)
 U64MAX = (1 << 64) - 1
-BLOCK_SIZES = (1, 2, 3, 5, 8, 16, 64, 256)
+# 1025 and 1026: a block of 1024 gaps is the most the compiled whole-block decoder's fast loop
+# takes (FPS_RICE_MAX_GAPS); one more goes through its checking loop.
+BLOCK_SIZES = (1, 2, 3, 5, 8, 16, 64, 256, 1025, 1026)
 #: Examples for the hostile-bytes fuzz test (about 10 s on 2 cores); raise it for long runs.
 FUZZ_EXAMPLES = int(os.environ.get("FPSTORE_FUZZ_EXAMPLES", "1500"))
 
@@ -737,7 +739,7 @@ def checked_loops_only():
 
 @pytest.mark.slow
 @settings(max_examples=FUZZ_EXAMPLES // 5, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.sampled_from([40, 52, 58, 64]), st.sampled_from([64, 256]), st.integers(0, 4), st.booleans())
+@given(st.integers(0, 2**32 - 1), st.sampled_from([40, 52, 58, 64]), st.sampled_from([64, 256, 1025, 1026]), st.integers(0, 4), st.booleans())
 def test_unchecked_loops_change_nothing_on_damaged_blocks(seed, key_bits, block, nflips, warm):
     """The compiled decoders' loops that check the sum of a block's gaps once, against their loops
     that check each gap, on blocks with bytes overwritten: the same errors, keys, hits and
