@@ -32,7 +32,8 @@ kernel keeps no high-water mark of it) belong to that phase alone (writing 5 to
   (3) batches of ``--batch`` (10^6) queries through ``Store.query_many``, each its own queries:
   the median rate. Queries: 80 % stored fingerprints with 1-3 bits flipped, 20 % uniform random.
   Check: every flipped query of 300 single calls, and of 1,000 per batch, finds the document it
-  was made from (a recall check without brute force, which 10^8 would make too slow).
+  was made from (a recall check without brute force, which 10^8 would make too slow); a miss
+  stops the run.
 * **pairs**: ``Store.iter_near_duplicate_pairs(3)`` consumed batch by batch, in the child of
   ``tools/bench_pairs_stream.py`` ("stream"), after this process has read the store's file once
   (so the join starts with the store in the page cache): wall and CPU seconds, pairs (about
@@ -232,6 +233,8 @@ def child_query(a: dict[str, Any]) -> dict[str, Any]:
                 misses += int(src[i]) not in set(s.keys_of(ids[a_:b_].tolist()))
             matches += int(len(qi))
             del res, qi, ids
+        if misses:  # a rate of wrong answers is worth nothing: stop the run here
+            raise RuntimeError(f"recall check: {misses} of {checked} flipped queries missed the document they were made from")
         out["batches"] = rates
         out["batch_rate"] = float(np.median([r["rate"] for r in rates])) if rates else float("nan")
         out["recall_checked"], out["recall_misses"] = checked, misses
