@@ -363,6 +363,9 @@ def test_packed_column_reads_agree(tmp_path):
         with env.begin() as txn:
             assert tiers.read_packed_list(txn, None, prefix, rec, pos) == tiers.read_packed(txn, None, prefix, rec, np.array(pos)).tolist()
             assert tiers.read_packed_list(txn, None, prefix, rec, pos) == values[pos].tolist()
+            # Positions in any order, repeated, over both chunks: read chunk by chunk, put back in place.
+            mixed = rng.permutation(np.array(pos + pos[::3], np.int64))
+            assert tiers.read_packed(txn, None, prefix, rec, mixed).tolist() == values[mixed].tolist()
 
 
 @pytest.mark.parametrize("batch", [3, 40, 2000])

@@ -25,7 +25,7 @@ import hashlib
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar, cast
 
 import lmdb
@@ -423,11 +423,21 @@ class CodecRun:
         if len(positions) and (positions.min() < 0 or positions.max() >= self.count):
             raise CorruptionError(f"position outside run {self.prefix!r}")
         blocks = np.searchsorted(starts, positions, side="right") - 1
-        for b in np.unique(blocks).tolist():
-            sel = blocks == b
+        for b, sel in _groups_of(blocks):
             block = runs.decode_block(self.get(int(self.index.chunk[b])), self.index, b)
             out[sel] = block[positions[sel] - starts[b]]
         return out
+
+
+def _groups_of(labels: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """``(label, the indices of labels holding it)`` for each distinct label, in ascending order:
+    one stable sort, where a mask per label costs len(labels) times the labels (800,000 positions
+    over the 1,526 chunks of a column of 10^8 took 0.6 s that way)."""
+    order = np.argsort(labels, kind="stable")
+    ordered = labels[order]
+    for sel in np.split(order, np.flatnonzero(ordered[1:] != ordered[:-1]) + 1):
+        if len(sel):
+            yield int(labels[sel[0]]), sel
 
 
 def read_packed(txn: lmdb.Transaction, db: Any, prefix: bytes, rec: PackedColumn, positions: np.ndarray) -> np.ndarray:
@@ -450,9 +460,7 @@ def unpack_column(get_chunk: Callable[[int], Any], prefix: bytes, rec: PackedCol
         return out
     if positions.min() < 0 or positions.max() >= count:
         raise CorruptionError(f"position outside packed column {prefix!r}")
-    chunks = positions // per
-    for c in np.unique(chunks).tolist():
-        sel = chunks == c
+    for c, sel in _groups_of(positions // per):
         raw = get_chunk(c)
         if raw is None:
             raise CorruptionError(f"packed column {prefix!r} lacks chunk {c}")
