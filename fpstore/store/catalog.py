@@ -668,7 +668,7 @@ class Catalog:
         """:meth:`_keys_of` of a batch whose ids (int64, checked in 1..2**63-1) all lie in key
         segments with integer key columns, none tombstoned, in numpy; None when any does not (the
         general path then finds them, or reports them)."""
-        order = np.argsort(arr)  # in id order, each column chunk is read once
+        order = search.argsort_u64(arr.view(np.uint64))  # in id order, each column chunk is read once
         ordered = arr[order]
         seg = np.searchsorted(np.array(plan.bases, dtype=np.int64), ordered, side="right") - 1
         if seg[0] < 0 or not (ordered < np.array(plan.ends, dtype=np.int64)[seg]).all():
