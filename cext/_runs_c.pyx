@@ -100,7 +100,7 @@ cdef extern from *:
             for (int j = 0; j < 8; j++) hp[j] = z + zeros[j];
             i += fps_unary_ones[b];
         }
-        if (i != m || ub < 1 || up[ub - 1] == 0) return 0;
+        if (i != m || up[ub - 1] == 0) return 0;  /* i == m >= 1: ub >= 1 */
         const uint64_t mask = (((uint64_t)1) << k) - 1;
         const int o1 = k >> 3, o2 = (2 * k) >> 3, o3 = (3 * k) >> 3, o4 = (4 * k) >> 3,
                   o5 = (5 * k) >> 3, o6 = (6 * k) >> 3, o7 = (7 * k) >> 3;
@@ -410,11 +410,14 @@ cdef int _decode_block(const uint8_t* buf, int64_t buflen, int64_t start, int64_
     return _decode_block_checked(buf, buflen, start, end, n, first, limit, out)
 
 
-cdef inline void _prefetch_range(const uint8_t* buf, int64_t start, int64_t end) noexcept nogil:
-    """Ask for the cache lines of ``buf[start:end]`` (a block about to be decoded): a merge
-    walks a run's blocks in order, one block's decode being about the time its successor's bytes
-    take to arrive from memory. A hint (nothing is read); callers still keep it inside the buffer."""
+cdef inline void _prefetch_range(const uint8_t* buf, int64_t buflen, int64_t start, int64_t end) noexcept nogil:
+    """Ask for the cache lines of ``buf[start:end]`` (a block about to be decoded), when that lies
+    inside ``buf`` (the index may be damaged): a merge walks a run's blocks in order, one block's
+    decode being about the time its successor's bytes take to arrive from memory. A hint: nothing
+    is read."""
     cdef int64_t p = start
+    if not (0 <= start <= end <= buflen):
+        return
     while p < end:
         fps_prefetch(buf + p)
         p += 64
@@ -701,8 +704,8 @@ def decode_blocks(const uint8_t[::1] buf, const int64_t[::1] starts, const int64
     with nogil:
         for j in range(nb):
             n = counts[j]
-            if j + 1 < nb and 0 <= starts[j + 1] <= ends[j + 1] <= buflen:
-                _prefetch_range(bp, starts[j + 1], ends[j + 1])
+            if j + 1 < nb:
+                _prefetch_range(bp, buflen, starts[j + 1], ends[j + 1])
             if n < 1 or n > C_MAX_ENTRIES or n > outlen - pos:
                 err = C_ERR_COUNT
             else:
@@ -785,8 +788,8 @@ cdef int _probe_groups(const uint8_t* buf, int64_t buflen, const int64_t* starts
             if b == nb or bounds[b] > hi:
                 break
             if decoded != b:
-                if b + 1 < nb and 0 <= starts[b + 1] <= ends[b + 1] <= buflen:
-                    _prefetch_range(buf, starts[b + 1], ends[b + 1])
+                if b + 1 < nb:
+                    _prefetch_range(buf, buflen, starts[b + 1], ends[b + 1])
                 err = _decode_block(buf, buflen, starts[b], ends[b], counts[b], bounds[b],
                                     bounds[b + 1], block)
                 if err:
