@@ -15,6 +15,7 @@ caller's failure (a full disk that frees up, a damaged record one add reads) is 
 
 from __future__ import annotations
 
+import _thread
 import logging
 import threading
 import time
@@ -38,17 +39,25 @@ Res = TypeVar("Res")
 
 
 class _Waiter(Generic[Req, Res]):
-    """One queued request. Its event is set when it is done, or when it reaches the front of the
-    queue and must lead: each caller is woken once, by name, not every caller at every group."""
+    """One queued request. It is woken once, by name, when it is done or when it reaches the front
+    of the queue and must lead: a lock taken when it is made and released to wake it, the cheapest
+    wake CPython has (a ``threading.Event`` is a condition variable in Python over such a lock)."""
 
-    __slots__ = ("request", "result", "error", "done", "event")
+    __slots__ = ("request", "result", "error", "done", "_wake")
 
     def __init__(self, request: Req) -> None:
         self.request = request
         self.result: Res | None = None
         self.error: BaseException | None = None
         self.done = False
-        self.event = threading.Event()
+        self._wake = _thread.allocate_lock()
+        self._wake.acquire()
+
+    def wait(self) -> None:
+        self._wake.acquire()
+
+    def wake(self) -> None:
+        self._wake.release()
 
 
 class GroupCommit(Generic[Req, Res]):
@@ -77,7 +86,7 @@ class GroupCommit(Generic[Req, Res]):
             if not leads and len(self._queue) >= self._last_size:
                 self._arrived.notify()
         if not leads:
-            me.event.wait()  # done, or at the front of the queue
+            me.wait()  # done, or at the front of the queue
         if not me.done:
             with self._lock:
                 self._gather()
@@ -116,9 +125,9 @@ class GroupCommit(Generic[Req, Res]):
                 self._last_size, self._last_seconds = len(group), time.perf_counter() - started
                 following = self._queue[0] if self._queue else None
             for w in group[1:]:
-                w.event.set()
+                w.wake()
             if following is not None:
-                following.event.set()  # the next leader
+                following.wake()  # the next leader
 
     def _run(self, group: list[_Waiter[Req, Res]]) -> None:
         outcomes: list[tuple[Res | None, Exception | None]] = run_group(self._commit, [w.request for w in group])
