@@ -668,6 +668,65 @@ def test_encode_streams_in_bounded_memory():
     assert peak <= output + chunk_bytes + 80 * index.nblocks + (128 << 10), (peak, output)
 
 
+@settings(max_examples=200, deadline=None)
+@given(keys=key_arrays(max_size=3000), layout=layouts(), cuts=st.lists(st.integers(0, 3000), max_size=12), batch=st.integers(1, 700))
+def test_run_encoder_in_pieces_makes_the_bytes_of_encode_run(keys, layout, cuts, batch):
+    """Keys given in any pieces (empty ones too), handed on at any batch size: the chunks handed
+    out, in order, and the index are those encode_run makes of all the keys at once."""
+    bsz, chunk_bytes = layout
+    index, chunks = runs.encode_run(keys, block_entries=bsz, chunk_bytes=chunk_bytes)
+    encoder = runs.RunEncoder(block_entries=bsz, chunk_bytes=chunk_bytes, batch_keys=batch)
+    streamed = []
+    bounds = [0, *sorted(min(c, len(keys)) for c in cuts), len(keys)]
+    for a, b in zip(bounds, bounds[1:]):
+        streamed += encoder.add(keys[a:b])
+    last_index, last_chunks = encoder.finish()
+    assert streamed + last_chunks == chunks
+    assert last_index.to_bytes() == index.to_bytes()
+
+
+def test_run_encoder_refuses_pieces_out_of_order_and_use_after_finish():
+    encoder = runs.RunEncoder(block_entries=4, chunk_bytes=runs.max_block_bytes(4), batch_keys=2)
+    encoder.add(np.array([1, 5, 9], np.uint64))
+    with pytest.raises(InputError, match="ascend across pieces"):
+        encoder.add(np.array([8, 10], np.uint64))
+    with pytest.raises(InputError, match="sorted"):
+        encoder.add(np.array([12, 11], np.uint64))
+    encoder = runs.RunEncoder(block_entries=4)
+    encoder.add(np.array([3], np.uint64))
+    index, chunks = encoder.finish()
+    assert runs.decode_run(chunks.__getitem__, index).tolist() == [3]
+    with pytest.raises(InputError, match="finished"):
+        encoder.add(np.array([4], np.uint64))
+    with pytest.raises(InputError, match="finished"):
+        encoder.finish()
+
+
+def test_run_encoder_memory_does_not_grow_with_the_run():
+    """Given 4 * 10^6 keys in pieces of 10^5, the encoder holds a batch of keys, a chunk kept
+    back and the index, not the keys given nor the chunks it handed out."""
+    rng = np.random.default_rng(2)
+    chunk_bytes = 256 << 10
+    encoder = runs.RunEncoder(chunk_bytes=chunk_bytes, batch_keys=1 << 18)
+    step = 1 << 40
+    tracemalloc.start()
+    try:
+        handed = 0
+        for i in range(40):
+            piece = np.sort(rng.integers(i * step, (i + 1) * step, 100_000, dtype=np.uint64))
+            handed += sum(len(c) for c in encoder.add(piece))
+            del piece
+        _, peak = tracemalloc.get_traced_memory()
+        index, last = encoder.finish()
+    finally:
+        tracemalloc.stop()
+    assert index.count == 4_000_000
+    # One batch of keys (2 MB) and its concatenation, a chunk's keys kept back, the piece being
+    # given and the index so far: far below the 32 MB of keys or the ~20 MB of chunks.
+    assert peak <= 6 * (1 << 18) * 8 + 3 * chunk_bytes + 100_000 * 8 + 80 * index.nblocks, peak
+    assert handed > 10 * chunk_bytes
+
+
 def _probe_tables_of(mod, index, names):
     return mod.ProbeTable(index._bounds, index._starts, index._ends, index._counts, index.chunk,
                           index._chunk_start, index.chunk_len, index._entry_start, names)

@@ -72,6 +72,8 @@ import bench_pairs_stream as bps  # noqa: E402
 
 K = 3
 PHASES = ("load", "query", "pairs", "faiss")
+#: Phases run only when --phases names them.
+EXTRA_PHASES = ("compact",)
 #: faiss IndexBinaryMultiHash RAM per fingerprint (bytes), from this benchmark's runs (docs/benchmarks.md):
 #: 4 x 16 takes 209 / 88 / 69 / 48 B at 10^5 / 10^6 / 10^7 / 3 x 10^7 (its buckets are a fixed cost),
 #: 2 x 32 about 190 throughout. The estimate that decides whether a configuration fits in memory here.
@@ -273,7 +275,22 @@ def child_faiss(a: dict[str, Any]) -> dict[str, Any]:
     return {"configs": rows, **memory(peak, base_anon)}
 
 
-CHILDREN = {"load": child_load, "query": child_query, "faiss": child_faiss}
+def child_compact(a: dict[str, Any]) -> dict[str, Any]:
+    import fpstore
+
+    bc.trim_heap()
+    base_anon = bc.status_kib("RssAnon")
+    with fpstore.open(a["path"], merges="manual") as s:
+        runs_before = len(s.counts()["runs"])
+        peak = bc.AnonPeak()
+        counts, seconds, cpu = bc.timed(s.compact)
+        out: dict[str, Any] = {"seconds": seconds, "cpu_s": cpu, "counts": counts, "runs_before": runs_before}
+        out.update(memory(peak, base_anon))
+        out["runs_after"] = len(s.counts()["runs"])
+    return out
+
+
+CHILDREN = {"load": child_load, "query": child_query, "faiss": child_faiss, "compact": child_compact}
 
 
 def run_child(kind: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -297,7 +314,7 @@ def measure_n(n: int, args: argparse.Namespace, res: dict[str, Any], save: Any) 
     """Every phase at ``n`` into ``res`` (``{"n": n, "designs": []}``), calling ``save()`` after each
     phase, so that a run stopped in the middle keeps the phases it finished."""
     common = {"n": n, "seed": args.seed, "chunk": args.chunk, "single": args.single}
-    store_phases = any(p in args.phases for p in ("load", "query", "pairs"))
+    store_phases = any(p in args.phases for p in ("load", "query", "pairs", "compact"))
     for label, design in bc.distinct_designs(K, n, args.designs) if store_phases else []:
         path = bc.fresh_dir(Path(args.tmp) / f"scale-{n}-{design}")
         d: dict[str, Any] = {"n": n, "design_arg": label}
@@ -324,6 +341,14 @@ def measure_n(n: int, args: argparse.Namespace, res: dict[str, Any], save: Any) 
                 save()
                 bc.note(
                     f"  {d['pairs']['seconds']:.1f} s, {d['pairs']['pairs']:,} pairs, RssAnon peak {d['pairs']['anon_peak_mib']:,.0f} MiB"
+                )
+            if "compact" in args.phases:
+                bc.note(f"n={n:,} {label}: compact ({bc.loadavg()})")
+                d["compact"] = c = run_child("compact", {"path": path})
+                save()
+                bc.note(
+                    f"  {c['runs_before']} runs -> {c['runs_after']} in {c['seconds']:.1f} s (CPU {c['cpu_s']:.1f} s), "
+                    f"RssAnon peak {c['anon_peak_mib']:,.0f} MiB (before {c['anon_before_mib']:,.0f}), VmHWM {c['vmhwm_mib']:,.0f} MiB"
                 )
         finally:
             if not args.keep:
@@ -556,7 +581,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", nargs="+", default=["1e5,1e6,1e7"], help="store sizes, comma-separated or several (default 1e5,1e6,1e7)")
     ap.add_argument("--designs", default="auto,r4,r5", help="comma-separated: auto and/or catalogue names (default auto,r4,r5)")
-    ap.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated subset of {','.join(PHASES)}")
+    ap.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated subset of {','.join(PHASES + EXTRA_PHASES)} (default: {','.join(PHASES)})")
     ap.add_argument("--chunk", type=float, default=1e6, help="documents per streamed chunk (default 10^6)")
     ap.add_argument("--max-run", type=float, default=1 << 24, help="bulk_load's max_run (default 2^24, as bulk_load)")
     ap.add_argument("--single", type=int, default=5000)

@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_BLOCK_ENTRIES",
     "DEFAULT_CHUNK_BYTES",
     "RUN_FORMAT_VERSION",
+    "RunEncoder",
     "RunIndex",
     "chunk_views",
     "decode_block",
@@ -385,46 +386,130 @@ def encode_run(
     anything else raises :class:`InputError`. ``chunk_bytes`` (at most 2**32 - 1) must hold at least
     one block of the worst case, :func:`max_block_bytes` of ``block_entries`` (1..65535). The
     output is deterministic: the same keys and parameters give the same bytes. Memory beyond the
-    input and the output is one chunk buffer.
+    input and the output is one chunk buffer. :class:`RunEncoder` makes the same run from keys
+    given in pieces.
     """
     keys = u64_array(sorted_keys, "sorted_keys")
-    bsz = int_in(block_entries, "block_entries", 1, _kernel.MAX_BLOCK_ENTRIES)
-    cap = int_in(chunk_bytes, "chunk_bytes", max_block_bytes(bsz), _MAX_CHUNK_BYTES)
-    n = len(keys)
-    nb = -(-n // bsz)
+    encoder = RunEncoder(chunk_bytes=chunk_bytes, block_entries=block_entries, batch_keys=len(keys) + 1)
+    encoder._take(keys)  # all of them pending, their order checked by the kernel as it encodes
+    return encoder.finish()
+
+
+def _encode_chunks(keys: np.ndarray, bsz: int, cap: int, final: bool) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+    """Chunks of ``keys`` as :func:`encode_run` packs them (each takes blocks while the next one
+    fits), with each block's chunk and offset; without ``final`` only whole blocks are encoded."""
+    usable = len(keys) if final else len(keys) - len(keys) % bsz
+    nb = -(-usable // bsz)
     offsets = np.zeros(nb, np.uint32)
-    chunk = np.zeros(nb, np.uint32)
+    chunk_of = np.zeros(nb, np.uint32)
     buf = np.empty(min(cap, nb * max_block_bytes(bsz)), np.uint8)
+    view = keys[:usable]
     chunks: list[bytes] = []
-    crcs: list[int] = []
     b = 0
     while b < nb:
-        err, done, used = _kernel.encode_chunk(keys, bsz, b, buf, offsets)
+        err, done, used = _kernel.encode_chunk(view, bsz, b, buf, offsets)
         if err == _kernel.ERR_UNSORTED:
-            sorted_u64_array(keys, "sorted_keys")  # raises, naming the first descent
+            sorted_u64_array(view, "sorted_keys")  # raises, naming the first descent
             raise InputError("sorted_keys must be sorted ascending")  # pragma: no cover - raised above
         if err or done == 0:  # pragma: no cover - max_block_bytes guarantees progress
             raise RuntimeError(f"run encoder made no progress at block {b} (error {err})")
-        data = buf[:used].tobytes()
-        chunk[b : b + done] = len(chunks)
-        chunks.append(data)
-        crcs.append(zlib.crc32(data))
+        chunk_of[b : b + done] = len(chunks)
+        chunks.append(buf[:used].tobytes())
         b += done
-    nentries = np.full(nb, bsz, np.uint16)
-    if nb:
-        nentries[-1] = n - (nb - 1) * bsz
-    index = RunIndex(
-        count=n,
-        block_entries=bsz,
-        last_key=int(keys[-1]) if n else 0,
-        first_keys=keys[::bsz],
-        chunk=chunk,
-        offset=offsets,
-        nentries=nentries,
-        chunk_len=np.array([len(c) for c in chunks], np.uint32),
-        chunk_crc=np.array(crcs, np.uint32),
-    )
-    return index, chunks
+    return chunks, chunk_of, offsets
+
+
+class RunEncoder:
+    """:func:`encode_run` of sorted keys given in ascending pieces, in bounded memory.
+
+    :meth:`add` hands out each chunk once no later key can join it; :meth:`finish` the last
+    chunks and the index. The bytes are those :func:`encode_run` makes of all the keys at once: a
+    chunk takes blocks while the next one fits, so the chunk being filled when a piece runs out is
+    kept back (its keys encoded again with the next piece). Memory: about ``batch_keys`` keys
+    pending, a chunk's keys kept back, and the index.
+    """
+
+    def __init__(
+        self, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, block_entries: int = DEFAULT_BLOCK_ENTRIES, batch_keys: int = 1 << 20
+    ) -> None:
+        self._bsz = int_in(block_entries, "block_entries", 1, _kernel.MAX_BLOCK_ENTRIES)
+        self._cap = int_in(chunk_bytes, "chunk_bytes", max_block_bytes(self._bsz), _MAX_CHUNK_BYTES)
+        self._batch = int_in(batch_keys, "batch_keys", 1, 1 << 62)
+        self._pending: list[np.ndarray] = []
+        self._npending = 0
+        self._last: int | None = None
+        self._count = 0  # keys in the chunks handed out
+        self._nchunks = 0
+        self._first_keys: list[np.ndarray] = []
+        self._chunk: list[np.ndarray] = []
+        self._offset: list[np.ndarray] = []
+        self._chunk_len: list[int] = []
+        self._crc: list[int] = []
+        self._finished = False
+
+    def add(self, sorted_keys: np.ndarray) -> list[bytes]:
+        """Take the next keys (sorted, none below the last key given); the chunks now complete."""
+        return self._take(sorted_u64_array(sorted_keys, "sorted_keys"))
+
+    def _take(self, keys: np.ndarray) -> list[bytes]:
+        if self._finished:
+            raise InputError("this run is finished: no keys can be added")
+        if not len(keys):
+            return []
+        if self._last is not None and int(keys[0]) < self._last:
+            raise InputError(f"keys must ascend across pieces: {int(keys[0])} follows {self._last}")
+        self._last = int(keys[-1])
+        self._pending.append(keys)
+        self._npending += len(keys)
+        return self._encode(final=False) if self._npending >= self._batch else []
+
+    def finish(self) -> tuple[RunIndex, list[bytes]]:
+        """The run's index, and the chunks not handed out yet."""
+        if self._finished:
+            raise InputError("this run is finished already")
+        chunks = self._encode(final=True)
+        self._finished = True
+        bsz = self._bsz
+        first_keys = np.concatenate(self._first_keys) if self._first_keys else np.zeros(0, np.uint64)
+        nb = len(first_keys)
+        nentries = np.full(nb, bsz, np.uint16)
+        if nb:
+            nentries[-1] = self._count - (nb - 1) * bsz
+        index = RunIndex(
+            count=self._count,
+            block_entries=bsz,
+            last_key=self._last if self._last is not None and self._count else 0,
+            first_keys=first_keys,
+            chunk=np.concatenate(self._chunk) if self._chunk else np.zeros(0, np.uint32),
+            offset=np.concatenate(self._offset) if self._offset else np.zeros(0, np.uint32),
+            nentries=nentries,
+            chunk_len=np.array(self._chunk_len, np.uint32),
+            chunk_crc=np.array(self._crc, np.uint32),
+        )
+        return index, chunks
+
+    def _encode(self, final: bool) -> list[bytes]:
+        if not self._pending:
+            keys = np.zeros(0, np.uint64)
+        else:
+            keys = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
+        chunks, chunk_of, offsets = _encode_chunks(keys, self._bsz, self._cap, final)
+        keep = len(chunks) if final else len(chunks) - 1  # the last chunk may take later blocks
+        if keep <= 0:
+            self._pending = [keys]
+            return []
+        blocks = len(chunk_of) if final else int(np.searchsorted(chunk_of, keep))
+        nkeys = len(keys) if final else blocks * self._bsz
+        self._first_keys.append(keys[: nkeys : self._bsz].copy())
+        self._chunk.append(chunk_of[:blocks] + np.uint32(self._nchunks))
+        self._offset.append(offsets[:blocks])
+        self._chunk_len += [len(c) for c in chunks[:keep]]
+        self._crc += [zlib.crc32(c) for c in chunks[:keep]]
+        self._nchunks += keep
+        self._count += nkeys
+        rest = keys[nkeys:].copy()  # a copy: the pieces given are not kept alive by a view
+        self._pending, self._npending = ([rest] if len(rest) else []), len(rest)
+        return chunks[:keep]
 
 
 # ---------------------------------------------------------------------------------------- decode

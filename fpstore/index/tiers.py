@@ -34,7 +34,7 @@ import numpy as np
 import zstandard
 
 from fpstore import _backend
-from fpstore.errors import CorruptionError
+from fpstore.errors import CorruptionError, InputError
 from fpstore.index import runs
 from fpstore.index.meta import KEY_BLOCK, PackedColumn, RunMeta, SegmentMeta, State
 from fpstore.mixing import fmix64, fmix64_array
@@ -150,17 +150,77 @@ def codec_run_blobs(prefix: bytes, sorted_keys: np.ndarray) -> Blobs:
     return out
 
 
+class CodecRunWriter:
+    """:func:`codec_run_blobs` of keys given in ascending pieces (:class:`runs.RunEncoder`):
+    each chunk's blob as soon as it is complete, the index's at :meth:`finish`."""
+
+    def __init__(self, prefix: bytes, batch_keys: int = 1 << 20) -> None:
+        self.prefix = prefix
+        self._encoder = runs.RunEncoder(chunk_bytes=RUN_CHUNK_BYTES, batch_keys=batch_keys)
+        self._chunks = 0
+
+    def add(self, sorted_keys: np.ndarray) -> Blobs:
+        return self._named(self._encoder.add(sorted_keys))
+
+    def finish(self) -> tuple[Blobs, int]:
+        """The last blobs (the index's among them) and the run's count."""
+        index, chunks = self._encoder.finish()
+        return self._named(chunks) + [(self.prefix + b"I", index.to_bytes())], index.count
+
+    def _named(self, chunks: list[bytes]) -> Blobs:
+        first, self._chunks = self._chunks, self._chunks + len(chunks)
+        return [(_chunk_key(self.prefix, b"C", first + i), data) for i, data in enumerate(chunks)]
+
+
 def packed_blobs(prefix: bytes, values: np.ndarray) -> tuple[Blobs, PackedColumn]:
     """Bit-pack uint64 ``values`` (relative to their minimum) in chunks; returns blobs and the column record."""
     n = len(values)
     low = int(values.min()) if n else 0
-    rel = (values - np.uint64(low)).astype(np.uint64) if n else values.astype(np.uint64)
-    width = int(rel.max()).bit_length() if n else 0
-    blobs = [
-        (_chunk_key(prefix, b"P", c), _search.pack_bits(np.ascontiguousarray(rel[start : start + PACK_CHUNK]), width))
-        for c, start in enumerate(range(0, n, PACK_CHUNK))
-    ]
-    return blobs, PackedColumn(prefix, n, low, width, PACK_CHUNK)
+    writer = PackedColumnWriter(prefix, n, low, int(values.max()) if n else 0)
+    blobs = writer.add(values)
+    return blobs + writer.finish(), writer.column
+
+
+class PackedColumnWriter:
+    """:func:`packed_blobs` of ``count`` values given in pieces, their least and largest value
+    known beforehand: each chunk's blob as soon as it is full."""
+
+    def __init__(self, prefix: bytes, count: int, low: int, high: int) -> None:
+        self.prefix, self.count, self.low = prefix, count, low
+        self.width = (high - low).bit_length()
+        self._pending = np.zeros(0, np.uint64)
+        self._given = self._chunks = 0
+
+    @property
+    def column(self) -> PackedColumn:
+        return PackedColumn(self.prefix, self.count, self.low, self.width, PACK_CHUNK)
+
+    def add(self, values: np.ndarray) -> Blobs:
+        """Pack the next values (each within [low, high]); the blobs of the chunks now full."""
+        self._given += len(values)
+        if self._given > self.count:
+            raise InputError(f"packed column {self.prefix!r}: more than the {self.count} values announced")
+        rel = np.asarray(values, np.uint64) - np.uint64(self.low)
+        if len(rel) and int(rel.max()).bit_length() > self.width:
+            raise InputError(f"packed column {self.prefix!r}: a value outside the range announced")
+        pending = np.concatenate((self._pending, rel)) if len(self._pending) else rel
+        full = len(pending) - len(pending) % PACK_CHUNK
+        out = [self._blob(pending[s : s + PACK_CHUNK]) for s in range(0, full, PACK_CHUNK)]
+        self._pending = pending[full:].copy()
+        return out
+
+    def finish(self) -> Blobs:
+        """The last chunk's blob; the values given must be as many as announced."""
+        if self._given != self.count:
+            raise InputError(f"packed column {self.prefix!r}: {self._given} values given, {self.count} announced")
+        out = [self._blob(self._pending)] if len(self._pending) else []
+        self._pending = np.zeros(0, np.uint64)
+        return out
+
+    def _blob(self, rel: np.ndarray) -> tuple[bytes, bytes]:
+        name = _chunk_key(self.prefix, b"P", self._chunks)
+        self._chunks += 1
+        return name, _search.pack_bits(np.ascontiguousarray(rel), self.width)
 
 
 def key_block_blobs(prefix: bytes, typed_keys: list[bytes] | None, int_keys: np.ndarray | None) -> Blobs:

@@ -27,6 +27,7 @@ from fpstore.parallel import executor
 from fpstore.parallel import threads as thread_count
 from fpstore.store.incremental import IncrementalTables, table_keys
 from fpstore.store.keys import KeyBatch, typed_key
+from fpstore.store.merge_stream import MergedRun
 
 __all__ = [
     "FLUSH_ENTRIES",
@@ -341,23 +342,38 @@ class Lsm:
         even a lone run encoded again) and counts. The caller stores the state, once per
         transaction: rewriting the multi-page state record in the same transaction makes LMDB
         reuse its overflow pages in place, a shape LMDB accepts and its verifier does not.
-        ``progress`` as for :func:`encode_tables`."""
+        ``progress`` as for :func:`encode_tables`. The runs are merged table by table in bounded
+        memory (:mod:`fpstore.store.merge_stream`); a ``rewrite`` reads every fingerprint."""
         n_incremental = self.incremental.entries(txn) if incremental else 0
-        fps, ids = self.read_entries(txn, merged, incremental=incremental)
-        if not rewrite and n_incremental == 0 and len(merged) <= 1 and len(fps) == sum(r.count for r in merged):
-            # Nothing to gain: rewriting would give the same run (or none). No write.
-            return state, {"runs_merged": 0, "incremental": 0, "entries": int(sum(r.count for r in state.runs))}
-        blobs, rec = self.encode_run(state.next_run, fps, ids, progress)
+        run_id = state.next_run
+        if rewrite:
+            # A new design's tables are not the old ones permuted: every fingerprint is read.
+            fps, ids = self.read_entries(txn, merged, incremental=incremental)
+            blobs, rec = self.encode_run(run_id, fps, ids, progress)
+            entries = len(fps)
+            self._put(txn, blobs)
+        else:
+            empty = np.zeros(0, np.uint64)
+            pairs = self.incremental.table0(txn) if incremental else None
+            documents = (pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.uint64)) if pairs is not None else (empty, empty)
+            new_run = MergedRun(txn, self.blobs, self.cache, self.design, merged, documents, self.dead_ids(txn))
+            entries = new_run.count
+            if n_incremental == 0 and len(merged) <= 1 and entries == sum(r.count for r in merged):
+                # Nothing to gain: rewriting would give the same run (or none). No write.
+                return state, {"runs_merged": 0, "incremental": 0, "entries": int(sum(r.count for r in state.runs))}
+            rec = new_run.write(run_id, lambda blobs: self._put(txn, blobs), progress)
         for old in merged:
             for prefix in owned_prefixes(old):
                 tiers.delete_prefix(txn, self.blobs, prefix)
-        for name, value in blobs:
-            txn.put(name, value, db=self.blobs)
         if incremental:
             self.incremental.clear(txn)
         new_runs = tuple(r for r in state.runs if r not in merged) + ((rec,) if rec is not None else ())
         new_state = State(new_runs, state.segs, state.next_run + 1, state.next_seg)
-        return new_state, {"runs_merged": len(merged), "incremental": n_incremental, "entries": int(len(fps))}
+        return new_state, {"runs_merged": len(merged), "incremental": n_incremental, "entries": int(entries)}
+
+    def _put(self, txn: lmdb.Transaction, blobs: tiers.Blobs) -> None:
+        for name, value in blobs:
+            txn.put(name, value, db=self.blobs)
 
     def flush(self, txn: lmdb.Transaction, state: State, flush_entries: int) -> None:
         """After a write: once the incremental tables hold ``flush_entries`` documents, move

@@ -1,0 +1,168 @@
+"""A merge's new run made from the runs it replaces, table by table, in bounded memory.
+
+Each table of a run is stored sorted, so table ``t`` of the new run is the k-way merge
+(:mod:`fpstore.index.kway`) of table ``t`` of every run merged, and of the incremental documents
+(sorted here), less the entries of deleted documents. Table 0 (the identity permutation) is read
+with its ids, so the deleted entries are found there, by id; their fingerprints, permuted, then
+leave every other table, one copy each. The ids column is written as table 0 is, its range
+known from a first pass over the ids.
+
+Memory: a decoded chunk of each run being read, a stretch of the merged order, a chunk being
+encoded, and the fingerprints of the deleted entries; never a whole table. Blobs go to ``put``
+as they are made, inside the caller's write transaction (LMDB spills a large transaction's
+dirty pages to the file). A new design's tables cannot be merged from the old ones: a redesign
+reads every fingerprint instead (:meth:`fpstore.store.lsm.Lsm.merge` with ``rewrite``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import lmdb
+import numpy as np
+
+from fpstore.errors import CorruptionError
+from fpstore.index import runs, search, tiers
+from fpstore.index.design import Design
+from fpstore.index.kway import Piece, Removal, merge_sorted
+from fpstore.index.tiers import Run, RunMeta, TierCache
+
+__all__ = ["MergedRun"]
+
+#: Keys per piece a decoded chunk is handed to the merge in (tests make it tiny).
+PIECE_KEYS = 1 << 20
+#: Keys the encoder of each table gathers before it encodes them (tests make it tiny).
+ENCODE_BATCH = 1 << 20
+#: Ids read at a time by the first pass.
+ID_STEP = 1 << 20
+
+
+def _chunks_of(run: Run, t: int) -> Iterator[np.ndarray]:
+    """Table ``t`` of ``run``, a decoded chunk at a time."""
+    table = run.table(t)
+    for c in range(table.index.nchunks):
+        keys = runs.decode_chunk(table.get(c), table.index, c)
+        for s in range(0, len(keys), PIECE_KEYS):
+            yield keys[s : s + PIECE_KEYS]
+
+
+def _table_source(run: Run, t: int) -> Iterator[Piece]:
+    return ((keys, None) for keys in _chunks_of(run, t))
+
+
+def _table0_source(run: Run) -> Iterator[Piece]:
+    """Table 0 of ``run`` with each entry's id."""
+    ids_at = run.id_reader()
+    position = 0
+    for keys in _chunks_of(run, 0):
+        yield keys, ids_at(np.arange(position, position + len(keys), dtype=np.int64))
+        position += len(keys)
+
+
+class MergedRun:
+    """The run that replaces ``merged`` runs (and the incremental documents ``incremental``:
+    their fingerprints and ids, any order), read in ``txn``; tombstoned ids ``dead`` (sorted)
+    are left out. :attr:`count` (the entries it will hold) is known at once; :meth:`write` makes it."""
+
+    def __init__(
+        self,
+        txn: lmdb.Transaction,
+        db: object,
+        cache: TierCache,
+        design: Design,
+        merged: Sequence[RunMeta],
+        incremental: tuple[np.ndarray, np.ndarray],
+        dead: np.ndarray,
+    ) -> None:
+        self.design = design
+        self.runs = [Run(txn, db, cache, rec) for rec in merged]
+        fps, ids = incremental
+        if len(dead) and len(ids):
+            keep = ~np.isin(ids, dead)
+            fps, ids = fps[keep], ids[keep]
+        order = search.argsort_u64(fps)
+        self._inc_fps, self._inc_ids = fps[order], ids[order]
+        self.dead = dead
+        self.count, self._low, self._high = self._live_ids()
+
+    def _live_ids(self) -> tuple[int, int, int]:
+        """(live entries, least live id, largest live id): the ids column's shape, read first."""
+        count, low, high = len(self._inc_ids), None, None
+        if count:
+            low, high = int(self._inc_ids.min()), int(self._inc_ids.max())
+        for run in self.runs:
+            ids_at = run.id_reader()
+            for s in range(0, run.count, ID_STEP):
+                ids = ids_at(np.arange(s, min(s + ID_STEP, run.count), dtype=np.int64))
+                if len(self.dead):
+                    ids = ids[~np.isin(ids, self.dead)]
+                if len(ids):
+                    count += len(ids)
+                    lo, hi = int(ids.min()), int(ids.max())
+                    low = lo if low is None else min(low, lo)
+                    high = hi if high is None else max(high, hi)
+        return count, low or 0, high or 0
+
+    def write(
+        self, run_id: int, put: Callable[[tiers.Blobs], None], progress: Callable[[int, int | None], None] | None = None
+    ) -> RunMeta | None:
+        """Make the run as run ``run_id``, its blobs handed to ``put`` as they are made; its
+        record, or None when it holds no entry. ``progress(tables written, tables)``."""
+        if not self.count:
+            return None
+        ntables = len(self.design.tables)
+        prefixes = [tiers.run_prefix(run_id, t) for t in range(ntables)]
+        removed, id_column = self._write_table0(prefixes[0], tiers.run_prefix(run_id, 0xFFFF), put)
+        if progress is not None:
+            progress(1, ntables)
+        for t in range(1, ntables):
+            self._write_table(t, prefixes[t], removed, put)
+            if progress is not None:
+                progress(t + 1, ntables)
+        return RunMeta(run_id, self.count, tuple(prefixes), ids=id_column)
+
+    def _write_table0(self, prefix: bytes, ids_prefix: bytes, put: Callable[[tiers.Blobs], None]) -> tuple[np.ndarray, tiers.PackedColumn]:
+        """Table 0 and the ids column; returns the fingerprints of the entries left out."""
+        writer = tiers.CodecRunWriter(prefix, ENCODE_BATCH)
+        id_writer = tiers.PackedColumnWriter(ids_prefix, self.count, self._low, self._high)
+        sources: list[Iterator[Piece]] = [iter([(self._inc_fps, self._inc_ids)])]
+        sources += [_table0_source(run) for run in self.runs]
+        removed: list[np.ndarray] = []
+        for keys, ids in merge_sorted(sources, f"merging table 0 of runs {self._names()}"):
+            assert ids is not None
+            if len(self.dead):
+                gone = np.isin(ids, self.dead)
+                if gone.any():
+                    removed.append(keys[gone])
+                    keys, ids = keys[~gone], ids[~gone]
+            put(writer.add(keys))
+            put(id_writer.add(ids))
+        blobs, count = writer.finish()
+        self._check_count(0, count)
+        put(blobs)
+        put(id_writer.finish())
+        return (np.concatenate(removed) if removed else np.zeros(0, np.uint64)), id_writer.column
+
+    def _write_table(self, t: int, prefix: bytes, removed: np.ndarray, put: Callable[[tiers.Blobs], None]) -> None:
+        writer = tiers.CodecRunWriter(prefix, ENCODE_BATCH)
+        removal = Removal(self.design.permute(removed, t))
+        sources: list[Iterator[Piece]] = [iter([(search.sort_u64(self.design.permute(self._inc_fps, t)), None)])]
+        sources += [_table_source(run, t) for run in self.runs]
+        for keys, _ in merge_sorted(sources, f"merging table {t} of runs {self._names()}"):
+            put(writer.add(removal.apply(keys)))
+        blobs, count = writer.finish()
+        if removal.missing:
+            raise CorruptionError(
+                f"table {t} of runs {self._names()} lacks {removal.missing} entries of deleted documents that table 0 holds; the runs are damaged"
+            )
+        self._check_count(t, count)
+        put(blobs)
+
+    def _check_count(self, t: int, count: int) -> None:
+        if count != self.count:
+            raise CorruptionError(
+                f"table {t} of runs {self._names()} gives {count} live entries, table 0 {self.count}; the runs are damaged"
+            )
+
+    def _names(self) -> str:
+        return ", ".join(str(run.id) for run in self.runs) or "(none: the incremental tables)"
