@@ -361,7 +361,7 @@ class Lsm:
             if n_incremental == 0 and len(merged) <= 1 and entries == sum(r.count for r in merged):
                 # Nothing to gain: rewriting would give the same run (or none). No write.
                 return state, {"runs_merged": 0, "incremental": 0, "entries": int(sum(r.count for r in state.runs))}
-            rec = new_run.write(run_id, lambda blobs: self._put(txn, blobs), progress)
+            rec = new_run.write(txn, run_id, lambda blobs: self._put(txn, blobs), progress)
         for old in merged:
             for prefix in owned_prefixes(old):
                 tiers.delete_prefix(txn, self.blobs, prefix)

@@ -25,9 +25,12 @@ from fpstore.errors import CorruptionError
 from fpstore.index import runs, search, tiers
 from fpstore.index.design import Design
 from fpstore.index.kway import Piece, Removal, merge_sorted
-from fpstore.index.tiers import Run, RunMeta, TierCache
+from fpstore.index.tiers import CodecRun, Run, RunMeta, TierCache
 
 __all__ = ["MergedRun"]
+
+#: Gives the transaction to read the merged runs in (a stepped merge gives a new one at each step).
+TxnOf = Callable[[], lmdb.Transaction]
 
 #: Keys per piece a decoded chunk is handed to the merge in (tests make it tiny).
 PIECE_KEYS = 1 << 20
@@ -37,32 +40,36 @@ ENCODE_BATCH = 1 << 20
 ID_STEP = 1 << 20
 
 
-def _chunks_of(run: Run, t: int) -> Iterator[np.ndarray]:
-    """Table ``t`` of ``run``, a decoded chunk at a time."""
-    table = run.table(t)
-    for c in range(table.index.nchunks):
+def _chunks_of(txn_of: TxnOf, db: object, cache: TierCache, rec: RunMeta, t: int) -> Iterator[np.ndarray]:
+    """Table ``t`` of run ``rec``, a decoded chunk at a time, each chunk read in the transaction
+    ``txn_of()`` gives at that moment (a stepped merge reads in a new one at each step: nothing
+    read from the map is kept between chunks, only decoded copies)."""
+    prefix = rec.tables[t]
+    nchunks = CodecRun(txn_of(), db, cache, prefix).index.nchunks
+    for c in range(nchunks):
+        table = CodecRun(txn_of(), db, cache, prefix)
         keys = runs.decode_chunk(table.get(c), table.index, c)
         for s in range(0, len(keys), PIECE_KEYS):
             yield keys[s : s + PIECE_KEYS]
 
 
-def _table_source(run: Run, t: int) -> Iterator[Piece]:
-    return ((keys, None) for keys in _chunks_of(run, t))
+def _table_source(txn_of: TxnOf, db: object, cache: TierCache, rec: RunMeta, t: int) -> Iterator[Piece]:
+    return ((keys, None) for keys in _chunks_of(txn_of, db, cache, rec, t))
 
 
-def _table0_source(run: Run) -> Iterator[Piece]:
-    """Table 0 of ``run`` with each entry's id."""
-    ids_at = run.id_reader()
+def _table0_source(txn_of: TxnOf, db: object, cache: TierCache, rec: RunMeta) -> Iterator[Piece]:
+    """Table 0 of run ``rec`` with each entry's id."""
     position = 0
-    for keys in _chunks_of(run, 0):
-        yield keys, ids_at(np.arange(position, position + len(keys), dtype=np.int64))
+    for keys in _chunks_of(txn_of, db, cache, rec, 0):
+        yield keys, tiers.run_ids_at(txn_of(), db, rec, np.arange(position, position + len(keys), dtype=np.int64))
         position += len(keys)
 
 
 class MergedRun:
     """The run that replaces ``merged`` runs (and the incremental documents ``incremental``:
-    their fingerprints and ids, any order), read in ``txn``; tombstoned ids ``dead`` (sorted)
-    are left out. :attr:`count` (the entries it will hold) is known at once; :meth:`write` makes it."""
+    their fingerprints and ids, any order), as read in ``txn``; tombstoned ids ``dead`` (sorted)
+    are left out. :attr:`count` (the entries it will hold) is known at once; :meth:`blobs` makes
+    the run, reading the merged runs in whatever transaction it is given at each chunk."""
 
     def __init__(
         self,
@@ -74,8 +81,12 @@ class MergedRun:
         incremental: tuple[np.ndarray, np.ndarray],
         dead: np.ndarray,
     ) -> None:
-        self.design = design
-        self.runs = [Run(txn, db, cache, rec) for rec in merged]
+        self.design, self.db, self.cache = design, db, cache
+        self.merged = list(merged)
+        for rec in self.merged:
+            run = Run(txn, db, cache, rec)
+            for t in range(len(design.tables)):
+                run.table(t).check_backed()  # counts agree with the run's, chunks are there
         fps, ids = incremental
         if len(dead) and len(ids):
             keep = ~np.isin(ids, dead)
@@ -83,17 +94,18 @@ class MergedRun:
         order = search.argsort_u64(fps)
         self._inc_fps, self._inc_ids = fps[order], ids[order]
         self.dead = dead
-        self.count, self._low, self._high = self._live_ids()
+        self.count, self._low, self._high = self._live_ids(txn)
+        #: The new run's record once :meth:`blobs` has made it (None: it holds no entry).
+        self.record: RunMeta | None = None
 
-    def _live_ids(self) -> tuple[int, int, int]:
+    def _live_ids(self, txn: lmdb.Transaction) -> tuple[int, int, int]:
         """(live entries, least live id, largest live id): the ids column's shape, read first."""
         count, low, high = len(self._inc_ids), None, None
         if count:
             low, high = int(self._inc_ids.min()), int(self._inc_ids.max())
-        for run in self.runs:
-            ids_at = run.id_reader()
-            for s in range(0, run.count, ID_STEP):
-                ids = ids_at(np.arange(s, min(s + ID_STEP, run.count), dtype=np.int64))
+        for rec in self.merged:
+            for s in range(0, rec.count, ID_STEP):
+                ids = tiers.run_ids_at(txn, self.db, rec, np.arange(s, min(s + ID_STEP, rec.count), dtype=np.int64))
                 if len(self.dead):
                     ids = ids[~np.isin(ids, self.dead)]
                 if len(ids):
@@ -104,30 +116,44 @@ class MergedRun:
         return count, low or 0, high or 0
 
     def write(
-        self, run_id: int, put: Callable[[tiers.Blobs], None], progress: Callable[[int, int | None], None] | None = None
+        self,
+        txn: lmdb.Transaction,
+        run_id: int,
+        put: Callable[[tiers.Blobs], None],
+        progress: Callable[[int, int | None], None] | None = None,
     ) -> RunMeta | None:
-        """Make the run as run ``run_id``, its blobs handed to ``put`` as they are made; its
-        record, or None when it holds no entry. ``progress(tables written, tables)``."""
+        """Make the run as run ``run_id`` reading in ``txn``, its blobs handed to ``put``; its
+        record, or None when it holds no entry."""
+        for blobs in self.blobs(run_id, lambda: txn, progress):
+            put(blobs)
+        return self.record
+
+    def blobs(self, run_id: int, txn_of: TxnOf, progress: Callable[[int, int | None], None] | None = None) -> Iterator[tiers.Blobs]:
+        """The run's blobs as they are made (its record in :attr:`record` at the end), the merged
+        runs read in ``txn_of()``. ``progress(tables written, tables)``."""
         if not self.count:
-            return None
+            return
         ntables = len(self.design.tables)
         prefixes = [tiers.run_prefix(run_id, t) for t in range(ntables)]
-        removed, id_column = self._write_table0(prefixes[0], tiers.run_prefix(run_id, 0xFFFF), put)
+        removed: list[np.ndarray] = []
+        id_writer = tiers.PackedColumnWriter(tiers.run_prefix(run_id, 0xFFFF), self.count, self._low, self._high)
+        yield from self._table0(txn_of, prefixes[0], id_writer, removed)
+        gone = np.concatenate(removed) if removed else np.zeros(0, np.uint64)
         if progress is not None:
             progress(1, ntables)
         for t in range(1, ntables):
-            self._write_table(t, prefixes[t], removed, put)
+            yield from self._table(txn_of, t, prefixes[t], gone)
             if progress is not None:
                 progress(t + 1, ntables)
-        return RunMeta(run_id, self.count, tuple(prefixes), ids=id_column)
+        self.record = RunMeta(run_id, self.count, tuple(prefixes), ids=id_writer.column)
 
-    def _write_table0(self, prefix: bytes, ids_prefix: bytes, put: Callable[[tiers.Blobs], None]) -> tuple[np.ndarray, tiers.PackedColumn]:
-        """Table 0 and the ids column; returns the fingerprints of the entries left out."""
+    def _table0(
+        self, txn_of: TxnOf, prefix: bytes, id_writer: tiers.PackedColumnWriter, removed: list[np.ndarray]
+    ) -> Iterator[tiers.Blobs]:
+        """Table 0 and the ids column; the fingerprints of the entries left out go to ``removed``."""
         writer = tiers.CodecRunWriter(prefix, ENCODE_BATCH)
-        id_writer = tiers.PackedColumnWriter(ids_prefix, self.count, self._low, self._high)
         sources: list[Iterator[Piece]] = [iter([(self._inc_fps, self._inc_ids)])]
-        sources += [_table0_source(run) for run in self.runs]
-        removed: list[np.ndarray] = []
+        sources += [_table0_source(txn_of, self.db, self.cache, rec) for rec in self.merged]
         for keys, ids in merge_sorted(sources, f"merging table 0 of runs {self._names()}"):
             assert ids is not None
             if len(self.dead):
@@ -135,28 +161,25 @@ class MergedRun:
                 if gone.any():
                     removed.append(keys[gone])
                     keys, ids = keys[~gone], ids[~gone]
-            put(writer.add(keys))
-            put(id_writer.add(ids))
+            yield writer.add(keys) + id_writer.add(ids)
         blobs, count = writer.finish()
         self._check_count(0, count)
-        put(blobs)
-        put(id_writer.finish())
-        return (np.concatenate(removed) if removed else np.zeros(0, np.uint64)), id_writer.column
+        yield blobs + id_writer.finish()
 
-    def _write_table(self, t: int, prefix: bytes, removed: np.ndarray, put: Callable[[tiers.Blobs], None]) -> None:
+    def _table(self, txn_of: TxnOf, t: int, prefix: bytes, removed: np.ndarray) -> Iterator[tiers.Blobs]:
         writer = tiers.CodecRunWriter(prefix, ENCODE_BATCH)
         removal = Removal(self.design.permute(removed, t))
         sources: list[Iterator[Piece]] = [iter([(search.sort_u64(self.design.permute(self._inc_fps, t)), None)])]
-        sources += [_table_source(run, t) for run in self.runs]
+        sources += [_table_source(txn_of, self.db, self.cache, rec, t) for rec in self.merged]
         for keys, _ in merge_sorted(sources, f"merging table {t} of runs {self._names()}"):
-            put(writer.add(removal.apply(keys)))
+            yield writer.add(removal.apply(keys))
         blobs, count = writer.finish()
         if removal.missing:
             raise CorruptionError(
                 f"table {t} of runs {self._names()} lacks {removal.missing} entries of deleted documents that table 0 holds; the runs are damaged"
             )
         self._check_count(t, count)
-        put(blobs)
+        yield blobs
 
     def _check_count(self, t: int, count: int) -> None:
         if count != self.count:
@@ -165,4 +188,4 @@ class MergedRun:
             )
 
     def _names(self) -> str:
-        return ", ".join(str(run.id) for run in self.runs) or "(none: the incremental tables)"
+        return ", ".join(str(rec.id) for rec in self.merged) or "(none: the incremental tables)"

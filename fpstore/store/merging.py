@@ -18,9 +18,12 @@ One merge, in the order of its transactions, each committed before the next begi
 4. **collect** (several): the blobs listed on ``meta/garbage`` are deleted, at most
    ``GARBAGE_STEP`` per transaction, and the list shortened with them.
 
-The new run is read and encoded outside any write transaction, from a read snapshot taken before
-step 1: runs are immutable, and tombstones are never removed, so a document deleted after the
-snapshot is still hidden by its tombstone. A crash at any point leaves a store that answers as
+The new run is made table by table from the merged runs (:mod:`fpstore.store.merge_stream`),
+outside any write transaction: each write step's blobs from a read snapshot of its own (runs are
+immutable until the switch), the deleted documents as the first snapshot had them (tombstones are
+never removed, so a document deleted later is still hidden by its tombstone). Memory is a decoded
+chunk of each merged run and a step's blobs, whatever the runs' size. :func:`merge_runs` merges
+any runs this way: :meth:`Store.compact` merges every run with it. A crash at any point leaves a store that answers as
 before the merge or after it; what a dead merge wrote is named by ``meta/merging`` or
 ``meta/garbage``, and the writer's next open deletes it (:func:`clean_up`).
 """
@@ -47,9 +50,20 @@ from fpstore.index.tiers import RunMeta, State
 from fpstore.store.catalog import Catalog
 from fpstore.store.header import U64
 from fpstore.store.lsm import FLUSH_ENTRIES, merge_group, owned_prefixes
+from fpstore.store.merge_stream import MergedRun
 from fpstore.store.storage import Storage
 
-__all__ = ["GARBAGE_KEY", "GARBAGE_STEP", "MERGE_MODES", "MERGE_STEP_BYTES", "MERGING_KEY", "Merger", "clean_up", "merge_once"]
+__all__ = [
+    "GARBAGE_KEY",
+    "GARBAGE_STEP",
+    "MERGE_MODES",
+    "MERGE_STEP_BYTES",
+    "MERGING_KEY",
+    "Merger",
+    "clean_up",
+    "merge_once",
+    "merge_runs",
+]
 
 log = logging.getLogger(__name__)
 
@@ -160,19 +174,28 @@ def merge_once(storage: Storage, cat: Catalog, unit: int, stopping: Callable[[],
     """Merge the runs of the smallest full size tier (see the module's documentation); returns
     counts, or None when no tier is full or the merge was given up (another job replaced its
     runs, or ``stopping()`` turned true)."""
-    t0 = time.perf_counter()
     with storage.read() as txn:
         group = merge_group(cat.state(txn).runs, unit)
     if not group:
         return None
+    return merge_runs(storage, cat, group, stopping)
+
+
+def merge_runs(storage: Storage, cat: Catalog, group: list[RunMeta], stopping: Callable[[], bool] = lambda: False) -> dict[str, int] | None:
+    """Merge runs ``group`` into one in the steps of the module's documentation, dropping the
+    entries of deleted documents; returns counts, or None when there was nothing to gain (one run
+    with no deleted entry), the runs are gone, or the merge was given up."""
+    t0 = time.perf_counter()
     # Room for the new run first: growing the map waits for every transaction of the process,
-    # this merge's long read included, so a write that had to grow it would wait for the read.
+    # so a write of this merge that had to grow it would wait for the merge's own reads.
     storage.reserve(sum(rec.count for rec in group) * 8 * (len(cat.design.tables) + 1))
     with storage.read() as txn:
-        group = merge_group(cat.state(txn).runs, unit)
-        if not group:
+        if not _live(cat.state(txn), group):
             return None
-        fps, ids = cat.lsm.read_entries(txn, group, incremental=False)
+        empty = np.zeros(0, np.uint64)
+        new_run = MergedRun(txn, cat.blobs, cat.cache, cat.design, group, (empty, empty), cat.lsm.dead_ids(txn))
+    if len(group) <= 1 and new_run.count == sum(rec.count for rec in group):
+        return None
 
     def reserve(txn: lmdb.Transaction) -> int | None:
         state = cat.state(txn)
@@ -186,7 +209,7 @@ def merge_once(storage: Storage, cat: Catalog, unit: int, stopping: Callable[[],
     if run_id is None:
         return None
     try:
-        return _write_and_switch(storage, cat, group, run_id, fps, ids, stopping, t0)
+        return _write_and_switch(storage, cat, group, run_id, new_run, stopping, t0)
     except BaseException:
         with contextlib.suppress(FpstoreError):  # a full disk, say: the marker must not block later merges
             _give_up(storage, cat, run_id)
@@ -194,30 +217,42 @@ def merge_once(storage: Storage, cat: Catalog, unit: int, stopping: Callable[[],
 
 
 def _write_and_switch(
-    storage: Storage,
-    cat: Catalog,
-    group: list[RunMeta],
-    run_id: int,
-    fps: np.ndarray,
-    ids: np.ndarray,
-    stopping: Callable[[], bool],
-    t0: float,
+    storage: Storage, cat: Catalog, group: list[RunMeta], run_id: int, new_run: MergedRun, stopping: Callable[[], bool], t0: float
 ) -> dict[str, int] | None:
-    """Steps 2 to 4 of a merge whose run id is reserved."""
-    blobs, rec = cat.lsm.encode_run(run_id, fps, ids)
-    written = steps = 0
-    while written < len(blobs):
+    """Steps 2 to 4 of a merge whose run id is reserved. Each write step's blobs are made from
+    the merged runs read in a snapshot of their own, released before the step's write."""
+    reading: list[lmdb.Transaction] = []
+    made = new_run.blobs(run_id, lambda: reading[0])
+    steps = 0
+    finished = False
+    while not finished:
         if stopping():
             _give_up(storage, cat, run_id)
             return None
         step: tiers.Blobs = []
         size = 0
-        while written < len(blobs) and (not step or size + len(blobs[written][1]) <= MERGE_STEP_BYTES):
-            step.append(blobs[written])
-            size += len(blobs[written][1])
-            written += 1
-        storage.write(functools.partial(_put_blobs, cat.blobs, step), action="writing a merged run")
-        steps += 1
+        with storage.read() as txn:
+            replaced = not _live(cat.state(txn), group)
+            if not replaced:
+                reading.append(txn)
+            try:
+                while not replaced and size < MERGE_STEP_BYTES:
+                    blobs = next(made, None)
+                    if blobs is None:
+                        finished = True
+                        break
+                    step += blobs
+                    size += sum(len(value) for _, value in blobs)
+            finally:
+                reading.clear()
+        if replaced:  # the runs were replaced meanwhile (a redesign's one transaction): their blobs may be gone
+            _give_up(storage, cat, run_id)
+            collect(storage, cat, stopping)
+            return None
+        if step:
+            storage.write(functools.partial(_put_blobs, cat.blobs, step), action="writing a merged run")
+            steps += 1
+    rec = new_run.record
 
     def switch(txn: lmdb.Transaction) -> bool:
         state = cat.state(txn)
@@ -238,8 +273,8 @@ def _write_and_switch(
     if not switched:
         return None
     seconds = time.perf_counter() - t0
-    log.info("merged %d runs into one of %d entries in %.2f s (%d steps of writes)", len(group), len(fps), seconds, steps)
-    return {"runs_merged": len(group), "entries": len(fps)}
+    log.info("merged %d runs into one of %d entries in %.2f s (%d steps of writes)", len(group), new_run.count, seconds, steps)
+    return {"runs_merged": len(group), "entries": new_run.count}
 
 
 def _put_blobs(db: Any, blobs: tiers.Blobs, txn: lmdb.Transaction) -> None:

@@ -364,10 +364,18 @@ class Store(Closing):
     def compact(self, *, full: bool = True) -> dict[str, int]:
         """Merge the incremental tables (and, when ``full``, every run) into one new run per table.
 
-        Tombstoned entries are dropped. One write transaction: readers keep their snapshot, and
-        a crash leaves the old state or the new one. Returns counts of what was merged.
+        Tombstoned entries are dropped. The incremental tables move into a run in one write
+        transaction; the runs are then merged as a tier merge is (:mod:`fpstore.store.merging`),
+        table by table from the sorted runs, in steps of a few MiB, each a transaction of its
+        own, with tier merges paused meanwhile. Memory is a decoded chunk of each run and a
+        step's blobs, whatever the store's size; adds from other threads go on between steps.
+        Readers keep their snapshot; a crash leaves the old runs or the new one (what a crash
+        left half-written is deleted at the writer's next open). Returns counts: runs merged,
+        incremental documents moved, entries in runs afterwards.
         """
-        return compact(self._storage, lambda: self._cat, full)
+        self._storage.check_writable()
+        with self._merges.paused():
+            return compact(self._storage, lambda: self._cat, full)
 
     def merge_runs(self) -> dict[str, int]:
         """Run the merges of full size tiers now, in this thread, and return their counts. With

@@ -11,6 +11,7 @@ import lmdb
 import numpy as np
 
 from fpstore.index import tiers
+from fpstore.store import merging
 from fpstore.store.catalog import Catalog
 from fpstore.store.header import H_COUNT, H_NEXT_ID, U64
 from fpstore.store.inputs import Batch, OneAdd
@@ -224,36 +225,39 @@ def load_run(storage: Storage, cat: Catalog, keys: KeyBatch, fps: np.ndarray) ->
 
 
 def compact(storage: Storage, catalog: Callable[[], Catalog], full: bool) -> dict[str, int]:
-    """:meth:`Store.compact`: the incremental tables (and, when ``full``, every run) into one run.
-    ``catalog()`` is the store's catalog as each transaction finds it (a redesign or a file
-    compaction in another thread may replace it meanwhile)."""
+    """:meth:`Store.compact`: the incremental tables into a run in one transaction, then, when
+    ``full``, every run into one, merged as a tier merge is (:func:`merging.merge_runs`: in steps,
+    in bounded memory). ``catalog()`` is the store's catalog as each transaction finds it (a
+    redesign or a file compaction in another thread may replace it meanwhile); tier merges are
+    paused by the caller."""
     storage.check_writable()
     with storage.read() as txn:
         cat = catalog()
-        state = cat.state(txn)
         incremental = cat.incremental.entries(txn)
-        tombstones = txn.stat(cat.dead)["entries"]
-    merged = list(state.runs) if full else []
-    if incremental or len(merged) > 1 or (merged and tombstones):
+    flushed = 0
+    if incremental:
         # Room for the new run up front (about 8 bytes per entry and table, ids included), so
         # the transaction is not aborted and rerun on a full map after all its work.
-        entries = incremental + sum(r.count for r in merged)
-        storage.reserve(entries * 8 * (len(cat.design.tables) + 1))
+        storage.reserve(incremental * 8 * (len(cat.design.tables) + 1))
 
-    def work(txn: lmdb.Transaction) -> dict[str, int]:
-        # Merge what this transaction sees (another writer may have changed it since the read).
-        cat = catalog()
-        state = cat.state(txn)
-        new_state, result = cat.lsm.merge(txn, state, list(state.runs) if full else [], incremental=True)
-        if new_state is not state:
-            cat.lsm.save_state(txn, new_state)
-        return result
+        def flush(txn: lmdb.Transaction) -> int:
+            # Merge what this transaction sees (another writer may have changed it since the read).
+            cat = catalog()
+            state = cat.state(txn)
+            new_state, result = cat.lsm.merge(txn, state, [], incremental=True)
+            if new_state is not state:
+                cat.lsm.save_state(txn, new_state)
+            return result["incremental"]
 
-    result = storage.write(work, action="compacting")
-    log.info(
-        "compacted: %d runs and %d incremental documents merged into %d entries",
-        result["runs_merged"],
-        result["incremental"],
-        result["entries"],
-    )
+        flushed = storage.write(flush, action="compacting the incremental tables")
+    merged = None
+    if full:
+        with storage.read() as txn:
+            cat = catalog()
+            runs = list(cat.state(txn).runs)
+        merged = merging.merge_runs(storage, cat, runs) if runs else None
+    with storage.read() as txn:
+        entries = sum(rec.count for rec in catalog().state(txn).runs)
+    result = {"runs_merged": merged["runs_merged"] if merged else 0, "incremental": flushed, "entries": int(entries)}
+    log.info("compacted: %d runs and %d incremental documents merged; %d entries in runs", result["runs_merged"], flushed, entries)
     return result
