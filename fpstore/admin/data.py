@@ -40,10 +40,14 @@ def cmd_compact(args: argparse.Namespace) -> int:
     """Merge incremental tables and runs into one run per table, dropping deleted entries."""
     with open_store(args.store, readonly=False) as store:
         before = store.info()
-        what = "rewriting the file without free pages" if args.file else "merging the incremental tables and every run into one run"
-        stages("compact", args)(f"{what} ({before['documents']:,} documents, {len(before['runs'])} runs; one transaction)")
+        what = "merging every run into one, then rewriting the file without free pages" if args.file else "merging every run into one"
+        stages("compact", args)(f"{what} ({before['documents']:,} documents, {len(before['runs'])} runs)")
         t0 = time.monotonic()
-        result = store.compact_file() if args.file else store.compact()
+        if args.file:
+            result = store.compact_file()
+        else:
+            with Bar("compact", "tables", want_progress(args)) as bar:
+                result = store.compact(progress=bar)
         after = store.info()
     data = {
         "result": result if isinstance(result, dict) else None,

@@ -50,8 +50,9 @@ FLUSH_ENTRIES = 4096
 #: Runs of one size tier are merged when this many accumulate; tier t holds runs of
 #: ``flush_entries * FANOUT**t`` up to ``* FANOUT**(t+1)`` entries.
 MERGE_FANOUT = 4
-#: Runs this large are left to an explicit compact(): a merge holds its runs in memory (about
-#: 40 bytes per entry while it encodes), so the largest merge makes runs of up to 4 × this.
+#: Runs this large are left to an explicit compact(), so that a growing store does not rewrite
+#: its largest runs again and again in the background (a merge's memory does not grow with its
+#: runs: fpstore.store.merge_stream); the largest tier merge makes runs of up to 4 × this.
 MERGE_MAX_ENTRIES = 1 << 24
 
 

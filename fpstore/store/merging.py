@@ -181,10 +181,17 @@ def merge_once(storage: Storage, cat: Catalog, unit: int, stopping: Callable[[],
     return merge_runs(storage, cat, group, stopping)
 
 
-def merge_runs(storage: Storage, cat: Catalog, group: list[RunMeta], stopping: Callable[[], bool] = lambda: False) -> dict[str, int] | None:
+def merge_runs(
+    storage: Storage,
+    cat: Catalog,
+    group: list[RunMeta],
+    stopping: Callable[[], bool] = lambda: False,
+    progress: Callable[[int, int | None], None] | None = None,
+) -> dict[str, int] | None:
     """Merge runs ``group`` into one in the steps of the module's documentation, dropping the
     entries of deleted documents; returns counts, or None when there was nothing to gain (one run
-    with no deleted entry), the runs are gone, or the merge was given up."""
+    with no deleted entry), the runs are gone, or the merge was given up. ``progress(tables
+    written, tables)``."""
     t0 = time.perf_counter()
     # Room for the new run first: growing the map waits for every transaction of the process,
     # so a write of this merge that had to grow it would wait for the merge's own reads.
@@ -209,7 +216,7 @@ def merge_runs(storage: Storage, cat: Catalog, group: list[RunMeta], stopping: C
     if run_id is None:
         return None
     try:
-        return _write_and_switch(storage, cat, group, run_id, new_run, stopping, t0)
+        return _write_and_switch(storage, cat, group, run_id, new_run, stopping, t0, progress)
     except BaseException:
         with contextlib.suppress(FpstoreError):  # a full disk, say: the marker must not block later merges
             _give_up(storage, cat, run_id)
@@ -217,12 +224,19 @@ def merge_runs(storage: Storage, cat: Catalog, group: list[RunMeta], stopping: C
 
 
 def _write_and_switch(
-    storage: Storage, cat: Catalog, group: list[RunMeta], run_id: int, new_run: MergedRun, stopping: Callable[[], bool], t0: float
+    storage: Storage,
+    cat: Catalog,
+    group: list[RunMeta],
+    run_id: int,
+    new_run: MergedRun,
+    stopping: Callable[[], bool],
+    t0: float,
+    progress: Callable[[int, int | None], None] | None,
 ) -> dict[str, int] | None:
     """Steps 2 to 4 of a merge whose run id is reserved. Each write step's blobs are made from
     the merged runs read in a snapshot of their own, released before the step's write."""
     reading: list[lmdb.Transaction] = []
-    made = new_run.blobs(run_id, lambda: reading[0])
+    made = new_run.blobs(run_id, lambda: reading[0], progress)
     steps = 0
     finished = False
     while not finished:

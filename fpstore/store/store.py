@@ -361,7 +361,7 @@ class Store(Closing):
                 progress(done, total)
         return done
 
-    def compact(self, *, full: bool = True) -> dict[str, int]:
+    def compact(self, *, full: bool = True, progress: Callable[[int, int | None], None] | None = None) -> dict[str, int]:
         """Merge the incremental tables (and, when ``full``, every run) into one new run per table.
 
         Tombstoned entries are dropped. The incremental tables move into a run in one write
@@ -371,11 +371,12 @@ class Store(Closing):
         step's blobs, whatever the store's size; adds from other threads go on between steps.
         Readers keep their snapshot; a crash leaves the old runs or the new one (what a crash
         left half-written is deleted at the writer's next open). Returns counts: runs merged,
-        incremental documents moved, entries in runs afterwards.
+        incremental documents moved, entries in runs afterwards. ``progress(tables written,
+        tables)`` as the runs' merge writes each table.
         """
         self._storage.check_writable()
         with self._merges.paused():
-            return compact(self._storage, lambda: self._cat, full)
+            return compact(self._storage, lambda: self._cat, full, progress)
 
     def merge_runs(self) -> dict[str, int]:
         """Run the merges of full size tiers now, in this thread, and return their counts. With

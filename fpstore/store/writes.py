@@ -224,12 +224,14 @@ def load_run(storage: Storage, cat: Catalog, keys: KeyBatch, fps: np.ndarray) ->
     return done
 
 
-def compact(storage: Storage, catalog: Callable[[], Catalog], full: bool) -> dict[str, int]:
+def compact(
+    storage: Storage, catalog: Callable[[], Catalog], full: bool, progress: Callable[[int, int | None], None] | None = None
+) -> dict[str, int]:
     """:meth:`Store.compact`: the incremental tables into a run in one transaction, then, when
     ``full``, every run into one, merged as a tier merge is (:func:`merging.merge_runs`: in steps,
     in bounded memory). ``catalog()`` is the store's catalog as each transaction finds it (a
     redesign or a file compaction in another thread may replace it meanwhile); tier merges are
-    paused by the caller."""
+    paused by the caller. ``progress(tables written, tables)`` as the runs' merge writes them."""
     storage.check_writable()
     with storage.read() as txn:
         cat = catalog()
@@ -255,7 +257,7 @@ def compact(storage: Storage, catalog: Callable[[], Catalog], full: bool) -> dic
         with storage.read() as txn:
             cat = catalog()
             runs = list(cat.state(txn).runs)
-        merged = merging.merge_runs(storage, cat, runs) if runs else None
+        merged = merging.merge_runs(storage, cat, runs, progress=progress) if runs else None
     with storage.read() as txn:
         entries = sum(rec.count for rec in catalog().state(txn).runs)
     result = {"runs_merged": merged["runs_merged"] if merged else 0, "incremental": flushed, "entries": int(entries)}
