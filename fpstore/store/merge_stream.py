@@ -8,10 +8,13 @@ leave every other table, one copy each. The ids column is written as table 0 is,
 known from a first pass over the ids.
 
 Memory: a decoded chunk of each run being read, a stretch of the merged order, a chunk being
-encoded, and the fingerprints of the deleted entries; never a whole table. Blobs go to ``put``
-as they are made, inside the caller's write transaction (LMDB spills a large transaction's
-dirty pages to the file). A new design's tables cannot be merged from the old ones: a redesign
-reads every fingerprint instead (:meth:`fpstore.store.lsm.Lsm.merge` with ``rewrite``).
+encoded, and the fingerprints of the deleted entries; never a whole table. The blobs come out as
+they are made (:meth:`MergedRun.blobs`): a tier merge or a compaction writes them in steps, each
+a transaction of its own (:mod:`fpstore.store.merging`), since a write transaction keeps every
+page it dirties in memory until it commits; a flush writes its small run inside the write that
+filled the incremental tables (:meth:`MergedRun.write`). A new design's tables cannot be merged
+from the old ones: a redesign reads every fingerprint instead
+(:meth:`fpstore.store.lsm.Lsm.merge` with ``rewrite``).
 """
 
 from __future__ import annotations
