@@ -181,3 +181,50 @@ def test_compaction_memory_does_not_grow_with_the_store(tmp_path, monkeypatch):
                 tracemalloc.stop()
             assert s.counts()["runs"] == [n - 1]
     assert peaks[1_000_000] - peaks[100_000] < 8 * 900_000, peaks
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_damage_in_a_later_table_is_refused_not_copied(tmp_path, seed):
+    """A bit flipped in a chunk of table 1 (which the merge reads as it is, not rebuilt from
+    table 0): compaction raises CorruptionError and changes nothing; it never writes the
+    damaged keys under a fresh checksum."""
+    rng = np.random.default_rng(seed)
+    with fpstore.open(tmp_path / "s", k=3, flush_entries=300, merges="manual") as s:
+        for b in range(4):
+            s.add_many(list(range(b * 1000, b * 1000 + 400)), fingerprints=rng.integers(0, 2**64, 400, dtype=np.uint64), pipeline_id=s.pipeline.id)
+
+        def flip(txn):
+            rec = s._cat.state(txn).runs[0]
+            name = rec.tables[1] + b"C" + (0).to_bytes(4, "big")
+            value = bytearray(txn.get(name, db=s._cat.blobs))
+            value[int(rng.integers(1, len(value)))] ^= 1 << int(rng.integers(0, 8))
+            txn.put(name, bytes(value), db=s._cat.blobs)
+
+        s._storage.write(flip)
+        s._cat.cache.clear()
+        before = s.counts()
+        with pytest.raises(CorruptionError):
+            s.compact()
+        assert s.counts() == before
+
+
+def test_compaction_clears_a_merging_marker_left_behind(tmp_path):
+    """A merging marker a merge failed to clear (its give-up's write failed) makes merges stand
+    aside until the writer's next open; compaction, with merges paused, clears it and merges."""
+    from fpstore.store.header import U64
+    from fpstore.store.merging import MERGING_KEY
+    from tests.support.scenario import leftovers
+
+    rng = np.random.default_rng(5)
+    with fpstore.open(tmp_path / "s", k=3, flush_entries=300, merges="manual") as s:
+        for b in range(3):
+            s.add_many(list(range(b * 1000, b * 1000 + 400)), fingerprints=rng.integers(0, 2**64, 400, dtype=np.uint64), pipeline_id=s.pipeline.id)
+
+        def mark(txn):
+            state = s._cat.state(txn)
+            txn.put(MERGING_KEY, U64.pack(state.next_run + 7), db=s._cat.meta)
+
+        s._storage.write(mark)
+        assert len(s.counts()["runs"]) > 1
+        result = s.compact()
+        assert result["runs_merged"] > 1 and len(s.counts()["runs"]) == 1 and not leftovers(s)

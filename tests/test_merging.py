@@ -136,7 +136,7 @@ def test_a_merge_that_gives_up_leaves_nothing_once_the_writer_reopens(tmp_path, 
         assert answers(s, queries) == brute(model, queries, 3) and s.verify() == []
 
 
-def test_a_merge_whose_runs_were_compacted_meanwhile_discards_its_run(tmp_path):
+def test_a_merge_whose_runs_were_replaced_meanwhile_discards_its_run(tmp_path):
     rng = np.random.default_rng(13)
     with fpstore.open(tmp_path / "s", k=3, flush_entries=200, merges="manual") as s:
         model = grow(s, rng, 20)

@@ -53,8 +53,9 @@ class _Head:
 def merge_sorted(sources: Iterable[Iterator[Piece]], what: str) -> Iterator[Piece]:
     """The merged ascending order of ``sources`` (iterators of ascending pieces), in pieces.
 
-    Keys that compare equal keep the order of their sources, then their order within a source,
-    as a stable sort of the sources' concatenation would. Either every source gives values or
+    Within each piece handed out, keys that compare equal keep the order of their sources, then
+    their order within a source; equal keys that straddle a source's pieces may come in another
+    order (a key goes with its own value whatever the order). Either every source gives values or
     none does. A source whose keys descend from one piece to the next raises
     :class:`CorruptionError` naming ``what``.
     """

@@ -8,7 +8,8 @@ leave every other table, one copy each. The ids column is written as table 0 is,
 known from a first pass over the ids.
 
 Memory: a decoded chunk of each run being read, a stretch of the merged order, a chunk being
-encoded, and the fingerprints of the deleted entries; never a whole table. The blobs come out as
+encoded, the store's tombstones and the fingerprints of the deleted entries merged away, and
+the new run's block index as it grows; never a whole table. The blobs come out as
 they are made (:meth:`MergedRun.blobs`): a tier merge or a compaction writes them in steps, each
 a transaction of its own (:mod:`fpstore.store.merging`), since a write transaction keeps every
 page it dirties in memory until it commits; a flush writes its small run inside the write that
@@ -51,9 +52,20 @@ def _chunks_of(txn_of: TxnOf, db: object, cache: TierCache, rec: RunMeta, t: int
     nchunks = CodecRun(txn_of(), db, cache, prefix).index.nchunks
     for c in range(nchunks):
         table = CodecRun(txn_of(), db, cache, prefix)
-        keys = runs.decode_chunk(table.get(c), table.index, c)
+        # Checksummed: tables past 0 are copied as read, not rebuilt, so damage that still decodes
+        # would otherwise go on under the new run's fresh checksums.
+        keys = runs.decode_chunk(table.get(c), table.index, c, checksum=True)
         for s in range(0, len(keys), PIECE_KEYS):
             yield keys[s : s + PIECE_KEYS]
+
+
+def _dead(ids: np.ndarray, dead: np.ndarray) -> np.ndarray:
+    """Which of ``ids`` are in ``dead`` (sorted, unique): a binary search per id, where
+    ``np.isin`` would sort the whole tombstone set again at every call."""
+    if not len(dead) or not len(ids):
+        return np.zeros(len(ids), dtype=bool)
+    at = np.minimum(np.searchsorted(dead, ids), len(dead) - 1)
+    return dead[at] == ids
 
 
 def _table_source(txn_of: TxnOf, db: object, cache: TierCache, rec: RunMeta, t: int) -> Iterator[Piece]:
@@ -70,8 +82,8 @@ def _table0_source(txn_of: TxnOf, db: object, cache: TierCache, rec: RunMeta) ->
 
 class MergedRun:
     """The run that replaces ``merged`` runs (and the incremental documents ``incremental``:
-    their fingerprints and ids, any order), as read in ``txn``; tombstoned ids ``dead`` (sorted)
-    are left out. :attr:`count` (the entries it will hold) is known at once; :meth:`blobs` makes
+    their fingerprints and ids, any order), as read in ``txn``; tombstoned ids ``dead`` (sorted,
+    unique) are left out. :attr:`count` (the entries it will hold) is known at once; :meth:`blobs` makes
     the run, reading the merged runs in whatever transaction it is given at each chunk."""
 
     def __init__(
@@ -91,9 +103,8 @@ class MergedRun:
             for t in range(len(design.tables)):
                 run.table(t).check_backed()  # counts agree with the run's, chunks are there
         fps, ids = incremental
-        if len(dead) and len(ids):
-            keep = ~np.isin(ids, dead)
-            fps, ids = fps[keep], ids[keep]
+        keep = ~_dead(ids, dead)
+        fps, ids = fps[keep], ids[keep]
         order = search.argsort_u64(fps)
         self._inc_fps, self._inc_ids = fps[order], ids[order]
         self.dead = dead
@@ -109,8 +120,7 @@ class MergedRun:
         for rec in self.merged:
             for s in range(0, rec.count, ID_STEP):
                 ids = tiers.run_ids_at(txn, self.db, rec, np.arange(s, min(s + ID_STEP, rec.count), dtype=np.int64))
-                if len(self.dead):
-                    ids = ids[~np.isin(ids, self.dead)]
+                ids = ids[~_dead(ids, self.dead)]
                 if len(ids):
                     count += len(ids)
                     lo, hi = int(ids.min()), int(ids.max())
@@ -159,11 +169,10 @@ class MergedRun:
         sources += [_table0_source(txn_of, self.db, self.cache, rec) for rec in self.merged]
         for keys, ids in merge_sorted(sources, f"merging table 0 of runs {self._names()}"):
             assert ids is not None
-            if len(self.dead):
-                gone = np.isin(ids, self.dead)
-                if gone.any():
-                    removed.append(keys[gone])
-                    keys, ids = keys[~gone], ids[~gone]
+            gone = _dead(ids, self.dead)
+            if gone.any():
+                removed.append(keys[gone])
+                keys, ids = keys[~gone], ids[~gone]
             yield writer.add(keys) + id_writer.add(ids)
         blobs, count = writer.finish()
         self._check_count(0, count)

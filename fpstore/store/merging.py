@@ -13,8 +13,9 @@ One merge, in the order of its transactions, each committed before the next begi
 2. **write** (several): the new run's blobs, at most ``MERGE_STEP_BYTES`` per transaction, under
    the reserved id. No state names them: readers never see them.
 3. **switch**: if every merged run is still live, the state replaces them by the new run, and
-   their blobs go on ``meta/garbage``; else (a compaction or a redesign replaced them meanwhile)
-   the new run's blobs go there instead. ``meta/merging`` is deleted.
+   their blobs go on ``meta/garbage``; else (should another job have replaced them meanwhile:
+   a redesign and a compaction pause merges first) the new run's blobs go there instead.
+   ``meta/merging`` is deleted.
 4. **collect** (several): the blobs listed on ``meta/garbage`` are deleted, at most
    ``GARBAGE_STEP`` per transaction, and the list shortened with them.
 
@@ -22,7 +23,7 @@ The new run is made table by table from the merged runs (:mod:`fpstore.store.mer
 outside any write transaction: each write step's blobs from a read snapshot of its own (runs are
 immutable until the switch), the deleted documents as the first snapshot had them (tombstones are
 never removed, so a document deleted later is still hidden by its tombstone). Memory is a decoded
-chunk of each merged run and a step's blobs, whatever the runs' size. :func:`merge_runs` merges
+chunk of each merged run and a step's blobs, with the store's tombstones, whatever the runs' size. :func:`merge_runs` merges
 any runs this way: :meth:`Store.compact` merges every run with it. A crash at any point leaves a store that answers as
 before the merge or after it; what a dead merge wrote is named by ``meta/merging`` or
 ``meta/garbage``, and the writer's next open deletes it (:func:`clean_up`).
@@ -259,7 +260,7 @@ def _write_and_switch(
                     size += sum(len(value) for _, value in blobs)
             finally:
                 reading.clear()
-        if replaced:  # the runs were replaced meanwhile (a redesign's one transaction): their blobs may be gone
+        if replaced:  # the runs were replaced meanwhile (see step 3): their blobs may be gone
             _give_up(storage, cat, run_id)
             collect(storage, cat, stopping)
             return None

@@ -367,8 +367,8 @@ class Store(Closing):
         Tombstoned entries are dropped. The incremental tables move into a run in one write
         transaction; the runs are then merged as a tier merge is (:mod:`fpstore.store.merging`),
         table by table from the sorted runs, in steps of a few MiB, each a transaction of its
-        own, with tier merges paused meanwhile. Memory is a decoded chunk of each run and a
-        step's blobs, whatever the store's size; adds from other threads go on between steps.
+        own, with tier merges paused meanwhile. Memory is a decoded chunk of each run, a step's
+        blobs and the store's tombstones, not the runs; adds from other threads go on between steps.
         Readers keep their snapshot; a crash leaves the old runs or the new one (what a crash
         left half-written is deleted at the writer's next open). Returns counts: runs merged,
         incremental documents moved, entries in runs afterwards. ``progress(tables written,

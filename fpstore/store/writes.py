@@ -254,6 +254,9 @@ def compact(
         flushed = storage.write(flush, action="compacting the incremental tables")
     merged = None
     if full:
+        # Merges are paused: a merging marker now is one a merge that failed to give up left,
+        # which would make the merge below stand aside. Cleared as the writer's open clears it.
+        merging.clean_up(storage, catalog())
         with storage.read() as txn:
             cat = catalog()
             runs = list(cat.state(txn).runs)
