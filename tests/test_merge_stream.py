@@ -228,3 +228,36 @@ def test_compaction_clears_a_merging_marker_left_behind(tmp_path):
         assert len(s.counts()["runs"]) > 1
         result = s.compact()
         assert result["runs_merged"] > 1 and len(s.counts()["runs"]) == 1 and not leftovers(s)
+
+
+def test_a_step_reads_for_a_bounded_time_however_little_it_writes(tmp_path, monkeypatch):
+    """Most entries deleted: the merge writes little, and yet reads its runs in many short
+    snapshots (here one stretch each), not all in one; the answers stay exact."""
+    from fpstore.store import merging
+
+    monkeypatch.setattr(merging, "MERGE_STEP_SECONDS", 0.0)
+    monkeypatch.setattr(merge_stream, "PIECE_KEYS", 64)
+    rng = np.random.default_rng(9)
+    with fpstore.open(tmp_path / "s", k=3, merges="manual") as s:
+        model = {}
+        for r in range(3):
+            keys = list(range(r * 10_000, r * 10_000 + 2_000))
+            fps = rng.integers(0, 2**64, len(keys), dtype=np.uint64)
+            s.bulk_load([(keys, fps)], pipeline_id=s.pipeline.id)
+            model.update(zip(keys, fps.tolist()))
+        for key in list(model)[::2] + list(model)[1::4]:
+            s.delete(key)
+            del model[key]
+        reads = []
+        real = s._storage.read
+        monkeypatch.setattr(s._storage, "read", lambda *a, **k: reads.append(1) or real(*a, **k))
+        s.compact()
+        assert len(reads) > 50
+        assert s.counts()["runs"] == [len(model)]
+        queries = np.array(list(model.values())[:100], np.uint64) ^ np.uint64(4)
+        q, ids, _ = s.query_many(queries, pipeline_id=s.pipeline.id, k=3)
+        got = set(zip(q.tolist(), s.keys_of(ids)))
+        mk = np.array(list(model), np.int64)
+        mf = np.array([model[k] for k in mk.tolist()], np.uint64)
+        i, j = np.nonzero(np.bitwise_count(queries[:, None] ^ mf[None, :]) <= 3)
+        assert got == {(int(a), int(mk[b])) for a, b in zip(i.tolist(), j.tolist())}

@@ -10,7 +10,8 @@ One merge, in the order of its transactions, each committed before the next begi
 
 1. **reserve**: the merged runs must still be live; the next run id is taken (``state.next_run``
    moves on) and written under ``meta/merging``. Nothing else changes.
-2. **write** (several): the new run's blobs, at most ``MERGE_STEP_BYTES`` per transaction, under
+2. **write** (several): the new run's blobs, at most ``MERGE_STEP_BYTES`` (or what
+   ``MERGE_STEP_SECONDS`` of reading made) per transaction, under
    the reserved id. No state names them: readers never see them.
 3. **switch**: if every merged run is still live, the state replaces them by the new run, and
    their blobs go on ``meta/garbage``; else (should another job have replaced them meanwhile:
@@ -59,6 +60,7 @@ __all__ = [
     "GARBAGE_STEP",
     "MERGE_MODES",
     "MERGE_STEP_BYTES",
+    "MERGE_STEP_SECONDS",
     "MERGING_KEY",
     "Merger",
     "clean_up",
@@ -72,6 +74,9 @@ log = logging.getLogger(__name__)
 MERGE_MODES = ("background", "inline", "manual")
 #: Bytes of a new run's blobs written per transaction: a commit of a few MiB takes milliseconds.
 MERGE_STEP_BYTES = 4 << 20
+#: Seconds a step reads its runs for at most, however few bytes it has made (a merge whose
+#: entries are mostly deleted writes little): its read snapshot holds back the map's growth.
+MERGE_STEP_SECONDS = 0.25
 #: Blobs deleted per transaction while collecting garbage.
 GARBAGE_STEP = 256
 #: ``meta`` key: the run id a merge is writing (8 bytes), until its switch.
@@ -248,16 +253,18 @@ def _write_and_switch(
         size = 0
         with storage.read() as txn:
             replaced = not _live(cat.state(txn), group)
-            if not replaced:
-                reading.append(txn)
+            reading.append(txn)
             try:
-                while not replaced and size < MERGE_STEP_BYTES:
+                started = time.perf_counter()
+                while not replaced:
                     blobs = next(made, None)
                     if blobs is None:
                         finished = True
                         break
                     step += blobs
                     size += sum(len(value) for _, value in blobs)
+                    if size >= MERGE_STEP_BYTES or time.perf_counter() - started >= MERGE_STEP_SECONDS:
+                        break
             finally:
                 reading.clear()
         if replaced:  # the runs were replaced meanwhile (see step 3): their blobs may be gone
