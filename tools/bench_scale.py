@@ -43,6 +43,10 @@ kernel keeps no high-water mark of it) belong to that phase alone (writing 5 to
   ``--faiss-verify`` queries), in its own process, once per n, when ``import faiss`` works and
   the estimated index (``FAISS_RAM_PER_FP``: 60 and 195 B per fingerprint, measured here) plus
   the fingerprints fit in half of ``MemAvailable``; otherwise the JSON and the table say why not.
+* **compact** (only when ``--phases`` names it; last, after the phases above): the store opened
+  with ``merges="manual"``, then ``Store.compact()``: wall and CPU seconds, runs before and after,
+  ``VmHWM`` and the ``RssAnon`` peak. Printed as a note line and kept in the JSON (the tables do
+  not show it). ``--max-run`` below n gives the load several runs to merge.
 
 The 1-minute load average (/proc/loadavg) is recorded before and after each phase: the machine is
 shared. The output is a Markdown table (and ``--json``); ``--plot`` draws latency and memory

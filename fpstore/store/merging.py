@@ -24,9 +24,9 @@ The new run is made table by table from the merged runs (:mod:`fpstore.store.mer
 outside any write transaction: each write step's blobs from a read snapshot of its own (runs are
 immutable until the switch), the deleted documents as the first snapshot had them (tombstones are
 never removed, so a document deleted later is still hidden by its tombstone). Memory is a decoded
-chunk of each merged run and a step's blobs, with the store's tombstones, whatever the runs' size. :func:`merge_runs` merges
-any runs this way: :meth:`Store.compact` merges every run with it. A crash at any point leaves a store that answers as
-before the merge or after it; what a dead merge wrote is named by ``meta/merging`` or
+chunk of each merged run and a step's blobs, with the store's tombstones, whatever the runs' size.
+:func:`merge_runs` merges any runs this way: :meth:`Store.compact` merges every run with it. A
+crash at any point leaves a store that answers as before the merge or after it; what a dead merge wrote is named by ``meta/merging`` or
 ``meta/garbage``, and the writer's next open deletes it (:func:`clean_up`).
 """
 
