@@ -312,12 +312,15 @@ def use_unchecked_loops(bint on):
     return was
 
 
-def use_vector_compare(bint on):
-    """Whether the merge compares a key with a group of queries four at a time (AVX2, where the
-    CPU has it) or one at a time; for tests, which compare both. Returns the previous setting."""
+def use_vector_compare(int level):
+    """How the merge compares a key with a group of queries (for tests, which compare them all):
+    0 one at a time, 1 four at a time (AVX2), 2 eight at a time (AVX-512 with VPOPCNTDQ), each
+    where the CPU has it, else the widest below that it has. Returns the previous level."""
     global fps_vector_compare
-    cdef bint was = fps_vector_compare != 0
-    fps_vector_compare = 1 if on else 0
+    if not 0 <= level <= 2:
+        raise ValueError("level must be 0, 1 or 2")
+    cdef int was = fps_vector_compare
+    fps_vector_compare = level
     return was
 
 
@@ -749,62 +752,121 @@ cdef int _found_push(Found* f, uint64_t x) noexcept nogil:
     return 0
 
 
-cdef int _probe(const uint8_t* buf, int64_t buflen, const int64_t* starts, const int64_t* ends,
-                const int64_t* counts, const uint64_t* bounds, const int64_t* estart, Py_ssize_t nb,
-                const uint64_t* queries, Py_ssize_t nq, uint64_t mask_hi, int k, bint positions,
-                uint64_t* block, Triples* hits, Py_ssize_t* failed) noexcept nogil:
-    cdef Found found
-    found.v = NULL
-    found.n = found.cap = 0
-    cdef int err = _probe_groups(buf, buflen, starts, ends, counts, bounds, estart, nb, queries, nq, mask_hi, k,
-                                 positions, block, hits, failed, &found)
-    free(found.v)
-    return err
+cdef struct Positions:
+    # A growable int64 array (the merge's positions of the keys it reports, beside the keys).
+    int64_t* v
+    Py_ssize_t n
+    Py_ssize_t cap
 
 
-cdef int _probe_groups(const uint8_t* buf, int64_t buflen, const int64_t* starts, const int64_t* ends,
-                       const int64_t* counts, const uint64_t* bounds, const int64_t* estart, Py_ssize_t nb,
-                       const uint64_t* queries, Py_ssize_t nq, uint64_t mask_hi, int k, bint positions,
-                       uint64_t* block, Triples* hits, Py_ssize_t* failed, Found* found) noexcept nogil:
-    # Merge of two sorted streams (Manku section 3.3): groups of queries sharing a prefix, each
-    # a key range [lo, hi], against the chunk's keys. b and jj (block, key position in the block)
-    # only move forward, so one block is decoded at a time into ``block``, the first time it may
-    # hold a key of the current range.
-    cdef Py_ssize_t qi = 0, qe, b = 0, decoded = -1
+cdef int _positions_push(Positions* p, int64_t x) noexcept nogil:
+    cdef Py_ssize_t cap
+    cdef void* m
+    if p.n == p.cap:
+        cap = p.cap * 2 if p.cap else 1024
+        m = realloc(p.v, cap * sizeof(int64_t))
+        if m == NULL:
+            return -1
+        p.v = <int64_t*>m
+        p.cap = cap
+    p.v[p.n] = x
+    p.n += 1
+    return 0
+
+
+cdef struct Stream:
+    # Sorted queries [a, b) merged with a chunk's blocks: a query q pairs with a key s when they
+    # share the top bits of ``mask_hi`` and popcount(q ^ s) <= k. Pairs go to ``hits`` as
+    # (query position, key or, with ``positions``, the key's position in the run, distance), and,
+    # when ``also`` is not NULL, the key's position there too.
+    const uint64_t* q
+    Py_ssize_t a
+    Py_ssize_t b
+    uint64_t mask_hi
+    int k
+    bint positions
+    Triples* hits
+    Positions* also
+
+
+cdef inline bint _stream_reaches(const Stream* st, Py_ssize_t qi, uint64_t hi_b) noexcept nogil:
+    """Whether query qi (the first whose range is not below the block) starts at or below hi_b."""
+    return qi < st.b and (st.q[qi] & st.mask_hi) <= hi_b
+
+
+cdef inline Py_ssize_t _stream_skip(const Stream* st, Py_ssize_t qi, uint64_t lo_b) noexcept nogil:
+    """The first query from qi whose prefix range [lo, hi] does not end below lo_b."""
+    while qi < st.b and ((st.q[qi] & st.mask_hi) | ~st.mask_hi) < lo_b:
+        qi += 1
+    return qi
+
+
+cdef int _stream_join(const Stream* st, Py_ssize_t qi, const uint64_t* block, int64_t n, uint64_t hi_b,
+                      int64_t first, fps_next_within_fn next_within, Found* found) noexcept nogil:
+    """Join one decoded block (n keys, the last at most hi_b) with the stream's queries from qi
+    whose ranges start at or below hi_b: group by group (queries sharing a prefix), each from the
+    key after the previous group's range, since ranges ascend and do not overlap."""
     cdef int64_t jj = 0
-    cdef uint64_t lo, hi
-    cdef int err
-    cdef fps_next_within_fn next_within = fps_next_within_form()
-    while qi < nq and b < nb:
-        lo = queries[qi] & mask_hi
-        hi = lo | ~mask_hi
+    cdef Py_ssize_t qe
+    cdef uint64_t lo
+    while qi < st.b and jj < n:
+        lo = st.q[qi] & st.mask_hi
+        if lo > hi_b:
+            break
         qe = qi + 1
-        while qe < nq and (queries[qe] & mask_hi) == lo:
+        while qe < st.b and (st.q[qe] & st.mask_hi) == lo:
             qe += 1
-        while True:
-            while b < nb and bounds[b + 1] < lo:
-                b += 1
-                jj = 0
-            if b == nb or bounds[b] > hi:
-                break
-            if decoded != b:
-                if b + 1 < nb:
-                    _prefetch_range(buf, buflen, starts[b + 1], ends[b + 1])
-                err = _decode_block(buf, buflen, starts[b], ends[b], counts[b], bounds[b],
-                                    bounds[b + 1], block)
-                if err:
-                    failed[0] = b
-                    return err
-                decoded = b
-            jj = _join_range(block, jj, counts[b], lo, hi, queries, qi, qe, k, estart[b], positions, hits, next_within,
-                             found)
-            if jj < 0:
-                return C_ERR_NOMEM
-            if jj < counts[b]:
-                break
-            b += 1
-            jj = 0
+        jj = _join_range(block, jj, n, lo, lo | ~st.mask_hi, st.q, qi, qe, st.k, first, st.positions, st.hits,
+                         st.also, next_within, found)
+        if jj < 0:
+            return C_ERR_NOMEM
         qi = qe
+    return C_OK
+
+
+cdef inline bint _all_done(const Stream* streams, const Py_ssize_t* qi, int nstreams) noexcept nogil:
+    cdef int s
+    for s in range(nstreams):
+        if qi[s] < streams[s].b:
+            return False
+    return True
+
+
+cdef int _merge_blocks(const uint8_t* buf, int64_t buflen, const int64_t* starts, const int64_t* ends,
+                       const int64_t* counts, const uint64_t* bounds, const int64_t* estart,
+                       Py_ssize_t b0, Py_ssize_t b1, Stream* streams, int nstreams, uint64_t* block,
+                       Py_ssize_t* failed, Found* found) noexcept nogil:
+    # Merge of sorted streams with the blocks b0..b1-1 of one chunk (Manku section 3.3): a block is
+    # decoded once, into ``block``, when some stream's query range meets its key range
+    # [bounds[b], bounds[b + 1]], then joined with each stream. A stream's first query that may
+    # still meet a block (qi) only moves forward: a range that reaches past a block is joined
+    # again with the next.
+    cdef Py_ssize_t b
+    cdef Py_ssize_t qi[2]
+    cdef int s, err
+    cdef bint needed
+    cdef fps_next_within_fn next_within = fps_next_within_form()
+    for s in range(nstreams):
+        qi[s] = streams[s].a
+    for b in range(b0, b1):
+        needed = False
+        for s in range(nstreams):
+            qi[s] = _stream_skip(&streams[s], qi[s], bounds[b])
+            needed = needed or _stream_reaches(&streams[s], qi[s], bounds[b + 1])
+        if not needed:
+            if _all_done(streams, qi, nstreams):
+                break
+            continue
+        if b + 1 < b1:
+            _prefetch_range(buf, buflen, starts[b + 1], ends[b + 1])
+        err = _decode_block(buf, buflen, starts[b], ends[b], counts[b], bounds[b], bounds[b + 1], block)
+        if err:
+            failed[0] = b
+            return err
+        for s in range(nstreams):
+            err = _stream_join(&streams[s], qi[s], block, counts[b], bounds[b + 1], estart[b], next_within, found)
+            if err:
+                return err
     return C_OK
 
 
@@ -835,9 +897,11 @@ cdef inline int64_t _gallop_above(const uint64_t* keys, int64_t j, int64_t n, ui
 
 cdef int64_t _join_range(const uint64_t* keys, int64_t jj, int64_t n, uint64_t lo, uint64_t hi,
                          const uint64_t* queries, Py_ssize_t qi, Py_ssize_t qe, int k, int64_t first,
-                         bint positions, Triples* hits, fps_next_within_fn next_within, Found* found) noexcept nogil:
+                         bint positions, Triples* hits, Positions* also, fps_next_within_fn next_within,
+                         Found* found) noexcept nogil:
     # One block's keys in [lo, hi] (keys[jj:n], sorted; n <= C_MAX_ENTRIES) against
-    # queries[qi:qe]: the pairs within k pushed in key order, then query order. Returns the
+    # queries[qi:qe]: the pairs within k pushed in key order, then query order (each key's
+    # position, first + its offset, to ``also`` as well when that is not NULL). Returns the
     # position of the first key above hi (n when none), -1 when out of memory. The range's ends
     # are found by galloping searches, then each query scans the whole range with the vector compare,
     # and the group's few hits are sorted into the merge's order. Comparing key by key as the keys
@@ -868,6 +932,8 @@ cdef int64_t _join_range(const uint64_t* keys, int64_t jj, int64_t n, uint64_t l
         s = keys[j]
         if triples_push(hits, t, <uint64_t>(first + j) if positions else s, <uint8_t>fps_popcount64(s ^ queries[t])):
             return -1
+        if also != NULL and _positions_push(also, first + j):
+            return -1
     return end
 
 
@@ -885,33 +951,131 @@ def probe_chunk(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t
         estart[j + 1] = estart[j] + counts[j]
     if nb == 0 or nq == 0:
         return OK, -1, np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint8)
-    cdef int64_t maxn = 1
-    for j in range(nb):
-        if counts[j] > maxn:
-            maxn = counts[j]
-    cdef uint64_t[::1] block = np.empty(maxn, np.uint64)
+    cdef uint64_t[::1] block = np.empty(C_MAX_ENTRIES, np.uint64)
     cdef Triples hits
     triples_init(&hits)
+    cdef Stream st = Stream(&queries[0], 0, nq, mask_hi, k, positions, &hits, NULL)
+    cdef Found found = Found(NULL, 0, 0)
     cdef Py_ssize_t failed = -1
     cdef int err
     cdef const uint8_t* bp = &buf[0] if buf.shape[0] > 0 else NULL
     try:
         with nogil:
-            err = _probe(bp, buf.shape[0], &starts[0], &ends[0], &counts[0], &bounds[0],
-                         &estart[0], nb, &queries[0], nq, mask_hi, k, positions, &block[0],
-                         &hits, &failed)
+            err = _merge_blocks(bp, buf.shape[0], &starts[0], &ends[0], &counts[0], &bounds[0], &estart[0],
+                                0, nb, &st, 1, &block[0], &failed, &found)
         if err == C_ERR_NOMEM:
             raise MemoryError("probe_chunk: out of memory for results")
         if err:
             return err, failed, np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint8)
-        qpos = np.empty(hits.n, np.int64)
-        key = np.empty(hits.n, np.uint64)
-        dist = np.empty(hits.n, np.uint8)
-        if hits.n:
-            _copy_hits(&hits, qpos, key, dist)
-        return OK, -1, qpos, key, dist
+        return (OK, -1, *_hit_arrays(&hits))
     finally:
         triples_free(&hits)
+        free(found.v)
+
+
+cdef tuple _hit_arrays(Triples* h):
+    qpos = np.empty(h.n, np.int64)
+    key = np.empty(h.n, np.uint64)
+    dist = np.empty(h.n, np.uint8)
+    if h.n:
+        _copy_hits(h, qpos, key, dist)
+    return qpos, key, dist
+
+
+def probe_chunks(list bufs, const uint32_t[::1] chunk_len, const int64_t[::1] chunk_start,
+                 const int64_t[::1] starts, const int64_t[::1] ends, const int64_t[::1] counts,
+                 const uint64_t[::1] bounds, const int64_t[::1] entry_start, Py_ssize_t c0, Py_ssize_t c1,
+                 const uint64_t[::1] queries, const int64_t[::1] qa, const int64_t[::1] qb, uint64_t mask_hi, int k,
+                 const uint64_t[::1] lookups, const int64_t[::1] la, const int64_t[::1] lb):
+    """Batch probe and key lookup over chunks c0..c1-1 of a run: see ``fpstore.index._runs_py.probe_chunks``."""
+    cdef Py_ssize_t nc = chunk_len.shape[0], nb = starts.shape[0], nq = queries.shape[0], nl = lookups.shape[0]
+    cdef Py_ssize_t c, b, nused = 0
+    if (len(bufs) != nc or chunk_start.shape[0] != nc + 1 or ends.shape[0] != nb or counts.shape[0] != nb
+            or bounds.shape[0] != nb + 1 or entry_start.shape[0] != nb + 1 or qa.shape[0] != nc or qb.shape[0] != nc
+            or la.shape[0] != nc or lb.shape[0] != nc):
+        raise ValueError("probe_chunks: arrays disagree in length")
+    if not 0 <= c0 <= c1 <= nc:
+        raise ValueError("probe_chunks: chunk range outside the run")
+    for c in range(c0, c1):
+        if not (0 <= chunk_start[c] <= chunk_start[c + 1] <= nb and 0 <= qa[c] <= qb[c] <= nq
+                and 0 <= la[c] <= lb[c] <= nl):
+            raise ValueError(f"probe_chunks: chunk {c}'s blocks or slices are outside their arrays")
+        if qa[c] < qb[c] or la[c] < lb[c]:
+            for b in range(chunk_start[c], chunk_start[c + 1]):
+                if counts[b] < 1 or counts[b] > C_MAX_ENTRIES:
+                    return (ERR_COUNT, b, *_no_rows())
+    cdef Py_buffer* views = <Py_buffer*>malloc(max(c1 - c0, 1) * sizeof(Py_buffer))
+    cdef const uint8_t** at = <const uint8_t**>malloc(max(c1 - c0, 1) * sizeof(uint8_t*))
+    cdef uint64_t[::1] block = np.empty(C_MAX_ENTRIES, np.uint64)
+    cdef Triples hits, lhits
+    cdef Positions pos = Positions(NULL, 0, 0)
+    cdef Found found = Found(NULL, 0, 0)
+    cdef Stream st[2]
+    cdef const uint64_t* qp = NULL
+    cdef const uint64_t* lp = NULL
+    if nq:
+        qp = &queries[0]
+    if nl:
+        lp = &lookups[0]
+    cdef Py_ssize_t failed = -1
+    cdef int err = C_OK
+    triples_init(&hits)
+    triples_init(&lhits)
+    try:
+        if views == NULL or at == NULL:
+            raise MemoryError()
+        # The buffers are taken with the GIL held, then the whole merge runs without it.
+        for c in range(c0, c1):
+            at[c - c0] = NULL
+            if qa[c] == qb[c] and la[c] == lb[c]:
+                continue
+            buf = bufs[c]
+            if buf is None:
+                return (ERR_MISSING, c, *_no_rows())
+            PyObject_GetBuffer(buf, &views[nused], PyBUF_SIMPLE)
+            nused += 1
+            if views[nused - 1].len != <Py_ssize_t>chunk_len[c]:
+                return (ERR_LENGTH, c, *_no_rows())
+            at[c - c0] = <const uint8_t*>views[nused - 1].buf if views[nused - 1].len else <const uint8_t*>""
+        with nogil:
+            for c in range(c0, c1):
+                if at[c - c0] == NULL:
+                    continue
+                st[0] = Stream(qp, qa[c], qb[c], mask_hi, k, False, &hits, &pos)
+                st[1] = Stream(lp, la[c], lb[c], 0xFFFFFFFFFFFFFFFFULL, 0, True, &lhits, NULL)
+                err = _merge_blocks(at[c - c0], chunk_len[c], &starts[0], &ends[0], &counts[0], &bounds[0],
+                                    &entry_start[0], chunk_start[c], chunk_start[c + 1], st, 2, &block[0], &failed,
+                                    &found)
+                if err:
+                    break
+        if err == C_ERR_NOMEM:
+            raise MemoryError("probe_chunks: out of memory for results")
+        if err:
+            return (err, failed, *_no_rows())
+        qpos, key, dist = _hit_arrays(&hits)
+        positions = np.empty(pos.n, np.int64)
+        if pos.n:
+            _copy_positions(&pos, positions)
+        li, lpos, _ = _hit_arrays(&lhits)
+        return OK, -1, qpos, key, positions, dist, li, lpos.view(np.int64)
+    finally:
+        for c in range(nused):
+            PyBuffer_Release(&views[c])
+        free(views)
+        free(at)
+        triples_free(&hits)
+        triples_free(&lhits)
+        free(pos.v)
+        free(found.v)
+
+
+cdef void _copy_positions(Positions* p, int64_t[::1] out):
+    memcpy(&out[0], p.v, p.n * sizeof(int64_t))
+
+
+cdef tuple _no_rows():
+    return (np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.uint8),
+            np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
 cdef void _copy_hits(Triples* h, int64_t[::1] qpos, uint64_t[::1] key, uint8_t[::1] dist):

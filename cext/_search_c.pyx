@@ -26,12 +26,15 @@ cdef extern from *:
     const uint64_t MAX_PACKED_COUNT "FPS_MAX_PACKED_COUNT"
 
 
-def use_vector_compare(bint on):
-    """Whether the joins compare a key with a group four at a time (AVX2, where the CPU has it) or
-    one at a time; for tests, which compare both. Returns the previous setting."""
+def use_vector_compare(int level):
+    """How the merge compares a key with a group of queries (for tests, which compare them all):
+    0 one at a time, 1 four at a time (AVX2), 2 eight at a time (AVX-512 with VPOPCNTDQ), each
+    where the CPU has it, else the widest below that it has. Returns the previous level."""
     global fps_vector_compare
-    cdef bint was = fps_vector_compare != 0
-    fps_vector_compare = 1 if on else 0
+    if not 0 <= level <= 2:
+        raise ValueError("level must be 0, 1 or 2")
+    cdef int was = fps_vector_compare
+    fps_vector_compare = level
     return was
 
 

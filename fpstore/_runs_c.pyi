@@ -19,7 +19,7 @@ MAX_BLOCK_ENTRIES: int
 
 def encode_chunk(keys: np.ndarray, block_entries: int, first_block: int, out: np.ndarray, offsets: np.ndarray) -> tuple[int, int, int]: ...
 def use_unchecked_loops(on: bool) -> bool: ...
-def use_vector_compare(on: bool) -> bool: ...
+def use_vector_compare(level: int) -> int: ...
 def decode_blocks(
     buf: Any, starts: np.ndarray, ends: np.ndarray, counts: np.ndarray, bounds: np.ndarray, out: np.ndarray
 ) -> tuple[int, int]: ...
@@ -34,6 +34,27 @@ def probe_chunk(
     k: int,
     positions: bool = False,
 ) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]: ...
+
+def probe_chunks(
+    bufs: list[Any],
+    chunk_len: np.ndarray,
+    chunk_start: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    counts: np.ndarray,
+    bounds: np.ndarray,
+    entry_start: np.ndarray,
+    c0: int,
+    c1: int,
+    queries: np.ndarray,
+    qa: np.ndarray,
+    qb: np.ndarray,
+    mask_hi: int,
+    k: int,
+    lookups: np.ndarray,
+    la: np.ndarray,
+    lb: np.ndarray,
+) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
 
 class ProbeTable:
     names: list[bytes]

@@ -238,6 +238,100 @@ def test_probe_batch_matches_brute_force(keys, layout, prefix_bits, k, seed):
     assert same(results[0], results[1])
 
 
+def brute_run_rows(keys, queries, prefix_bits, k, lookups, c0, c1, index):
+    """Brute-force probe_run_chunks rows over chunks c0..c1-1: the pairs (query position, key,
+    position, distance) by position then query, then (lookup index, position) of every stored
+    copy of each lookup, by position."""
+    first = int(index._entry_start[index._chunk_start[c0]]) if index.nchunks else 0
+    last = int(index._entry_start[index._chunk_start[c1]]) if index.nchunks else 0
+    part = keys[first:last]
+    qi, found, dist = brute_pairs(part, queries, prefix_bits, k)
+    # brute_pairs orders by key position; recover each row's position among equal keys in turn.
+    pos = np.zeros(len(qi), np.int64)
+    if len(qi):
+        x = queries[:, None] ^ part[None, :]
+        mask = np.uint64((U64MAX << (64 - prefix_bits)) & U64MAX)
+        q2, k2 = np.nonzero(((x & mask) == 0) & (np.bitwise_count(x) <= k))
+        order = np.lexsort((q2, k2))
+        pos = k2[order].astype(np.int64) + first
+    li, lp = np.nonzero(lookups[:, None] == part[None, :]) if len(part) and len(lookups) else (np.zeros(0, int), np.zeros(0, int))
+    order = np.lexsort((li, lp))
+    return qi, found, pos, dist, li[order].astype(np.int64), lp[order].astype(np.int64) + first
+
+
+def check_probe_run_chunks(keys, layout, prefix_bits, k, rng):
+    index, chunks = encode_both(keys, *layout)
+    queries = boundary_queries(index, keys, rng, extra=5)
+    queries = queries[np.argsort(queries >> np.uint64(64 - prefix_bits) if prefix_bits else np.zeros(len(queries), np.uint64), kind="stable")]
+    lookups = np.sort(np.concatenate([rng.choice(keys, min(len(keys), 7)) if len(keys) else [], rng.integers(0, U64MAX, 3, dtype=np.uint64)]).astype(np.uint64))
+    nc = index.nchunks
+    spans = [None, (0, nc)] + [tuple(sorted(rng.integers(0, nc + 1, 2).tolist())) for _ in range(2)]
+    for span in spans:
+        c0, c1 = span or (0, nc)
+        want = brute_run_rows(keys, queries, prefix_bits, k, lookups, c0, c1, index) if nc else None
+        results = []
+        for mod in TWINS:
+            with kernel(mod):
+                calls = []
+                got = runs.probe_run_chunks(lambda i: calls.append(i) or chunks[i], index, queries, prefix_bits, k, lookups, span)
+            assert all(c0 <= c < c1 for c in calls) and len(calls) == len(set(calls))
+            if want is not None:
+                assert same(got, want), (mod.__name__, span)
+            results.append(got)
+        assert same(results[0], results[1])
+
+
+@pytest.mark.slow
+@settings(max_examples=200)
+@given(
+    keys=key_arrays(max_size=300),
+    layout=layouts(),
+    prefix_bits=st.one_of(st.sampled_from([0, 1, 8, 25, 32, 64]), st.integers(0, 64)),
+    k=st.integers(0, 10),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_probe_run_chunks_matches_brute_force(keys, layout, prefix_bits, k, seed):
+    """probe_run_chunks (queries and lookups in one pass, over any span of chunks) equals brute force in both twins."""
+    check_probe_run_chunks(keys, layout, prefix_bits, k, np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_probe_run_chunks_examples(seed):
+    """The brute-force comparison above on a few fixed runs, so that the quick suite has it too."""
+    rng = np.random.default_rng(seed)
+    keys = np.sort(np.concatenate([rng.integers(0, 1 << 44, 400).astype(np.uint64) << np.uint64(20), np.full(5, 7 << 40, np.uint64)]))
+    check_probe_run_chunks(keys, (16, runs.max_block_bytes(16) * 3), [0, 20, 24, 30, 44, 64][seed], 3, rng)
+
+
+def test_probe_run_chunks_on_damaged_chunk_agrees_across_twins():
+    """Garbage in a chunk gives the same CorruptionError, or the same rows, in both twins; a
+    missing chunk or one of the wrong length is named."""
+    keys, index, chunks = small_run(400, bsz=16, seed=4)
+    rng = np.random.default_rng(12)
+    queries = np.sort(keys[::3].copy())
+    lookups = np.sort(keys[1::5].copy())
+    for trial in range(60):
+        bad = [bytearray(c) for c in chunks]
+        c = int(rng.integers(0, len(bad)))
+        for _ in range(int(rng.integers(1, 6))):
+            bad[c][int(rng.integers(0, len(bad[c])))] = int(rng.integers(0, 256))
+        got = []
+        for mod in TWINS:
+            with kernel(mod):
+                got.append(outcome(runs.probe_run_chunks, lambda i: bytes(bad[i]), index, queries, 30, 3, lookups))
+        assert same(got[0], got[1]), trial
+    for mod in TWINS:
+        with kernel(mod):
+            with pytest.raises(CorruptionError, match="chunk 1 is missing"):
+                runs.probe_run_chunks(lambda i: None if i == 1 else chunks[i], index, queries, 30, 3)
+            with pytest.raises(CorruptionError, match="chunk 2 has a length"):
+                runs.probe_run_chunks(lambda i: chunks[i][:-1] if i == 2 else chunks[i], index, queries, 30, 3)
+            with pytest.raises(InputError):
+                runs.probe_run_chunks(lambda i: 12345, index, queries, 30, 3)
+            with pytest.raises(InputError):
+                runs.probe_run_chunks(chunks.__getitem__, index, queries, 30, 3, chunks=(0, index.nchunks + 1))
+
+
 def test_probe_batch_prefix_group_spanning_chunks():
     """A prefix group spread over many chunks gives each (query, stored copy) pair exactly once."""
     rng = np.random.default_rng(7)
@@ -1048,17 +1142,13 @@ def test_a_probe_reads_the_chunks_of_the_memo_it_is_given():
         assert rows(probe(table, intact, first)) == rows(probe(_probe_tables_of(C, index, names), intact, {}))
 
 
-def scalar_compares_only():
-    """The compiled kernel comparing a key with a group one query at a time (see use_vector_compare)."""
-    return kernel_setting(C.use_vector_compare, False)
-
-
 @settings(max_examples=150, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(0, 12), st.integers(1, 40), st.integers(0, 64))
 def test_vector_and_scalar_compares_equal_brute_force(seed, prefix_bits, group, k):
-    """The merge's group compare, four queries per step (AVX2) and one at a time, against brute
-    force: groups of 1..40 queries sharing a prefix (matches at every lane and in the scalar tail),
-    queries equal to or a few bits from stored keys, every k."""
+    """The merge's group compare, eight queries per step (AVX-512), four (AVX2) and one at a time,
+    against brute force: groups of 1..40 queries sharing a prefix (matches at every lane and in
+    the tails), queries equal to or a few bits from stored keys, every k. (A level the CPU lacks
+    runs the widest form below it.)"""
     rng = np.random.default_rng(seed)
     keys = rng.integers(0, 2**64 - 1, 600, dtype=np.uint64, endpoint=True)
     keys = np.sort(np.concatenate([keys, keys[:: 1 + seed % 40]]))  # stored twice: equal keys side by side
@@ -1071,8 +1161,8 @@ def test_vector_and_scalar_compares_equal_brute_force(seed, prefix_bits, group, 
     mask = (U64MAX << (64 - prefix_bits)) & U64MAX if prefix_bits else 0
     got = []
     rows = []
-    for scalar in (False, True):
-        with scalar_compares_only() if scalar else contextlib.nullcontext():
+    for level in (2, 1, 0):
+        with kernel_setting(C.use_vector_compare, level):
             qpos, found, dist = runs.probe_batch_run(chunks.__getitem__, index, queries, prefix_bits, k)
             # One chunk's rows in the kernel's own order (by stored key position, then query),
             # which the twin specifies, with keys and with positions.
@@ -1080,9 +1170,9 @@ def test_vector_and_scalar_compares_equal_brute_force(seed, prefix_bits, group, 
             rows.append([tuple(x.tolist()) for x in C.probe_chunk(chunk0, *desc, queries, mask, k, True)[2:]])
         got.append(sorted(zip(qpos.tolist(), found.tolist(), dist.tolist())))
     spec = [[tuple(x.tolist()) for x in PY.probe_chunk(chunk0, *desc, queries, mask, k, pos)[2:]] for pos in (False, True)]
-    assert rows == spec + spec
+    assert rows == spec * 3
     shared = (queries[:, None] & np.uint64(mask)) == (keys[None, :] & np.uint64(mask))
     d = np.bitwise_count(queries[:, None] ^ keys[None, :])
     qi, ki = np.nonzero(shared & (d <= k))
     want = sorted(zip(qi.tolist(), keys[ki].tolist(), d[qi, ki].tolist()))
-    assert got[0] == got[1] == want
+    assert got[0] == got[1] == got[2] == want

@@ -220,8 +220,9 @@ def test_compare_all_and_compare_pairs_equal_brute_force(queries, fps, k, flips)
 @given(st.integers(0, 2**32 - 1), st.integers(0, 10), st.integers(0, 64), st.booleans())
 @settings(max_examples=150, deadline=None)
 def test_joins_compare_alike_four_at_a_time_and_one_at_a_time(seed, prefix_bits, k, same):
-    """prefix_join's group compares, four keys per step (AVX2) and one at a time, give the same
-    rows in the same order, equal to brute force (groups of tens of keys, near pairs planted)."""
+    """prefix_join's group compares, eight keys per step (AVX-512), four (AVX2) and one at a
+    time, give the same rows in the same order, equal to brute force (groups of tens of keys,
+    near pairs planted)."""
     rng = np.random.default_rng(seed)
     a = rng.integers(0, 2**64 - 1, 300, dtype=np.uint64, endpoint=True)
     a[::3] = a[1::3][: len(a[::3])] ^ (np.uint64(1) << rng.integers(0, 64, len(a[::3])).astype(np.uint64))
@@ -229,10 +230,10 @@ def test_joins_compare_alike_four_at_a_time_and_one_at_a_time(seed, prefix_bits,
     b = a if same else np.sort(a ^ (np.uint64(1) << rng.integers(0, 64, len(a)).astype(np.uint64)))
     masks = np.zeros(1, np.uint64)
     got = []
-    for vector in (True, False):
-        with kernel_setting(C.use_vector_compare, vector):
+    for level in (2, 1, 0):
+        with kernel_setting(C.use_vector_compare, level):
             got.append(tuple(x.tolist() for x in C.prefix_join(a, b, prefix_bits, masks, k, same)))
-    assert got[0] == got[1]
+    assert got[0] == got[1] == got[2]
     shift = np.uint64(64 - prefix_bits) if prefix_bits else None
     pa = a >> shift if shift is not None and prefix_bits < 64 else np.zeros(len(a), np.uint64)
     pb = b >> shift if shift is not None and prefix_bits < 64 else np.zeros(len(b), np.uint64)
@@ -242,3 +243,16 @@ def test_joins_compare_alike_four_at_a_time_and_one_at_a_time(seed, prefix_bits,
         ok &= np.triu(np.ones_like(ok), 1).astype(bool)
     i, j = np.nonzero(ok)
     assert sorted(zip(got[0][0], got[0][1], got[0][2])) == sorted(zip(i.tolist(), j.tolist(), d[i, j].tolist()))
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=300), st.integers(0, 5))
+@settings(max_examples=100, deadline=None)
+def test_distinct_u64_is_numpys_unique_with_inverse(values, repeat):
+    """distinct_u64 gives np.unique's sorted distinct keys and each key's index among them."""
+    from fpstore.index import search
+
+    keys = np.array(values * (1 + repeat % 3), dtype=np.uint64)
+    uniq, inverse = search.distinct_u64(keys)
+    want, want_inverse = np.unique(keys, return_inverse=True)
+    assert uniq.dtype == np.uint64 and uniq.tolist() == want.tolist()
+    assert inverse.tolist() == want_inverse.tolist()

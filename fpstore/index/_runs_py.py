@@ -60,6 +60,7 @@ __all__ = [
     "decode_blocks",
     "encode_chunk",
     "probe_chunk",
+    "probe_chunks",
 ]
 
 OK = 0
@@ -205,11 +206,11 @@ def use_unchecked_loops(on: bool) -> bool:
     return False
 
 
-def use_vector_compare(on: bool) -> bool:
-    """The compiled twin's switch between comparing a key with a group of queries four at a time
-    (AVX2) or one at a time (for tests). This twin compares with numpy whatever the setting;
-    returns False, the setting it always has."""
-    return False
+def use_vector_compare(level: int) -> int:
+    """The compiled twin's choice of how a key is compared with a group of queries (0 one at a
+    time, 1 AVX2, 2 AVX-512; for tests). This twin compares with numpy whatever the level;
+    returns 0, the level it always has."""
+    return 0
 
 
 def decode_blocks(
@@ -297,28 +298,57 @@ def probe_chunk(
             return ERR_COUNT, j, *_no_hits()
     if nb == 0 or len(queries) == 0:
         return OK, -1, *_no_hits()
-    mask = _U64(mask_hi)
-    lo_q = queries & mask
-    hi_q = lo_q | ~mask
-    # Distinct prefix ranges (groups), ascending. Block j is needed when the first group whose hi
-    # reaches bounds[j] starts at or below bounds[j + 1].
-    glo = np.unique(lo_q)
+    estart = np.concatenate([[0], np.cumsum(counts.astype(np.int64))])
+    err, j, keys, where = _decode_needed(b8, starts, ends, counts, bounds, estart, [(queries, _U64(mask_hi))])
+    if err:
+        return err, j, *_no_hits()
+    qidx, kidx, dist = _join(keys, queries, _U64(mask_hi), k)
+    return OK, -1, qidx, where[kidx].astype(_U64) if positions else keys[kidx], dist
+
+
+def _needed(bounds: np.ndarray, queries: np.ndarray, mask: np.uint64) -> np.ndarray:
+    """Which blocks can hold a key of some query's prefix range ``[lo, hi]``: block ``j`` when
+    the first range whose hi reaches ``bounds[j]`` starts at or below ``bounds[j + 1]``."""
+    glo = np.unique(queries & mask)
     ghi = glo | ~mask
     g1 = np.searchsorted(ghi, bounds[:-1], side="left")
     needed = g1 < len(glo)
     needed[needed] = glo[g1[needed]] <= bounds[1:][needed]
-    parts = []
-    where = []
-    estart = np.concatenate([[0], np.cumsum(counts.astype(np.int64))])
+    return needed
+
+
+def _decode_needed(
+    b8: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    counts: np.ndarray,
+    bounds: np.ndarray,
+    estart: np.ndarray,
+    streams: list[tuple[np.ndarray, np.uint64]],
+) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """Decode, in ascending order, the blocks some stream's ranges need; returns ``(err, j, keys,
+    positions)``, the keys back to back and each one's position (``estart`` of its block on)."""
+    needed = np.zeros(len(starts), dtype=bool)
+    for queries, mask in streams:
+        if len(queries):
+            needed |= _needed(bounds, queries, mask)
+    parts, where = [], []
     for j in np.flatnonzero(needed).tolist():
         err, keys = _decode_block(b8, int(starts[j]), int(ends[j]), int(counts[j]), int(bounds[j]), int(bounds[j + 1]))
         if err:
-            return err, j, *_no_hits()
+            return err, j, np.zeros(0, _U64), np.zeros(0, np.int64)
         parts.append(keys)
         where.append(np.arange(estart[j], estart[j + 1], dtype=np.int64))
     if not parts:
-        return OK, -1, *_no_hits()
-    keys = np.concatenate(parts)
+        return OK, -1, np.zeros(0, _U64), np.zeros(0, np.int64)
+    return OK, -1, np.concatenate(parts), np.concatenate(where)
+
+
+def _join(keys: np.ndarray, queries: np.ndarray, mask: np.uint64, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (query position, key position, distance) with the same prefix and within ``k``,
+    ordered by key position, then query position."""
+    lo_q = queries & mask
+    hi_q = lo_q | ~mask
     a = np.searchsorted(keys, lo_q, side="left")
     c = np.searchsorted(keys, hi_q, side="right") - a
     qidx = np.repeat(np.arange(len(queries), dtype=np.int64), c)
@@ -327,8 +357,113 @@ def probe_chunk(
     keep = dist <= k
     qidx, kidx, dist = qidx[keep], kidx[keep], dist[keep]
     order = np.lexsort((qidx, kidx))
-    found = np.concatenate(where)[kidx[order]].astype(np.uint64) if positions else keys[kidx[order]]
-    return OK, -1, qidx[order], found, dist[order]
+    return qidx[order], kidx[order], dist[order]
+
+
+def probe_chunks(
+    bufs: list[Any],
+    chunk_len: np.ndarray,
+    chunk_start: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    counts: np.ndarray,
+    bounds: np.ndarray,
+    entry_start: np.ndarray,
+    c0: int,
+    c1: int,
+    queries: np.ndarray,
+    qa: np.ndarray,
+    qb: np.ndarray,
+    mask_hi: int,
+    k: int,
+    lookups: np.ndarray,
+    la: np.ndarray,
+    lb: np.ndarray,
+) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`probe_chunk` of chunks ``c0 .. c1 - 1`` of a run, and a lookup of exact keys, in
+    one pass that decodes each block once.
+
+    ``bufs[c]`` is chunk ``c``'s bytes (None where chunk ``c`` is not needed), ``chunk_len[c]``
+    its length and ``chunk_start[c] .. chunk_start[c + 1] - 1`` its blocks, described by
+    ``starts`` / ``ends`` (offsets in the chunk), ``counts`` and ``bounds`` as for
+    :func:`decode_blocks`, over the whole run; ``entry_start[b]`` is block ``b``'s first position
+    in the run. Chunk ``c`` is probed with the sorted queries ``queries[qa[c]:qb[c]]`` (pairs as
+    in :func:`probe_chunk`) and looks up the sorted keys ``lookups[la[c]:lb[c]]``.
+
+    Checks, in order: the lengths of the arrays, the chunk range and each chunk's slices
+    (ValueError); the counts of the blocks of every chunk with a query or lookup (``ERR_COUNT``,
+    the block); every such chunk is present (``ERR_MISSING``, the chunk) with the length the
+    index gives (``ERR_LENGTH``, the chunk); then the blocks are decoded chunk by chunk, in
+    ascending order, those that some query's range or lookup may reach (the first failure's
+    error and block). Returns ``(err, where, qpos, keys, positions, dist, lookup_pos,
+    lookup_positions)``: the query rows ordered by position in the run, then query, each with
+    the key and its position; then a row per stored copy of each lookup found, ordered by
+    position.
+    """
+    nc, nb, nq, nl = len(chunk_len), len(starts), len(queries), len(lookups)
+    if (
+        len(bufs) != nc
+        or len(chunk_start) != nc + 1
+        or len(ends) != nb
+        or len(counts) != nb
+        or len(bounds) != nb + 1
+        or len(entry_start) != nb + 1
+        or not len(qa) == len(qb) == len(la) == len(lb) == nc
+    ):
+        raise ValueError("probe_chunks: arrays disagree in length")
+    if not 0 <= c0 <= c1 <= nc:
+        raise ValueError("probe_chunks: chunk range outside the run")
+    used = []
+    for c in range(c0, c1):
+        if not (0 <= chunk_start[c] <= chunk_start[c + 1] <= nb and 0 <= qa[c] <= qb[c] <= nq and 0 <= la[c] <= lb[c] <= nl):
+            raise ValueError(f"probe_chunks: chunk {c}'s blocks or slices are outside their arrays")
+        if qa[c] < qb[c] or la[c] < lb[c]:
+            for b in range(int(chunk_start[c]), int(chunk_start[c + 1])):
+                if not 1 <= int(counts[b]) <= MAX_BLOCK_ENTRIES:
+                    return ERR_COUNT, b, *_no_rows()
+            used.append(c)
+    for c in used:
+        if bufs[c] is None:
+            return ERR_MISSING, c, *_no_rows()
+        if len(memoryview(bufs[c]).cast("B")) != chunk_len[c]:
+            return ERR_LENGTH, c, *_no_rows()
+    mask, full = _U64(mask_hi), _U64(0xFFFFFFFFFFFFFFFF)
+    rows: list[_RunRows] = []
+    for c in used:
+        b0, b1 = int(chunk_start[c]), int(chunk_start[c + 1])
+        q, lk = queries[qa[c] : qb[c]], lookups[la[c] : lb[c]]
+        err, j, keys, where = _decode_needed(
+            np.frombuffer(bufs[c], np.uint8),
+            starts[b0:b1],
+            ends[b0:b1],
+            counts[b0:b1],
+            bounds[b0 : b1 + 1],
+            entry_start[b0:],
+            [(q, mask), (lk, full)],
+        )
+        if err:
+            return err, b0 + j, *_no_rows()
+        qidx, kidx, dist = _join(keys, q, mask, k)
+        lidx, lkidx, _ = _join(keys, lk, full, 0)
+        rows.append((qidx + qa[c], keys[kidx], where[kidx], dist, lidx + la[c], where[lkidx]))
+    if not rows:
+        return OK, -1, *_no_rows()
+    q, key, pos, dist, li, lpos = (np.concatenate(col) for col in zip(*rows))
+    return OK, -1, q, key, pos, dist, li, lpos
+
+
+_RunRows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _no_rows() -> _RunRows:
+    return (
+        np.zeros(0, np.int64),
+        np.zeros(0, _U64),
+        np.zeros(0, np.int64),
+        np.zeros(0, np.uint8),
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int64),
+    )
 
 
 def _locate(bounds: np.ndarray, lo: int, hi: int) -> tuple[int, int]:

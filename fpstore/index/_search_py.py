@@ -23,11 +23,11 @@ MAX_WIDTH = 64
 MSD_MIN = 1 << 20
 
 
-def use_vector_compare(on: bool) -> bool:
-    """The compiled twin's switch between comparing a key with a group four at a time (AVX2) or
-    one at a time (for tests). This twin compares with numpy whatever the setting; returns False,
-    the setting it always has."""
-    return False
+def use_vector_compare(level: int) -> int:
+    """The compiled twin's choice of how a key is compared with a group of queries (0 one at a
+    time, 1 AVX2, 2 AVX-512; for tests). This twin compares with numpy whatever the level;
+    returns 0, the level it always has."""
+    return 0
 
 
 def self_join(keys: np.ndarray, prefix_bits: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

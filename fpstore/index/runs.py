@@ -769,6 +769,66 @@ def probe_batch(
     return _probe_one_chunk(buf, index, c, queries, int(qa[0]), int(qb[0]), mask, kk)
 
 
+def probe_run_chunks(
+    chunks_getter: ChunkGetter,
+    index: RunIndex,
+    queries_sorted: np.ndarray,
+    prefix_bits: int,
+    k: int,
+    lookups: np.ndarray | None = None,
+    chunks: tuple[int, int] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`probe_batch_run` over chunks ``chunks`` (``(c0, c1)``, all by default) in one
+    kernel call, and a lookup of the sorted ``lookups`` (uint64) in the same pass: each block
+    that a query's range or a lookup may reach is decoded once.
+
+    Returns ``(qpos, keys, positions, dist, lookup_index, lookup_positions)``: the pairs of
+    :func:`probe_batch_run`, each with its stored key and that key's position in the run, then a
+    row per stored copy of each lookup found (its index in ``lookups``, its position). Only the
+    chunks either reaches are read, on the calling thread.
+    """
+    mask = _prefix_mask(prefix_bits)
+    queries = sorted_u64_array(queries_sorted, "queries_sorted", int_in(prefix_bits, "prefix_bits", 0, 64))
+    keys = sorted_u64_array(np.zeros(0, _U64) if lookups is None else lookups, "lookups", 64)
+    kk = int_in(k, "k", 0, 64)
+    nc = index.nchunks
+    c0, c1 = (0, nc) if chunks is None else chunks
+    if not 0 <= c0 <= c1 <= nc:
+        raise InputError(f"chunks must lie in 0..{nc}, got {chunks}")
+    if not index.count or not (len(queries) or len(keys)):
+        return _NO_RUN_ROWS
+    every = np.arange(nc)
+    qa, qb = _query_slices(index, queries, mask, every)
+    la, lb = _query_slices(index, keys, _M64, every)
+    bufs: list[Any] = [None] * nc
+    for c in np.flatnonzero((qb[c0:c1] > qa[c0:c1]) | (lb[c0:c1] > la[c0:c1])).tolist():
+        bufs[c0 + c] = chunks_getter(c0 + c)
+    try:
+        err, where, *rows = _kernel.probe_chunks(
+            bufs, index.chunk_len, index._chunk_start, index._starts, index._ends, index._counts, index._bounds,
+            index._entry_start, c0, c1, queries, qa, qb, mask, kk, keys, la, lb,
+        )  # fmt: skip
+    except (TypeError, BufferError) as exc:
+        raise InputError(f"run chunks must be bytes-like objects: {exc}") from exc
+    if err == _kernel.ERR_MISSING:
+        raise CorruptionError(f"run chunk {where} is missing")
+    if err == _kernel.ERR_LENGTH:
+        raise CorruptionError(f"run chunk {where} has a length other than the index's (truncated or damaged)")
+    if err:
+        raise _corrupt(index, err, where)
+    return tuple(rows)
+
+
+_NO_RUN_ROWS = (
+    np.zeros(0, np.int64),
+    np.zeros(0, _U64),
+    np.zeros(0, np.int64),
+    np.zeros(0, np.uint8),
+    np.zeros(0, np.int64),
+    np.zeros(0, np.int64),
+)
+
+
 def probe_batch_run(
     chunks_getter: ChunkGetter,
     index: RunIndex,

@@ -19,7 +19,7 @@ from fpstore.errors import CorruptionError
 from fpstore.index import runs as runs_codec
 from fpstore.index.costs import join_cost
 from fpstore.index.design import Design, flip_free_designs
-from fpstore.index.tiers import FEW_KEYS_PER_CHUNK, ReadPlan, Run, run_ids, run_ids_at
+from fpstore.index.tiers import ReadPlan, Run, run_ids, run_ids_at
 from fpstore.parallel import executor
 from fpstore.parallel import threads as thread_count
 
@@ -217,9 +217,12 @@ def batch_probe_runs(
 
     Per table, the permuted queries (and their flip variants) are sorted once and merged with each
     run's sorted table in the compiled kernel; each (query, document) pair is reported once, from
-    the first table that reaches it. Tables run on ``threads`` threads (None: all cores) for large
-    batches: the kernel and numpy release the GIL. Chunks are read on the calling thread (an LMDB
-    transaction belongs to one thread); the workers only compute on the mapped memory.
+    the first table that reaches it. Table 0 holds the run's fingerprints in the order of its ids,
+    so it is merged last: the fingerprints that only later tables reached are looked up in the
+    same pass, and every block of table 0 is decoded once. Large batches split each table's
+    chunks among ``threads`` threads (None: all cores): the kernel and numpy release the GIL.
+    Chunks are read on the calling thread (an LMDB transaction belongs to one thread); the
+    workers only compute on the mapped memory.
     """
     runs = [r for r in runs if r.count]
     empty = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64)
@@ -228,111 +231,108 @@ def batch_probe_runs(
     ntab = len(design.tables)
     nthreads = thread_count(threads)
     chunks0 = sum(run.table(0).index.nchunks for run in runs)
-    threaded = nthreads > 1 and ntab > 1 and len(queries) >= threaded_merge_from(chunks0)
+    threaded = nthreads > 1 and len(queries) >= threaded_merge_from(chunks0)
     # (index, chunk getter) per run and table. Worker threads cannot read the transaction: for
     # them every chunk is fetched here first; this thread reads only the chunks the merge reaches
     # (a batch of a few hundred queries reaches a fraction of a large run's chunks).
     fetched = [
-        [
-            (tab.index, [tab.get(c) for c in range(tab.index.nchunks)].__getitem__ if threaded else tab.get)
-            for tab in (run.table(t) for t in range(ntab))
-        ]
-        for run in runs
+        [(tab.index, tab.views().__getitem__ if threaded else tab.get) for tab in (run.table(t) for t in range(ntab))] for run in runs
     ]
+    run_map: Callable[..., Iterable[Any]] = executor(nthreads).map if threaded else map
+    parts = nthreads if threaded else 1
+    sorted_keys = list(run_map(functools.partial(_sorted_probe_keys, design, queries), range(ntab)))
 
-    def table_work(t: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    def merge(r: int, t: int, span: tuple[int, int], lookups: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+        perm, variants, origin = sorted_keys[t]
         table = design.tables[t]
-        perm = design.permute(queries, t)
-        variants, per = flip_variants(design, t, perm)
-        # Grouped by prefix is all the merge needs: a radix sort of the prefix bits only.
-        sorted_variants, order = _search.radix_sort(np.ascontiguousarray(variants), True, table.prefix_bits)
-        origin = order // per if per > 1 else order
+        index, get_chunk = fetched[r][t]
         # With flips a variant's distance is not the query's: the kernel keeps candidates within
         # k + flips of the variant (the query is at most `flips` bits from it, so nothing within k
         # of the query is lost), and numpy checks the real distance.
-        kk = min(64, k + table.flips)
-        out = []
-        for per_run in fetched:
-            index, get_chunk = per_run[t]
-            qpos, stored, _ = runs_codec.probe_batch_run(get_chunk, index, sorted_variants, table.prefix_bits, kk)
-            qi = origin[qpos]
-            if table.flips:
-                keep = np.bitwise_count(stored ^ perm[qi]) <= k
-                qi, stored = qi[keep], stored[keep]
-            found = design.unpermute(stored, t)
-            if t and len(qi):
-                # Report a (query, fingerprint) pair from the first table that reaches it only,
-                # so no global deduplication is needed (the rule of the all-pairs join).
-                fresh = ~reached_earlier(design, t, queries[qi], found)
-                qi, found = qi[fresh], found[fresh]
-            out.append((qi, found))
-        return out
+        qpos, stored, pos, _, li, lpos = runs_codec.probe_run_chunks(
+            get_chunk, index, variants, table.prefix_bits, min(64, k + table.flips), lookups, span
+        )
+        qi = origin[qpos]
+        if table.flips:
+            keep = np.bitwise_count(stored ^ perm[qi]) <= k
+            qi, stored, pos = qi[keep], stored[keep], pos[keep]
+        found = design.unpermute(stored, t)
+        if t and len(qi):
+            # Report a (query, fingerprint) pair from the first table that reaches it only,
+            # so no global deduplication is needed (the rule of the all-pairs join).
+            fresh = ~reached_earlier(design, t, queries[qi], found)
+            qi, found = qi[fresh], found[fresh]
+        return qi, found, pos, li, lpos
 
-    if threaded:
-        per_table = list(executor(nthreads).map(table_work, range(ntab)))
-    else:
-        per_table = [table_work(t) for t in range(ntab)]
+    def spans(r: int, t: int) -> list[tuple[int, int]]:
+        bounds = np.linspace(0, fetched[r][t][0].nchunks, parts + 1).astype(int).tolist()
+        return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
-    out_q: list[np.ndarray] = []
-    out_id: list[np.ndarray] = []
-    out_d: list[np.ndarray] = []
-    out_fp: list[np.ndarray] = []
+    later = [(r, t, span) for r in range(len(runs)) for t in range(1, ntab) for span in spans(r, t)]
+    later_rows = list(run_map(lambda item: merge(*item), later))
+    # Per run, the rows only later tables reached, and their distinct fingerprints (sorted, with
+    # each row's index among them): table 0's merge looks those up.
+    fresh = []
+    for r in range(len(runs)):
+        mine = [rows for (rr, _, _), rows in zip(later, later_rows) if rr == r]
+        fq = np.concatenate([m[0] for m in mine]) if mine else np.zeros(0, np.int64)
+        ffp = np.concatenate([m[1] for m in mine]) if mine else np.zeros(0, np.uint64)
+        fresh.append((fq, ffp, *distinct_u64(ffp)))
+    lookups = [f[2] for f in fresh]
+    first = [(r, 0, span) for r in range(len(runs)) for span in spans(r, 0)]
+    first_rows = list(run_map(lambda item: merge(item[0], item[1], item[2], lookups[item[0]]), first))
+
+    out: list[tuple[np.ndarray, ...]] = []
     for r, run in enumerate(runs):
-        qi = np.concatenate([per_table[t][r][0] for t in range(ntab)])
-        fps = np.concatenate([per_table[t][r][1] for t in range(ntab)])
-        if not len(qi):
-            continue
-        uniq, inverse = np.unique(fps, return_inverse=True)
-        if threaded and len(uniq) > FEW_KEYS_PER_CHUNK * fetched[r][0][0].nchunks:  # else positions() probes them
-            ki, ids = _ids_of_many(run, fetched[r][0], uniq, nthreads)
-        else:
-            ki, ids = run.ids_of(uniq)
-        if len(ki) > len(uniq):
-            # Some fingerprint is stored more than once in this run, and the merge reported one
-            # row per stored copy: keep one row per (query, fingerprint) before expanding to ids.
-            first = unique_rows(qi, fps)
-            qi, fps, inverse = qi[first], fps[first], inverse[first]
-        # Expand: each (query, fingerprint) row gets every id holding that fingerprint.
-        order = np.argsort(ki, kind="stable")
-        ki, ids = ki[order], ids[order]
-        starts = np.searchsorted(ki, np.arange(len(uniq)), side="left")
-        ends = np.searchsorted(ki, np.arange(len(uniq)), side="right")
-        counts = (ends - starts)[inverse]
-        if np.all(counts == 1):
-            out_q.append(qi)
-            out_id.append(ids[starts[inverse]].astype(np.int64))
-            out_fp.append(fps)
-            out_d.append(np.bitwise_count(fps ^ queries[qi]).astype(np.uint8))
-            continue
-        rows = np.repeat(np.arange(len(qi)), counts)
-        offs = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
-        take = np.repeat(starts[inverse], counts) + offs
-        out_q.append(qi[rows])
-        out_id.append(ids[take].astype(np.int64))
-        out_fp.append(fps[rows])
-        out_d.append(np.bitwise_count(fps[rows] ^ queries[qi[rows]]).astype(np.uint8))
-    if not out_q:
+        mine = [rows for (rr, _, _), rows in zip(first, first_rows) if rr == r]
+        q0 = np.concatenate([m[0] for m in mine])
+        fp0 = np.concatenate([m[1] for m in mine])
+        pos0 = np.concatenate([m[2] for m in mine])
+        li = np.concatenate([m[3] for m in mine])
+        lpos = np.concatenate([m[4] for m in mine])
+        ids = run.ids_at(np.concatenate([pos0, lpos])).astype(np.int64)
+        out.append((q0, ids[: len(q0)], fp0))
+        if len(fresh[r][0]):
+            out.append(_expand_lookups(*fresh[r], li, ids[len(q0) :]))
+    qi = np.concatenate([o[0] for o in out])
+    if not len(qi):
         return empty
-    return np.concatenate(out_q), np.concatenate(out_id), np.concatenate(out_d), np.concatenate(out_fp)
+    ids = np.concatenate([o[1] for o in out])
+    fps = np.concatenate([o[2] for o in out])
+    return qi, ids, np.bitwise_count(fps ^ queries[qi]).astype(np.uint8), fps
 
 
-def _ids_of_many(run: Run, table0: tuple[Any, Callable[[int], Any]], fps: np.ndarray, nthreads: int) -> tuple[np.ndarray, np.ndarray]:
-    """:meth:`Run.ids_of` of many sorted unique fingerprints on ``nthreads`` threads: each looks
-    up a contiguous share of them in table 0 (``table0``: its index and a getter of chunks read
-    already), so each decodes the blocks of its share of the key space only."""
-    index, get_chunk = table0
-    parts = np.array_split(fps, nthreads)
+def _sorted_probe_keys(design: Design, queries: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Table ``t``'s probe keys: (the permuted queries, every variant sorted by prefix, each
+    sorted variant's query index)."""
+    perm = design.permute(queries, t)
+    variants, per = flip_variants(design, t, perm)
+    # Grouped by prefix is all the merge needs: a radix sort of the prefix bits only.
+    sorted_variants, order = _search.radix_sort(np.ascontiguousarray(variants), True, design.tables[t].prefix_bits)
+    return perm, sorted_variants, order // per if per > 1 else order
 
-    def lookup(part: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return runs_codec.probe_batch_run(get_chunk, index, part, 64, 0, positions=True)
 
-    found = list(executor(nthreads).map(lookup, parts))
-    starts = np.cumsum([0] + [len(p) for p in parts[:-1]])
-    # Each share's rows come ordered by position, so by fingerprint then position; the shares
-    # follow one another in fingerprint order.
-    ki = np.concatenate([f[0] + s for f, s in zip(found, starts)])
-    pos = np.concatenate([f[1] for f in found])
-    return ki, run.ids_at(pos)
+def _expand_lookups(
+    qi: np.ndarray, fps: np.ndarray, lookups: np.ndarray, inverse: np.ndarray, li: np.ndarray, ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows (query, fingerprint) found by later tables, each given every id that holds its
+    fingerprint: ``lookups`` are the rows' distinct fingerprints, sorted, ``inverse`` each row's
+    index among them, and ``(li, ids)`` a row per stored copy of each (its index in
+    ``lookups``, its id)."""
+    if len(li) > len(lookups):
+        # Some fingerprint is stored more than once in this run, and the merge reported one
+        # row per stored copy: keep one row per (query, fingerprint) before expanding to ids.
+        first = unique_rows(qi, fps)
+        qi, fps, inverse = qi[first], fps[first], inverse[first]
+    order = np.argsort(li, kind="stable")
+    li, ids = li[order], ids[order]
+    starts = np.searchsorted(li, np.arange(len(lookups)), side="left")
+    counts = (np.searchsorted(li, np.arange(len(lookups)), side="right") - starts)[inverse]
+    if np.all(counts == 1):
+        return qi, ids[starts[inverse]], fps
+    rows = np.repeat(np.arange(len(qi)), counts)
+    take = np.repeat(starts[inverse], counts) + np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+    return qi[rows], ids[take], fps[rows]
 
 
 def _vectorised_numpy_sort() -> bool:
@@ -353,6 +353,18 @@ def sort_u64(keys: np.ndarray) -> np.ndarray:
     kernel's radix sort (tools/bench_sort.py measures both; either releases the GIL)."""
     keys = np.ascontiguousarray(keys, dtype=np.uint64)
     return np.sort(keys) if _NUMPY_SORT else _search.radix_sort(keys)
+
+
+def distinct_u64(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for uint64 keys, by one radix argsort (numpy's
+    took ~3.5 ms for 35,000 keys where this takes under 1)."""
+    order = argsort_u64(keys)
+    ordered = keys[order]
+    new = np.ones(len(keys), dtype=bool)
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    inverse = np.empty(len(keys), np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new], inverse
 
 
 def argsort_u64(keys: np.ndarray) -> np.ndarray:

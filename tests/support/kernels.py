@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 
 @contextlib.contextmanager
-def kernel_setting(switch: Callable[[bool], bool], on: bool) -> Iterator[None]:
+def kernel_setting(switch: Callable[[int], int], on: int) -> Iterator[None]:
     """``switch(on)`` inside the block; the setting it had before, after it."""
     was = switch(on)
     try:
