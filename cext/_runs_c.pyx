@@ -128,6 +128,79 @@ cdef extern from *:
         *rsum = s - first;  /* exact: the sum fits in 64 bits (the caller checked m and k) */
         return 1;
     }
+
+    /* fps_rice_keys with AVX-512 (F, BW, VBMI), same arguments, same results: the unary pass
+       writes each byte's eight slots with one store, and the remainders' pass takes eight at a
+       time: the k bytes that hold them loaded at once (a masked load reads no byte after
+       them), each remainder's eight bytes moved into its lane (VPERMB), shifted and masked;
+       then their running sum by three shifted adds, carried from one group to the next. */
+    #if defined(__GNUC__) && defined(__x86_64__)
+    #include <immintrin.h>
+    #define FPS_HAVE_AVX512_RICE 1
+    __attribute__((target("avx512f,avx512bw,avx512vbmi")))
+    static int fps_rice_keys_avx512(const uint8_t *rp, const uint8_t *up, int64_t ub, int64_t m, int k,
+                                    uint64_t first, uint64_t *out, uint64_t *zsum, uint64_t *rsum) {
+        uint64_t h[FPS_RICE_MAX_GAPS + 8];
+        int64_t i = 0, t, e = 0, bit = 0;
+        for (t = 0; t < ub; t++) {
+            if (i > m) return 0;  /* so h[i + 7] stays inside h */
+            const uint8_t b = up[t];
+            const __m512i z = _mm512_set1_epi64((long long)(8 * t - i));
+            _mm512_storeu_si512((void *)(h + i), _mm512_add_epi64(_mm512_loadu_si512((const void *)fps_unary_zeros[b]), z));
+            i += fps_unary_ones[b];
+        }
+        if (i != m || up[ub - 1] == 0) return 0;
+        const uint64_t mask = (((uint64_t)1) << k) - 1;
+        uint8_t perm[64];
+        uint64_t shifts[8];
+        for (int lane = 0; lane < 8; lane++) {
+            for (int j = 0; j < 8; j++) perm[8 * lane + j] = (uint8_t)(((lane * k) >> 3) + j);
+            shifts[lane] = (uint64_t)((lane * k) & 7);
+        }
+        const __m512i pv = _mm512_loadu_si512((const void *)perm);
+        const __m512i sv = _mm512_loadu_si512((const void *)shifts);
+        const __m512i mv = _mm512_set1_epi64((long long)mask);
+        const __m128i kc = _mm_cvtsi32_si128(k);
+        const __m512i back1 = _mm512_set_epi64(6, 5, 4, 3, 2, 1, 0, 0);
+        const __m512i back2 = _mm512_set_epi64(5, 4, 3, 2, 1, 0, 0, 0);
+        const __m512i back4 = _mm512_set_epi64(3, 2, 1, 0, 0, 0, 0, 0);
+        const __m512i last = _mm512_set1_epi64(7);
+        const __mmask64 bytes = (((__mmask64)1) << k) - 1;  /* k <= 56: the group's k bytes */
+        __m512i carry = _mm512_set1_epi64((long long)first);
+        out[0] = first;
+        for (; e + 8 <= m; e += 8, rp += k) {
+            __m512i r = _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutexvar_epi8(pv, _mm512_maskz_loadu_epi8(bytes, rp)), sv), mv);
+            r = _mm512_add_epi64(r, _mm512_maskz_permutexvar_epi64(0xFE, back1, r));
+            r = _mm512_add_epi64(r, _mm512_maskz_permutexvar_epi64(0xFC, back2, r));
+            r = _mm512_add_epi64(r, _mm512_maskz_permutexvar_epi64(0xF0, back4, r));
+            r = _mm512_add_epi64(r, carry);
+            const __m512i q = _mm512_sll_epi64(_mm512_loadu_si512((const void *)(h + e)), kc);
+            _mm512_storeu_si512((void *)(out + e + 1), _mm512_add_epi64(r, q));
+            carry = _mm512_permutexvar_epi64(last, r);
+        }
+        uint64_t s = (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(carry));
+        for (; e < m; e++, bit += k) {
+            s += (fps_load64(rp + (bit >> 3)) >> (bit & 7)) & mask;
+            out[e + 1] = s + (h[e] << k);
+        }
+        *zsum = h[m - 1];
+        *rsum = s - first;
+        return 1;
+    }
+    #endif
+    typedef int (*fps_rice_keys_fn)(const uint8_t *, const uint8_t *, int64_t, int64_t, int, uint64_t, uint64_t *,
+                                    uint64_t *, uint64_t *);
+    /* The whole-block decoder: the AVX-512 form where the CPU has it, unless fps_wide_decode is 0
+       (the tests compare both). */
+    static int fps_wide_decode = 1;
+    static fps_rice_keys_fn fps_rice_keys_form(void) {
+    #ifdef FPS_HAVE_AVX512_RICE
+        if (fps_wide_decode && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+                && __builtin_cpu_supports("avx512vbmi"))
+            return fps_rice_keys_avx512;
+    #endif
+        return fps_rice_keys;
+    }
     """
     uint64_t fps_load64(const uint8_t *p) noexcept nogil
     void fps_prefetch(const void *p) noexcept nogil
@@ -138,8 +211,15 @@ cdef extern from *:
     void fps_init_unary_tables() noexcept nogil
     int fps_rice_keys(const uint8_t *rp, const uint8_t *up, int64_t ub, int64_t m, int k,
                       uint64_t first, uint64_t *out, uint64_t *zsum, uint64_t *rsum) noexcept nogil
+    ctypedef int (*fps_rice_keys_fn)(const uint8_t*, const uint8_t*, int64_t, int64_t, int, uint64_t, uint64_t*,
+                                     uint64_t*, uint64_t*) noexcept nogil
+    fps_rice_keys_fn fps_rice_keys_form() noexcept nogil
+    int fps_wide_decode
 
 fps_init_unary_tables()
+
+# The whole-block decoder in use (see fps_rice_keys_form and use_wide_decode).
+cdef fps_rice_keys_fn _rice_keys = fps_rice_keys_form()
 
 # Error codes: the same numbers as fpstore.index._runs_py.
 OK = 0
@@ -312,6 +392,16 @@ def use_unchecked_loops(bint on):
     return was
 
 
+def use_wide_decode(bint on):
+    """Whether whole blocks are decoded eight remainders at a time (AVX-512, where the CPU has
+    it) or one at a time; for tests, which compare both. Returns the previous setting."""
+    global fps_wide_decode, _rice_keys
+    cdef bint was = fps_wide_decode != 0
+    fps_wide_decode = 1 if on else 0
+    _rice_keys = fps_rice_keys_form()
+    return was
+
+
 def use_vector_compare(int level):
     """How the merge compares a key with a group of queries (for tests, which compare them all):
     0 one at a time, 1 four at a time (AVX2), 2 eight at a time (AVX-512 with VPOPCNTDQ), each
@@ -407,7 +497,7 @@ cdef int _decode_block(const uint8_t* buf, int64_t buflen, int64_t start, int64_
     us = rs + ((m * k + 7) >> 3)
     if (_sums_fit(k, m) and first <= limit and 0 < m <= FPS_RICE_MAX_GAPS and m <= 8 * (end - start - 1)
             and us <= end and us + 8 <= buflen and _unchecked_loops
-            and fps_rice_keys(buf + rs, buf + us, end - us, m, k, first, out, &zsum, &rsum)
+            and _rice_keys(buf + rs, buf + us, end - us, m, k, first, out, &zsum, &rsum)
             and _gaps_fit(limit - first, zsum, rsum, k)):
         return C_OK
     return _decode_block_checked(buf, buflen, start, end, n, first, limit, out)

@@ -885,6 +885,33 @@ def test_probes_restarting_inside_blocks_equal_brute_force(n, key_bits, block, s
             assert err == 0 and sorted(hits) == want, (mod, lo, hi)
 
 
+@pytest.mark.parametrize("key_bits", [6, 20, 41, 52, 57, 64])
+@pytest.mark.parametrize("block", [2, 8, 9, 17, 256, 1025])
+def test_wide_and_narrow_decoders_agree(key_bits, block):
+    """The whole-block decoder eight remainders at a time (AVX-512, where the CPU has it) and one
+    at a time give the same keys, and the same error on damaged bytes, as the specification:
+    remainder widths from 0 to 56 and above (the checking loop's), groups of eight and tails."""
+    rng = np.random.default_rng(key_bits * 7919 + block)
+    keys = np.sort(rng.integers(0, 2**key_bits - 1, 1500, dtype=np.uint64, endpoint=True))
+    index, chunks = runs.encode_run(keys, block_entries=block, chunk_bytes=max(1 << 12, runs.max_block_bytes(block)))
+    for trial in range(12):
+        c = int(rng.integers(0, len(chunks)))
+        raw = bytearray(chunks[c])
+        for _ in range(trial % 4):  # intact first, then one to three bytes overwritten
+            raw[int(rng.integers(0, len(raw)))] = int(rng.integers(0, 256))
+        b0, b1 = int(index._chunk_start[c]), int(index._chunk_start[c + 1])
+        desc = (index._starts[b0:b1], index._ends[b0:b1], index._counts[b0:b1], index._bounds[b0 : b1 + 1])
+        decoded = []
+        for mod, wide in ((C, True), (C, False), (PY, True)):
+            out = np.zeros(int(desc[2].sum()), np.uint64)
+            with kernel_setting(C.use_wide_decode, wide):
+                err, j = mod.decode_blocks(bytes(raw), *desc, out)
+            decoded.append((err, j, out.tobytes() if err == 0 else None))
+        assert decoded[0] == decoded[1] == decoded[2], trial
+        if trial == 0:
+            assert decoded[0][0] == 0 and np.frombuffer(decoded[0][2], np.uint64).tolist() == keys[index._entry_start[b0] : index._entry_start[b1]].tolist()
+
+
 def checked_loops_only():
     """The compiled kernel with only its loops that check each gap (see use_unchecked_loops)."""
     return kernel_setting(C.use_unchecked_loops, False)
@@ -914,12 +941,12 @@ def test_unchecked_loops_change_nothing_on_damaged_blocks(seed, key_bits, block,
     b0, b1 = int(index._chunk_start[c]), int(index._chunk_start[c + 1])
     desc = (index._starts[b0:b1], index._ends[b0:b1], index._counts[b0:b1], index._bounds[b0 : b1 + 1])
     decoded = []
-    for mod, checked in ((C, False), (C, True), (PY, False)):
+    for mod, checked, wide in ((C, False, True), (C, False, False), (C, True, True), (PY, False, True)):
         out = np.zeros(int(desc[2].sum()), np.uint64)
-        with checked_loops_only() if checked else contextlib.nullcontext():
+        with checked_loops_only() if checked else contextlib.nullcontext(), kernel_setting(C.use_wide_decode, wide):
             err, j = mod.decode_blocks(store[names[c]], *desc, out)
         decoded.append((err, j, out.tobytes() if err == 0 else None))
-    assert decoded[0] == decoded[1] == decoded[2]
+    assert decoded[0] == decoded[1] == decoded[2] == decoded[3]
     fast, slow, spec = (_probe_tables_of(mod, index, names) for mod in (C, C, PY))
     if warm:
         with checked_loops_only():
