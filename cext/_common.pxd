@@ -70,6 +70,14 @@ cdef extern from *:
     static int64_t fps_next_within_avx512(uint64_t s, const uint64_t *q, int64_t t, int64_t end, int k) {
         const __m512i sv = _mm512_set1_epi64((long long)s);
         const __m512i kv = _mm512_set1_epi64((long long)k);
+        for (; t + 32 <= end; t += 32) {
+            __mmask8 a = _mm512_cmple_epu64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t), sv)), kv);
+            __mmask8 b = _mm512_cmple_epu64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t + 8), sv)), kv);
+            __mmask8 c = _mm512_cmple_epu64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t + 16), sv)), kv);
+            __mmask8 d = _mm512_cmple_epu64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t + 24), sv)), kv);
+            if (a | b | c | d)
+                return t + __builtin_ctz((unsigned)a | ((unsigned)b << 8) | ((unsigned)c << 16) | ((unsigned)d << 24));
+        }
         for (; t + 16 <= end; t += 16) {
             __mmask8 a = _mm512_cmple_epu64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t), sv)), kv);
             __mmask8 b = _mm512_cmple_epu64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t + 8), sv)), kv);
