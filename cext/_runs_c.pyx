@@ -820,8 +820,9 @@ cdef int _cmp_u64(const void* a, const void* b) noexcept nogil:
 
 
 cdef struct Found:
-    # A group's hits found query by query, as (key offset << 48 | query offset), sorted before
-    # they are pushed, so that they come in the merge's order: by key, then by query.
+    # A growable uint64 array: a group's hits found query by query, as (key offset << 48 | query
+    # offset), sorted before they are pushed, so that they come in the merge's order (by key,
+    # then by query); or the positions of the keys a merge reports, beside the keys.
     uint64_t* v
     Py_ssize_t n
     Py_ssize_t cap
@@ -842,28 +843,6 @@ cdef int _found_push(Found* f, uint64_t x) noexcept nogil:
     return 0
 
 
-cdef struct Positions:
-    # A growable int64 array (the merge's positions of the keys it reports, beside the keys).
-    int64_t* v
-    Py_ssize_t n
-    Py_ssize_t cap
-
-
-cdef int _positions_push(Positions* p, int64_t x) noexcept nogil:
-    cdef Py_ssize_t cap
-    cdef void* m
-    if p.n == p.cap:
-        cap = p.cap * 2 if p.cap else 1024
-        m = realloc(p.v, cap * sizeof(int64_t))
-        if m == NULL:
-            return -1
-        p.v = <int64_t*>m
-        p.cap = cap
-    p.v[p.n] = x
-    p.n += 1
-    return 0
-
-
 cdef struct Stream:
     # Sorted queries [a, b) merged with a chunk's blocks: a query q pairs with a key s when they
     # share the top bits of ``mask_hi`` and popcount(q ^ s) <= k. Pairs go to ``hits`` as
@@ -876,7 +855,7 @@ cdef struct Stream:
     int k
     bint positions
     Triples* hits
-    Positions* also
+    Found* also
 
 
 cdef inline bint _stream_reaches(const Stream* st, Py_ssize_t qi, uint64_t hi_b) noexcept nogil:
@@ -987,7 +966,7 @@ cdef inline int64_t _gallop_above(const uint64_t* keys, int64_t j, int64_t n, ui
 
 cdef int64_t _join_range(const uint64_t* keys, int64_t jj, int64_t n, uint64_t lo, uint64_t hi,
                          const uint64_t* queries, Py_ssize_t qi, Py_ssize_t qe, int k, int64_t first,
-                         bint positions, Triples* hits, Positions* also, fps_next_within_fn next_within,
+                         bint positions, Triples* hits, Found* also, fps_next_within_fn next_within,
                          Found* found) noexcept nogil:
     # One block's keys in [lo, hi] (keys[jj:n], sorted; n <= C_MAX_ENTRIES) against
     # queries[qi:qe]: the pairs within k pushed in key order, then query order (each key's
@@ -1022,7 +1001,7 @@ cdef int64_t _join_range(const uint64_t* keys, int64_t jj, int64_t n, uint64_t l
         s = keys[j]
         if triples_push(hits, t, <uint64_t>(first + j) if positions else s, <uint8_t>fps_popcount64(s ^ queries[t])):
             return -1
-        if also != NULL and _positions_push(also, first + j):
+        if also != NULL and _found_push(also, <uint64_t>(first + j)):
             return -1
     return end
 
@@ -1098,7 +1077,7 @@ def probe_chunks(list bufs, const uint32_t[::1] chunk_len, const int64_t[::1] ch
     cdef const uint8_t** at = <const uint8_t**>malloc(max(c1 - c0, 1) * sizeof(uint8_t*))
     cdef uint64_t[::1] block = np.empty(C_MAX_ENTRIES, np.uint64)
     cdef Triples hits, lhits
-    cdef Positions pos = Positions(NULL, 0, 0)
+    cdef Found pos = Found(NULL, 0, 0)
     cdef Found found = Found(NULL, 0, 0)
     cdef Stream st[2]
     cdef const uint64_t* qp = NULL
@@ -1159,8 +1138,8 @@ def probe_chunks(list bufs, const uint32_t[::1] chunk_len, const int64_t[::1] ch
         free(found.v)
 
 
-cdef void _copy_positions(Positions* p, int64_t[::1] out):
-    memcpy(&out[0], p.v, p.n * sizeof(int64_t))
+cdef void _copy_positions(Found* p, int64_t[::1] out):
+    memcpy(&out[0], p.v, p.n * sizeof(int64_t))  # positions are below 2**63: the same bits
 
 
 cdef tuple _no_rows():

@@ -310,15 +310,11 @@ def test_probe_run_chunks_on_damaged_chunk_agrees_across_twins():
     rng = np.random.default_rng(12)
     queries = np.sort(keys[::3].copy())
     lookups = np.sort(keys[1::5].copy())
-    for trial in range(60):
-        bad = [bytearray(c) for c in chunks]
-        c = int(rng.integers(0, len(bad)))
-        for _ in range(int(rng.integers(1, 6))):
-            bad[c][int(rng.integers(0, len(bad[c])))] = int(rng.integers(0, 256))
+    for trial, bad in enumerate(damaged_copies(chunks, rng, 60)):
         got = []
         for mod in TWINS:
             with kernel(mod):
-                got.append(outcome(runs.probe_run_chunks, lambda i: bytes(bad[i]), index, queries, 30, 3, lookups))
+                got.append(outcome(runs.probe_run_chunks, bad.__getitem__, index, queries, 30, 3, lookups))
         assert same(got[0], got[1]), trial
     for mod in TWINS:
         with kernel(mod):
@@ -445,6 +441,17 @@ def test_results_never_alias_the_callers_buffers():
 
 
 # -------------------------------------------------------------------------------- hostile index
+
+
+def damaged_copies(chunks, rng, trials):
+    """``trials`` copies of a run's chunks (bytes), each with one to five bytes of one chunk
+    overwritten at random."""
+    for _ in range(trials):
+        bad = [bytearray(c) for c in chunks]
+        c = int(rng.integers(0, len(bad)))
+        for _ in range(int(rng.integers(1, 6))):
+            bad[c][int(rng.integers(0, len(bad[c])))] = int(rng.integers(0, 256))
+        yield [bytes(b) for b in bad]
 
 
 def small_run(n=300, bsz=8, seed=0):
@@ -617,15 +624,11 @@ def test_probe_batch_on_damaged_chunk_agrees_across_twins():
     keys, index, chunks = small_run(400, bsz=16, seed=4)
     rng = np.random.default_rng(11)
     queries = np.sort(keys[::3].copy())
-    for trial in range(60):
-        bad = [bytearray(c) for c in chunks]
-        c = int(rng.integers(0, len(bad)))
-        for _ in range(int(rng.integers(1, 6))):
-            bad[c][int(rng.integers(0, len(bad[c])))] = int(rng.integers(0, 256))
+    for trial, bad in enumerate(damaged_copies(chunks, rng, 60)):
         got = []
         for mod in TWINS:
             with kernel(mod):
-                got.append(outcome(runs.probe_batch_run, lambda i: bytes(bad[i]), index, queries, 30, 3))
+                got.append(outcome(runs.probe_batch_run, bad.__getitem__, index, queries, 30, 3))
         assert same(got[0], got[1]), trial
 
 
