@@ -87,10 +87,12 @@ cdef extern from *:
        Returns 0 unless the unary section up[0..ub) holds exactly m one bits, the last in its
        last byte; then *zsum is the quotients' sum and *rsum the remainders'. Reads: up[0..ub),
        and 8 bytes at each remainder's first byte from rp, which the caller knows to be readable. */
-    static int fps_rice_keys(const uint8_t *rp, const uint8_t *up, int64_t ub, int64_t m, int k,
-                             uint64_t first, uint64_t *out, uint64_t *zsum, uint64_t *rsum) {
-        uint64_t h[FPS_RICE_MAX_GAPS + 8];
-        int64_t i = 0, t, e = 0, bit = 0;
+    /* The unary pass of both whole-block decoders: h[i] = the zeros before the i-th one bit of
+       up[0..ub). 1 when the section holds exactly m one bits, the last in its last byte (m >= 1);
+       0 otherwise. Inlined into each decoder, so that the AVX-512 one gets its own code. */
+    __attribute__((always_inline))
+    static inline int fps_rice_unary(const uint8_t *up, int64_t ub, int64_t m, uint64_t *h) {
+        int64_t i = 0, t;
         for (t = 0; t < ub; t++) {
             if (i > m) return 0;  /* so h[i + 7] stays inside h */
             const uint8_t b = up[t];
@@ -100,7 +102,13 @@ cdef extern from *:
             for (int j = 0; j < 8; j++) hp[j] = z + zeros[j];
             i += fps_unary_ones[b];
         }
-        if (i != m || up[ub - 1] == 0) return 0;  /* i == m >= 1: ub >= 1 */
+        return i == m && up[ub - 1] != 0;  /* i == m >= 1: ub >= 1 */
+    }
+    static int fps_rice_keys(const uint8_t *rp, const uint8_t *up, int64_t ub, int64_t m, int k,
+                             uint64_t first, uint64_t *out, uint64_t *zsum, uint64_t *rsum) {
+        uint64_t h[FPS_RICE_MAX_GAPS + 8];
+        int64_t e = 0, bit = 0;
+        if (!fps_rice_unary(up, ub, m, h)) return 0;
         const uint64_t mask = (((uint64_t)1) << k) - 1;
         const int o1 = k >> 3, o2 = (2 * k) >> 3, o3 = (3 * k) >> 3, o4 = (4 * k) >> 3,
                   o5 = (5 * k) >> 3, o6 = (6 * k) >> 3, o7 = (7 * k) >> 3;
@@ -130,8 +138,7 @@ cdef extern from *:
     }
 
     /* fps_rice_keys with AVX-512 (F, BW, VBMI), same arguments, same results: the unary pass
-       writes each byte's eight slots with one store, and the remainders' pass takes eight at a
-       time: the k bytes that hold them loaded at once (a masked load reads no byte after
+       compiled for AVX-512, and the remainders' pass eight at a time: the k bytes that hold them loaded at once (a masked load reads no byte after
        them), each remainder's eight bytes moved into its lane (VPERMB), shifted and masked;
        then their running sum by three shifted adds, carried from one group to the next. */
     #if defined(__GNUC__) && defined(__x86_64__)
@@ -141,15 +148,8 @@ cdef extern from *:
     static int fps_rice_keys_avx512(const uint8_t *rp, const uint8_t *up, int64_t ub, int64_t m, int k,
                                     uint64_t first, uint64_t *out, uint64_t *zsum, uint64_t *rsum) {
         uint64_t h[FPS_RICE_MAX_GAPS + 8];
-        int64_t i = 0, t, e = 0, bit = 0;
-        for (t = 0; t < ub; t++) {
-            if (i > m) return 0;  /* so h[i + 7] stays inside h */
-            const uint8_t b = up[t];
-            const __m512i z = _mm512_set1_epi64((long long)(8 * t - i));
-            _mm512_storeu_si512((void *)(h + i), _mm512_add_epi64(_mm512_loadu_si512((const void *)fps_unary_zeros[b]), z));
-            i += fps_unary_ones[b];
-        }
-        if (i != m || up[ub - 1] == 0) return 0;
+        int64_t e = 0, bit = 0;
+        if (!fps_rice_unary(up, ub, m, h)) return 0;
         const uint64_t mask = (((uint64_t)1) << k) - 1;
         uint8_t perm[64];
         uint64_t shifts[8];
