@@ -29,7 +29,8 @@ cdef extern from *:
        queries sharing a prefix (or one query against a run of keys). Most groups hold no match,
        so the vector forms compare many words per step: the AVX2 form four (popcount by nibble
        lookup, one mask tested per eight), the AVX-512 form eight (the CPU's own popcount,
-       VPOPCNTDQ; one mask per sixteen). The widest the CPU has is chosen at run time, up to
+       VPOPCNTDQ; one mask per thirty-two; a signed compare, as the others make, so that a
+       negative k matches nothing). The widest the CPU has is chosen at run time, up to
        fps_vector_compare: 0 one word at a time, 1 AVX2, 2 AVX-512 (the tests compare all). */
     static int fps_vector_compare = 2;
     static inline int64_t fps_next_within_scalar(uint64_t s, const uint64_t *q, int64_t t, int64_t end, int k) {
@@ -71,22 +72,22 @@ cdef extern from *:
         const __m512i sv = _mm512_set1_epi64((long long)s);
         const __m512i kv = _mm512_set1_epi64((long long)k);
         for (; t + 32 <= end; t += 32) {
-            __mmask8 a = _mm512_cmple_epu64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t), sv)), kv);
-            __mmask8 b = _mm512_cmple_epu64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t + 8), sv)), kv);
-            __mmask8 c = _mm512_cmple_epu64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t + 16), sv)), kv);
-            __mmask8 d = _mm512_cmple_epu64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t + 24), sv)), kv);
+            __mmask8 a = _mm512_cmple_epi64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t), sv)), kv);
+            __mmask8 b = _mm512_cmple_epi64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t + 8), sv)), kv);
+            __mmask8 c = _mm512_cmple_epi64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t + 16), sv)), kv);
+            __mmask8 d = _mm512_cmple_epi64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t + 24), sv)), kv);
             if (a | b | c | d)
                 return t + __builtin_ctz((unsigned)a | ((unsigned)b << 8) | ((unsigned)c << 16) | ((unsigned)d << 24));
         }
         for (; t + 16 <= end; t += 16) {
-            __mmask8 a = _mm512_cmple_epu64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t), sv)), kv);
-            __mmask8 b = _mm512_cmple_epu64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t + 8), sv)), kv);
+            __mmask8 a = _mm512_cmple_epi64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t), sv)), kv);
+            __mmask8 b = _mm512_cmple_epi64_mask(_mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(q + t + 8), sv)), kv);
             if (a | b) return t + __builtin_ctz((unsigned)a | ((unsigned)b << 8));
         }
         for (; t < end; t += 8) {
             /* The tail, eight words at most per step: a masked load reads only the words before end. */
             const __mmask8 live = end - t >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (end - t)) - 1);
-            __mmask8 a = _mm512_mask_cmple_epu64_mask(live, _mm512_popcnt_epi64(_mm512_xor_si512(_mm512_maskz_loadu_epi64(live, q + t), sv)), kv);
+            __mmask8 a = _mm512_mask_cmple_epi64_mask(live, _mm512_popcnt_epi64(_mm512_xor_si512(_mm512_maskz_loadu_epi64(live, q + t), sv)), kv);
             if (a) return t + __builtin_ctz((unsigned)a);
         }
         return end;

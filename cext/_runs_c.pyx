@@ -392,6 +392,35 @@ def use_unchecked_loops(bint on):
     return was
 
 
+def _rice_forms(const uint8_t[::1] remainders, const uint8_t[::1] unary, Py_ssize_t m, int k, uint64_t first):
+    """For tests: one block's remainder and unary sections through both whole-block decoders.
+    Returns (whether the AVX-512 form runs on this CPU, then (accepted, keys, quotient sum,
+    remainder sum) of the one-at-a-time form and of the AVX-512 form, None where it does not
+    run). m gaps (1..1024) of k bits (1..56); the sections are copied with the 8 bytes of
+    room the decoders may read past the remainders."""
+    global fps_wide_decode
+    if not 1 <= m <= FPS_RICE_MAX_GAPS or not 1 <= k <= 56:
+        raise ValueError("m must be in 1..1024 and k in 1..56")
+    if remainders.shape[0] < (m * k + 7) // 8 or unary.shape[0] < 1:
+        raise ValueError("the remainder section is shorter than m gaps of k bits, or the unary one is empty")
+    cdef uint8_t[::1] rem = np.zeros(remainders.shape[0] + 8, np.uint8)
+    rem[: remainders.shape[0]] = remainders
+    cdef uint64_t[::1] out = np.zeros(m + 1, np.uint64)
+    cdef uint64_t zsum = 0, rsum = 0
+    cdef int ok = fps_rice_keys(&rem[0], &unary[0], unary.shape[0], m, k, first, &out[0], &zsum, &rsum)
+    narrow = (bool(ok), np.asarray(out).copy(), zsum, rsum)
+    cdef bint was = fps_wide_decode != 0
+    fps_wide_decode = 1
+    cdef fps_rice_keys_fn wide = fps_rice_keys_form()
+    fps_wide_decode = 1 if was else 0
+    if wide == <fps_rice_keys_fn>fps_rice_keys:
+        return False, narrow, None
+    out[:] = 0
+    zsum = rsum = 0
+    ok = wide(&rem[0], &unary[0], unary.shape[0], m, k, first, &out[0], &zsum, &rsum)
+    return True, narrow, (bool(ok), np.asarray(out).copy(), zsum, rsum)
+
+
 def use_wide_decode(bint on):
     """Whether whole blocks are decoded eight remainders at a time (AVX-512, where the CPU has
     it) or one at a time; for tests, which compare both. Returns the previous setting."""
@@ -482,8 +511,8 @@ cdef int _decode_block(const uint8_t* buf, int64_t buflen, int64_t start, int64_
 
     A whole block of at most FPS_RICE_MAX_GAPS gaps whose remainders' sum fits in 64 bits
     (:func:`_sums_fit`) and 8 readable bytes after its remainders (every block of a store) is
-    decoded by ``fps_rice_keys``, which checks the sum of its gaps once, at the end, instead of
-    each gap against the room left: every gap is at most the sum (q << k fits when the sum of
+    decoded by ``_rice_keys`` (``fps_rice_keys``, or its AVX-512 form where the CPU has it),
+    which checks the sum of its gaps once, at the end, instead of each gap against the room left: every gap is at most the sum (q << k fits when the sum of
     the quotients does), so the keys are those that checking each gap would have given. Whenever
     something is wrong, the block is decoded again by :func:`_decode_block_probe`, which checks
     in the specification's order and so returns the same error. Every read stays inside
@@ -1073,9 +1102,9 @@ def probe_chunks(list bufs, const uint32_t[::1] chunk_len, const int64_t[::1] ch
             for b in range(chunk_start[c], chunk_start[c + 1]):
                 if counts[b] < 1 or counts[b] > C_MAX_ENTRIES:
                     return (ERR_COUNT, b, *_no_rows())
+    cdef uint64_t[::1] block = np.empty(C_MAX_ENTRIES, np.uint64)  # before the mallocs: it may raise
     cdef Py_buffer* views = <Py_buffer*>malloc(max(c1 - c0, 1) * sizeof(Py_buffer))
     cdef const uint8_t** at = <const uint8_t**>malloc(max(c1 - c0, 1) * sizeof(uint8_t*))
-    cdef uint64_t[::1] block = np.empty(C_MAX_ENTRIES, np.uint64)
     cdef Triples hits, lhits
     cdef Found pos = Found(NULL, 0, 0)
     cdef Found found = Found(NULL, 0, 0)

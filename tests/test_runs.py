@@ -915,6 +915,76 @@ def test_wide_and_narrow_decoders_agree(key_bits, block):
             assert decoded[0][0] == 0 and np.frombuffer(decoded[0][2], np.uint64).tolist() == keys[index._entry_start[b0] : index._entry_start[b1]].tolist()
 
 
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+def _rice_sections(gaps, k):
+    """A block's remainder and unary sections for ``gaps`` (the encoder's layout: remainders of
+    k bits LSB first, then each quotient in unary, LSB first)."""
+    rem = 0
+    for i, g in enumerate(gaps):
+        rem |= (g & ((1 << k) - 1)) << (i * k)
+    unary, p = 0, 0
+    for g in gaps:
+        p += g >> k
+        unary |= 1 << p
+        p += 1
+    nrem, nun = (len(gaps) * k + 7) // 8, (p + 7) // 8
+    return np.frombuffer(rem.to_bytes(nrem, "little"), np.uint8), np.frombuffer(unary.to_bytes(nun, "little"), np.uint8)
+
+
+@pytest.mark.parametrize("k", [1, 7, 8, 13, 40, 41, 56])
+def test_wide_decoder_accepts_and_equals_the_narrow_one(k):
+    """Both whole-block decoders called directly (``_rice_forms``) on blocks of every length class
+    (groups of eight and tails): the AVX-512 form runs wherever the CPU has F, BW and VBMI, accepts
+    every valid block and gives the narrow form's keys and sums, and the same verdict on damaged
+    unary bytes. (Through decode_blocks a wide form that refused every block would pass unseen:
+    the checking loop decodes again.)"""
+    rng = np.random.default_rng(k)
+    flags = _cpu_flags()
+    for m in (1, 7, 8, 9, 63, 64, 255, 1024):
+        q = rng.integers(0, 4, m)
+        q[rng.integers(0, m)] = 9
+        gaps = [(int(a) << k) | int(r) for a, r in zip(q, rng.integers(0, 1 << k, m, dtype=np.uint64))]
+        rem, unary = _rice_sections(gaps, k)
+        first = int(rng.integers(0, 1 << 20))
+        # The decoders' sums wrap at 2**64 (the caller's checks refuse such a block); so does this.
+        want = np.array([int(x) % 2**64 for x in np.cumsum(np.array([first] + gaps, dtype=object))], np.uint64)
+        available, narrow, wide = C._rice_forms(rem, unary, m, k, first)
+        if {"avx512f", "avx512bw", "avx512vbmi"} <= flags:
+            assert available
+        assert narrow[0] and narrow[1].tolist() == want.tolist()
+        assert narrow[2] == sum(int(x) for x in q) and narrow[3] == sum(g & ((1 << k) - 1) for g in gaps) % 2**64
+        if available:
+            assert wide[0] and wide[1].tolist() == want.tolist() and wide[2:] == narrow[2:]
+        for _ in range(20):
+            bad = unary.copy()
+            bad[int(rng.integers(0, len(bad)))] = int(rng.integers(0, 256))
+            available, narrow, wide = C._rice_forms(rem, bad, m, k, first)
+            if available:
+                assert wide[0] == narrow[0]
+                if narrow[0]:
+                    assert wide[1].tolist() == narrow[1].tolist() and wide[2:] == narrow[2:]
+
+
+def test_negative_k_matches_nothing_at_every_compare_level():
+    """The kernels' int k below 0 finds no pair in every compare form (the AVX-512 compare is a
+    signed one, as the others), as in the specification twin."""
+    keys = np.sort(np.random.default_rng(3).integers(0, 2**64 - 1, 400, dtype=np.uint64, endpoint=True))
+    index, chunks = runs.encode_run(keys, block_entries=64, chunk_bytes=1 << 14)
+    b1 = int(index._chunk_start[1])
+    desc = (index._starts[:b1], index._ends[:b1], index._counts[:b1], index._bounds[: b1 + 1])
+    for level in (2, 1, 0):
+        with kernel_setting(C.use_vector_compare, level):
+            assert len(C.probe_chunk(chunks[0], *desc, keys[:50], 0, -1)[2]) == 0
+    assert len(PY.probe_chunk(chunks[0], *desc, keys[:50], 0, -1)[2]) == 0
+
+
 def checked_loops_only():
     """The compiled kernel with only its loops that check each gap (see use_unchecked_loops)."""
     return kernel_setting(C.use_unchecked_loops, False)

@@ -393,8 +393,9 @@ def probe_chunks(
     ``bufs[c]`` is chunk ``c``'s bytes (None where chunk ``c`` is not needed), ``chunk_len[c]``
     its length and ``chunk_start[c] .. chunk_start[c + 1] - 1`` its blocks, described by
     ``starts`` / ``ends`` (offsets in the chunk), ``counts`` and ``bounds`` as for
-    :func:`decode_blocks`, over the whole run; ``entry_start[b]`` is block ``b``'s first position
-    in the run. Chunk ``c`` is probed with the sorted queries ``queries[qa[c]:qb[c]]`` (pairs as
+    :func:`decode_blocks`, over the whole run (``bounds`` ascending, as a :class:`RunIndex`
+    checks: the compiled merge walks them forward only); ``entry_start[b]`` is block ``b``'s
+    first position in the run. Chunk ``c`` is probed with the sorted queries ``queries[qa[c]:qb[c]]`` (pairs as
     in :func:`probe_chunk`) and looks up the sorted keys ``lookups[la[c]:lb[c]]``.
 
     Checks, in order: the lengths of the arrays, the chunk range and each chunk's slices

@@ -194,19 +194,19 @@ def flip_variants(design: Design, t: int, perm: np.ndarray) -> tuple[np.ndarray,
     return (perm[:, None] ^ m[None, :]).ravel(), len(masks)
 
 
-#: The merge runs its tables on threads from THREADED_MERGE_QUERIES queries when the runs' table 0
-#: has at least THREADED_MERGE_CHUNKS chunks (about 7 * 10^5 fingerprints), else from
-#: THREADED_MERGE_QUERIES_SMALL. Threads pay where the kernel's decoding dominates: at 10^6 and
-#: 10^7 a merge of 8,192 queries on two threads took 8-10 and 28-34 ms against 15 and 52 on one
-#: (tools/bench_probe_crossover.py), while at 10^5 (3 chunks) the workers' numpy steps, which
-#: take turns on the interpreter lock, cost more than the decoding they share (2.8 ms against 1.8
-#: at 2,048 queries).
+#: The merge shares each table's chunks among threads from THREADED_MERGE_QUERIES queries when the
+#: runs' table 0 has at least THREADED_MERGE_CHUNKS chunks (about 7 * 10^5 fingerprints), else
+#: from THREADED_MERGE_QUERIES_SMALL. Threads pay where the kernel's decoding dominates: at 10^6
+#: and 10^7 a merge of 8,192 queries on two threads took 8-10 and 28-34 ms against 15 and 52 on
+#: one (tools/bench_probe_crossover.py, when each table went to one thread), while at 10^5 (3
+#: chunks) the workers' numpy steps, which take turns on the interpreter lock, cost more than the
+#: decoding they share (2.8 ms against 1.8 at 2,048 queries).
 THREADED_MERGE_QUERIES, THREADED_MERGE_CHUNKS, THREADED_MERGE_QUERIES_SMALL = 2_048, 16, 20_000
 
 
 def threaded_merge_from(chunks0: int) -> int:
-    """The batch size from which :func:`batch_probe_runs` runs its tables on threads, for runs
-    whose table 0 has ``chunks0`` chunks in all."""
+    """The batch size from which :func:`batch_probe_runs` shares each table's chunks among
+    threads, for runs whose table 0 has ``chunks0`` chunks in all."""
     return THREADED_MERGE_QUERIES if chunks0 >= THREADED_MERGE_CHUNKS else THREADED_MERGE_QUERIES_SMALL
 
 
