@@ -256,3 +256,22 @@ def test_distinct_u64_is_numpys_unique_with_inverse(values, repeat):
     want, want_inverse = np.unique(keys, return_inverse=True)
     assert uniq.dtype == np.uint64 and uniq.tolist() == want.tolist()
     assert inverse.tolist() == want_inverse.tolist()
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(1, 3000), st.sampled_from([2, 1000, 10**6]), st.sampled_from([2, 2**20, 2**40, 2**63 - 1]))
+@settings(max_examples=60, deadline=None)
+def test_order_rows_is_lexsort(seed, n, nq, id_bound):
+    """search.order_rows orders rows by (query, distance, id) exactly as np.lexsort: with the
+    three packed in one key where they fit in 64 bits, and by two passes where they do not
+    (ids near 2**63)."""
+    from fpstore.index import search
+
+    rng = np.random.default_rng(seed)
+    q = rng.integers(0, nq, n).astype(np.int64)
+    d = rng.integers(0, 65, n).astype(np.uint8)
+    ids = rng.integers(1, id_bound, n, dtype=np.int64, endpoint=True)
+    ids[rng.integers(0, n, n // 3)] = ids[0]  # equal ids: ties broken by nothing else
+    order = search.order_rows(q, d, ids)
+    want = np.lexsort((ids, d, q))
+    assert [(q[i], d[i], ids[i]) for i in order] == [(q[i], d[i], ids[i]) for i in want]
+    assert sorted(order.tolist()) == list(range(n))

@@ -34,6 +34,7 @@ __all__ = [
     "components",
     "fill_restarts",
     "join_design",
+    "order_rows",
     "pairs_within",
     "probe_plan",
     "probe_plan_each",
@@ -365,6 +366,25 @@ def distinct_u64(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inverse = np.empty(len(keys), np.int64)
     inverse[order] = np.cumsum(new) - 1
     return ordered[new], inverse
+
+
+def order_rows(queries: np.ndarray, dist: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The order (int64 indices) of rows by query index, then distance, then id, as
+    ``np.lexsort((ids, dist, queries))`` gives (all three non-negative; distances at most 64).
+
+    One radix argsort of the three packed into the top bits of one key where they fit in 64 bits
+    (a batch of 10^6 queries against ids below 2^37 takes 57); two stable passes otherwise. At
+    800,000 rows 31 ms against the two passes' 54 (scratch, alternated)."""
+    if not len(queries):
+        return np.zeros(0, np.int64)
+    qbits, ibits = int(queries.max()).bit_length(), int(ids.max()).bit_length()
+    used = qbits + 7 + ibits
+    if used <= 64:
+        key = (queries.astype(np.uint64) << np.uint64(7 + ibits)) | (dist.astype(np.uint64) << np.uint64(ibits)) | ids.astype(np.uint64)
+        return np.asarray(_search.radix_sort(key << np.uint64(64 - used), True, used)[1], dtype=np.int64)
+    by_id = argsort_u64(ids.astype(np.uint64))
+    key = (queries[by_id].astype(np.uint64) << np.uint64(8)) | dist[by_id].astype(np.uint64)
+    return by_id[argsort_u64(key)]
 
 
 def argsort_u64(keys: np.ndarray) -> np.ndarray:

@@ -755,12 +755,9 @@ class Catalog:
             rq, rid, rd = np.concatenate([rq, iq]), np.concatenate([rid, iid]), np.concatenate([rd, idist])
             rfp = np.concatenate([rfp, ifp]).astype(np.uint64)
         if len(rq) < SORT_SMALL:
-            order = np.lexsort((rid, rd, rq))  # numpy's sort beats two radix passes' fixed costs here
+            order = np.lexsort((rid, rd, rq))  # numpy's sort beats the radix passes' fixed costs here
         else:
-            # Order by (query, distance, id): two stable radix passes instead of a lexsort.
-            by_id = search.argsort_u64(rid.astype(np.uint64))
-            key = (rq[by_id].astype(np.uint64) << np.uint64(8)) | rd[by_id].astype(np.uint64)
-            order = by_id[search.argsort_u64(key)]
+            order = search.order_rows(rq, rd, rid)
         return rq[order], rid[order], rd[order], rfp[order]
 
     def get(self, txn: lmdb.Transaction, typed: bytes, key: Key) -> Document | None:
