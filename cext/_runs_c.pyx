@@ -104,10 +104,24 @@ cdef extern from *:
         }
         return i == m && up[ub - 1] != 0;  /* i == m >= 1: ub >= 1 */
     }
+    /* Both decoders' end: the gaps e..m-1 one at a time (rp at gap e's remainder, s the sum so
+       far, first included), then the sums; returns 1. */
+    __attribute__((always_inline))
+    static inline int fps_rice_tail(const uint8_t *rp, const uint64_t *h, int64_t e, int64_t m, int k, uint64_t s,
+                                    uint64_t first, uint64_t *out, uint64_t *zsum, uint64_t *rsum) {
+        const uint64_t mask = (((uint64_t)1) << k) - 1;
+        for (int64_t bit = 0; e < m; e++, bit += k) {
+            s += (fps_load64(rp + (bit >> 3)) >> (bit & 7)) & mask;
+            out[e + 1] = s + (h[e] << k);
+        }
+        *zsum = h[m - 1];
+        *rsum = s - first;  /* exact: the sum fits in 64 bits (the caller checked m and k) */
+        return 1;
+    }
     static int fps_rice_keys(const uint8_t *rp, const uint8_t *up, int64_t ub, int64_t m, int k,
                              uint64_t first, uint64_t *out, uint64_t *zsum, uint64_t *rsum) {
         uint64_t h[FPS_RICE_MAX_GAPS + 8];
-        int64_t e = 0, bit = 0;
+        int64_t e = 0;
         if (!fps_rice_unary(up, ub, m, h)) return 0;
         const uint64_t mask = (((uint64_t)1) << k) - 1;
         const int o1 = k >> 3, o2 = (2 * k) >> 3, o3 = (3 * k) >> 3, o4 = (4 * k) >> 3,
@@ -128,19 +142,14 @@ cdef extern from *:
             s += (fps_load64(rp + o6) >> s6) & mask; o[6] = s + (hh[6] << k);
             s += (fps_load64(rp + o7) >> s7) & mask; o[7] = s + (hh[7] << k);
         }
-        for (; e < m; e++, bit += k) {
-            s += (fps_load64(rp + (bit >> 3)) >> (bit & 7)) & mask;
-            out[e + 1] = s + (h[e] << k);
-        }
-        *zsum = h[m - 1];
-        *rsum = s - first;  /* exact: the sum fits in 64 bits (the caller checked m and k) */
-        return 1;
+        return fps_rice_tail(rp, h, e, m, k, s, first, out, zsum, rsum);
     }
 
     /* fps_rice_keys with AVX-512 (F, BW, VBMI), same arguments, same results: the unary pass
-       compiled for AVX-512, and the remainders' pass eight at a time: the k bytes that hold them loaded at once (a masked load reads no byte after
-       them), each remainder's eight bytes moved into its lane (VPERMB), shifted and masked;
-       then their running sum by three shifted adds, carried from one group to the next. */
+       compiled for AVX-512, and the remainders' pass eight at a time: the k bytes that hold
+       them loaded at once (a masked load reads no byte after them), each remainder's eight
+       bytes moved into its lane (VPERMB), shifted and masked; then their running sum by three
+       shifted adds, carried from one group to the next. */
     #if defined(__GNUC__) && defined(__x86_64__)
     #include <immintrin.h>
     #define FPS_HAVE_AVX512_RICE 1
@@ -148,7 +157,7 @@ cdef extern from *:
     static int fps_rice_keys_avx512(const uint8_t *rp, const uint8_t *up, int64_t ub, int64_t m, int k,
                                     uint64_t first, uint64_t *out, uint64_t *zsum, uint64_t *rsum) {
         uint64_t h[FPS_RICE_MAX_GAPS + 8];
-        int64_t e = 0, bit = 0;
+        int64_t e = 0;
         if (!fps_rice_unary(up, ub, m, h)) return 0;
         const uint64_t mask = (((uint64_t)1) << k) - 1;
         uint8_t perm[64];
@@ -178,14 +187,8 @@ cdef extern from *:
             _mm512_storeu_si512((void *)(out + e + 1), _mm512_add_epi64(r, q));
             carry = _mm512_permutexvar_epi64(last, r);
         }
-        uint64_t s = (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(carry));
-        for (; e < m; e++, bit += k) {
-            s += (fps_load64(rp + (bit >> 3)) >> (bit & 7)) & mask;
-            out[e + 1] = s + (h[e] << k);
-        }
-        *zsum = h[m - 1];
-        *rsum = s - first;
-        return 1;
+        return fps_rice_tail(rp, h, e, m, k, (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(carry)), first, out,
+                             zsum, rsum);
     }
     #endif
     typedef int (*fps_rice_keys_fn)(const uint8_t *, const uint8_t *, int64_t, int64_t, int, uint64_t, uint64_t *,

@@ -245,19 +245,6 @@ def test_joins_compare_alike_four_at_a_time_and_one_at_a_time(seed, prefix_bits,
     assert sorted(zip(got[0][0], got[0][1], got[0][2])) == sorted(zip(i.tolist(), j.tolist(), d[i, j].tolist()))
 
 
-@given(st.lists(st.integers(0, 2**64 - 1), max_size=300), st.integers(0, 5))
-@settings(max_examples=100, deadline=None)
-def test_distinct_u64_is_numpys_unique_with_inverse(values, repeat):
-    """distinct_u64 gives np.unique's sorted distinct keys and each key's index among them."""
-    from fpstore.index import search
-
-    keys = np.array(values * (1 + repeat % 3), dtype=np.uint64)
-    uniq, inverse = search.distinct_u64(keys)
-    want, want_inverse = np.unique(keys, return_inverse=True)
-    assert uniq.dtype == np.uint64 and uniq.tolist() == want.tolist()
-    assert inverse.tolist() == want_inverse.tolist()
-
-
 @given(st.integers(0, 2**32 - 1), st.integers(1, 3000), st.sampled_from([2, 1000, 10**6]), st.sampled_from([2, 2**20, 2**40, 2**63 - 1]))
 @settings(max_examples=60, deadline=None)
 def test_order_rows_is_lexsort(seed, n, nq, id_bound):

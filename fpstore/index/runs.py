@@ -703,38 +703,6 @@ def _prefix_mask(prefix_bits: int) -> int:
     return (_M64 << (64 - p)) & _M64
 
 
-def _probe_one_chunk(
-    buf: np.ndarray,
-    index: RunIndex,
-    c: int,
-    queries: np.ndarray,
-    qa: int,
-    qb: int,
-    mask: int,
-    k: int,
-    positions: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    b0, b1 = int(index._chunk_start[c]), int(index._chunk_start[c + 1])
-    err, j, qpos, keys, dist = _kernel.probe_chunk(
-        buf,
-        index._starts[b0:b1],
-        index._ends[b0:b1],
-        index._counts[b0:b1],
-        index._bounds[b0 : b1 + 1],
-        queries[qa:qb],
-        mask,
-        k,
-        positions,
-    )
-    if err:
-        raise _corrupt(index, err, b0 + j)
-    if qa:
-        qpos += qa
-    if positions:  # positions in the chunk -> positions in the run
-        keys = keys.astype(np.int64) + int(index._entry_start[b0])
-    return qpos, keys, dist
-
-
 def _query_slices(index: RunIndex, queries: np.ndarray, mask: int, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each chunk, the slice of sorted queries whose prefix range meets the chunk's key range.
 
@@ -765,8 +733,14 @@ def probe_batch(
     kk = int_in(k, "k", 0, 64)
     c = int_in(chunk_no, "chunk_no", 0, index.nchunks - 1)
     buf = _bytes_view(chunk, index, c)
-    qa, qb = _query_slices(index, queries, mask, np.array([c]))
-    return _probe_one_chunk(buf, index, c, queries, int(qa[0]), int(qb[0]), mask, kk)
+    (qa,), (qb,) = _query_slices(index, queries, mask, np.array([c]))
+    b0, b1 = int(index._chunk_start[c]), int(index._chunk_start[c + 1])
+    err, j, qpos, keys, dist = _kernel.probe_chunk(
+        buf, index._starts[b0:b1], index._ends[b0:b1], index._counts[b0:b1], index._bounds[b0 : b1 + 1], queries[qa:qb], mask, kk
+    )
+    if err:
+        raise _corrupt(index, err, b0 + j)
+    return qpos + qa, keys, dist
 
 
 def probe_run_chunks(
@@ -795,8 +769,6 @@ def probe_run_chunks(
     c0, c1 = (0, nc) if chunks is None else chunks
     if not 0 <= c0 <= c1 <= nc:
         raise InputError(f"chunks must lie in 0..{nc}, got {chunks}")
-    if not index.count or not (len(queries) or len(keys)):
-        return _NO_RUN_ROWS
     every = np.arange(nc)
     qa, qb = _query_slices(index, queries, mask, every)
     la, lb = _query_slices(index, keys, _M64, every)
@@ -819,16 +791,6 @@ def probe_run_chunks(
     return tuple(rows)
 
 
-_NO_RUN_ROWS = (
-    np.zeros(0, np.int64),
-    np.zeros(0, _U64),
-    np.zeros(0, np.int64),
-    np.zeros(0, np.uint8),
-    np.zeros(0, np.int64),
-    np.zeros(0, np.int64),
-)
-
-
 def probe_batch_run(
     chunks_getter: ChunkGetter,
     index: RunIndex,
@@ -845,19 +807,5 @@ def probe_batch_run(
     instead of its key: ``prefix_bits=64, k=0`` then looks up many keys at once, decoding only
     the blocks that may hold one.
     """
-    mask = _prefix_mask(prefix_bits)
-    queries = sorted_u64_array(queries_sorted, "queries_sorted", int_in(prefix_bits, "prefix_bits", 0, 64))
-    kk = int_in(k, "k", 0, 64)
-    parts = []
-    if index.count and len(queries):
-        chunks = np.arange(index.nchunks)
-        qa, qb = _query_slices(index, queries, mask, chunks)
-        for c in np.flatnonzero(qb > qa):
-            buf = _bytes_view(chunks_getter(int(c)), index, int(c))
-            parts.append(_probe_one_chunk(buf, index, int(c), queries, int(qa[c]), int(qb[c]), mask, kk, positions))
-    if not parts:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64 if positions else np.uint64), np.zeros(0, np.uint8)
-    if len(parts) == 1:
-        return parts[0]
-    qpos, keys, dist = zip(*parts)
-    return np.concatenate(qpos), np.concatenate(keys), np.concatenate(dist)
+    qpos, keys, at, dist, _, _ = probe_run_chunks(chunks_getter, index, queries_sorted, prefix_bits, k)
+    return qpos, at if positions else keys, dist

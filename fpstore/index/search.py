@@ -278,7 +278,7 @@ def batch_probe_runs(
         mine = [rows for (rr, _, _), rows in zip(later, later_rows) if rr == r]
         fq = np.concatenate([m[0] for m in mine]) if mine else np.zeros(0, np.int64)
         ffp = np.concatenate([m[1] for m in mine]) if mine else np.zeros(0, np.uint64)
-        fresh.append((fq, ffp, *distinct_u64(ffp)))
+        fresh.append((fq, ffp, *np.unique(ffp, return_inverse=True)))
     lookups = [f[2] for f in fresh]
     first = [(r, 0, span) for r in range(len(runs)) for span in spans(r, 0)]
     first_rows = list(run_map(lambda item: merge(item[0], item[1], item[2], lookups[item[0]]), first))
@@ -356,25 +356,13 @@ def sort_u64(keys: np.ndarray) -> np.ndarray:
     return np.sort(keys) if _NUMPY_SORT else _search.radix_sort(keys)
 
 
-def distinct_u64(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(keys, return_inverse=True)`` for uint64 keys, by one radix argsort (numpy's
-    took ~3.5 ms for 35,000 keys where this takes under 1)."""
-    order = argsort_u64(keys)
-    ordered = keys[order]
-    new = np.ones(len(keys), dtype=bool)
-    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
-    inverse = np.empty(len(keys), np.int64)
-    inverse[order] = np.cumsum(new) - 1
-    return ordered[new], inverse
-
-
 def order_rows(queries: np.ndarray, dist: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """The order (int64 indices) of rows by query index, then distance, then id, as
     ``np.lexsort((ids, dist, queries))`` gives (all three non-negative; distances at most 64).
 
     One radix argsort of the three packed into the top bits of one key where they fit in 64 bits
-    (a batch of 10^6 queries against ids below 2^37 takes 57); two stable passes otherwise. At
-    800,000 rows 31 ms against the two passes' 54 (scratch, alternated)."""
+    (10^6 queries and ids below 2^30 take 57 bits); two stable passes otherwise, which took 57 ms
+    for 800,000 rows against 43 (docs/benchmarks.md, "Batch queries by chunk size")."""
     if not len(queries):
         return np.zeros(0, np.int64)
     qbits, ibits = int(queries.max()).bit_length(), int(ids.max()).bit_length()

@@ -156,6 +156,8 @@ def _fz_run_chunk(data: bytes, zlib) -> None:
         # stops past hi) and an exact lookup.
         lambda: runs.probe_tables([runs.probe_table(index, list(range(index.nchunks)))], getter, [(0, lo, hi, lo)], 64),
         lambda: runs.probe_tables([runs.probe_table(index, list(range(index.nchunks)))], getter, [(0, lo, lo, lo)], 0),
+        # The batch merge: one chunk through probe_chunk, the run through probe_chunks.
+        lambda: runs.probe_batch(chunk, index, c, np.array([lo, hi], np.uint64), 8, 64),
         lambda: runs.probe_batch_run(getter, index, np.array([lo, hi], np.uint64), 8, 64),
         lambda: runs.decode_run(getter, index, checksum=bool(op & 2)),
     ):
