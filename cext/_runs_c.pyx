@@ -1185,6 +1185,7 @@ cdef void _copy_hits(Triples* h, int64_t[::1] qpos, uint64_t[::1] key, uint8_t[:
 
 ERR_MISSING = 8
 ERR_LENGTH = 9
+ERR_UNMATCHED = 10  # a key another table of the run reached is not in its table 0
 
 
 cdef class ProbeTable:
@@ -1789,9 +1790,17 @@ cdef int _probe_fp(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dict m
             err = _probe_ranges(tables, fetch, p.ranges, nmiss, 0, memo, &p.hits, &p.scratch)
             if err:
                 return err
+            # Each look-up's hits follow the one before's, copies of one key together: as many
+            # distinct keys as look-ups, or table 0 lacks what another table holds (damage).
+            x = 0
             for j in range(p.hits.n):
+                if j == 0 or p.hits.key[j] != p.hits.key[j - 1]:
+                    x += 1
                 if _phits_push(&p.found, r, p.hits.key[j], p.hits.pos[j]):
                     raise MemoryError()
+            if x != nmiss:
+                p.scratch.err_table, p.scratch.err_where = r * ntab, -1
+                return ERR_UNMATCHED
         # This run's entries by position, each once.
         if p.found.n - first > p.order_cap:
             grown_order = <PosKey*>realloc(p.order, (p.found.n - first) * sizeof(PosKey))

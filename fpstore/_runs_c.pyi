@@ -15,6 +15,7 @@ ERR_TRAILING: int
 ERR_UNSORTED: int
 ERR_MISSING: int
 ERR_LENGTH: int
+ERR_UNMATCHED: int
 MAX_BLOCK_ENTRIES: int
 
 def encode_chunk(keys: np.ndarray, block_entries: int, first_block: int, out: np.ndarray, offsets: np.ndarray) -> tuple[int, int, int]: ...

@@ -1276,3 +1276,99 @@ def test_vector_and_scalar_compares_equal_brute_force(seed, prefix_bits, group, 
     qi, ki = np.nonzero(shared & (d <= k))
     want = sorted(zip(qi.tolist(), keys[ki].tolist(), d[qi, ki].tolist()))
     assert got[0] == got[1] == got[2] == want
+
+
+def _mismatched_run(design, query):
+    """One run whose table 0 lacks a fingerprint (``lost``, one bit from ``query`` inside table
+    0's prefix, so only the other tables reach it) that its other tables hold: damage, since every
+    table of a run holds the same fingerprints."""
+    rng = np.random.default_rng(5)
+    prefix = design.tables[0].prefix_bits
+    lost = query ^ (1 << 63)  # the top bit lies in table 0's prefix
+    assert prefix >= 1
+    others = [int(v) for v in rng.integers(0, 2**63, 200, dtype=np.uint64)]
+    with_lost = np.sort(np.array(others + [lost], dtype=np.uint64))
+    without = np.sort(np.array(others + [others[0]], dtype=np.uint64))  # same count, lost replaced
+    store: dict[bytes, bytes] = {}
+    per_mod = {mod: [] for mod in TWINS}
+    for t in range(len(design.tables)):
+        keys = without if t == 0 else np.sort(design.permute(with_lost, t))
+        index, chunks = runs.encode_run(keys, block_entries=7, chunk_bytes=max(1 << 10, runs.max_block_bytes(7)))
+        names = [b"t%d c%d" % (t, c) for c in range(index.nchunks)]
+        store.update(zip(names, chunks))
+        for mod in TWINS:
+            per_mod[mod].append(_probe_tables_of(mod, index, names))
+    return store, per_mod, lost
+
+
+def test_a_fingerprint_missing_from_table_0_is_reported_not_dropped():
+    """A key another table reaches is looked up in table 0 for its position (its document). When
+    table 0 lacks it, the run is damaged: both twins and both entry points report it (the compiled
+    kernel and the twin once dropped the match silently, a query answering less than the store
+    holds), and the store's batch merge raises CorruptionError."""
+    from fpstore.index import search
+    from fpstore.index.design import designs_for_k
+
+    k, design = 3, designs_for_k(3)[0]
+    query = 0x0123456789ABCDEF
+    store, per_mod, _ = _mismatched_run(design, query)
+    spec = ([design.moves(t) for t in range(len(design.tables))], [t.prefix_bits for t in design.tables],
+            [list(design.flip_masks(t)) for t in range(len(design.tables))])
+    for mod in TWINS:
+        d = search.probe_design(design) if mod is C else PY.ProbeDesign(*spec)
+        if mod is C and type(d).__module__ != C.__name__:
+            d = C.ProbeDesign(*spec)
+        err, table, _, hits = mod.probe_fingerprint(d, per_mod[mod], store.get, query, k)
+        assert (err, table, hits) == (mod.ERR_UNMATCHED, 0, []), mod
+        err, table, _, rows = mod.probe_fingerprints(d, per_mod[mod], store.get, np.array([query], np.uint64), k, {})
+        assert (err, table, rows) == (mod.ERR_UNMATCHED, 0, None), mod
+    with pytest.raises(CorruptionError, match="table 0"):
+        runs.probe_fingerprint(search.probe_design(design), per_mod[C], store.get, query, k)
+
+
+def test_a_store_whose_table_0_lacks_a_fingerprint_raises_on_every_query_path(tmp_path):
+    """The store's paths over damaged runs: table 0 of the run (copied from a store whose one
+    document has another fingerprint) lacks a fingerprint the other tables hold. A single query,
+    a small batch (a probe per query) and a large one (the merge of every table, table 0 last,
+    looking up what the others found) all raise CorruptionError instead of answering without
+    that document (the merge once dropped it silently)."""
+    import lmdb
+
+    import fpstore
+    from fpstore.store.storage import MAX_DBS
+
+    rng = np.random.default_rng(3)
+    fps = rng.integers(0, 2**63, 3000, dtype=np.uint64)
+    lost = int(fps[0])
+    other = fps.copy()
+    other[0] = fps[1]
+    paths = [str(tmp_path / "a"), str(tmp_path / "b")]
+    for path, values in zip(paths, (fps, other)):
+        with fpstore.open(path, k=3) as store:
+            store.bulk_load(np.arange(1, 3001), values, pipeline_id=store.pipeline.id)
+            with store._storage.read() as txn:
+                (run,) = store._cat.state(txn).runs
+    prefix = run.tables[0]  # (a bulk load's table 0 is its key segment's fingerprints)
+    envs = [lmdb.open(p, subdir=True, lib_version=0, max_dbs=MAX_DBS, map_size=0) for p in paths]
+    try:
+        src_blobs, blobs = envs[1].open_db(b"blobs"), envs[0].open_db(b"blobs")
+        with envs[1].begin() as src:
+            table0 = [(bytes(k), bytes(v)) for k, v in src.cursor(db=src_blobs) if bytes(k).startswith(prefix)]
+        assert table0
+        with envs[0].begin(write=True) as txn:
+            for name in [bytes(k) for k, _ in txn.cursor(db=blobs) if bytes(k).startswith(prefix)]:
+                txn.delete(name, db=blobs)
+            for name, value in table0:
+                txn.put(name, value, db=blobs)
+    finally:
+        for env in envs:
+            env.close()
+    query = lost ^ (1 << 63)  # table 0's prefix differs: only the other tables reach `lost`
+    with fpstore.open(paths[0], readonly=True) as store:
+        pid = store.pipeline.id
+        with pytest.raises(CorruptionError, match="table 0"):
+            store.query(fingerprint=query, pipeline_id=pid)
+        for size in (10, 20_000):
+            batch = np.concatenate([[query], rng.integers(0, 2**63, size - 1, dtype=np.uint64)])
+            with pytest.raises(CorruptionError, match="table 0"):
+                store.query_many(batch, pipeline_id=pid)

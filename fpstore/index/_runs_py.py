@@ -488,6 +488,7 @@ def _locate(bounds: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
 
 ERR_MISSING = 8  # a chunk the index names is absent
 ERR_LENGTH = 9  # a chunk's length differs from the index's
+ERR_UNMATCHED = 10  # a key another table of the run reached is not in its table 0
 
 
 class ProbeTable:
@@ -665,6 +666,8 @@ def probe_fingerprint(d: ProbeDesign, tables: list, fetch: Any, fp: int, k: int,
             err, i, where, hits = probe_tables(tables, fetch, missing, 0)
             if err:
                 return err, i, where, []
+            if len({key for _, key, _ in hits}) != len(missing):  # table 0 lacks what another holds
+                return ERR_UNMATCHED, r * ntab, -1, []
             found.update((pos, key) for _, key, pos in hits)
         out += [(r, found[pos], pos) for pos in sorted(found)]
     return OK, -1, -1, out

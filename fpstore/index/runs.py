@@ -695,6 +695,8 @@ def _probe_error(err: int, i: int, where: int) -> CorruptionError:
         return CorruptionError(f"run table {i}: chunk {where} is missing; the run is damaged")
     if err == _kernel.ERR_LENGTH:
         return CorruptionError(f"run table {i}: chunk {where} has the wrong length (truncated or damaged)")
+    if err == _kernel.ERR_UNMATCHED:
+        return CorruptionError(f"run table {i}: a fingerprint the run's other tables hold is missing from its table 0; the run is damaged")
     return CorruptionError(f"run table {i}, block {where}: {_REASONS.get(err, f'error {err}')}; the run is damaged")
 
 

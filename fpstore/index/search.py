@@ -294,7 +294,7 @@ def batch_probe_runs(
         ids = run.ids_at(np.concatenate([pos0, lpos])).astype(np.int64)
         out.append((q0, ids[: len(q0)], fp0))
         if len(fresh[r][0]):
-            out.append(_expand_lookups(*fresh[r], li, ids[len(q0) :]))
+            out.append(_expand_lookups(*fresh[r], li, ids[len(q0) :], run.id))
     qi = np.concatenate([o[0] for o in out])
     if not len(qi):
         return empty
@@ -314,12 +314,15 @@ def _sorted_probe_keys(design: Design, queries: np.ndarray, t: int) -> tuple[np.
 
 
 def _expand_lookups(
-    qi: np.ndarray, fps: np.ndarray, lookups: np.ndarray, inverse: np.ndarray, li: np.ndarray, ids: np.ndarray
+    qi: np.ndarray, fps: np.ndarray, lookups: np.ndarray, inverse: np.ndarray, li: np.ndarray, ids: np.ndarray, run_id: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows (query, fingerprint) found by later tables, each given every id that holds its
     fingerprint: ``lookups`` are the rows' distinct fingerprints, sorted, ``inverse`` each row's
     index among them, and ``(li, ids)`` a row per stored copy of each (its index in
-    ``lookups``, its id)."""
+    ``lookups``, its id). A fingerprint with no copy in table 0 is damage to run ``run_id``
+    (CorruptionError): every table of a run holds the same fingerprints."""
+    if len(np.unique(li)) != len(lookups):
+        raise CorruptionError(f"run {run_id}: a fingerprint the run's other tables hold is missing from its table 0; the run is damaged")
     if len(li) > len(lookups):
         # Some fingerprint is stored more than once in this run, and the merge reported one
         # row per stored copy: keep one row per (query, fingerprint) before expanding to ids.
