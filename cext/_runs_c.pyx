@@ -7,7 +7,7 @@ validation beyond memory safety: every read of a chunk is checked against the bu
 because the bytes come from disk and may be anything. The GIL is released in every loop.
 """
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcpy, memset
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -1181,6 +1181,81 @@ cdef tuple _no_rows():
 
 cdef void _copy_hits(Triples* h, int64_t[::1] qpos, uint64_t[::1] key, uint8_t[::1] dist):
     triples_copy(h, &qpos[0], &key[0], &dist[0])
+
+
+IX_ENTRIES = 1
+IX_SUM = 2
+IX_KEYS = 3
+IX_LAST = 4
+IX_CHUNKS = 5
+IX_FIRST = 6
+IX_ORDER = 7
+IX_END = 8
+IX_DENSE = 9
+
+
+def index_check(const uint64_t[::1] first_keys, const uint32_t[::1] chunk, const uint32_t[::1] offset,
+                const uint16_t[::1] nentries, const uint32_t[::1] chunk_len, uint64_t count, uint64_t last_key,
+                Py_ssize_t block_entries):
+    """The checks of a run index and what the kernels derive from it, in one pass each: see the
+    twin ``fpstore.index._runs_py.index_check`` (the same codes, details and arrays). A small
+    run's index is checked in microseconds where numpy's calls cost a hundred: the first query
+    after every flush or merge builds the new run's indexes."""
+    cdef Py_ssize_t nb = first_keys.shape[0], nc = chunk_len.shape[0], b, c
+    cdef uint64_t total = 0
+    cdef int64_t e
+    if nb < 1 or nc < 1 or chunk.shape[0] != nb or offset.shape[0] != nb or nentries.shape[0] != nb:
+        raise ValueError("index_check needs one entry per block in each per-block array, and a block and a chunk")
+    for b in range(nb):
+        if nentries[b] < 1 or nentries[b] > block_entries:
+            return IX_ENTRIES, 0, None
+    for b in range(nb):
+        total += nentries[b]
+    if total != count:
+        return IX_SUM, total, None
+    for b in range(1, nb):
+        if first_keys[b] < first_keys[b - 1]:
+            return IX_KEYS, 0, None
+    if last_key < first_keys[nb - 1]:
+        return IX_LAST, 0, None
+    if chunk[0] != 0 or chunk[nb - 1] != nc - 1:
+        return IX_CHUNKS, 0, None
+    for b in range(1, nb):
+        if chunk[b] != chunk[b - 1] and chunk[b] != chunk[b - 1] + 1:
+            return IX_CHUNKS, 0, None
+    for b in range(nb):
+        if (b == 0 or chunk[b] != chunk[b - 1]) and offset[b] != 0:
+            return IX_FIRST, 0, None
+    for b in range(1, nb):
+        if chunk[b] == chunk[b - 1] and offset[b] <= offset[b - 1]:
+            return IX_ORDER, 0, None
+    for b in range(nb):
+        if (b == nb - 1 or chunk[b + 1] != chunk[b]) and offset[b] >= chunk_len[chunk[b]]:
+            return IX_END, 0, None
+    starts_a = np.empty(nb, np.int64)
+    ends_a = np.empty(nb, np.int64)
+    counts_a = np.empty(nb, np.int64)
+    bounds_a = np.empty(nb + 1, np.uint64)
+    entry_a = np.empty(nb + 1, np.int64)
+    chunk_a = np.empty(nc + 1, np.int64)
+    cdef int64_t[::1] starts = starts_a, ends = ends_a, counts = counts_a, entry_start = entry_a, chunk_start = chunk_a
+    cdef uint64_t[::1] bounds = bounds_a
+    chunk_start[0] = 0
+    for b in range(1, nb):
+        if chunk[b] != chunk[b - 1]:
+            chunk_start[chunk[b]] = b
+    chunk_start[nc] = nb
+    entry_start[0] = 0
+    for b in range(nb):
+        starts[b] = offset[b]
+        ends[b] = offset[b + 1] if b + 1 < nb and chunk[b + 1] == chunk[b] else chunk_len[chunk[b]]
+        counts[b] = nentries[b]
+        if counts[b] - 1 > 8 * (ends[b] - starts[b] - 1):
+            return IX_DENSE, b, None
+        entry_start[b + 1] = entry_start[b] + counts[b]
+        bounds[b] = first_keys[b]
+    bounds[nb] = last_key
+    return 0, 0, (starts_a, ends_a, counts_a, bounds_a, entry_a, chunk_a)
 
 
 ERR_MISSING = 8

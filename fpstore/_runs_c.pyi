@@ -17,7 +17,26 @@ ERR_MISSING: int
 ERR_LENGTH: int
 ERR_UNMATCHED: int
 MAX_BLOCK_ENTRIES: int
+IX_ENTRIES: int
+IX_SUM: int
+IX_KEYS: int
+IX_LAST: int
+IX_CHUNKS: int
+IX_FIRST: int
+IX_ORDER: int
+IX_END: int
+IX_DENSE: int
 
+def index_check(
+    first_keys: np.ndarray,
+    chunk: np.ndarray,
+    offset: np.ndarray,
+    nentries: np.ndarray,
+    chunk_len: np.ndarray,
+    count: int,
+    last_key: int,
+    block_entries: int,
+) -> tuple[int, int, tuple[np.ndarray, ...] | None]: ...
 def encode_chunk(keys: np.ndarray, block_entries: int, first_block: int, out: np.ndarray, offsets: np.ndarray) -> tuple[int, int, int]: ...
 def use_unchecked_loops(on: bool) -> bool: ...
 def use_vector_compare(level: int) -> int: ...

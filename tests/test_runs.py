@@ -1372,3 +1372,36 @@ def test_a_store_whose_table_0_lacks_a_fingerprint_raises_on_every_query_path(tm
             batch = np.concatenate([[query], rng.integers(0, 2**63, size - 1, dtype=np.uint64)])
             with pytest.raises(CorruptionError, match="table 0"):
                 store.query_many(batch, pipeline_id=pid)
+
+
+_INDEX_FIELDS = ("first_keys", "chunk", "offset", "nentries", "chunk_len")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 3000), st.sampled_from([1, 3, 64, 256]), st.sampled_from([0, 1 << 9, 1 << 12]),
+       st.sampled_from(_INDEX_FIELDS + ("count", "last_key", None)), st.integers(0, 10**6), st.integers(0, 2**64 - 1),
+       st.integers(0, 2**32))
+def test_index_check_twins_agree_on_intact_and_forged_indexes(n, block, chunk_bytes, field, where, value, seed):
+    """The compiled run-index check and its numpy twin give the same verdict (code and detail)
+    and, on an intact index, the same derived arrays, for indexes from the encoder with one field
+    forged (a value of its type at one place, or the run's count or last key)."""
+    keys = np.sort(np.random.default_rng(seed).integers(0, 2**64, n, dtype=np.uint64))
+    index, _ = runs.encode_run(keys, block_entries=block, chunk_bytes=max(chunk_bytes, runs.max_block_bytes(block)))
+    arrays = {name: np.array(getattr(index, name)) for name in _INDEX_FIELDS}
+    count, last_key = index.count, index.last_key
+    if field == "count":
+        count = value
+    elif field == "last_key":
+        last_key = value
+    elif field is not None:
+        a = arrays[field]
+        a[where % len(a)] = value % (int(np.iinfo(a.dtype).max) + 1)
+    got = [mod.index_check(*(arrays[name] for name in _INDEX_FIELDS), count, last_key, block) for mod in TWINS]
+    (code_c, detail_c, derived_c), (code_p, detail_p, derived_p) = got
+    assert (code_c, detail_c) == (code_p, detail_p)
+    if field is None:
+        assert code_c == 0
+    if code_c == 0:
+        for a, b in zip(derived_c, derived_p):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+        assert np.array_equal(derived_c[0], index._starts) or field is not None

@@ -486,6 +486,78 @@ def _locate(bounds: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
     return b0, b1
 
 
+# What index_check finds wrong with a run index (the first, in this order).
+IX_ENTRIES = 1  # a block's entry count outside 1..block_entries
+IX_SUM = 2  # the entry counts do not sum to the run's count (detail: their sum)
+IX_KEYS = 3  # first keys not ascending
+IX_LAST = 4  # last key below the last block's first key
+IX_CHUNKS = 5  # blocks do not fill chunks 0..nchunks-1 in order
+IX_FIRST = 6  # a chunk's first block does not start at byte 0
+IX_ORDER = 7  # block offsets within a chunk not increasing
+IX_END = 8  # a chunk's last block starts at or beyond the chunk's end
+IX_DENSE = 9  # a block claims more entries than its bytes can hold (detail: the block)
+
+
+def index_check(
+    first_keys: np.ndarray,
+    chunk: np.ndarray,
+    offset: np.ndarray,
+    nentries: np.ndarray,
+    chunk_len: np.ndarray,
+    count: int,
+    last_key: int,
+    block_entries: int,
+) -> tuple[int, int, tuple[np.ndarray, ...] | None]:
+    """The checks of a run index with at least one block and one chunk (arrays of one length per
+    block, uint64 / uint32 / uint32 / uint16, and uint32 per chunk; the scalars in range), and what
+    the kernels derive from it: ``(0, 0, (starts, ends, counts, bounds, entry_start,
+    chunk_start))``, int64 but bounds (uint64), or ``(IX_..., detail, None)`` for the first
+    check that fails, in the order the constants are listed.
+
+    Block b's bytes are ``[starts[b], ends[b])`` of chunk ``chunk[b]``, its keys lie in
+    ``[bounds[b], bounds[b + 1]]``, its entries are ``entry_start[b] ..``; chunk c's blocks are
+    ``chunk_start[c] .. chunk_start[c + 1] - 1``. A block of n entries takes at least
+    ``1 + ceil((n - 1) / 8)`` bytes (a header byte, a unary bit per gap), so the counts are
+    bounded by the bytes the index claims."""
+    nb, nc = len(first_keys), len(chunk_len)
+    if nentries.min() < 1 or nentries.max() > block_entries:
+        return IX_ENTRIES, 0, None
+    total = int(nentries.sum(dtype=np.int64))
+    if total != count:
+        return IX_SUM, total, None
+    if np.any(first_keys[1:] < first_keys[:-1]):
+        return IX_KEYS, 0, None
+    if last_key < int(first_keys[-1]):
+        return IX_LAST, 0, None
+    step = np.diff(chunk.astype(np.int64))
+    if chunk[0] != 0 or int(chunk[-1]) != nc - 1 or np.any((step != 0) & (step != 1)):
+        return IX_CHUNKS, 0, None
+    new_chunk = np.concatenate(([True], step == 1))
+    if np.any(offset[new_chunk] != 0):
+        return IX_FIRST, 0, None
+    same = ~new_chunk[1:]
+    if np.any(offset[1:][same] <= offset[:-1][same]):
+        return IX_ORDER, 0, None
+    last_of_chunk = np.concatenate((step == 1, [True]))
+    if np.any(offset[last_of_chunk] >= chunk_len):
+        return IX_END, 0, None
+    starts = offset.astype(np.int64)
+    chunk_start = np.searchsorted(chunk, np.arange(nc + 1), side="left").astype(np.int64)
+    ends = np.empty(nb, np.int64)
+    ends[:-1] = starts[1:]
+    ends[chunk_start[1:] - 1] = chunk_len.astype(np.int64)  # last block of each chunk
+    counts = nentries.astype(np.int64)
+    dense = counts - 1 > 8 * (ends - starts - 1)
+    if np.any(dense):
+        return IX_DENSE, int(np.flatnonzero(dense)[0]), None
+    entry_start = np.zeros(nb + 1, np.int64)
+    np.cumsum(counts, out=entry_start[1:])
+    bounds = np.empty(nb + 1, np.uint64)
+    bounds[:nb] = first_keys
+    bounds[nb] = last_key
+    return 0, 0, (starts, ends, counts, bounds, entry_start, chunk_start)
+
+
 ERR_MISSING = 8  # a chunk the index names is absent
 ERR_LENGTH = 9  # a chunk's length differs from the index's
 ERR_UNMATCHED = 10  # a key another table of the run reached is not in its table 0

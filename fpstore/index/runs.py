@@ -87,6 +87,18 @@ _REASONS = {
     _kernel.ERR_TRAILING: "bytes or bits after the block's last entry",
 }
 
+#: What each failed check of :meth:`RunIndex._check` says.
+_INDEX_FAULTS = {
+    _kernel.IX_ENTRIES: "a block's entry count is outside 1..{block_entries}",
+    _kernel.IX_SUM: "block entry counts sum to {total}, not {count}",
+    _kernel.IX_KEYS: "first keys are not ascending",
+    _kernel.IX_LAST: "last key below the last block's first key",
+    _kernel.IX_CHUNKS: "blocks do not fill chunks 0..nchunks-1 in order",
+    _kernel.IX_FIRST: "a chunk's first block does not start at byte 0",
+    _kernel.IX_ORDER: "block offsets within a chunk are not increasing",
+    _kernel.IX_END: "a block starts at or beyond its chunk's end",
+}
+
 ChunkGetter = Callable[[int], Any]
 
 
@@ -107,6 +119,8 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 def _index_array(values: object, dtype: type, name: str) -> np.ndarray:
     """A 1-D copy of ``values`` as ``dtype``; CorruptionError for non-integers or values that do
     not fit (a plain cast would wrap them silently)."""
+    if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype == dtype:
+        return values.copy()  # (its dtype bounds its values: an index read from bytes)
     try:
         orig = np.asarray(values)
     except (TypeError, ValueError) as exc:
@@ -166,41 +180,21 @@ class RunIndex:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise CorruptionError(f"run index: {name} must be an int, got {type(value).__name__}")
             put(self, name, int(value))
-        self._check()
-        nb, nc = self.nblocks, self.nchunks
-        starts = self.offset.astype(np.int64)
-        chunk_start = np.searchsorted(self.chunk, np.arange(nc + 1), side="left").astype(np.int64)
-        ends = np.empty(nb, np.int64)
-        ends[:-1] = starts[1:]
-        ends[chunk_start[1:] - 1] = self.chunk_len.astype(np.int64)  # last block of each chunk
-        counts = self.nentries.astype(np.int64)
-        entry_start = np.zeros(nb + 1, np.int64)
-        np.cumsum(counts, out=entry_start[1:])
-        # A block of n entries takes at least 1 + ceil((n - 1) / 8) bytes (a header byte, then at
-        # least one unary bit per gap: the decoder's own rule), so the count is bounded by the
-        # chunk bytes the index claims, and, once each chunk's real length is checked against
-        # its claim, by bytes that exist: nothing is ever allocated for a count alone.
-        if nb and np.any(counts - 1 > 8 * (ends - starts - 1)):
-            b = int(np.flatnonzero(counts - 1 > 8 * (ends - starts - 1))[0])
-            raise CorruptionError(
-                f"run index: block {b} claims {int(counts[b])} entries in {int(ends[b] - starts[b])} bytes, more than "
-                "those bytes can hold; the index is damaged (rebuild the run)"
+        derived = self._check()
+        if derived is None:  # an empty run
+            nc = self.nchunks
+            derived = (np.zeros(0, np.int64),) * 3 + (
+                np.array([self.last_key], np.uint64),
+                np.zeros(1, np.int64),
+                np.zeros(nc + 1, np.int64),
             )
-        bounds = np.empty(nb + 1, np.uint64)
-        bounds[:nb] = self.first_keys
-        bounds[nb] = self.last_key
-        for name, a in (
-            ("_starts", starts),
-            ("_ends", ends),
-            ("_counts", counts),
-            ("_bounds", bounds),
-            ("_entry_start", entry_start),
-            ("_chunk_start", chunk_start),
-        ):
+        for name, a in zip(("_starts", "_ends", "_counts", "_bounds", "_entry_start", "_chunk_start"), derived):
             put(self, name, _frozen(a))
 
-    def _check(self) -> None:
-        """Every invariant of a well-formed index; CorruptionError naming the first that fails."""
+    def _check(self) -> tuple[np.ndarray, ...] | None:
+        """Every invariant of a well-formed index, CorruptionError naming the first that fails;
+        then the arrays the kernels read (``_starts`` .. ``_chunk_start``), or None for an empty
+        run."""
 
         def bad(what: str) -> CorruptionError:
             return CorruptionError(f"run index: {what}; the index is damaged (rebuild the run)")
@@ -217,27 +211,21 @@ class RunIndex:
         if nb == 0 or nc == 0 or self.count == 0:
             if nb or nc or self.count or self.last_key:
                 raise bad(f"empty run with {nb} blocks, {nc} chunks, count {self.count}")
-            return
-        if self.nentries.min() < 1 or self.nentries.max() > self.block_entries:
-            raise bad(f"a block's entry count is outside 1..{self.block_entries}")
-        if int(self.nentries.sum(dtype=np.int64)) != self.count:
-            raise bad(f"block entry counts sum to {int(self.nentries.sum(dtype=np.int64))}, not {self.count}")
-        if np.any(self.first_keys[1:] < self.first_keys[:-1]):
-            raise bad("first keys are not ascending")
-        if self.last_key < int(self.first_keys[-1]):
-            raise bad("last key below the last block's first key")
-        step = np.diff(self.chunk.astype(np.int64))
-        if self.chunk[0] != 0 or int(self.chunk[-1]) != nc - 1 or np.any((step != 0) & (step != 1)):
-            raise bad("blocks do not fill chunks 0..nchunks-1 in order")
-        new_chunk = np.concatenate(([True], step == 1))
-        if np.any(self.offset[new_chunk] != 0):
-            raise bad("a chunk's first block does not start at byte 0")
-        same = ~new_chunk[1:]
-        if np.any(self.offset[1:][same] <= self.offset[:-1][same]):
-            raise bad("block offsets within a chunk are not increasing")
-        last_of_chunk = np.concatenate((step == 1, [True]))
-        if np.any(self.offset[last_of_chunk] >= self.chunk_len):
-            raise bad("a block starts at or beyond its chunk's end")
+            return None
+        code, detail, derived = _kernel.index_check(
+            self.first_keys, self.chunk, self.offset, self.nentries, self.chunk_len, self.count, self.last_key, self.block_entries
+        )
+        if code == _kernel.IX_DENSE:
+            b = detail
+            same = b + 1 < nb and self.chunk[b + 1] == self.chunk[b]
+            end = int(self.offset[b + 1]) if same else int(self.chunk_len[self.chunk[b]])
+            raise CorruptionError(
+                f"run index: block {b} claims {int(self.nentries[b])} entries in {end - int(self.offset[b])} bytes, more than "
+                "those bytes can hold; the index is damaged (rebuild the run)"
+            )
+        if code:
+            raise bad(_INDEX_FAULTS[code].format(block_entries=self.block_entries, total=detail, count=self.count))
+        return derived
 
     @property
     def nblocks(self) -> int:
