@@ -75,6 +75,7 @@ def test_asan_kernels_survive_the_seed_corpus_and_its_mutations(toolchain, tmp_p
     called = {c for t in run["targets"].values() for c in t["kernel_calls"]}
     for kernel in (
         "_runs_c.decode_blocks",
+        "_runs_c.index_check",
         "_runs_c.probe_chunk",
         "_runs_c.probe_tables",
         "_runs_c.encode_chunk",

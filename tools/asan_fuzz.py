@@ -28,7 +28,7 @@ or as many as fit in the target's share of ``--seconds``.
 
 Targets: the decoder fuzz targets of tests/support/fuzz.py (``fuzz_one``: run index, run index with its
 checksum made right, run chunks through every probe, state, header, record, key block, idf, packed
-ids), which reach ``_runs_c`` (``decode_blocks``, ``probe_chunk``, ``probe_tables``) and
+ids), which reach ``_runs_c`` (``index_check``, ``decode_blocks``, ``probe_chunk``, ``probe_tables``) and
 ``_search_c.unpack_bits``; and three of this script's own for the kernels that no decoder reaches:
 ``text`` (fingerprints of arbitrary text through ``Pipeline``: ``_simhash_c``), ``run_encode``
 (arbitrary sorted keys encoded, decoded and probed: ``_runs_c.encode_chunk`` and the probes on

@@ -163,6 +163,8 @@ class RunIndex:
     _bounds: np.ndarray = field(init=False, repr=False)
     _entry_start: np.ndarray = field(init=False, repr=False)
     _chunk_start: np.ndarray = field(init=False, repr=False)
+    #: Bytes of its arrays (what a cache of indexes counts it as).
+    owned_nbytes: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -190,6 +192,8 @@ class RunIndex:
             )
         for name, a in zip(("_starts", "_ends", "_counts", "_bounds", "_entry_start", "_chunk_start"), derived):
             put(self, name, _frozen(a))
+        arrays = (self.first_keys, self.chunk, self.offset, self.nentries, self.chunk_len, self.chunk_crc, *derived)
+        put(self, "owned_nbytes", sum(a.nbytes for a in arrays))
 
     def _check(self) -> tuple[np.ndarray, ...] | None:
         """Every invariant of a well-formed index, CorruptionError naming the first that fails;

@@ -275,7 +275,7 @@ def _nbytes(obj: Any) -> int:
         return len(obj) + 33
     if isinstance(obj, (tuple, list)):
         return 56 + 8 * len(obj) + sum(_nbytes(o) for o in obj)
-    owned = getattr(obj, "owned_nbytes", None)  # a compiled probe table: its own arrays
+    owned = getattr(obj, "owned_nbytes", None)  # a compiled probe table or a run index: its own arrays
     if isinstance(owned, int):
         return 64 + owned
     fields = getattr(obj, "__dict__", None)
