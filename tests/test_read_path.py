@@ -188,3 +188,19 @@ def test_verified_queries_keep_the_chunks_they_read_for_the_snapshot(tmp_path):
         got = r.query(fingerprint=int(fps[7]) ^ 1, pipeline_id=pipe.id, sketch=sketches[7], threshold=0.8)
         assert [m.key for m in got] == [8]
         assert r._chunks, "the verified query read its chunks past the snapshot's memo"
+
+
+def test_the_threaded_batch_limit_follows_its_fit():
+    """The batch size from which query_many merges on threads is the measured crossover at each
+    measured store size (THREADED_BATCH_FIT), moves monotonically between them on log chunks,
+    and is held beyond them; the limit a batch meets is never above the one-thread limit."""
+    from fpstore.store import catalog
+
+    (c0, q0), (c1, q1) = catalog.THREADED_BATCH_FIT
+    assert catalog._threaded_batch_limit(c0) == q0 and catalog._threaded_batch_limit(c1) == q1
+    assert catalog._threaded_batch_limit(1) == q0 and catalog._threaded_batch_limit(10 * c1) == q1
+    between = [catalog._threaded_batch_limit(c) for c in range(c0, c1 + 1)]
+    assert between == sorted(between, reverse=q1 < q0) and min(q0, q1) <= min(between) <= max(between) <= max(q0, q1)
+    for chunks in (1, 3, c0, (c0 + c1) // 2, c1, 5 * c1):
+        one = catalog.SMALL_BATCH_BASE + min(catalog.SMALL_BATCH_PER_CHUNK * chunks, catalog.SMALL_BATCH_MAX_EXTRA)
+        assert catalog._small_batch_limit(chunks) <= one

@@ -11,6 +11,7 @@ in ``meta`` names the live runs and key segments (:class:`fpstore.index.tiers.St
 from __future__ import annotations
 
 import bisect
+import math
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, overload
@@ -35,26 +36,37 @@ from fpstore.store.sketches import Sketches, verify_near
 #: fewer than ``SMALL_BATCH_BASE + min(SMALL_BATCH_PER_CHUNK * c, SMALL_BATCH_MAX_EXTRA)``
 #: queries, c the chunks of the runs' table 0, when the merge would run on one thread; the merge's
 #: cost grows with the chunks it reaches, a single probe's much less. Fitted to the crossovers
-#: ``tools/bench_probe_crossover.py --one-thread`` measures ("query_many", idle machine: about
-#: 3,200 queries at 10^5 (3 chunks), 13,900 at 10^6 (22), 21,200 at 10^7 (202); the cap holds
-#: 10^7's, the largest measured).
-SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK, SMALL_BATCH_MAX_EXTRA = 1_400, 570, 19_800
+#: ``tools/bench_probe_crossover.py --one-thread`` measures ("query_many" in docs/benchmarks.md,
+#: "Which path a batch takes": about 2,100 queries at 10^5 (3 chunks), 8,900 at 10^6 (22), 7,800
+#: at 10^7 (202); the cap holds 10^7's, the largest measured).
+SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK, SMALL_BATCH_MAX_EXTRA = 1_000, 360, 6_800
 #: The same limit where the merge would run on threads (:func:`search.threaded_merge_from`), the
-#: smaller of the two: 6,500 queries at 10^6 and at 10^7 on two cores (their crossovers measured
-#: 6,600-11,500 and 6,300 in three runs: the threaded merge varies more).
-THREADED_BATCH_BASE, THREADED_BATCH_PER_CHUNK, THREADED_BATCH_MAX_EXTRA = 800, 260, 5_700
+#: smaller of the two: measured (chunks, queries) on two cores, interpolated on log c between them
+#: and held beyond. The threaded merge pays from fewer queries the larger the store (3,000 and
+#: 3,230 at 10^7 in two runs); at 10^6 it varies between runs (4,650 and 9,900, 6,600-11,500
+#: in runs before), where the one-thread limit is the lower one anyway.
+THREADED_BATCH_FIT = ((22, 6_500), (202, 3_100))
 #: Fewer result rows than this are ordered by numpy's lexsort, more by two radix passes.
 SORT_SMALL = 2048
 
 __all__ = ["ITER_BATCH", "Catalog", "live_canonical", "new_canonical", "read_u64"]
 
 
+def _threaded_batch_limit(chunks0: int) -> int:
+    """:data:`THREADED_BATCH_FIT` at ``chunks0`` chunks."""
+    (c0, q0), (c1, q1) = THREADED_BATCH_FIT
+    if chunks0 <= c0:
+        return q0
+    if chunks0 >= c1:
+        return q1
+    return round(q0 * (q1 / q0) ** (math.log(chunks0 / c0) / math.log(c1 / c0)))
+
+
 def _small_batch_limit(chunks0: int) -> int:
     """Batches of fewer queries are probed one query at a time (see :data:`SMALL_BATCH_BASE`)."""
     limit = SMALL_BATCH_BASE + min(SMALL_BATCH_PER_CHUNK * chunks0, SMALL_BATCH_MAX_EXTRA)
     if thread_count(None) > 1:
-        threaded = THREADED_BATCH_BASE + min(THREADED_BATCH_PER_CHUNK * chunks0, THREADED_BATCH_MAX_EXTRA)
-        limit = min(limit, max(threaded, search.threaded_merge_from(chunks0)))
+        limit = min(limit, max(_threaded_batch_limit(chunks0), search.threaded_merge_from(chunks0)))
     return limit
 
 
