@@ -1171,6 +1171,33 @@ def test_probe_fingerprints_equals_one_probe_per_query(kd, base, nruns, queries,
     assert got[C] == got[PY]
 
 
+def _design_tables(design, table_keys, block_entries, chunk_bytes):
+    """One run of ``design`` whose table t holds ``table_keys(t)`` (sorted), encoded: the chunk
+    store (name -> bytes) and each twin's probe tables of it."""
+    store: dict[bytes, bytes] = {}
+    per_mod = {mod: [] for mod in TWINS}
+    for t in range(len(design.tables)):
+        index, chunks = runs.encode_run(table_keys(t), block_entries=block_entries,
+                                        chunk_bytes=max(chunk_bytes, runs.max_block_bytes(block_entries)))
+        names = [b"t%d c%d" % (t, c) for c in range(index.nchunks)]
+        store.update(zip(names, chunks))
+        for mod in TWINS:
+            per_mod[mod].append(_probe_tables_of(mod, index, names))
+    return store, per_mod
+
+
+def _probe_designs(design):
+    """Each twin's probe design of ``design`` (the compiled one as the store builds it)."""
+    from fpstore.index import search
+
+    spec = ([design.moves(t) for t in range(len(design.tables))], [t.prefix_bits for t in design.tables],
+            [list(design.flip_masks(t)) for t in range(len(design.tables))])
+    compiled = search.probe_design(design)
+    if type(compiled).__module__ != C.__name__:
+        compiled = C.ProbeDesign(*spec)
+    return {C: compiled, PY: PY.ProbeDesign(*spec)}
+
+
 def test_a_query_inside_a_large_cluster_of_near_duplicates_is_answered_exactly():
     """Thousands of stored entries within k of one query, many of them repeated (templated pages):
     every table finds thousands of hits, most found again in table 0; both twins answer exactly,
@@ -1184,22 +1211,9 @@ def test_a_query_inside_a_large_cluster_of_near_duplicates_is_answered_exactly()
     query = int(rng.integers(0, 2**63))
     near = {query ^ int(sum(1 << int(b) for b in rng.choice(64, int(rng.integers(1, 4)), replace=False))) for _ in range(3000)}
     fps = np.sort(np.repeat(np.array(sorted(near), dtype=np.uint64), 3))
-    store: dict[bytes, bytes] = {}
-    per_mod = {mod: [] for mod in TWINS}
-    for t in range(len(design.tables)):
-        keys = fps if t == 0 else np.sort(design.permute(fps, t))
-        index, chunks = runs.encode_run(keys, block_entries=256, chunk_bytes=max(1 << 16, runs.max_block_bytes(256)))
-        names = [b"t%d c%d" % (t, c) for c in range(index.nchunks)]
-        store.update(zip(names, chunks))
-        for mod in TWINS:
-            per_mod[mod].append(_probe_tables_of(mod, index, names))
+    store, per_mod = _design_tables(design, lambda t: fps if t == 0 else np.sort(design.permute(fps, t)), 256, 1 << 16)
     want = [(0, int(f), p) for p, f in enumerate(fps.tolist()) if (f ^ query).bit_count() <= k]
-    spec = ([design.moves(t) for t in range(len(design.tables))], [t.prefix_bits for t in design.tables],
-            [list(design.flip_masks(t)) for t in range(len(design.tables))])
-    for mod in TWINS:
-        d = search.probe_design(design) if mod is C else PY.ProbeDesign(*spec)
-        if mod is C and type(d).__module__ != C.__name__:
-            d = C.ProbeDesign(*spec)
+    for mod, d in _probe_designs(design).items():
         err, _, _, hits = mod.probe_fingerprint(d, per_mod[mod], store.get, query, k)
         assert err == 0 and hits == want
 
@@ -1283,21 +1297,12 @@ def _mismatched_run(design, query):
     0's prefix, so only the other tables reach it) that its other tables hold: damage, since every
     table of a run holds the same fingerprints."""
     rng = np.random.default_rng(5)
-    prefix = design.tables[0].prefix_bits
     lost = query ^ (1 << 63)  # the top bit lies in table 0's prefix
-    assert prefix >= 1
+    assert design.tables[0].prefix_bits >= 1
     others = [int(v) for v in rng.integers(0, 2**63, 200, dtype=np.uint64)]
     with_lost = np.sort(np.array(others + [lost], dtype=np.uint64))
     without = np.sort(np.array(others + [others[0]], dtype=np.uint64))  # same count, lost replaced
-    store: dict[bytes, bytes] = {}
-    per_mod = {mod: [] for mod in TWINS}
-    for t in range(len(design.tables)):
-        keys = without if t == 0 else np.sort(design.permute(with_lost, t))
-        index, chunks = runs.encode_run(keys, block_entries=7, chunk_bytes=max(1 << 10, runs.max_block_bytes(7)))
-        names = [b"t%d c%d" % (t, c) for c in range(index.nchunks)]
-        store.update(zip(names, chunks))
-        for mod in TWINS:
-            per_mod[mod].append(_probe_tables_of(mod, index, names))
+    store, per_mod = _design_tables(design, lambda t: without if t == 0 else np.sort(design.permute(with_lost, t)), 7, 1 << 10)
     return store, per_mod, lost
 
 
@@ -1312,12 +1317,7 @@ def test_a_fingerprint_missing_from_table_0_is_reported_not_dropped():
     k, design = 3, designs_for_k(3)[0]
     query = 0x0123456789ABCDEF
     store, per_mod, _ = _mismatched_run(design, query)
-    spec = ([design.moves(t) for t in range(len(design.tables))], [t.prefix_bits for t in design.tables],
-            [list(design.flip_masks(t)) for t in range(len(design.tables))])
-    for mod in TWINS:
-        d = search.probe_design(design) if mod is C else PY.ProbeDesign(*spec)
-        if mod is C and type(d).__module__ != C.__name__:
-            d = C.ProbeDesign(*spec)
+    for mod, d in _probe_designs(design).items():
         err, table, _, hits = mod.probe_fingerprint(d, per_mod[mod], store.get, query, k)
         assert (err, table, hits) == (mod.ERR_UNMATCHED, 0, []), mod
         err, table, _, rows = mod.probe_fingerprints(d, per_mod[mod], store.get, np.array([query], np.uint64), k, {})
