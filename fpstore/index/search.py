@@ -321,17 +321,19 @@ def _expand_lookups(
     index among them, and ``(li, ids)`` a row per stored copy of each (its index in
     ``lookups``, its id). A fingerprint with no copy in table 0 is damage to run ``run_id``
     (CorruptionError): every table of a run holds the same fingerprints."""
-    if len(np.unique(li)) != len(lookups):
+    order = np.argsort(li, kind="stable")
+    li, ids = li[order], ids[order]
+    every = np.arange(len(lookups))
+    starts = np.searchsorted(li, every, side="left")
+    copies = np.searchsorted(li, every, side="right") - starts
+    if not copies.all():
         raise CorruptionError(f"run {run_id}: a fingerprint the run's other tables hold is missing from its table 0; the run is damaged")
     if len(li) > len(lookups):
         # Some fingerprint is stored more than once in this run, and the merge reported one
         # row per stored copy: keep one row per (query, fingerprint) before expanding to ids.
         first = unique_rows(qi, fps)
         qi, fps, inverse = qi[first], fps[first], inverse[first]
-    order = np.argsort(li, kind="stable")
-    li, ids = li[order], ids[order]
-    starts = np.searchsorted(li, np.arange(len(lookups)), side="left")
-    counts = (np.searchsorted(li, np.arange(len(lookups)), side="right") - starts)[inverse]
+    counts = copies[inverse]
     if np.all(counts == 1):
         return qi, ids[starts[inverse]], fps
     rows = np.repeat(np.arange(len(qi)), counts)

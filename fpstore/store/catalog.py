@@ -46,7 +46,7 @@ SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK, SMALL_BATCH_MAX_EXTRA = 1_000, 360, 6_8
 #: 3,230 at 10^7 in two runs); at 10^6 it varies between runs (4,650 and 9,900, 6,600-11,500
 #: in runs before), where the one-thread limit is the lower one anyway.
 THREADED_BATCH_FIT = ((22, 6_500), (202, 3_100))
-#: Fewer result rows than this are ordered by numpy's lexsort, more by two radix passes.
+#: Fewer result rows than this are ordered by numpy's lexsort, more by :func:`search.order_rows`.
 SORT_SMALL = 2048
 
 __all__ = ["ITER_BATCH", "Catalog", "live_canonical", "new_canonical", "read_u64"]
