@@ -656,7 +656,12 @@ def test_redesign_lets_a_store_answer_the_radius_it_refused(tmp_path):
     r = cli("query", store, "-k", "5", "--json", "-", stdin=text)
     assert r.code == 2 and "fpstore-admin redesign STORE -k 5" in r.err and "store.redesign" not in r.err
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fpstore, sys, time; s = fpstore.open(sys.argv[1], readonly=True); print(len(s), flush=True); time.sleep(60)", str(store)],
+        [
+            sys.executable,
+            "-c",
+            "import fpstore, sys, time; s = fpstore.open(sys.argv[1], readonly=True); print(len(s), flush=True); time.sleep(60)",
+            str(store),
+        ],
         stdout=subprocess.PIPE,
         text=True,
         env=env(),
@@ -726,7 +731,7 @@ def hostile(data: bytes) -> dict[str, bytes]:
         "bad magic": reframe([dict(header, magic="other")] + objs[1:]),
         "newer version": reframe([bad_version] + objs[1:]),
         "no trailer": reframe(objs[:-1]),
-    "cut record": reframe(objs[:-1])[:-3],
+        "cut record": reframe(objs[:-1])[:-3],
         "bad record": reframe(bad_record),
         "digest mismatch": reframe(tampered),
         "trailing data": data + data,
@@ -816,7 +821,9 @@ def test_dump_export_and_import_of_a_store_with_a_sketch(tmp_path):
     r = cli("import", tmp_path / "copy.fps", tmp_path / "sk.fpx", "--json")
     assert r.code == 0 and r.json()["records"] == 6
     strip = [{c: v for c, v in row.items() if c != "id"} for row in rows]
-    assert [{c: v for c, v in json.loads(line).items() if c != "id"} for line in cli("dump", tmp_path / "copy.fps").out.splitlines()] == strip
+    assert [
+        {c: v for c, v in json.loads(line).items() if c != "id"} for line in cli("dump", tmp_path / "copy.fps").out.splitlines()
+    ] == strip
 
 
 def test_dedup_writes_parquet(built, tmp_path):
@@ -941,3 +948,77 @@ def test_a_verifying_store_on_the_command_line(tmp_path):
     assert refused_redesign.code == 2 and "ingest the texts again" in refused_redesign.err
     no_sketch = cli("create", tmp_path / "u", "--threshold", "0.8", "--sketch-bits", "0")
     assert no_sketch.code == 2 and "sketch" in no_sketch.err
+
+
+# -- files of the user's, and closed standard streams -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("dump", "{missing}"),
+        ("dump", "{missing}", "--format", "csv"),
+        ("dump", "{missing}", "--format", "parquet"),
+        ("dedup", "{missing}"),
+        ("dedup", "{missing}", "--format", "parquet"),
+        ("dedup", "{plain}", "--threshold", "0.5"),
+        ("export", "{missing}"),
+    ],
+)
+def test_a_command_that_fails_leaves_the_output_file_as_it_was(tmp_path, command):
+    """``-o FILE`` names a file of the user's: a command that fails must not empty it."""
+    plain = tmp_path / "plain"
+    assert cli("create", plain).code == 0
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my important notes\n")
+    args = [a.format(missing=tmp_path / "no-such-store", plain=plain) for a in command]
+    r = cli(*args, "-o", notes)
+    assert r.code in (1, 2), r.err
+    assert notes.read_text() == "my important notes\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "plain"]  # no partial file left
+
+
+def test_a_command_that_succeeds_replaces_the_output_file(built, tmp_path):
+    out = tmp_path / "out.jsonl"
+    out.write_text("old\n")
+    r = cli("dump", built, "-o", out)
+    assert r.code == 0, r.err
+    lines = out.read_text().splitlines()
+    assert lines and lines[0] != "old" and json.loads(lines[0])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
+    refused = cli("dump", built, "-o", tmp_path)
+    assert refused.code == 2 and "is a directory" in refused.err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("query", "{store}", "-"), ("import", "{new}"), ("import", "{new}", "-")],
+)
+def test_closed_stdin_is_a_usage_error(built, tmp_path, args):
+    p = subprocess.run(
+        admin() + [a.format(store=built, new=tmp_path / "new") for a in args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env=env(),
+        close_fds=True,
+        preexec_fn=lambda: os.close(0),
+    )
+    err = p.stderr.decode()
+    assert "Traceback" not in err, err
+    assert p.returncode == 2 and "standard input is closed" in err, err
+
+
+@pytest.mark.parametrize(
+    "args", [("dump", "{store}"), ("export", "{store}"), ("dedup", "{store}"), ("dump", "{store}", "--format", "parquet")]
+)
+def test_closed_stdout_is_a_usage_error(built, args):
+    p = subprocess.run(
+        admin() + [a.format(store=built) for a in args],
+        capture_output=False,
+        stderr=subprocess.PIPE,
+        env=env(),
+        preexec_fn=lambda: os.close(1),
+    )
+    err = p.stderr.decode()
+    assert "Traceback" not in err, err
+    assert p.returncode == 2 and "standard output is closed" in err, err

@@ -9,7 +9,6 @@ import heapq
 import itertools
 import os
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -28,8 +27,11 @@ from fpstore.admin.output import (
     key_text,
     mib,
     note,
+    output_file,
     print_json,
     stages,
+    stdin_stream,
+    stdout_stream,
     want_progress,
 )
 from fpstore.closing import Closing
@@ -105,7 +107,7 @@ def _read_text(args: argparse.Namespace) -> str | None:
         with open(args.file, "rb") as fh:
             return fh.read().decode("utf-8", errors="replace")
     if args.text == "-":
-        return sys.stdin.buffer.read().decode("utf-8", errors="replace")
+        return stdin_stream().read().decode("utf-8", errors="replace")
     return args.text
 
 
@@ -293,46 +295,42 @@ def cmd_dedup(args: argparse.Namespace) -> int:
     """Every near-duplicate pair within k bits, or the clusters they form, as JSONL, CSV or Parquet."""
     if args.format == "parquet":
         return _dedup_parquet(args)
-    out_path = args.output
-    out = open(out_path, "w", encoding="utf-8", newline="") if out_path and out_path != "-" else sys.stdout  # noqa: SIM115 - or stdout; closed below
     pairs: PairSpill | None = None
     try:
         with open_store(args.store) as store:
             k, clusters, pairs = _dedup_join(store, args)
-            writer = csv.writer(out) if args.format == "csv" else None
-            if clusters is not None:
-                if writer:
-                    writer.writerow(["cluster", "canonical", "key"])
-                for c_no, c in enumerate(clusters, 1):
+            with output_file(args.output) as out:
+                writer = csv.writer(out) if args.format == "csv" else None
+                if clusters is not None:
                     if writer:
-                        for key in c.keys:
-                            writer.writerow([c_no, key_text(c.canonical), key_text(key)])
-                    else:
-                        record = {
-                            "cluster": c_no,
-                            "size": len(c.keys),
-                            "canonical": key_out(c.canonical),
-                            "keys": [key_out(x) for x in c.keys],
-                        }
-                        out.write(dumps(record) + "\n")
-            else:
-                assert pairs is not None  # not --clusters
-                if writer:
-                    writer.writerow(["a", "b", "distance"])
-                for a, b, dist in pairs.chunks():
-                    ka, kb = store.keys_of(a.tolist()), store.keys_of(b.tolist())
-                    for x, y in zip(ka, kb):
+                        writer.writerow(["cluster", "canonical", "key"])
+                    for c_no, c in enumerate(clusters, 1):
                         if writer:
-                            writer.writerow([key_text(x), key_text(y), dist])
+                            for key in c.keys:
+                                writer.writerow([c_no, key_text(c.canonical), key_text(key)])
                         else:
-                            out.write(dumps({"a": key_out(x), "b": key_out(y), "distance": dist}) + "\n")
-        out.flush()
+                            record = {
+                                "cluster": c_no,
+                                "size": len(c.keys),
+                                "canonical": key_out(c.canonical),
+                                "keys": [key_out(x) for x in c.keys],
+                            }
+                            out.write(dumps(record) + "\n")
+                else:
+                    assert pairs is not None  # not --clusters
+                    if writer:
+                        writer.writerow(["a", "b", "distance"])
+                    for a, b, dist in pairs.chunks():
+                        ka, kb = store.keys_of(a.tolist()), store.keys_of(b.tolist())
+                        for x, y in zip(ka, kb):
+                            if writer:
+                                writer.writerow([key_text(x), key_text(y), dist])
+                            else:
+                                out.write(dumps({"a": key_out(x), "b": key_out(y), "distance": dist}) + "\n")
         note(_dedup_summary(k, clusters, pairs))
     finally:
         if pairs is not None:
             pairs.close()
-        if out is not sys.stdout:
-            out.close()
     return EXIT_OK
 
 
@@ -343,13 +341,10 @@ def _dedup_parquet(args: argparse.Namespace) -> int:
     from fpstore.store.rows import key_column
 
     pq = _parquet()
-    to_stdout = args.output in (None, "-")
-    if to_stdout and sys.stdout.isatty():
-        raise InputError("refusing to write Parquet to a terminal: pass -o FILE or redirect stdout")
+    _refuse_terminal(args.output, "Parquet")
     import pyarrow as pa
 
-    sink = sys.stdout.buffer if to_stdout else args.output
-    with open_store(args.store) as store:
+    with open_store(args.store) as store, output_file(args.output, binary=True) as sink:
         k, clusters, pairs = _dedup_join(store, args)
         if clusters is not None:
             members = [(n, key_column(c.canonical)[0], key_column(key)[0]) for n, c in enumerate(clusters, 1) for key in c.keys]
@@ -378,6 +373,12 @@ def _dedup_parquet(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _refuse_terminal(path: str | None, what: str) -> None:
+    """Binary output goes to a file or a pipe, not to a terminal (nor to a closed stdout)."""
+    if path in (None, "-") and stdout_stream().isatty():
+        raise InputError(f"refusing to write {what} to a terminal: pass -o FILE or redirect stdout")
+
+
 def _parquet() -> Any:
     try:
         import pyarrow.parquet as pq
@@ -394,40 +395,32 @@ def cmd_dump(args: argparse.Namespace) -> int:
     with a sketch adds ``sketch``)."""
     from fpstore.store.rows import columns_of, record_batches, store_rows
 
-    to_stdout = args.output in (None, "-")
     if args.format == "parquet":
-        if to_stdout and sys.stdout.isatty():
-            raise InputError("refusing to write Parquet to a terminal: pass -o FILE or redirect stdout")
+        _refuse_terminal(args.output, "Parquet")
         pq = _parquet()
 
         with open_store(args.store) as store:
             batches = record_batches(store)
             first = next(batches)
             n = 0
-            with pq.ParquetWriter(sys.stdout.buffer if to_stdout else args.output, first.schema) as writer:
+            with output_file(args.output, binary=True) as sink, pq.ParquetWriter(sink, first.schema) as writer:
                 for batch in (first, *batches):
                     writer.write_batch(batch)
                     n += batch.num_rows
         note(f"dumped {n:,} documents")
         return EXIT_OK
-    out = sys.stdout if to_stdout else open(args.output, "w", encoding="utf-8", newline="")  # noqa: SIM115 - or stdout; closed below
     n = 0
-    try:
-        with open_store(args.store) as store:
-            writer = csv.writer(out) if args.format == "csv" else None
-            columns = columns_of(store)
+    with open_store(args.store) as store, output_file(args.output) as out:
+        writer = csv.writer(out) if args.format == "csv" else None
+        columns = columns_of(store)
+        if writer:
+            writer.writerow(columns)
+        for row in store_rows(store):
             if writer:
-                writer.writerow(columns)
-            for row in store_rows(store):
-                if writer:
-                    writer.writerow(["" if row[c] is None else row[c] for c in columns])
-                else:
-                    out.write(dumps(row) + "\n")
-                n += 1
-        out.flush()
-    finally:
-        if out is not sys.stdout:
-            out.close()
+                writer.writerow(["" if row[c] is None else row[c] for c in columns])
+            else:
+                out.write(dumps(row) + "\n")
+            n += 1
     note(f"dumped {n:,} documents")
     return EXIT_OK
 
@@ -440,32 +433,17 @@ def cmd_export(args: argparse.Namespace) -> int:
     from fpstore.admin.exchange import export_store
 
     to_stdout = args.output in (None, "-")
-    if to_stdout and sys.stdout.isatty():
-        raise InputError("refusing to write a binary stream to a terminal: pass -o FILE or redirect stdout")
+    _refuse_terminal(args.output, "a binary stream")
     # A damaged store is refused before anything is written (exit 1). There is no salvage mode:
     # reading around a damaged page means walking B-trees that LMDB would abort on.
     with open_checked(args.store) as store, Bar("export", "doc", want_progress(args)) as bar:
         try:
-            if to_stdout:
-                n = export_store(store, sys.stdout.buffer, level=args.level, progress=bar)
-                sys.stdout.buffer.flush()
-                size = None
-            else:
-                tmp = f"{args.output}.partial-{os.getpid()}"
-                try:
-                    with open(tmp, "wb") as fh:
-                        n = export_store(store, fh, level=args.level, progress=bar)
-                        fh.flush()
-                        os.fsync(fh.fileno())
-                    os.replace(tmp, args.output)
-                except BaseException:
-                    if os.path.exists(tmp):
-                        os.unlink(tmp)
-                    raise
-                size = os.path.getsize(args.output)
+            with output_file(args.output, binary=True) as fh:
+                n = export_store(store, fh, level=args.level, progress=bar)
         except CorruptionError as exc:
             where = "the stream on stdout is incomplete" if to_stdout else f"{args.output} was not written"
             raise Damaged(f"{exc}; the export stopped: {where}") from None
+    size = None if to_stdout else os.path.getsize(args.output)
     note(f"exported {n:,} documents" + (f" to {args.output} ({mib(size)})" if size is not None else ""))
     return EXIT_OK
 
@@ -488,7 +466,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     try:
         with Bar("import", "doc", want_progress(args)) as bar:
             if args.input in (None, "-"):
-                result = import_stream(sys.stdin.buffer, args.store, batch_size=args.batch_size, progress=bar)
+                result = import_stream(stdin_stream(), args.store, batch_size=args.batch_size, progress=bar)
             else:
                 with open(args.input, "rb") as fh:
                     result = import_stream(fh, args.store, batch_size=args.batch_size, progress=bar)

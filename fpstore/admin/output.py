@@ -4,13 +4,17 @@ progress bars (tqdm). Shared by every command module."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import IO, Any
 
 import numpy as np
 
 from fpstore.closing import Closing
+from fpstore.errors import InputError
 from fpstore.store.keys import Key
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -99,3 +103,48 @@ def stages(command: str, args: argparse.Namespace) -> Callable[[str], None]:
     if want_progress(args):
         return lambda what: note(f"{command}: {what}")
     return lambda what: None
+
+
+def stdout_stream(binary: bool = False) -> IO[Any]:
+    """Standard output (its byte stream when ``binary``); an InputError when it is closed."""
+    if sys.stdout is None:
+        raise InputError("standard output is closed: pass -o FILE or redirect it")
+    return sys.stdout.buffer if binary else sys.stdout
+
+
+def stdin_stream() -> IO[bytes]:
+    """Standard input's byte stream; an InputError when it is closed."""
+    if sys.stdin is None:
+        raise InputError("standard input is closed: pass the input as a FILE instead of '-'")
+    return sys.stdin.buffer
+
+
+@contextlib.contextmanager
+def output_file(path: str | None, *, binary: bool = False) -> Iterator[IO[Any]]:
+    """Where a command writes its result: standard output for None or ``"-"``; else ``path``,
+    which appears (replacing a file of that name) only once the command has succeeded. The file
+    is written as ``path.partial-PID`` and renamed at the end, so that a command that fails, is
+    interrupted or is killed leaves a file of the user's as it was."""
+    if path in (None, "-"):
+        out = stdout_stream(binary)
+        yield out
+        out.flush()
+        return
+    assert path is not None
+    if os.path.isdir(path):
+        raise InputError(f"{path} is a directory: -o takes a file name")
+    tmp = f"{path}.partial-{os.getpid()}"
+    try:
+        fh = open(tmp, "xb") if binary else open(tmp, "x", encoding="utf-8", newline="")  # noqa: SIM115 - closed below
+    except FileExistsError:
+        raise InputError(f"{tmp} exists (left by an earlier run?): remove it first") from None
+    try:
+        with fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
