@@ -1022,3 +1022,60 @@ def test_closed_stdout_is_a_usage_error(built, args):
     err = p.stderr.decode()
     assert "Traceback" not in err, err
     assert p.returncode == 2 and "standard output is closed" in err, err
+
+
+def _stream_with(store: fpstore.Store, records: list[list], path: pathlib.Path) -> pathlib.Path:
+    """An export stream of ``store``'s pipeline and design holding ``records`` as given."""
+    import hashlib
+
+    header = {
+        "magic": "fpstore-export",
+        "version": 2,
+        "fpstore": fpstore.__version__,
+        "created": 0,
+        "pipeline": store.pipeline.config,
+        "pipeline_id": store.pipeline.id,
+        "idf": None,
+        "design": store.design.config(),
+        "k": store.k,
+        "count": len(records),
+    }
+    packer, digest = msgpack.Packer(use_bin_type=True), hashlib.blake2b(digest_size=16)
+    with open(path, "wb") as f, zstandard.ZstdCompressor(write_checksum=True).stream_writer(f) as z:
+        z.write(packer.pack(header))
+        for r in records:
+            b = packer.pack(r)
+            digest.update(b)
+            z.write(b)
+        z.write(packer.pack({"end": True, "count": len(records), "digest": digest.digest(), "checkpoints": 0}))
+    return path
+
+
+def test_import_into_a_store_refuses_a_key_it_cannot_store_before_writing_anything(tmp_path):
+    """The stream format takes keys up to 1 MiB, a store 64 KiB: an import into an existing store
+    checks every record against the store's limits in its first pass, so it writes all or nothing."""
+    path = tmp_path / "s"
+    with fpstore.open(path) as s:
+        s.add_many(["old"], fingerprints=[9], pipeline_id=s.pipeline.id)
+        long_key = "L" * (fpstore.limits.MAX_KEY_BYTES + 1)
+        records = [[f"g{i}", 1000 + i, None, 0, None] for i in range(30)] + [[long_key, 5, None, 0, None]]
+        stream = _stream_with(s, records, tmp_path / "x.exp")
+        canon = _stream_with(s, [["a", 1, None, 0, None]] * 20 + [["b", 2, None, 0, long_key]], tmp_path / "c.exp")
+    for src, where in ((stream, "record 31's key"), (canon, "record 21's canonical key")):
+        r = cli("import", path, src, "--batch-size", "10")
+        with fpstore.open(path) as s:
+            assert len(s) == 1 and s.checkpoints() == {}
+        assert r.code == 2 and where in r.err and "65,536" in r.err and "nothing was imported" in r.err, r.err
+
+
+def test_a_stream_exported_at_a_smaller_k_imports_into_a_new_store(tmp_path):
+    with fpstore.open(tmp_path / "s") as s:
+        s.add_many(["a", "b"], fingerprints=[1, 3], pipeline_id=s.pipeline.id)
+        design_k = s.design.k
+    with fpstore.open(tmp_path / "s", k=design_k - 1) as s, open(tmp_path / "s.exp", "wb") as fh:
+        export_store(s, fh)
+    r = cli("import", tmp_path / "t", tmp_path / "s.exp", "--json")
+    assert r.code == 0, r.err
+    with fpstore.open(tmp_path / "t") as t:
+        assert len(t) == 2 and t.k == design_k
+        assert [m.key for m in t.query(fingerprint=1, pipeline_id=t.pipeline.id, k=1)] == ["a", "b"]

@@ -53,7 +53,7 @@ from fpstore.fingerprint.pipeline import Fingerprints, IdfTable
 from fpstore.index.design import Design
 from fpstore.limits import MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_NAME_BYTES
 from fpstore.store.documents import documents_with_sketches, sketch_words
-from fpstore.store.keys import Key
+from fpstore.store.keys import Key, typed_key
 
 __all__ = ["EXPORT_MAGIC", "EXPORT_VERSION", "ImportResult", "StreamHeader", "export_store", "import_stream", "read_stream"]
 
@@ -498,7 +498,9 @@ def import_stream(
     parent = os.path.dirname(os.path.abspath(path)) or "."
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(path))}.importing-", dir=parent)
     try:
-        store = fpstore.open(tmp, k=header.k, pipeline=header.pipeline, design=header.design, threshold=header.threshold)
+        # The header's k is the radius the exporting store was opened with; a new store's is its
+        # design's (a smaller k is an open's choice, not the store's).
+        store = fpstore.open(tmp, k=header.design.k, pipeline=header.pipeline, design=header.design, threshold=header.threshold)
         try:
             n = _feed(store, iter(records), header.pipeline.id, batch_size, None, 0, progress, header.count)
             _carry_checkpoints(store, records.checkpoints, replace=True)
@@ -599,7 +601,10 @@ def _import_existing(fh: IO[bytes], path: str, *, batch_size: int, progress: Cal
             fh = spool
         start = fh.tell()
         header, records = read_stream(fh)
-        n = sum(1 for _ in records)  # pass 1: the whole stream checks out before the first write
+        n = 0
+        for record in records:  # pass 1: the whole stream checks out before the first write
+            n += 1
+            _check_storable(record, n)
         with fpstore.open(path, create=False) as store:
             if store.pipeline.id != header.pipeline.id:
                 sketches = ""
@@ -624,6 +629,18 @@ def _import_existing(fh: IO[bytes], path: str, *, batch_size: int, progress: Cal
     finally:
         if spool is not None:
             spool.close()
+
+
+def _check_storable(record: StreamRecord, n: int) -> None:
+    """What a store's writes would refuse in record ``n`` (a key over the store's limit, which the
+    stream format allows), refused before an import into an existing store writes anything."""
+    for what, key in (("key", record.key), ("canonical key", record.canonical)):
+        if key is None:
+            continue
+        try:
+            typed_key(key)
+        except InputError as exc:
+            raise InputError(f"record {n:,}'s {what}: {exc}; nothing was imported") from None
 
 
 def _sketch_words_text(bits: int) -> str:
