@@ -283,6 +283,33 @@ def test_keys_of_any_length_and_type(store):
     assert store.delete(long_bytes) and long_bytes not in store and long_str in store
 
 
+@pytest.mark.parametrize("bulk", [False, True])
+def test_keys_of_refuses_ids_that_are_not_live_document_ids(tmp_path, bulk):
+    """Ids are the caller's input: a float or a string is refused, not truncated to an id; an id
+    outside 1..2**63-1, or one whose document was deleted since the query, is an InputError naming
+    it, not a report of damage (the store is intact)."""
+    with fpstore.open(tmp_path / "s") as s:
+        pid = s.pipeline.id
+        if bulk:
+            s.bulk_load(["a", "b", "c"], np.array([1, 2, 3], np.uint64), pipeline_id=pid)
+        else:
+            s.add_many(["a", "b", "c"], fingerprints=[1, 2, 3], pipeline_id=pid)
+        _, ids, _ = s.query_many([1, 2, 3], pipeline_id=pid, k=0)
+        assert s.keys_of(ids) == ["a", "b", "c"] and s.keys_of(ids.tolist()) == ["a", "b", "c"]
+        assert s.keys_of(np.array([], np.int64)) == [] and s.keys_of([]) == []
+        for bad in ([1.9], ["3"], [True], [None], None, 5, np.array([[1]]), np.array([1.0]), [0], [-1], [2**63], np.array([0], np.int64)):
+            with pytest.raises(InputError):
+                s.keys_of(bad)
+        s.delete("b")
+        for gone in (ids, ids.tolist(), [int(ids[1])], [10**9]):
+            with pytest.raises(InputError, match="no live document"):
+                s.keys_of(gone)
+        with s.reader() as r:
+            with pytest.raises(InputError, match="no live document"):
+                r.keys_of(ids)
+        assert s.verify() == [] and s.keys_of([int(ids[0]), int(ids[2])]) == ["a", "c"]
+
+
 def test_checkpoint_commits_with_its_batch(store):
     """A checkpoint is readable after its batch commits and absent before any."""
     pid = store.pipeline.id

@@ -571,21 +571,30 @@ class Catalog:
         memo: dict[bytes, Any] | None = None,
         *,
         reading: bool = False,
+        asked: bool = False,
     ) -> list[Key]:
         """Keys of many ids (a list, or an integer array: a batch's ids need no Python int each
         until their keys are made): incremental records by lookup, bulk ones a key block at a time
         (integer keys read straight from the decoded blocks, no typed key built per id); column
-        chunks kept in ``memo`` (see :meth:`query`). ``reading``: as for :meth:`probe_many`."""
+        chunks kept in ``memo`` (see :meth:`query`). ``reading``: as for :meth:`probe_many`.
+        ``asked``: the ids are a caller's (:meth:`Store.keys_of`), so an id without a live
+        document is an InputError; an index's id without one is damage (CorruptionError)."""
         if not len(ids):
             return []
         if reading:
             snap = self.snapshot(txn)
-            return self._keys_of(txn, snap.plan, ids, bool(snap.plan.segs) and snap.dead, memo)
+            return self._keys_of(txn, snap.plan, ids, bool(snap.plan.segs) and snap.dead, memo, asked)
         plan = self.plan(txn, state)
-        return self._keys_of(txn, plan, ids, bool(plan.segs) and txn.stat(self.dead)["entries"] > 0, memo)
+        return self._keys_of(txn, plan, ids, bool(plan.segs) and txn.stat(self.dead)["entries"] > 0, memo, asked)
 
     def _keys_of(
-        self, txn: lmdb.Transaction, plan: ReadPlan, ids: list[int] | np.ndarray, dead: bool, memo: dict[bytes, Any] | None = None
+        self,
+        txn: lmdb.Transaction,
+        plan: ReadPlan,
+        ids: list[int] | np.ndarray,
+        dead: bool,
+        memo: dict[bytes, Any] | None = None,
+        asked: bool = False,
     ) -> list[Key]:
         """:meth:`keys_of` with the plan given, and tombstones looked up only when ``dead``; a
         single id's key column chunk kept in ``memo`` (see :meth:`query`)."""
@@ -649,6 +658,11 @@ class Catalog:
         try:
             return [keys[i] for i in ids]
         except KeyError as exc:
+            if asked:
+                raise InputError(
+                    f"document id {exc.args[0]} has no live document in this snapshot (deleted since it was found, or "
+                    "not an id of this store); read ids and their keys in one reader: with store.reader() as r: ..."
+                ) from None
             raise CorruptionError(f"an index entry names document {exc.args[0]}, which has no record") from None
 
     def _few_column_keys(

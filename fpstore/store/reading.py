@@ -21,7 +21,31 @@ from fpstore.store.sketches import check_sketch, check_threshold, check_verifiab
 if TYPE_CHECKING:
     from fpstore.store.store import Store
 
-__all__ = ["Reader", "query_fingerprint"]
+__all__ = ["Reader", "document_ids", "query_fingerprint"]
+
+_MAX_ID = (1 << 63) - 1
+
+
+def document_ids(ids: object) -> list[int] | np.ndarray:
+    """Document ids given to :meth:`Store.keys_of`: a 1-D integer array, or an iterable of ints,
+    each in 1..2**63-1 (the ids this store gives); anything else is an InputError (a float or a
+    string is not rounded into an id)."""
+    if isinstance(ids, np.ndarray):
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            raise InputError(f"document ids must be a 1-D integer array, got {ids.ndim}-D {ids.dtype}")
+        outside = (ids < 1) | (ids > _MAX_ID)
+        if outside.any():
+            raise InputError(f"document id {int(ids[outside][0])} is outside 1..2**63-1: not an id this store gives")
+        return ids
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        raise InputError(f"document ids must be an iterable of ints, got {type(ids).__name__}")
+    out = list(ids)
+    for i in out:
+        if not isinstance(i, (int, np.integer)) or isinstance(i, (bool, np.bool_)):
+            raise InputError(f"document ids are ints, got {i!r}")
+        if not 1 <= i <= _MAX_ID:
+            raise InputError(f"document id {i} is outside 1..2**63-1: not an id this store gives")
+    return [int(i) for i in out]
 
 
 def query_fingerprint(store: Store, fingerprint: object, pipeline_id: str | None, k: int | None) -> list[Match]:
@@ -162,9 +186,9 @@ class Reader:
     def sketches_of(self, ids: Iterable[int]) -> np.ndarray | None:
         """The stored sketches of document ids (uint64[n, W]), or None in a store without sketches."""
         sketches = self._store._cat.sketches
-        return None if sketches is None else sketches.get(self._open_txn(), np.array([int(i) for i in ids], dtype=np.int64))
+        return None if sketches is None else sketches.get(self._open_txn(), np.asarray(document_ids(ids), dtype=np.int64))
 
     def keys_of(self, ids: Iterable[int]) -> list[Key]:
         """:meth:`Store.keys_of` in this reader's snapshot."""
-        id_list = ids if isinstance(ids, np.ndarray) and ids.dtype.kind in "iu" else [int(i) for i in ids]
-        return self._store._cat.keys_of(self._open_txn(), id_list, memo=self._chunks, reading=True)
+        txn = self._open_txn()
+        return self._store._cat.keys_of(txn, document_ids(ids), memo=self._chunks, reading=True, asked=True)
