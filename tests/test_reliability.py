@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 import fpstore
+from fpstore.errors import CorruptionError
 from tests.support.oracle import FEED, CheckFailed
 from tests.support.processes import Child, ForkServer
 from tests.support.scenario import SCENARIO_OPS, check_model, layout, leftovers, model_after, model_steps, run_op
@@ -115,7 +116,9 @@ def _check_after_kill(path: str, op: int, steps: int, scenario: dict, what: str)
         try:
             check_model(store, model_after(op, steps))
         except CheckFailed as exc:
-            raise AssertionError(f"{what}: expected the model after {steps} committed transaction(s) of {SCENARIO_OPS[op]}: {exc}") from None
+            raise AssertionError(
+                f"{what}: expected the model after {steps} committed transaction(s) of {SCENARIO_OPS[op]}: {exc}"
+            ) from None
         got = layout(store)
     nwrites = len(scenario["census"][op]["writes"])
     if SCENARIO_OPS[op] == "compact_file":
@@ -189,8 +192,7 @@ def _strace_kill(scenario, tmp_path, op: int, syscall: str, when: int, allowed: 
     op_name = SCENARIO_OPS[op]
     path = copy_store(os.path.join(scenario["root"], f"base{op}"), str(tmp_path / f"s-{op}-{syscall}-{when}"))
     # (not --seccomp-bpf: strace 6.1 then ignores the injection)
-    prefix = (strace, "-f", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
-              "-e", f"inject={syscall}:signal=KILL:when={when}")
+    prefix = (strace, "-f", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}", "-e", f"inject={syscall}:signal=KILL:when={when}")
     child = Child("crash-op", path, "--op", str(op), "--point", "census", prefix=prefix)
     try:
         rc = child.finish(timeout=120)
@@ -238,8 +240,15 @@ def _syscall_census(scenario, tmp_path, op: int) -> dict[str, int]:
     strace = _strace()
     path = copy_store(os.path.join(scenario["root"], f"base{op}"), str(tmp_path / f"census{op}"))
     log = str(tmp_path / f"census{op}.log")
-    child = Child("crash-op", path, "--op", str(op), "--point", "census",
-                  prefix=(strace, "-f", "-qq", "-o", log, "-e", "trace=" + ",".join(_WRITE_SYSCALLS)))
+    child = Child(
+        "crash-op",
+        path,
+        "--op",
+        str(op),
+        "--point",
+        "census",
+        prefix=(strace, "-f", "-qq", "-o", log, "-e", "trace=" + ",".join(_WRITE_SYSCALLS)),
+    )
     try:
         assert child.finish(timeout=120) == 0, child.stderr()
     finally:
@@ -267,7 +276,9 @@ def test_kill_at_random_syscalls_of_every_operation(scenario, tmp_path):
         counts = census[op]
         syscall = rng.choice(sorted(counts))
         when = rng.randint(1, counts[syscall])
-        outcomes.append((SCENARIO_OPS[op], f"{syscall} {when}/{counts[syscall]}", _strace_kill(scenario, tmp_path, op, syscall, when, None)))
+        outcomes.append(
+            (SCENARIO_OPS[op], f"{syscall} {when}/{counts[syscall]}", _strace_kill(scenario, tmp_path, op, syscall, when, None))
+        )
     print(f"FIGURES random syscall kills: {len(outcomes)}: {outcomes}")
     assert all(o[2] != "not reached" for o in outcomes), outcomes
 
@@ -389,8 +400,12 @@ def test_power_loss_keeps_every_acknowledged_batch(ext4, tmp_path, durability):
             os.remove(snap_img)
             assert not problems, f"cycle {cycle}: LMDB verifier on the power-cut copy: {problems[:3]}"
             lo = -1 if acked is None else acked
-            assert (got if got is not None else -1) >= lo - may_lose, f"cycle {cycle}: batch {acked} was acknowledged, the power-cut copy has {got}"
-            assert (got if got is not None else -1) <= lo + 1, f"cycle {cycle}: copy has {got}, beyond the one batch in flight after {acked}"
+            assert (got if got is not None else -1) >= lo - may_lose, (
+                f"cycle {cycle}: batch {acked} was acknowledged, the power-cut copy has {got}"
+            )
+            assert (got if got is not None else -1) <= lo + 1, (
+                f"cycle {cycle}: copy has {got}, beyond the one batch in flight after {acked}"
+            )
             figures["in_flight_survived"] += (got if got is not None else -1) == lo + 1
             figures["last_ack_undone"] += (got if got is not None else -1) == lo - 1
             with fpstore.open(path, readonly=True) as s:  # the live store (process crash): the same rule
@@ -453,8 +468,7 @@ def test_power_loss_keeps_staged_adds_up_to_a_point_at_or_after_the_last_sync(ex
 # -- full disks and I/O errors ------------------------------------------------------------------------
 
 
-def _fill_and_recover(path: str, *, stop: int, extra: tuple[str, ...] = (), prefix: tuple[str, ...] = (),
-                      free=None) -> dict:
+def _fill_and_recover(path: str, *, stop: int, extra: tuple[str, ...] = (), prefix: tuple[str, ...] = (), free=None) -> dict:
     """Run fill-writer until its write fails; check the failed batch is absent (in a second process,
     while the writer still holds the store); free the space; let it feed on to ``stop``; check every
     batch. Returns what happened."""
@@ -651,8 +665,10 @@ def _run_damage_cases(scenario: dict, tmp_path, cases: int, seed: int, make) -> 
             write = n % 3 == 0
             rc, lines = server.call("exercise", path, *(["--write"] if write else []), "--seconds", "30")
             if rc < 0:
-                failures.append(f"case {n} ({what}, base{base}, {'write' if write else 'read'}): killed by signal {-rc}"
-                                f"{' (a hang: SIGALRM)' if -rc == signal.SIGALRM else ''}; last lines {lines[-2:]}")
+                failures.append(
+                    f"case {n} ({what}, base{base}, {'write' if write else 'read'}): killed by signal {-rc}"
+                    f"{' (a hang: SIGALRM)' if -rc == signal.SIGALRM else ''}; last lines {lines[-2:]}"
+                )
             elif rc != 0:
                 failures.append(f"case {n} ({what}, base{base}): " + "; ".join(x for x in lines if x.startswith(("BUG", "FAIL")))[:600])
             else:
@@ -673,8 +689,12 @@ def test_damaged_store_files_raise_typed_errors_or_answer(scenario, tmp_path):
     seed = int(os.environ.get("FPSTORE_DAMAGE_SEED", "11"))
     t0 = time.perf_counter()
     out = _run_damage_cases(scenario, tmp_path, DAMAGE_CASES, seed, _damage_bytes)
-    print(f"FIGURES damaged files: {len(out['failures'])} failures in {out['cases']} cases, {time.perf_counter() - t0:.1f} s, outcomes {out['outcomes']}")
-    assert not out["failures"], f"{len(out['failures'])} of {out['cases']} damaged files broke the process:\n" + "\n".join(out["failures"][:12])
+    print(
+        f"FIGURES damaged files: {len(out['failures'])} failures in {out['cases']} cases, {time.perf_counter() - t0:.1f} s, outcomes {out['outcomes']}"
+    )
+    assert not out["failures"], f"{len(out['failures'])} of {out['cases']} damaged files broke the process:\n" + "\n".join(
+        out["failures"][:12]
+    )
 
 
 def test_garbage_in_every_sub_database_raises_typed_errors_or_answers(scenario, tmp_path):
@@ -682,8 +702,12 @@ def test_garbage_in_every_sub_database_raises_typed_errors_or_answers(scenario, 
     seed = int(os.environ.get("FPSTORE_DAMAGE_SEED", "11")) + 1
     t0 = time.perf_counter()
     out = _run_damage_cases(scenario, tmp_path, DAMAGE_CASES, seed, _garbage_value)
-    print(f"FIGURES garbage values: {len(out['failures'])} failures in {out['cases']} cases, {time.perf_counter() - t0:.1f} s, outcomes {out['outcomes']}")
-    assert not out["failures"], f"{len(out['failures'])} of {out['cases']} damaged values broke the process:\n" + "\n".join(out["failures"][:12])
+    print(
+        f"FIGURES garbage values: {len(out['failures'])} failures in {out['cases']} cases, {time.perf_counter() - t0:.1f} s, outcomes {out['outcomes']}"
+    )
+    assert not out["failures"], f"{len(out['failures'])} of {out['cases']} damaged values broke the process:\n" + "\n".join(
+        out["failures"][:12]
+    )
 
 
 def _each_page_case(scenario, tmp_path, base: int, damage, *options: str) -> list[str]:
@@ -701,7 +725,9 @@ def _each_page_case(scenario, tmp_path, base: int, damage, *options: str) -> lis
             if what:
                 rc, lines = server.call("exercise", path, "--seconds", "30", *options)
                 if rc != 0:
-                    why = f"signal {-rc} ({signal.Signals(-rc).name})" if rc < 0 else "; ".join(x for x in lines if x.startswith("BUG"))[:300]
+                    why = (
+                        f"signal {-rc} ({signal.Signals(-rc).name})" if rc < 0 else "; ".join(x for x in lines if x.startswith("BUG"))[:300]
+                    )
                     failures.append(f"{what}: {why}")
             shutil.rmtree(path)
     finally:
@@ -823,6 +849,7 @@ def test_newer_format_is_refused(tmp_path):
             header = msgpack.unpackb(raw, raw=False)
             fn(header)
             return msgpack.packb(header, use_bin_type=True)
+
         return edit
 
     cases = {
@@ -991,8 +1018,17 @@ def _store_with_zstd_key_blocks(path: str) -> str:
     from tests.support.scenario import BULK_MAX_RUN, scenario_data
 
     fpstore.open(path, k=3).close()
-    assert _edit(path, b"meta", lambda k: k == b"header", lambda v: msgpack.packb(
-        {**(h := msgpack.unpackb(v, raw=False)), "features": [f for f in h["features"] if f != "int_key_column"]}, use_bin_type=True)) == 1
+    assert (
+        _edit(
+            path,
+            b"meta",
+            lambda k: k == b"header",
+            lambda v: msgpack.packb(
+                {**(h := msgpack.unpackb(v, raw=False)), "features": [f for f in h["features"] if f != "int_key_column"]}, use_bin_type=True
+            ),
+        )
+        == 1
+    )
     keys, fps = scenario_data()["b"]
     with fpstore.open(path) as store:
         store.bulk_load(keys, fps, pipeline_id=store.pipeline.id, max_run=BULK_MAX_RUN)
@@ -1058,7 +1094,6 @@ def test_power_loss_during_file_compaction_leaves_old_or_new_file(ext4, scenario
             ext4.umount(snap_dir)
             os.remove(snap_img)
     print(f"FIGURES power cut during file compaction: {sizes}")
-
 
 
 def test_overflow_page_with_damaged_flags_raises_typed_errors(scenario, tmp_path):
@@ -1140,3 +1175,122 @@ def test_damaged_document_count_raises_corruption_error(scenario, tmp_path):
     assert _edit(path, b"meta", lambda k: k == b"count", lambda v: (1 << 62).to_bytes(8, "big")) == 1
     outcome = _exercise(tmp_path, path)
     assert outcome["iter"] in ("ok", "CorruptionError") and outcome["len"] in ("ok", "CorruptionError"), outcome
+
+
+# -- damage that once made a read or a write act on the wrong document ---------------------------------
+
+
+def test_a_keys_entry_naming_another_document_is_damage_not_that_document(tmp_path):
+    """The keys table maps a key to its document id. An entry damaged into another document's id
+    made get('a') return 'b', and delete('a') delete 'b'; the record holds its key, so the lookup
+    checks it."""
+    path = str(tmp_path / "s")
+    with fpstore.open(path, k=5) as s:
+        pid = s.pipeline.id
+        s.add_many(["a", "b"], fingerprints=np.array([0x1111, 0xFFFF0000FFFF0000], np.uint64), pipeline_id=pid)
+    ids: dict[bytes, bytes] = {}
+    _edit(path, b"keys", lambda k: k in (b"sa", b"sb"), lambda v: ids.setdefault(v, v))
+    (ida, idb) = ids
+    assert _edit(path, b"keys", lambda k: k == b"sa", lambda v: idb) == 1
+    with fpstore.open(path) as s:
+        with pytest.raises(CorruptionError, match="keys table"):
+            s.get("a")
+        with pytest.raises(CorruptionError):
+            _ = "a" in s
+        with pytest.raises(CorruptionError):
+            s.delete("a")
+        with pytest.raises(CorruptionError):
+            s.add("a", fingerprint=7, pipeline_id=pid)
+        assert s.get("b").key == "b" and s.get("b").fingerprint == 0xFFFF0000FFFF0000
+
+
+def test_a_next_id_damaged_below_a_stored_id_is_refused_before_an_add_overwrites_it(tmp_path):
+    """A flipped bit in meta/next_id (11 -> 9) made the next add take id 9, an existing
+    document's, and overwrite its record."""
+    import struct
+
+    path = str(tmp_path / "s")
+    fps = np.random.default_rng(1).integers(0, 2**64, 10, dtype=np.uint64)
+    with fpstore.open(path, k=5) as s:
+        pid = s.pipeline.id
+        s.add_many([f"k{i}" for i in range(10)], fingerprints=fps, pipeline_id=pid)
+        s.delete("k0")
+        s.delete("k1")
+    assert _edit(path, b"meta", lambda k: k == b"next_id", lambda v: struct.pack(">Q", struct.unpack(">Q", v)[0] ^ 0b10)) == 1
+    with fpstore.open(path) as s:
+        for add in (lambda: s.add("new", fingerprint=7, pipeline_id=pid), lambda: s.add_many(["new"], fingerprints=[7], pipeline_id=pid)):
+            with pytest.raises(CorruptionError, match="next"):
+                add()
+        assert s.get("k8").key == "k8" and s.get("k8").fingerprint == int(fps[8])
+
+
+def test_a_next_id_damaged_below_a_bulk_segment_is_refused(tmp_path):
+    import struct
+
+    path = str(tmp_path / "s")
+    with fpstore.open(path, k=5) as s:
+        pid = s.pipeline.id
+        s.bulk_load(np.arange(100, dtype=np.uint64), np.arange(100, dtype=np.uint64) * 977, pipeline_id=pid)
+    assert _edit(path, b"meta", lambda k: k == b"next_id", lambda v: struct.pack(">Q", 50)) == 1
+    with fpstore.open(path) as s:
+        with pytest.raises(CorruptionError, match="next"):
+            s.add("new", fingerprint=7, pipeline_id=pid)
+        assert s.get(50).key == 50
+
+
+def test_a_key_hash_run_of_another_length_than_its_segment_is_damage(tmp_path):
+    """A segment's key-hash run (its keys' sorted hashes, how get() finds a bulk-loaded key) taken
+    from a segment of another size made keys vanish from get() while queries still named them, and
+    a re-add of such a key store it twice."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    fa = np.random.default_rng(1).integers(0, 2**64, 20000, dtype=np.uint64)
+    with fpstore.open(a, k=5) as s:
+        pid = s.pipeline.id
+        s.bulk_load(np.arange(20000, dtype=np.uint64) + 10**6, fa, pipeline_id=pid)
+    with fpstore.open(b, k=5) as s:
+        s.bulk_load(np.arange(5000, dtype=np.uint64) + 2 * 10**6, fa[:5000] ^ np.uint64(1), pipeline_id=pid)
+    prefix = b"s\x00\x00\x00\x01h"
+    theirs: dict[bytes, bytes] = {}
+    _edit(b, b"blobs", lambda k: k.startswith(prefix), lambda v: v)
+    import lmdb
+
+    env = lmdb.open(b, subdir=True, max_dbs=256, readonly=True, lock=False)
+    with env.begin(db=env.open_db(b"blobs", create=False)) as txn:
+        theirs = {bytes(k): bytes(v) for k, v in txn.cursor() if bytes(k).startswith(prefix)}
+    env.close()
+    assert theirs
+    assert _edit(a, b"blobs", lambda k: k in theirs, lambda v: v) >= 1
+    env = lmdb.open(a, subdir=True, max_dbs=256)
+    with env.begin(write=True, db=env.open_db(b"blobs")) as txn:
+        for k, v in theirs.items():
+            txn.put(k, v)
+    env.close()
+    with fpstore.open(a) as s:
+        with pytest.raises(CorruptionError):
+            s.get(10**6 + 5)
+        with pytest.raises(CorruptionError):
+            s.add(10**6 + 5, fingerprint=int(fa[5]) ^ 1, pipeline_id=pid)
+        assert len(s) == 20000
+
+
+def test_a_segment_base_past_the_ids_a_store_gives_is_damage(tmp_path):
+    """A state record whose segment starts near 2**64 made get() and verify() raise struct.error
+    and clusters() OverflowError: a segment's ids must lie in 1..2**63-1, as a run's do."""
+    import msgpack
+
+    path = str(tmp_path / "s")
+    fps = np.random.default_rng(1).integers(0, 2**64, 2000, dtype=np.uint64)
+    with fpstore.open(path, k=5) as s:
+        pid = s.pipeline.id
+        s.bulk_load(np.arange(2000, dtype=np.uint64), fps, pipeline_id=pid)
+
+    def damage(raw: bytes) -> bytes:
+        state = msgpack.unpackb(raw, raw=False)
+        state["segs"][0]["base"] = (1 << 64) - 10
+        return msgpack.packb(state, use_bin_type=True)
+
+    assert _edit(path, b"meta", lambda k: k == b"state", damage) == 1
+    with fpstore.open(path, readonly=True) as s:
+        for call in (lambda: s.get(5), lambda: s.verify(), lambda: s.clusters(), lambda: list(s.documents())):
+            with pytest.raises(CorruptionError):
+                call()

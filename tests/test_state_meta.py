@@ -18,8 +18,8 @@ def _old_bytes(runs: list[dict], segs: list[dict], next_run: int, next_seg: int)
 
 def _cases():
     yield [], [], 1, 1
-    big = (1 << 64) - 1
-    for base, low, width in ((1, 0, 0), (1 << 40, 7, 33), (big, 0, 64)):
+    last = (1 << 63) - 5  # the largest base of five documents: ids end at 2**63 - 1
+    for base, low, width in ((1, 0, 0), (1 << 40, 7, 33), (last, 0, 64)):
         _, col = tiers.packed_blobs(tiers.run_prefix(9, 0xFFFF), np.array([low, low + (1 << width) - 1], np.uint64) if width else np.zeros(0, np.uint64))
         old_col = {"prefix": col.prefix, "count": col.count, "min": col.min, "width": col.width, "per_chunk": col.per_chunk}
         tables = [tiers.seg_prefix(3, b"f")] + [tiers.run_prefix(2, t) for t in range(1, 4)]

@@ -174,6 +174,10 @@ class SegmentMeta(_Record):
             _is_int(rec.get("id"), 0, (1 << 32) - 1) and _is_int(rec.get("base")) and _is_int(rec.get("count"), 0, 1 << 40),
             "a segment has a bad id, base or count",
         )
+        _check(
+            rec["count"] == 0 or 1 <= rec["base"] <= (1 << 63) - rec["count"],
+            "a segment's document ids lie outside 1..2**63-1, the ids a store gives",
+        )
         _check(all(isinstance(rec.get(p), bytes) for p in ("fps", "hashes", "keys")), "a segment lacks a blob prefix")
         _check(_is_int(rec.get("key_blocks"), 0, 1 << 32), "a segment has a bad key block count")
         int_keys = None

@@ -882,7 +882,7 @@ class KeySegment(_Bound[SegmentMeta]):
         (dead or alive). Hash positions are found in one merge, keys checked a block at a time."""
         if not len(typed):
             return {}
-        table = CodecRun(self._txn, self._db, self._cache, self.meta.hashes)
+        table = self._hash_run()
         if len(hashes) > 1 and bool(np.all(hashes[1:] >= hashes[:-1])):
             # Sorted already (a bulk load sorts its run's hashes once for every segment): the
             # distinct values without numpy's sort.
@@ -912,8 +912,16 @@ class KeySegment(_Bound[SegmentMeta]):
 
     def hash_table(self) -> Any:
         """The kernel's probe table of this segment's sorted key hashes (cached)."""
-        hashes = CodecRun(self._txn, self._db, self._cache, self.meta.hashes)
+        hashes = self._hash_run()
         return self._cache.probe_table(hashes.prefix, hashes.index, hashes._names)
+
+    def _hash_run(self) -> CodecRun:
+        """The segment's sorted key hashes, one per document: a run of another length (a damaged
+        or misplaced index) would lose keys or find keys that are not here."""
+        hashes = CodecRun(self._txn, self._db, self._cache, self.meta.hashes)
+        if hashes.index.count != self.count:
+            raise CorruptionError(f"segment {self.meta.id} holds {self.count:,} documents but {hashes.index.count:,} key hashes")
+        return hashes
 
     def find_at(self, typed: bytes, positions: list[int]) -> int | None:
         """Id of ``typed`` among the keys at ``positions`` of the sorted key hashes (the positions

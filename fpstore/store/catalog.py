@@ -24,7 +24,7 @@ from fpstore.index import search, tiers
 from fpstore.index.design import Design
 from fpstore.index.tiers import KeySegment, ReadPlan, Run, State, TierCache
 from fpstore.parallel import threads as thread_count
-from fpstore.store.header import U64, table_name
+from fpstore.store.header import H_NEXT_ID, U64, table_name
 from fpstore.store.incremental import IncrementalTables
 from fpstore.store.keys import FLAG_SHORT, MAX_RAW_KEY, Key, lookup_key, unpack_record, untyped_key
 from fpstore.store.lsm import Lsm
@@ -264,11 +264,7 @@ class Catalog:
             raw = found.get(lookup[i])
             doc_id = None
             if raw is not None:
-                doc_id = read_u64(raw, "key table entry")
-                if len(t) > MAX_RAW_KEY:  # a hashed lookup key could collide: the record holds the key
-                    rec = self.record(txn, doc_id)
-                    if rec is None or rec[0] != t:
-                        doc_id = None
+                doc_id = self._keyed_id(txn, t, read_u64(raw, "key table entry"))
             if doc_id is not None:
                 out[i] = doc_id
             else:
@@ -314,12 +310,20 @@ class Catalog:
         raw = txn.get(lookup_key(typed), db=self.keys)
         if raw is None:
             return None
-        doc_id = read_u64(raw, "key table entry")
-        if len(typed) > MAX_RAW_KEY:  # a hashed lookup key could collide: the record holds the key
-            rec = self.record(txn, doc_id)
-            if rec is None or rec[0] != typed:
-                return None
-        return doc_id
+        return self._keyed_id(txn, typed, read_u64(raw, "key table entry"))
+
+    def _keyed_id(self, txn: lmdb.Transaction, typed: bytes, doc_id: int) -> int | None:
+        """``doc_id``, which the keys table gives for ``typed``, once the document's record holds
+        that key. A long key's lookup key is a hash, which another key may share (None: not this
+        key); a short key's is the key itself, so a record of another key is damage, which must
+        not let a get, a replace or a delete act on that other document."""
+        rec = self.record(txn, doc_id)
+        if rec is not None and rec[0] == typed:
+            return doc_id
+        if len(typed) > MAX_RAW_KEY:
+            return None
+        found = "no record" if rec is None else "a record of another key"
+        raise CorruptionError(f"the keys table names document {doc_id} for key {untyped_key(typed)!r}, which has {found}")
 
     def record(self, txn: lmdb.Transaction, doc_id: int) -> tuple[bytes, int, bytes | None, int, int] | None:
         """(typed key, fingerprint, content hash, canonical id, flags) of a live document, or None."""
@@ -434,6 +438,21 @@ class Catalog:
         if raw is None:
             raise CorruptionError(f"the store's meta table lacks {name.decode()}")
         return read_u64(raw, name.decode())
+
+    def next_id(self, txn: lmdb.Transaction) -> int:
+        """The id the next new document gets (``meta/next_id``), checked to lie past every id
+        given so far, the newest record's and every key segment's: a damaged value would make an
+        add overwrite a stored document."""
+        next_id = self.meta_int(txn, H_NEXT_ID)
+        cur = txn.cursor(db=self.docs)
+        given = read_u64(cur.key(), "document id") if cur.last() else 0
+        for seg in self.state(txn).segs:
+            given = max(given, seg.base + seg.count - 1)
+        if next_id <= given:
+            raise CorruptionError(
+                f"the store's next document id {next_id} is not past id {given}, which it has given: the meta table is damaged"
+            )
+        return next_id
 
     def remove(self, txn: lmdb.Transaction, doc_id: int) -> tuple[bytes, int, bytes | None, int, int] | None:
         """Delete live document ``doc_id``: its record and incremental entries, or a tombstone

@@ -55,7 +55,7 @@ def _add_one(cat: Catalog, txn: lmdb.Transaction, add: OneAdd, k: int) -> AddRes
         return result
     # A replaced document gets a new id: its old fingerprint may sit in an immutable run,
     # where only a tombstone on the old id can remove it.
-    doc_id = cat.meta_int(txn, H_NEXT_ID)
+    doc_id = cat.next_id(txn)
     txn.put(H_NEXT_ID, U64.pack(doc_id + 1), db=cat.meta)
     if old_id is not None:
         cat.remove(txn, old_id)
@@ -123,7 +123,7 @@ def add_batch(cat: Catalog, txn: lmdb.Transaction, batch: Batch, flush_entries: 
     # Content hashes come with texts, and with Fingerprints that carry them (an import).
     has_hash = sigs.content_hashes is not None
     ids = np.zeros(n, dtype=np.int64)
-    next_id = cat.meta_int(txn, H_NEXT_ID)
+    next_id = cat.next_id(txn)
     count = cat.meta_int(txn, H_COUNT)
     kept = keep.tolist()
     old_ids = cat.ids_of_many(txn, [typed_keys[i] for i in kept])
@@ -196,13 +196,13 @@ def load_run(storage: Storage, cat: Catalog, keys: KeyBatch, fps: np.ndarray) ->
     # numbers, and then the write encodes the run again from its own reading.
     with storage.read() as txn:
         state = cat.state(txn)
-        base = cat.meta_int(txn, H_NEXT_ID)
+        base = cat.next_id(txn)
     prepared = (state.next_run, state.next_seg, base), cat.lsm.load_blobs(load, state, base)
     storage.reserve(tiers.blobs_size(prepared[1][0]))
 
     def work(txn: lmdb.Transaction) -> int:
         state = cat.state(txn)
-        base = cat.meta_int(txn, H_NEXT_ID)
+        base = cat.next_id(txn)
         numbers, (blobs, run_rec, seg_rec) = prepared
         if numbers != (state.next_run, state.next_seg, base):
             blobs, run_rec, seg_rec = cat.lsm.load_blobs(load, state, base)
