@@ -13,6 +13,7 @@ __all__ = [
     "FormatError",
     "FpstoreError",
     "InputError",
+    "InputTypeError",
     "MemoryBudgetError",
     "NotAStoreError",
     "PipelineMismatchError",
@@ -30,6 +31,11 @@ class FpstoreError(Exception):
 
 class InputError(FpstoreError, ValueError):
     """An argument has the wrong value, dtype, shape or length."""
+
+
+class InputTypeError(InputError, TypeError):
+    """An argument has the wrong type (a text that is not str or bytes): an :class:`InputError`
+    that ``except TypeError`` also catches."""
 
 
 class DesignError(FpstoreError, ValueError):

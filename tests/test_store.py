@@ -117,8 +117,12 @@ class StoreModel(RuleBasedStateMachine):
             fp ^= 1 << b
         return fp
 
-    @rule(key=st.sampled_from([f"k{i}" for i in range(12)]), flips=st.lists(st.integers(0, 63), max_size=6),
-          far=st.booleans(), raw=st.integers(0, 2**64 - 1))
+    @rule(
+        key=st.sampled_from([f"k{i}" for i in range(12)]),
+        flips=st.lists(st.integers(0, 63), max_size=6),
+        far=st.booleans(),
+        raw=st.integers(0, 2**64 - 1),
+    )
     def add(self, key, flips, far, raw):
         fp = self._fp(flips, far, raw)
         res = self.store.add(key, fingerprint=fp, pipeline_id=self.pid)
@@ -126,8 +130,17 @@ class StoreModel(RuleBasedStateMachine):
         assert as_dict(res.near_duplicates) == brute(others, fp, 3)
         self.model[key] = fp
 
-    @rule(items=st.lists(st.tuples(st.sampled_from([f"k{i}" for i in range(12)]), st.lists(st.integers(0, 63), max_size=6),
-                                   st.booleans(), st.integers(0, 2**64 - 1)), max_size=8))
+    @rule(
+        items=st.lists(
+            st.tuples(
+                st.sampled_from([f"k{i}" for i in range(12)]),
+                st.lists(st.integers(0, 63), max_size=6),
+                st.booleans(),
+                st.integers(0, 2**64 - 1),
+            ),
+            max_size=8,
+        )
+    )
     def add_many(self, items):
         keys = [k for k, *_ in items]
         fps = [self._fp(fl, far, raw) for _, fl, far, raw in items]
@@ -135,8 +148,19 @@ class StoreModel(RuleBasedStateMachine):
         for k, f in zip(keys, fps):
             self.model[k] = f
 
-    @rule(items=st.lists(st.tuples(st.sampled_from([f"k{i}" for i in range(12)] + list(range(6))), st.lists(st.integers(0, 63), max_size=6),
-                                   st.booleans(), st.integers(0, 2**64 - 1)), min_size=1, max_size=10), max_run=st.integers(1, 6))
+    @rule(
+        items=st.lists(
+            st.tuples(
+                st.sampled_from([f"k{i}" for i in range(12)] + list(range(6))),
+                st.lists(st.integers(0, 63), max_size=6),
+                st.booleans(),
+                st.integers(0, 2**64 - 1),
+            ),
+            min_size=1,
+            max_size=10,
+        ),
+        max_run=st.integers(1, 6),
+    )
     def bulk_load(self, items, max_run):
         keys = [k for k, *_ in items]
         fps = np.array([self._fp(fl, far, raw) for _, fl, far, raw in items], dtype=np.uint64)
@@ -156,7 +180,9 @@ class StoreModel(RuleBasedStateMachine):
         keys = list(self.model)
         want = sorted(
             (min(repr(x), repr(y)), max(repr(x), repr(y)), (self.model[x] ^ self.model[y]).bit_count())
-            for i, x in enumerate(keys) for y in keys[i + 1 :] if (self.model[x] ^ self.model[y]).bit_count() <= k
+            for i, x in enumerate(keys)
+            for y in keys[i + 1 :]
+            if (self.model[x] ^ self.model[y]).bit_count() <= k
         )
         assert got == want
 
@@ -175,8 +201,10 @@ class StoreModel(RuleBasedStateMachine):
         self.store.close()
         self.store = fpstore.open(self.path, flush_entries=self.FLUSH)
 
-    @rule(queries=st.lists(st.tuples(st.lists(st.integers(0, 63), max_size=6), st.booleans(), st.integers(0, 2**64 - 1)), max_size=6),
-          k=st.integers(0, 3))
+    @rule(
+        queries=st.lists(st.tuples(st.lists(st.integers(0, 63), max_size=6), st.booleans(), st.integers(0, 2**64 - 1)), max_size=6),
+        k=st.integers(0, 3),
+    )
     def query_many(self, queries, k):
         fps = [self._fp(fl, far, raw) for fl, far, raw in queries]
         qi, ids, dist = self.store.query_many(np.array(fps, dtype=np.uint64), pipeline_id=self.pid, k=k)
@@ -547,9 +575,13 @@ def test_flush_and_tier_merge_in_one_write_leave_a_verifiable_file(tmp_path):
     s = fpstore.open(path, k=3, design="r4", flush_entries=3)
     pid = s.pipeline.id
     writes = [
-        lambda: s.add_many(["k11", "k0", "k0", "k0", "k8", "k0"], fingerprints=np.array([near] * 5 + [flipped], np.uint64), pipeline_id=pid),
+        lambda: s.add_many(
+            ["k11", "k0", "k0", "k0", "k8", "k0"], fingerprints=np.array([near] * 5 + [flipped], np.uint64), pipeline_id=pid
+        ),
         lambda: s.bulk_load(["k0"] * 10, np.array([near] * 10, np.uint64), pipeline_id=pid, max_run=1),
-        lambda: s.bulk_load(["k0"] * 10, np.array([near] * 3 + [flipped, near, flipped] + [near] * 4, np.uint64), pipeline_id=pid, max_run=1),
+        lambda: s.bulk_load(
+            ["k0"] * 10, np.array([near] * 3 + [flipped, near, flipped] + [near] * 4, np.uint64), pipeline_id=pid, max_run=1
+        ),
         lambda: s.add_many(["k0"] * 5 + ["k11", "k0", "k10"], fingerprints=np.array([near] * 8, np.uint64), pipeline_id=pid),
     ]
     for write in writes:
@@ -559,3 +591,44 @@ def test_flush_and_tier_merge_in_one_write_leave_a_verifiable_file(tmp_path):
         s = fpstore.open(path, flush_entries=3)
     assert sorted(s, key=repr) == ["k0", "k10", "k11", "k8"]
     s.close()
+
+
+def test_arguments_out_of_their_domain_raise_input_errors(tmp_path):
+    """Arguments that reached numpy, py-lmdb or struct unchecked raised their builtin errors."""
+    from fpstore.errors import InputError as IE
+
+    with fpstore.open(tmp_path / "s") as s:
+        s.add_many(["a", "b"], fingerprints=[1, 2], pipeline_id=s.pipeline.id)
+        for kwargs in ({"sample": -1}, {"sample": 1.5}, {"seed": -1}, {"seed": 1.5}, {"sample": True}):
+            with pytest.raises(IE):
+                s.stats(**kwargs)
+        assert len(s) == 2
+    for size in (-1, 1.5, 2**70, True):
+        with pytest.raises(IE, match="map_size"):
+            fpstore.open(tmp_path / "t", map_size=size)
+    assert not (tmp_path / "t").exists() or not os.listdir(tmp_path / "t")
+    for b in (2**64, -1, 1.5, "x"):
+        with pytest.raises(IE):
+            fpstore.hamming_many(np.array([1], np.uint64), b)
+
+
+def test_a_store_path_that_is_not_utf8_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="UTF-8"):
+        fpstore.open(os.fsdecode(os.fsencode(str(tmp_path)) + b"/s\xff"))
+    with pytest.raises(InputError, match="UTF-8"):
+        fpstore.open(os.fsencode(str(tmp_path)) + b"/s\xff")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_text_of_another_type_is_an_fpstore_input_error_and_a_type_error(tmp_path):
+    with fpstore.open(tmp_path / "s") as s:
+        for call in (
+            lambda: s.add("x", text=5),
+            lambda: s.add_many(["x", "y"], texts=["ok", 5]),
+            lambda: s.query(text=5),
+            lambda: fpstore.simhash(None),
+        ):
+            with pytest.raises(InputError) as info:
+                call()
+            assert isinstance(info.value, TypeError)
+        assert len(s) == 0

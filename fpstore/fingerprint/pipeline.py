@@ -33,7 +33,7 @@ import msgpack
 import numpy as np
 
 from fpstore import _backend
-from fpstore.errors import FormatError, InputError
+from fpstore.errors import FormatError, InputError, InputTypeError
 from fpstore.fingerprint import _simhash_py as _spec
 from fpstore.fingerprint import html as _html
 from fpstore.fingerprint import text as _text
@@ -486,14 +486,14 @@ class Pipeline:
     def signatures(self, texts: Sequence[Text], threads: int | None = None) -> Fingerprints:
         """Signatures of many texts, columnar, computed on ``threads`` threads (None: all cores).
 
-        A non-text element raises ``TypeError`` naming its index, before any work is done.
+        A non-text element raises :class:`~fpstore.errors.InputTypeError` (a ``TypeError``) naming its index, before any work is done.
         """
         if isinstance(texts, (str, bytes)):
-            raise TypeError("texts must be a sequence of texts, not a single text")
+            raise InputTypeError("texts must be a sequence of texts, not a single text")
         texts = list(texts)
         for i, t in enumerate(texts):  # every type error before any work, naming its index
             if not isinstance(t, (str, bytes, bytearray, memoryview)):
-                raise TypeError(f"text at index {i} must be str or UTF-8 bytes, not {type(t).__name__}")
+                raise InputTypeError(f"text at index {i} must be str or UTF-8 bytes, not {type(t).__name__}")
         n = len(texts)
         fps = np.zeros(n, dtype=np.uint64)
         ntok = np.zeros(n, dtype=np.int64)

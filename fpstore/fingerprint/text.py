@@ -30,6 +30,7 @@ import unicodedata
 import numpy as np
 
 from fpstore import _backend
+from fpstore.errors import InputTypeError
 from fpstore.fingerprint import _nfkc_pack, _nfkc_v1, _unicode_v1
 
 __all__ = ["FOLD", "TOKENIZER_VERSION", "UNICODE_VERSION", "Text", "decode", "nfkc", "normalize", "tokens"]
@@ -75,7 +76,7 @@ def decode(text: object, *, index: int | None = None) -> str:
     if isinstance(text, (bytes, bytearray, memoryview)):
         return bytes(text).decode("utf-8", errors="replace")
     where = f" at index {index}" if index is not None else ""
-    raise TypeError(f"text{where} must be str or UTF-8 bytes, not {type(text).__name__}")
+    raise InputTypeError(f"text{where} must be str or UTF-8 bytes, not {type(text).__name__}")
 
 
 def _build_active_bits() -> np.ndarray:

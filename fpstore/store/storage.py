@@ -47,6 +47,7 @@ from fpstore.errors import (
     StoreFullError,
     WriterLockedError,
 )
+from fpstore.index.arrays import int_in
 from fpstore.store import faults
 from fpstore.store.files import (
     DATA_FILE,
@@ -144,6 +145,24 @@ def translate(exc: BaseException, action: str, path: str | None = None) -> Fpsto
     return StorageError(f"{action}: {exc!r}")
 
 
+#: The largest map a store asks for (2**48 bytes: the address space x86-64 gives a process).
+MAX_MAP_SIZE = 1 << 48
+
+
+def store_path(path: object) -> str:
+    """A store's directory as LMDB takes it: a str (or bytes, or path object) that is valid UTF-8."""
+    try:
+        p = os.fspath(path)  # type: ignore[call-overload]  # anything else is refused below
+    except TypeError:
+        raise InputError(f"a store path must be a str, bytes or path object, not {type(path).__name__}") from None
+    try:
+        text = p.decode("utf-8") if isinstance(p, bytes) else p
+        text.encode("utf-8")
+    except UnicodeError:
+        raise InputError(f"a store path must be valid UTF-8 (LMDB takes it as UTF-8): {p!r}") from None
+    return text
+
+
 def check_commit_interval(interval: object, durability: str) -> float:
     """The seconds a staged write waits at most for its commit (``durability="interval"`` only)."""
     if interval is None:
@@ -188,7 +207,9 @@ class Storage:
         if durability not in DURABILITY:
             raise InputError(f"durability must be one of {', '.join(map(repr, DURABILITY))}, got {durability!r}")
         interval = check_commit_interval(commit_interval, durability)
-        self.path = os.fspath(path)
+        self.path = store_path(path)
+        if map_size is not None:
+            map_size = int_in(map_size, "map_size", 0, MAX_MAP_SIZE)
         self.readonly = readonly
         self.durability = durability
         self._pid = os.getpid()

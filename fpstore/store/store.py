@@ -27,6 +27,7 @@ from fpstore.fingerprint.kinds import AnyPipeline, content_of, is_image
 from fpstore.fingerprint.pipeline import DEFAULT_K, Fingerprints, Pipeline
 from fpstore.fingerprint.text import Text
 from fpstore.hamming import RawFingerprints
+from fpstore.index.arrays import int_in
 from fpstore.index.design import DEFAULT_EXPECTED_SIZE, Design, design_for
 from fpstore.store import inspect, pairs
 from fpstore.store.catalog import Catalog
@@ -60,7 +61,7 @@ from fpstore.store.results import AddResult, Cluster, Document, Match
 from fpstore.store.rows import arrow_table, record_batches
 from fpstore.store.sketches import CANDIDATE_K, DEFAULT_SKETCH_BITS, NEEDS_SKETCH, check_threshold, stored_threshold
 from fpstore.store.staging import StagedRequests
-from fpstore.store.storage import DATA_FILE, Storage
+from fpstore.store.storage import DATA_FILE, Storage, store_path
 from fpstore.store.writes import add_batch, add_group, compact, delete_one, load_run
 
 __all__ = ["AddResult", "Cluster", "Document", "Explanation", "Match", "Store"]
@@ -105,7 +106,8 @@ class Store(Closing):
         #: Documents held in the incremental tables before a write moves them into a run (0: never).
         self.flush_entries = flush_entries
         # A new store's arguments are checked before anything is made on disk.
-        creating = create and not readonly and not os.path.exists(os.path.join(os.fspath(path), DATA_FILE))
+        path = store_path(path)
+        creating = create and not readonly and not os.path.exists(os.path.join(path, DATA_FILE))
         self.threshold = check_threshold(threshold)
         default_k = DEFAULT_IMAGE_K[pipeline.kind] if isinstance(pipeline, ImagePipeline) else DEFAULT_K
         new_k = (default_k if self.threshold is None else CANDIDATE_K) if k is None else k
@@ -735,5 +737,6 @@ class Store(Closing):
         """Per table, candidates per probe and per query over ``sample`` stored fingerprints, and
         histograms of Hamming distances (random pairs; nearest neighbours), as plain data.
         Deterministic for a given ``seed``."""
+        sample, seed = int_in(sample, "sample", 0, 1 << 40), int_in(seed, "seed", 0, (1 << 64) - 1)
         fps, _ = self.fingerprints()
         return inspect.table_stats(self.design, np.asarray(fps, dtype=np.uint64), len(self), sample, seed)
