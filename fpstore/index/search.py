@@ -74,7 +74,7 @@ def probe_runs(runs: Iterable[Run], design: object, fp: int, k: int) -> list[tup
 def fill_restarts(plan: ReadPlan, txn: Any, db: Any) -> None:
     """Decode every block of every run table of ``plan`` once (``Store.warm``), so that single
     probes restart inside blocks (:func:`fpstore.index.runs.fill_restarts`)."""
-    fetch = functools.partial(txn.get, db=db)
+    fetch = plan.cache.fetcher(txn, db)
     for i, table in enumerate(plan.tables):
         runs_codec.fill_restarts(table, fetch, i)
 
@@ -87,7 +87,7 @@ def probe_plan(
     ``memo`` keeps the chunks read for later calls (a reader's burst, a snapshot's queries)."""
     if not plan.tables:
         return []
-    hits = runs_codec.probe_fingerprint(design, plan.tables, functools.partial(txn.get, db=db), fp, k, memo)
+    hits = runs_codec.probe_fingerprint(design, plan.tables, plan.cache.fetcher(txn, db), fp, k, memo)
     if not hits:
         return []
     metas = plan.runs
@@ -155,7 +155,7 @@ def probe_plan_each(
     if not plan.tables or not len(fps):
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64)
     fps = np.ascontiguousarray(fps, dtype=np.uint64)
-    qi, ri, found, pos = runs_codec.probe_fingerprints(design, plan.tables, functools.partial(txn.get, db=db), fps, k, memo)
+    qi, ri, found, pos = runs_codec.probe_fingerprints(design, plan.tables, plan.cache.fetcher(txn, db), fps, k, memo)
     if len(plan.runs) == 1:
         ids = run_ids_at(txn, db, plan.runs[0], pos).astype(np.int64)
     else:

@@ -24,6 +24,7 @@ import functools
 import hashlib
 import struct
 import threading
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar, cast
@@ -290,6 +291,11 @@ def _key_block_size(decoded: tuple[bytes, Any]) -> int:
     return len(body) + 64 if tag == b"I" else sum(len(k) for k in body) + 64 * (len(body) + 1)
 
 
+#: Run chunk names a :class:`TierCache` remembers as checked at most (~70 bytes each); beyond,
+#: it forgets them all and checks chunks again as they are read.
+MAX_CHECKED_CHUNKS = 1 << 18
+
+
 class _BytesLru:
     """Least-recently-used entries bounded by their estimated bytes; the caller holds the lock."""
 
@@ -344,13 +350,44 @@ class TierCache:
         #: Counts the clears: what is built from entries of the cache (a :class:`ReadPlan`) is
         #: stale once it changes.
         self.generation = 0
+        # Run chunks whose CRC-32 this cache has checked (see :meth:`checked`), by blob name.
+        self._checked: set[bytes] = set()
 
     def clear(self) -> None:
         """Forget every entry (a write transaction that read runs it made was aborted)."""
         with self._lock:
             self._entries.clear()
             self._key_blocks.clear()
+            self._checked = set()  # the aborted write's run ids are given out again
             self.generation += 1
+
+    def checked(self, txn: lmdb.Transaction, db: Any, name: bytes, raw: Any) -> Any:
+        """``raw``, blob ``name`` as read in ``txn``, once its CRC-32 matches its run index when it
+        is a run chunk this cache has not checked yet. A flipped bit the codec's structural checks
+        cannot see (a remainder bit decodes to keys still sorted and inside their block's bounds)
+        would otherwise give wrong keys silently; chunks are immutable, so one check per chunk
+        read serves every later read (a run chunk's CRC costs ~50 µs, its first read alone)."""
+        if raw is None or name in self._checked or len(name) < 5 or name[-5:-4] != b"C":
+            return raw  # absent (the reader reports it), checked, or not a run chunk
+        index = self.index(txn, db, name[:-5])
+        c = _U32.unpack(name[-4:])[0]
+        if c < index.nchunks:  # else the reader reports the chunk as one the run does not have
+            if zlib.crc32(raw) != int(index.chunk_crc[c]):
+                raise CorruptionError(f"run chunk {name!r} fails its CRC-32: the run is damaged")
+            checked = self._checked
+            if len(checked) >= MAX_CHECKED_CHUNKS:
+                checked = self._checked = set()  # bounded: what is forgotten is checked again
+            checked.add(name)
+        return raw
+
+    def fetcher(self, txn: lmdb.Transaction, db: Any) -> Callable[[bytes], Any]:
+        """A blob getter for the kernel's probes (``fetch(name)``): run chunks :meth:`checked`."""
+        get, checked = txn.get, self.checked
+
+        def fetch(name: bytes) -> Any:
+            return checked(txn, db, name, get(name, db=db))
+
+        return fetch
 
     def key_block(self, prefix: bytes, block: int, decode: Callable[[], tuple[bytes, Any]]) -> tuple[bytes, Any]:
         """Key block ``block`` of the segment whose keys live under ``prefix``, decoded (a zstd
@@ -423,7 +460,8 @@ class CodecRun:
     def get(self, c: int) -> Any:
         """Chunk ``c``'s bytes (a view valid inside the transaction). A missing chunk reads as
         None, which the codec reports as damage."""
-        return self._txn.get(self._names[c], db=self._db)
+        name = self._names[c]
+        return self._cache.checked(self._txn, self._db, name, self._txn.get(name, db=self._db))
 
     def views(self) -> list[Any]:
         """Every chunk, as :meth:`get` reads it: a getter over this list (``views.__getitem__``)
@@ -615,12 +653,12 @@ class _ChunkMemo(dict[bytes, Any]):
     """Chunk views by name (None: absent), each read from the transaction on first use
     (``__getitem__`` is a C slot: a hit costs no Python frame)."""
 
-    def __init__(self, txn: lmdb.Transaction, db: Any) -> None:
+    def __init__(self, txn: lmdb.Transaction, db: Any, cache: TierCache) -> None:
         super().__init__()
-        self._txn, self._db = txn, db
+        self._fetch = cache.fetcher(txn, db)
 
     def __missing__(self, name: bytes) -> Any:
-        view = self[name] = self._txn.get(name, db=self._db)
+        view = self[name] = self._fetch(name)
         return view
 
 
@@ -684,7 +722,7 @@ class Run(_Bound[RunMeta]):
         """A chunk getter for :func:`fpstore.index.runs.probe_fingerprint` that reads each chunk
         of this run's transaction once (many queries in a row reach the same chunks; the chunks
         of every run of the transaction can be read through it)."""
-        return _ChunkMemo(self._txn, self._db).__getitem__
+        return _ChunkMemo(self._txn, self._db, self._cache).__getitem__
 
     def ids_of(self, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For sorted unique fingerprints: (fingerprint index, id) of every entry holding each."""
@@ -745,9 +783,11 @@ class ReadPlan:
     plan holds entries of a :class:`TierCache` and is stale once the cache is cleared
     (:attr:`TierCache.generation`)."""
 
-    __slots__ = ("tables", "runs", "chunks0", "segs", "bases", "ends")
+    __slots__ = ("tables", "runs", "chunks0", "segs", "bases", "ends", "cache")
 
-    def __init__(self, runs: list[Run], segs: tuple[SegmentMeta, ...]) -> None:
+    def __init__(self, runs: list[Run], segs: tuple[SegmentMeta, ...], cache: TierCache) -> None:
+        #: The cache the plan's entries come from, whose :meth:`TierCache.fetcher` reads its chunks.
+        self.cache = cache
         live = [run for run in runs if run.count]
         self.tables: list[Any] = [pt for run in live for pt in run.probe_tables()]
         self.runs: list[RunMeta] = [run.meta for run in live]
@@ -765,7 +805,7 @@ def find_in_segments(segments: list[KeySegment], typed: bytes) -> tuple[int, int
     if not segments:
         return None
     h = key_hash(typed)
-    fetch = _ChunkMemo(segments[0]._txn, segments[0]._db).__getitem__
+    fetch = _ChunkMemo(segments[0]._txn, segments[0]._db, segments[0]._cache).__getitem__
     tables = segments[0]._cache.segment_hash_tables(segments)
     hits = runs.probe_tables(tables, fetch, [(i, h, h, h) for i in range(len(segments))], 0)
     by_segment: dict[int, list[int]] = {}

@@ -171,7 +171,7 @@ class Catalog:
         memo = self._plan_memo
         if memo is not None and memo[0] is state and memo[1] == generation:
             return memo[2]
-        plan = ReadPlan(self.runs(txn, state), state.segs)
+        plan = ReadPlan(self.runs(txn, state), state.segs, self.cache)
         self._plan_memo = (state, generation, plan)
         return plan
 
