@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import msgpack
 import numpy as np
 import pytest
@@ -46,10 +48,13 @@ def test_typed_state_encodes_as_the_dict_state(case):
         tuple(SegmentMeta(s["id"], s["base"], s["count"], s["fps"], s["hashes"], PackedColumn(**s["ordinals"]), s["keys"], s["key_blocks"]) for s in segs),
         next_run, next_seg,
     )
-    assert typed.to_bytes() == old
-    assert State(runs, segs, next_run, next_seg).to_bytes() == old  # dict records (transitional)
-    decoded = State.from_bytes(old, 4)
-    assert decoded == typed and decoded.to_bytes() == old
+    # The record as before, with a CRC-32 of it appended as one more key (readers before it ignore it).
+    obj = msgpack.unpackb(old, raw=False)
+    new = msgpack.packb({**obj, "crc": zlib.crc32(old)}, use_bin_type=True)
+    assert typed.to_bytes() == new
+    assert State(runs, segs, next_run, next_seg).to_bytes() == new  # dict records (transitional)
+    decoded = State.from_bytes(old, 4)  # a store written before the CRC
+    assert decoded == typed and decoded.to_bytes() == new and State.from_bytes(new, 4) == typed
     for rec, meta in zip(runs + segs, decoded.runs + decoded.segs):
         assert all(meta[k] == v for k, v in rec.items())  # transitional map access
 

@@ -11,6 +11,7 @@ tests that read state records as maps; production code uses attributes.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -231,16 +232,17 @@ class State:
         return cls((), ())
 
     def to_bytes(self) -> bytes:
-        return msgpack.packb(
-            {
-                "v": 1,
-                "runs": [r.to_dict() for r in self.runs],
-                "segs": [s.to_dict() for s in self.segs],
-                "next_run": self.next_run,
-                "next_seg": self.next_seg,
-            },
-            use_bin_type=True,
-        )
+        body = {
+            "v": 1,
+            "runs": [r.to_dict() for r in self.runs],
+            "segs": [s.to_dict() for s in self.segs],
+            "next_run": self.next_run,
+            "next_seg": self.next_seg,
+        }
+        # A CRC-32 of the map without it: a flipped bit that still decodes would otherwise move
+        # a run's or a segment's ids or keys silently. Readers that predate it ignore the key.
+        body["crc"] = zlib.crc32(msgpack.packb(body, use_bin_type=True))
+        return msgpack.packb(body, use_bin_type=True)
 
     @classmethod
     def from_bytes(cls, raw: bytes | None, ntables: int) -> State:
@@ -251,6 +253,9 @@ class State:
         except Exception as exc:
             raise CorruptionError(f"store state does not decode: {exc}") from None
         _check(isinstance(obj, dict) and obj.get("v") == 1, "unknown version")
+        if "crc" in obj:  # written since the record carries it; older stores' records have none
+            crc = obj.pop("crc")
+            _check(_is_int(crc) and crc == zlib.crc32(msgpack.packb(obj, use_bin_type=True)), "the record fails its CRC-32")
         rs, ss = obj.get("runs"), obj.get("segs")
         _check(isinstance(rs, list) and isinstance(ss, list), "runs and segs must be lists")
         _check(_is_int(obj.get("next_run"), 1, 1 << 32) and _is_int(obj.get("next_seg"), 1, 1 << 32), "bad counters")

@@ -26,7 +26,9 @@ def _fuzz_samples() -> list:
         out = []
         for n, be, spread in ((1, 16, 64), (7, 4, 8), (300, 16, 20), (700, 64, 64), (260, 32, 3)):
             keys = np.sort(rng.integers(0, 1 << spread, size=n, dtype=np.uint64))
-            index, chunks = runs.encode_run(keys, block_entries=be, chunk_bytes=max(runs.max_block_bytes(be), 3 * runs.max_block_bytes(be) // 2))
+            index, chunks = runs.encode_run(
+                keys, block_entries=be, chunk_bytes=max(runs.max_block_bytes(be), 3 * runs.max_block_bytes(be) // 2)
+            )
             out.append((index, chunks, keys))
         _fuzz_cache["runs"] = out
     return _fuzz_cache["runs"]
@@ -57,27 +59,64 @@ def fuzz_seeds() -> dict[str, list[bytes]]:
         seeds["run_index_crc"].append(raw[6:-4])
         for c, chunk in enumerate(chunks[:3]):
             seeds["run_chunk"].append(bytes([n, c, 0, 0]) + chunk)
-    seeds["state"].append(State([], []).to_bytes())
+
+    # Records without their CRC-32 (as stores before it wrote them): mutations then reach the
+    # decoder's checks instead of the checksum's.
+    def without_crc(raw: bytes) -> bytes:
+        obj = msgpack.unpackb(raw, raw=False)
+        del obj["crc"]
+        return msgpack.packb(obj, use_bin_type=True)
+
+    seeds["state"].append(without_crc(State([], []).to_bytes()))
     seeds["state"].append(
-        State(
-            [{"id": 1, "count": 5, "tables": [b"s\0\0\0\1f", b"r1", b"r2", b"r3"], "ids": {"base": 1}},
-             {"id": 2, "count": 3, "tables": [b"a", b"b", b"c", b"d"], "ids": {"prefix": b"p", "count": 3, "min": 4, "width": 3, "per_chunk": 65536}}],
-            [{"id": 1, "base": 1, "count": 5, "fps": b"f", "hashes": b"h", "keys": b"k", "key_blocks": 1,
-              "ordinals": {"prefix": b"o", "count": 5, "min": 0, "width": 3, "per_chunk": 65536}}],
-            3, 2,
-        ).to_bytes()
+        without_crc(
+            State(
+                [
+                    {"id": 1, "count": 5, "tables": [b"s\0\0\0\1f", b"r1", b"r2", b"r3"], "ids": {"base": 1}},
+                    {
+                        "id": 2,
+                        "count": 3,
+                        "tables": [b"a", b"b", b"c", b"d"],
+                        "ids": {"prefix": b"p", "count": 3, "min": 4, "width": 3, "per_chunk": 65536},
+                    },
+                ],
+                [
+                    {
+                        "id": 1,
+                        "base": 1,
+                        "count": 5,
+                        "fps": b"f",
+                        "hashes": b"h",
+                        "keys": b"k",
+                        "key_blocks": 1,
+                        "ordinals": {"prefix": b"o", "count": 5, "min": 0, "width": 3, "per_chunk": 65536},
+                    }
+                ],
+                3,
+                2,
+            ).to_bytes()
+        )
     )
     pipe = Pipeline()
     from fpstore.index.design import design_for
 
-    header = {"magic": "fpstore", "format": 1, "features": [], "pipeline": pipe.config, "pipeline_id": pipe.id,
-              "design": design_for(3, None, "auto").config(), "created": {"fpstore": "x", "time": 0}}
+    header = {
+        "magic": "fpstore",
+        "format": 1,
+        "features": [],
+        "pipeline": pipe.config,
+        "pipeline_id": pipe.id,
+        "design": design_for(3, None, "auto").config(),
+        "created": {"fpstore": "x", "time": 0},
+    }
     seeds["header"].append(msgpack.packb(header, use_bin_type=True))
     seeds["record"] += [pack_record(b"sdoc-1", 12345, None, 0, 0), pack_record(b"i" + bytes(8), (1 << 64) - 1, bytes(16), 7, 3)]
     cctx = zstandard.ZstdCompressor(level=3)
-    seeds["key_block"] += [b"\0" + cctx.compress(b"M" + msgpack.packb([b"sa", b"sb", b"i" + bytes(8)], use_bin_type=True)),
-                           b"\0" + cctx.compress(b"I" + np.arange(5, dtype="<u8").tobytes()),
-                           b"\1" + b"M" + msgpack.packb([b"sa"], use_bin_type=True)]
+    seeds["key_block"] += [
+        b"\0" + cctx.compress(b"M" + msgpack.packb([b"sa", b"sb", b"i" + bytes(8)], use_bin_type=True)),
+        b"\0" + cctx.compress(b"I" + np.arange(5, dtype="<u8").tobytes()),
+        b"\1" + b"M" + msgpack.packb([b"sa"], use_bin_type=True),
+    ]
     seeds["idf"].append(IdfTable({"the": 1, "cat": 200}, 9).to_bytes())
     seeds["packed"].append(bytes([5, 3, 0, 0]) + bytes(range(16)))
     return seeds
@@ -213,8 +252,12 @@ def _fz_key_block(data: bytes, zlib) -> None:
     body = data[1:]
     if data[0] % 2 == 1:
         body = zstandard.ZstdCompressor(level=1).compress(body)
-    seg = KeySegment(_FakeTxn({b"kK" + bytes(4): body}), None, TierCache(),
-                     SegmentMeta(1, 1, KEY_BLOCK, b"f", b"h", PackedColumn(b"o", KEY_BLOCK, 0, 0, 1), b"k", 1))
+    seg = KeySegment(
+        _FakeTxn({b"kK" + bytes(4): body}),
+        None,
+        TierCache(),
+        SegmentMeta(1, 1, KEY_BLOCK, b"f", b"h", PackedColumn(b"o", KEY_BLOCK, 0, 0, 1), b"k", 1),
+    )
     seg.keys_at([0, 1, 2, KEY_BLOCK - 1][: 1 + data[0] % 4])
 
 
