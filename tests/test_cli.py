@@ -1079,3 +1079,20 @@ def test_a_stream_exported_at_a_smaller_k_imports_into_a_new_store(tmp_path):
     with fpstore.open(tmp_path / "t") as t:
         assert len(t) == 2 and t.k == design_k
         assert [m.key for m in t.query(fingerprint=1, pipeline_id=t.pipeline.id, k=1)] == ["a", "b"]
+
+
+def test_fingerprint_option_takes_hex_digits_only(built):
+    for bad in ("0x0x1", "1_0", "g1", "1" * 17, "", "0x", " 1"):
+        r = cli("query", built, "--fingerprint", bad)
+        assert r.code == 2 and "hex digits" in r.err, (bad, r.err)
+    for good in ("0x00ff", "ff", "F" * 16):
+        r = cli("query", built, "--fingerprint", good)
+        assert r.code in (0, 1) and "matches within" in r.out, r.err  # exit 1: no match
+
+
+def test_command_summaries_are_whole_sentences():
+    """A summary is its docstring's first paragraph: dump's was cut at its first line's end."""
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+    for action in sub._choices_actions:
+        assert action.help.count("(") == action.help.count(")"), (action.dest, action.help)

@@ -36,7 +36,9 @@ from fpstore.index.design import MAX_K
 
 
 def _first_line(fn: Callable[..., Any]) -> str:
-    return (fn.__doc__ or "").strip().splitlines()[0].rstrip(".")
+    """A command's summary: the first paragraph of its docstring, on one line."""
+    paragraph = (fn.__doc__ or "").strip().split("\n\n")[0]
+    return " ".join(line.strip() for line in paragraph.splitlines()).rstrip(".")
 
 
 class _CommandParser(argparse.ArgumentParser):

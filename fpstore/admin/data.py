@@ -138,12 +138,10 @@ def cmd_query(args: argparse.Namespace) -> int:
             info.update({"fingerprint": f"{sig.fingerprint:016x}", "pixels": sig.tokens, "short": sig.short})
             matches = store.query(image=data, k=args.k, exhaustive=args.exhaustive, threshold=args.threshold)
         elif args.fingerprint is not None:
-            try:
-                fp = int(args.fingerprint.removeprefix("0x"), 16)
-            except ValueError:
-                raise InputError(f"--fingerprint wants up to 16 hex digits, got {args.fingerprint!r}") from None
-            if not 0 <= fp < 1 << 64:
-                raise InputError("--fingerprint must fit in 64 bits")
+            digits = args.fingerprint.removeprefix("0x")
+            if not 1 <= len(digits) <= 16 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+                raise InputError(f"--fingerprint wants up to 16 hex digits, got {args.fingerprint!r}")
+            fp = int(digits, 16)
             matches = store.query(
                 fingerprint=fp, pipeline_id=store.pipeline.id, k=args.k, exhaustive=args.exhaustive, threshold=args.threshold
             )
