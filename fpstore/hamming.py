@@ -53,23 +53,21 @@ def as_fingerprint_array(values: object, name: str = "fingerprints") -> np.ndarr
     return arr
 
 
-def _as_u64(x: ArrayLike) -> np.ndarray:
-    """An array as given, or ints (a scalar, a list) as uint64: a float or an int outside
-    0..2**64-1 is an InputError, not rounded or wrapped."""
+def _as_u64(x: ArrayLike, name: str) -> np.ndarray:
+    """An array as given; a scalar int as a uint64 scalar array; a sequence as
+    :func:`as_fingerprint_array` takes it (ints only, never rounded or wrapped)."""
     if isinstance(x, np.ndarray):
         return x
-    try:
-        arr = np.asarray(x)
-    except (OverflowError, TypeError, ValueError):
-        arr = np.asarray(x, dtype=object)
-    if arr.dtype.kind == "O" or arr.dtype.kind not in "iu" or (arr.dtype.kind == "i" and bool((arr < 0).any())):
-        raise InputError("hamming_many takes uint64 values (ints in 0..2**64-1)")
-    return arr.astype(np.uint64)
+    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+        if not 0 <= int(x) <= _M64:
+            raise InputError(f"{name} must be ints in 0..2**64-1, got {x!r}")
+        return np.array(int(x), dtype=np.uint64)
+    return as_fingerprint_array(x, name)
 
 
 def hamming_many(a: ArrayLike, b: ArrayLike) -> np.ndarray:
     """Element-wise Hamming distances (uint8) of uint64 arrays ``a`` and ``b``; either may be a scalar."""
-    a_arr, b_arr = _as_u64(a), _as_u64(b)
+    a_arr, b_arr = _as_u64(a, "a"), _as_u64(b, "b")
     if a_arr.dtype != np.uint64 or b_arr.dtype != np.uint64:
         raise InputError("hamming_many takes uint64 arrays")
     return np.bitwise_count(a_arr ^ b_arr)

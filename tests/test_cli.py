@@ -10,6 +10,7 @@ import pathlib
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -1085,7 +1086,7 @@ def test_fingerprint_option_takes_hex_digits_only(built):
     for bad in ("0x0x1", "1_0", "g1", "1" * 17, "", "0x", " 1"):
         r = cli("query", built, "--fingerprint", bad)
         assert r.code == 2 and "hex digits" in r.err, (bad, r.err)
-    for good in ("0x00ff", "ff", "F" * 16):
+    for good in ("0x00ff", "0XFF", "ff", "F" * 16):
         r = cli("query", built, "--fingerprint", good)
         assert r.code in (0, 1) and "matches within" in r.out, r.err  # exit 1: no match
 
@@ -1096,3 +1097,30 @@ def test_command_summaries_are_whole_sentences():
     (sub,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
     for action in sub._choices_actions:
         assert action.help.count("(") == action.help.count(")"), (action.dest, action.help)
+
+
+def test_output_to_a_link_a_device_or_a_file_of_given_permissions(built, tmp_path):
+    """-o replaces a regular file (a symlink's target) on success, keeping its permissions; a
+    device or a FIFO is written in place, never replaced by a regular file."""
+    target = tmp_path / "target.jsonl"
+    target.write_text("old\n")
+    os.chmod(target, 0o640)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    assert cli("dump", built, "-o", link).code == 0
+    assert link.is_symlink() and json.loads(target.read_text().splitlines()[0])
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o640
+    assert cli("dump", built, "-o", "/dev/null").code == 0
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    assert cli("dump", built, "-o", fifo).code == 0
+    got = reader.communicate(timeout=60)[0]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and got.splitlines() == target.read_bytes().splitlines()
+    new = tmp_path / "new.jsonl"
+    assert cli("dump", built, "-o", new).code == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(os.stat(new).st_mode) == 0o666 & ~umask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "link.jsonl", "new.jsonl", "target.jsonl"]

@@ -221,3 +221,42 @@ def test_a_state_record_without_a_checksum_still_reads(tmp_path):
         s.add(1000, fingerprint=3, pipeline_id=pid)
         s.compact()
         assert len(s) == 101
+
+
+def test_a_flipped_bit_in_a_key_hash_chunk_is_found_by_a_small_batch_add(tmp_path):
+    """A small batch looks its keys up block by block (CodecRun.positions' few-keys path), which
+    read the segment's key-hash chunk unchecked: a re-add of a stored key stored it twice."""
+    import lmdb
+
+    path = str(tmp_path / "s")
+    n = 20000
+    with fpstore.open(path, k=3) as s:
+        pid = s.pipeline.id
+        s.bulk_load(np.arange(n, dtype=np.uint64), np.random.default_rng(1).integers(0, 2**64, n, dtype=np.uint64), pipeline_id=pid)
+    env = lmdb.open(path, subdir=True, max_dbs=256)
+    with env.begin(write=True, db=env.open_db(b"blobs")) as txn:
+        name = b"s\x00\x00\x00\x01hC\x00\x00\x00\x00"  # segment 1's key hashes, chunk 0
+        value = bytearray(txn.get(name))
+        value[len(value) // 2] ^= 0b10
+        txn.put(name, bytes(value))
+    env.close()
+    with fpstore.open(path) as s:
+        with pytest.raises(CorruptionError, match="CRC"):
+            for key in range(0, n, 97):  # keys whose hashes sit in every block of the chunk
+                s.add_many([key], fingerprints=[5], pipeline_id=pid)
+        assert len(s) <= n
+
+
+def test_a_next_id_damaged_below_a_stored_id_is_refused_by_add_each(tmp_path):
+    """add_each writes its documents through the ordered path, which read next_id unchecked."""
+    import struct
+
+    path = str(tmp_path / "s")
+    with fpstore.open(path, k=5) as s:
+        pid = s.pipeline.id
+        s.add_many([f"k{i}" for i in range(10)], fingerprints=list(range(10)), pipeline_id=pid)
+    assert _edit(path, b"meta", lambda k: k == b"next_id", lambda v: struct.pack(">Q", 3)) == 1
+    with fpstore.open(path) as s:
+        with pytest.raises(CorruptionError, match="next"):
+            s.add_each(["x", "y"], fingerprints=[2**40, 2**50], pipeline_id=pid)
+        assert s.get("k2").key == "k2"

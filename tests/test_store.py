@@ -632,3 +632,15 @@ def test_a_text_of_another_type_is_an_fpstore_input_error_and_a_type_error(tmp_p
                 call()
             assert isinstance(info.value, TypeError)
         assert len(s) == 0
+
+
+def test_hamming_many_takes_any_uint64_values_as_lists_and_scalars():
+    """Half of all fingerprints are 2**63 or more, which numpy infers as float64 in a plain list."""
+    big = [2**63, 2**64 - 1, 1]
+    assert fpstore.hamming_many(big, 0).tolist() == [1, 64, 1]
+    assert fpstore.hamming_many(big, [2**63, 0, 0]).tolist() == [0, 64, 1]
+    assert fpstore.hamming_many(np.array(big, np.uint64), 2**64 - 1).tolist() == [63, 0, 63]
+    assert int(fpstore.hamming_many(2**63, 1)) == 2
+    for bad in ([1.0], [True], [-1], [2**64], None):
+        with pytest.raises(InputError):
+            fpstore.hamming_many(bad, 0)

@@ -138,7 +138,7 @@ def cmd_query(args: argparse.Namespace) -> int:
             info.update({"fingerprint": f"{sig.fingerprint:016x}", "pixels": sig.tokens, "short": sig.short})
             matches = store.query(image=data, k=args.k, exhaustive=args.exhaustive, threshold=args.threshold)
         elif args.fingerprint is not None:
-            digits = args.fingerprint.removeprefix("0x")
+            digits = args.fingerprint.removeprefix("0x").removeprefix("0X")
             if not 1 <= len(digits) <= 16 or any(c not in "0123456789abcdefABCDEF" for c in digits):
                 raise InputError(f"--fingerprint wants up to 16 hex digits, got {args.fingerprint!r}")
             fp = int(digits, 16)

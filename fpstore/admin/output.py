@@ -7,7 +7,9 @@ import argparse
 import contextlib
 import json
 import os
+import stat
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
@@ -121,10 +123,11 @@ def stdin_stream() -> IO[bytes]:
 
 @contextlib.contextmanager
 def output_file(path: str | None, *, binary: bool = False) -> Iterator[IO[Any]]:
-    """Where a command writes its result: standard output for None or ``"-"``; else ``path``,
-    which appears (replacing a file of that name) only once the command has succeeded. The file
-    is written as ``path.partial-PID`` and renamed at the end, so that a command that fails, is
-    interrupted or is killed leaves a file of the user's as it was."""
+    """Where a command writes its result: standard output for None or ``"-"``. A new file, or a
+    regular one (a symlink's target), appears only once the command has succeeded: it is written
+    beside it as ``NAME.partial-XXXXXXXX`` (with the old file's permissions) and renamed at the
+    end, so that a command that fails, is interrupted or is killed leaves a file of the user's as
+    it was. Anything else (a FIFO, a device such as ``/dev/null``) is written in place."""
     if path in (None, "-"):
         out = stdout_stream(binary)
         yield out
@@ -133,17 +136,28 @@ def output_file(path: str | None, *, binary: bool = False) -> Iterator[IO[Any]]:
     assert path is not None
     if os.path.isdir(path):
         raise InputError(f"{path} is a directory: -o takes a file name")
-    tmp = f"{path}.partial-{os.getpid()}"
+    target = os.path.realpath(path)  # a symlink stays one: its target is replaced
     try:
-        fh = open(tmp, "xb") if binary else open(tmp, "x", encoding="utf-8", newline="")  # noqa: SIM115 - closed below
-    except FileExistsError:
-        raise InputError(f"{tmp} exists (left by an earlier run?): remove it first") from None
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(target, "wb") if binary else open(target, "w", encoding="utf-8", newline="") as direct:
+            yield direct
+        return
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(target) + ".partial-", dir=os.path.dirname(target))
     try:
-        with fh:
+        if mode is None:  # a new file gets what open() would have given it
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        else:
+            os.chmod(tmp, stat.S_IMODE(mode))
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -501,9 +501,8 @@ class CodecRun:
             # kernel call that finds each key's block, reads its chunk and decodes up to the key,
             # instead of a merge call per chunk.
             pt = self._cache.probe_table(self.prefix, idx, self._names)
-            txn, db = self._txn, self._db
             plain = keys.tolist()
-            hits = runs.probe_tables([pt], lambda name: txn.get(name, db=db), [(0, k, k, k) for k in plain], 0)
+            hits = runs.probe_tables([pt], self._cache.fetcher(self._txn, self._db), [(0, k, k, k) for k in plain], 0)
             where = {k: i for i, k in enumerate(plain)}
             out_k = [where[key] for _, key, _ in hits]
             out_p = [p for _, _, p in hits]

@@ -26,7 +26,7 @@ from fpstore.index.tiers import KeySegment, ReadPlan, Run, State, TierCache
 from fpstore.parallel import threads as thread_count
 from fpstore.store.header import H_NEXT_ID, U64, table_name
 from fpstore.store.incremental import IncrementalTables
-from fpstore.store.keys import FLAG_SHORT, MAX_RAW_KEY, Key, lookup_key, unpack_record, untyped_key
+from fpstore.store.keys import FLAG_SHORT, MAX_RAW_KEY, Key, lookup_key, record_lead, unpack_record, untyped_key
 from fpstore.store.lsm import Lsm
 from fpstore.store.results import AddResult, Document, Match, sort_matches
 from fpstore.store.sketches import DB_NAME as SKETCH_DB
@@ -151,6 +151,7 @@ class Catalog:
         self._plan_memo: tuple[State, int, ReadPlan] | None = None
         self._snapshot: _Snapshot | None = None
         self._writer_chunks: tuple[ReadPlan, dict[bytes, Any]] | None = None
+        self._segments_end: tuple[State, int] | None = None  # the last id of any segment, per state
 
     def state(self, txn: lmdb.Transaction) -> State:
         raw = txn.get(tiers.STATE_KEY, db=self.meta)
@@ -317,6 +318,9 @@ class Catalog:
         that key. A long key's lookup key is a hash, which another key may share (None: not this
         key); a short key's is the key itself, so a record of another key is damage, which must
         not let a get, a replace or a delete act on that other document."""
+        raw = txn.get(U64.pack(doc_id), db=self.docs)
+        if raw is not None and bytes(raw[: len(lead := record_lead(typed))]) == lead:
+            return doc_id  # the record begins with its key: no decode on this path (every get and re-add)
         rec = self.record(txn, doc_id)
         if rec is not None and rec[0] == typed:
             return doc_id
@@ -446,8 +450,11 @@ class Catalog:
         next_id = self.meta_int(txn, H_NEXT_ID)
         cur = txn.cursor(db=self.docs)
         given = read_u64(cur.key(), "document id") if cur.last() else 0
-        for seg in self.state(txn).segs:
-            given = max(given, seg.base + seg.count - 1)
+        state = self.state(txn)
+        memo = self._segments_end
+        if memo is None or memo[0] is not state:  # one pass per state, not per add
+            memo = self._segments_end = (state, max((seg.base + seg.count - 1 for seg in state.segs), default=0))
+        given = max(given, memo[1])
         if next_id <= given:
             raise CorruptionError(
                 f"the store's next document id {next_id} is not past id {given}, which it has given: the meta table is damaged"

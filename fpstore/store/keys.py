@@ -28,6 +28,7 @@ __all__ = [
     "MAX_RAW_KEY",
     "lookup_key",
     "pack_record",
+    "record_lead",
     "typed_key",
     "unpack_record",
     "untyped_key",
@@ -106,6 +107,14 @@ def pack_record(typed_key: bytes, fp: int, content_hash: bytes | None, canonical
     if packer is None:
         packer = _record_packer.packer = msgpack.Packer(use_bin_type=True)
     return packer.pack([typed_key, fp, content_hash, canonical, flags])
+
+
+def record_lead(typed_key: bytes) -> bytes:
+    """The first bytes of every record of ``typed_key`` (:func:`pack_record`'s array header and
+    the key as msgpack bin): a lookup that only asks whose record it is compares these."""
+    n = len(typed_key)
+    head = b"\xc4" + bytes([n]) if n < 1 << 8 else b"\xc5" + n.to_bytes(2, "big") if n < 1 << 16 else b"\xc6" + n.to_bytes(4, "big")
+    return b"\x95" + head + typed_key
 
 
 def unpack_record(raw: bytes | memoryview) -> tuple[bytes, int, bytes | None, int, int]:

@@ -144,7 +144,7 @@ def add_segment(cat: Catalog, txn: lmdb.Transaction, adds: Sequence[OneAdd], k: 
     for lo, hi, d in zip(*_self_pairs(fps[indexed], k)):
         earlier.setdefault(int(indexed[hi]), []).append((int(indexed[lo]), d))
 
-    next_id = cat.meta_int(txn, H_NEXT_ID)
+    next_id = cat.next_id(txn)
     count = cat.meta_int(txn, H_COUNT)
     removed: set[int] = set()
     created: list[int | None] = [None] * m  # the id each add's new document got
