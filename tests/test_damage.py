@@ -83,8 +83,6 @@ def test_a_key_hash_run_of_another_length_than_its_segment_is_damage(tmp_path):
     with fpstore.open(b, k=5) as s:
         s.bulk_load(np.arange(5000, dtype=np.uint64) + 2 * 10**6, fa[:5000] ^ np.uint64(1), pipeline_id=pid)
     prefix = b"s\x00\x00\x00\x01h"
-    theirs: dict[bytes, bytes] = {}
-    _edit(b, b"blobs", lambda k: k.startswith(prefix), lambda v: v)
     import lmdb
 
     env = lmdb.open(b, subdir=True, max_dbs=256, readonly=True, lock=False)
@@ -92,10 +90,10 @@ def test_a_key_hash_run_of_another_length_than_its_segment_is_damage(tmp_path):
         theirs = {bytes(k): bytes(v) for k, v in txn.cursor() if bytes(k).startswith(prefix)}
     env.close()
     assert theirs
-    assert _edit(a, b"blobs", lambda k: k in theirs, lambda v: v) >= 1
     env = lmdb.open(a, subdir=True, max_dbs=256)
     with env.begin(write=True, db=env.open_db(b"blobs")) as txn:
         for k, v in theirs.items():
+            assert txn.get(k) is not None  # the same names in both stores: a swap, not an addition
             txn.put(k, v)
     env.close()
     with fpstore.open(a) as s:

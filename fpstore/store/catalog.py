@@ -321,7 +321,7 @@ class Catalog:
         raw = txn.get(U64.pack(doc_id), db=self.docs)
         if raw is not None and bytes(raw[: len(lead := record_lead(typed))]) == lead:
             return doc_id  # the record begins with its key: no decode on this path (every get and re-add)
-        rec = self.record(txn, doc_id)
+        rec = unpack_record(raw) if raw is not None else self.record(txn, doc_id)  # (a bulk document's)
         if rec is not None and rec[0] == typed:
             return doc_id
         if len(typed) > MAX_RAW_KEY:
