@@ -160,7 +160,68 @@ def test_a_merge_whose_runs_were_replaced_meanwhile_discards_its_run(tmp_path):
         assert answers(s, queries) == brute(model, queries, 3) and s.verify() == []
 
 
-def test_what_a_dead_merge_reserved_is_cleared_at_the_writers_open(tmp_path):
+def test_smaller_tiers_filled_during_a_long_merge_are_merged_between_its_steps(tmp_path, monkeypatch):
+    """Flushes go on while a merge of a big tier writes its steps: the runs they make must not
+    wait for it (before, every such run stayed until the long merge ended, then all merged at
+    once; at 2e7 documents, 80 runs probed by every query meanwhile)."""
+    monkeypatch.setattr(merging, "MERGE_STEP_BYTES", 1)  # a step per blob: many steps
+    rng = np.random.default_rng(19)
+    model: dict[int, int] = {}
+
+    def add(s: fpstore.Store, n: int) -> None:  # n // 200 runs: a flush per write of 200
+        for _ in range(n // 200):
+            fps = rng.integers(0, 2**64, size=200, dtype=np.uint64)
+            keys = list(range(len(model), len(model) + 200))
+            s.add_many(keys, fingerprints=fps, pipeline_id=s.pipeline.id)
+            model.update(zip(keys, fps.tolist()))
+
+    with fpstore.open(tmp_path / "s", k=3, flush_entries=200, merges="manual") as s:
+        for _ in range(MERGE_FANOUT):  # a full tier of runs of 800, each merged from four of 200
+            add(s, 800)
+            assert merging.merge_runs(s._storage, s._cat, full_tier(s)) is not None
+        big = full_tier(s)
+        assert [rec.count for rec in big] == [800] * MERGE_FANOUT
+        added = [0]
+
+        def flush_while_merging() -> bool:  # called between the long merge's steps
+            if added[0] < 6:
+                add(s, 200)
+                added[0] += 1
+            return False
+
+        done = merging.merge_once(s._storage, s._cat, s.flush_entries, flush_while_merging)
+        assert done is not None and done["merges"] >= 2 and added[0] == 6
+        runs = s.counts()["runs"]
+        assert max(runs) == 3200 and sum(1 for count in runs if count < 800) < MERGE_FANOUT, runs
+        assert full_tier(s) == [] and not leftovers(s)
+        queries = np.array(list(model.values())[::7], dtype=np.uint64) ^ np.uint64(4)
+        assert answers(s, queries) == brute(model, queries, 3) and s.verify() == []
+
+
+def test_a_merge_drops_the_runs_it_replaced_from_the_tier_cache(tmp_path):
+    """Their indexes and probe tables stayed until evicted by bytes: tens of thousands of objects
+    after millions of adds, walked by every full pass of the cycle collector."""
+    rng = np.random.default_rng(23)
+
+    def cached_runs(s: fpstore.Store) -> set[int]:
+        keys = list(s._cat.cache._entries._entries)
+        prefixes = [key if isinstance(key, bytes) else key[1] for key in keys if not (isinstance(key, tuple) and key[0] == "run")]
+        by_id = {key[1] for key in keys if isinstance(key, tuple) and key[0] == "run"}
+        return by_id | {int.from_bytes(p[1:5], "big") for p in prefixes if isinstance(p, bytes) and p[:1] == b"r"}
+
+    with fpstore.open(tmp_path / "s", k=3, flush_entries=200, merges="manual") as s:
+        model = grow(s, rng, 20)
+        queries = np.array(list(model.values())[::5], dtype=np.uint64) ^ np.uint64(1)
+        before = answers(s, queries)  # every run read, so cached
+        replaced = {rec.id for rec in full_tier(s)}
+        assert replaced and replaced <= cached_runs(s)
+        s.merge_runs()
+        assert not cached_runs(s) & replaced
+        assert answers(s, queries) == before == brute(model, queries, 3)
+
+
+@pytest.mark.parametrize("marker", merging.MERGING_KEYS)
+def test_what_a_dead_merge_reserved_is_cleared_at_the_writers_open(tmp_path, marker):
     """A merging marker naming a run no state holds (the process died before the switch), with
     blobs under it: the writer's open deletes them; a marker naming a live run deletes nothing."""
     from fpstore.index import tiers
@@ -174,7 +235,7 @@ def test_what_a_dead_merge_reserved_is_cleared_at_the_writers_open(tmp_path):
             next_run = s._cat.state(txn).next_run
 
         def died(txn):
-            txn.put(merging.MERGING_KEY, next_run.to_bytes(8, "big"), db=s._cat.meta)
+            txn.put(marker, next_run.to_bytes(8, "big"), db=s._cat.meta)
             txn.put(tiers.run_prefix(next_run, 0) + b"X\x00\x00\x00\x00", b"half a run", db=s._cat.blobs)
 
         s._storage.write(died)

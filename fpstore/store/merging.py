@@ -9,14 +9,14 @@ write that made it due (``"inline"``), or when asked (``"manual"``: :meth:`Store
 One merge, in the order of its transactions, each committed before the next begins:
 
 1. **reserve**: the merged runs must still be live; the next run id is taken (``state.next_run``
-   moves on) and written under ``meta/merging``. Nothing else changes.
+   moves on) and written under the merge's marker (``meta/merging``). Nothing else changes.
 2. **write** (several): the new run's blobs, at most ``MERGE_STEP_BYTES`` (or what
    ``MERGE_STEP_SECONDS`` of reading made) per transaction, under
    the reserved id. No state names them: readers never see them.
 3. **switch**: if every merged run is still live, the state replaces them by the new run, and
    their blobs go on ``meta/garbage``; else (should another job have replaced them meanwhile:
    a redesign and a compaction pause merges first) the new run's blobs go there instead.
-   ``meta/merging`` is deleted.
+   The marker is deleted.
 4. **collect** (several): the blobs listed on ``meta/garbage`` are deleted, at most
    ``GARBAGE_STEP`` per transaction, and the list shortened with them.
 
@@ -26,8 +26,13 @@ immutable until the switch), the deleted documents as the first snapshot had the
 never removed, so a document deleted later is still hidden by its tombstone). Memory is a decoded
 chunk of each merged run and a step's blobs, with the store's tombstones, whatever the runs' size.
 :func:`merge_runs` merges any runs this way: :meth:`Store.compact` merges every run with it. A
-crash at any point leaves a store that answers as before the merge or after it; what a dead merge wrote is named by ``meta/merging`` or
+crash at any point leaves a store that answers as before the merge or after it; what a dead merge wrote is named by its marker or
 ``meta/garbage``, and the writer's next open deletes it (:func:`clean_up`).
+
+A long merge does not hold the smaller tiers back: between its write steps, any smaller tier that
+the flushes meanwhile filled is merged to the end (:func:`merge_once`), under a marker of its own
+(``meta/merging.small``). Otherwise the runs of every flush made during a merge of millions of
+entries wait for it: dozens of runs, each probed by every query, then merged all at once.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ from fpstore.index import tiers
 from fpstore.index.tiers import RunMeta, State
 from fpstore.store.catalog import Catalog
 from fpstore.store.header import U64
-from fpstore.store.lsm import FLUSH_ENTRIES, merge_group, owned_prefixes
+from fpstore.store.lsm import FLUSH_ENTRIES, MERGE_FANOUT, merge_group, owned_prefixes
 from fpstore.store.merge_stream import MergedRun
 from fpstore.store.storage import Storage
 
@@ -62,7 +67,9 @@ __all__ = [
     "MERGE_STEP_BYTES",
     "MERGE_STEP_SECONDS",
     "MERGING_KEY",
+    "MERGING_KEYS",
     "Merger",
+    "SMALL_MERGING_KEY",
     "clean_up",
     "merge_once",
     "merge_runs",
@@ -81,6 +88,10 @@ MERGE_STEP_SECONDS = 0.25
 GARBAGE_STEP = 256
 #: ``meta`` key: the run id a merge is writing (8 bytes), until its switch.
 MERGING_KEY = b"merging"
+#: ``meta`` key: the same for a merge of a smaller tier made between the steps of another.
+SMALL_MERGING_KEY = b"merging.small"
+#: Every merge marker, in the order merges nest.
+MERGING_KEYS = (MERGING_KEY, SMALL_MERGING_KEY)
 #: ``meta`` key: msgpack list of blob prefixes to delete (runs merged away, or a merge abandoned).
 GARBAGE_KEY = b"garbage"
 
@@ -106,12 +117,12 @@ def _put_garbage(txn: lmdb.Transaction, meta: Any, prefixes: list[bytes]) -> Non
         txn.delete(GARBAGE_KEY, db=meta)
 
 
-def _reserved(txn: lmdb.Transaction, meta: Any) -> int | None:
-    raw = txn.get(MERGING_KEY, db=meta)
+def _reserved(txn: lmdb.Transaction, meta: Any, marker: bytes = MERGING_KEY) -> int | None:
+    raw = txn.get(marker, db=meta)
     if raw is None:
         return None
     if len(raw) != 8:
-        raise CorruptionError(f"the merging marker is {len(raw)} bytes, expected 8")
+        raise CorruptionError(f"the {marker.decode()} marker is {len(raw)} bytes, expected 8")
     return int(U64.unpack(raw)[0])
 
 
@@ -162,29 +173,51 @@ def clean_up(storage: Storage, cat: Catalog) -> None:
     list is collected."""
 
     def forget(txn: lmdb.Transaction) -> None:
-        run_id = _reserved(txn, cat.meta)
-        if run_id is None:
-            return
-        txn.delete(MERGING_KEY, db=cat.meta)
-        if all(rec.id != run_id for rec in cat.state(txn).runs):
-            _put_garbage(txn, cat.meta, _garbage(txn, cat.meta) + [_run_blobs(run_id)])
+        for marker in MERGING_KEYS:
+            run_id = _reserved(txn, cat.meta, marker)
+            if run_id is None:
+                continue
+            txn.delete(marker, db=cat.meta)
+            if all(rec.id != run_id for rec in cat.state(txn).runs):
+                _put_garbage(txn, cat.meta, _garbage(txn, cat.meta) + [_run_blobs(run_id)])
 
     with storage.read() as txn:
-        pending = txn.get(MERGING_KEY, db=cat.meta) is not None
+        pending = any(txn.get(marker, db=cat.meta) is not None for marker in MERGING_KEYS)
     if pending:
         storage.write(forget, action="clearing an interrupted merge")
     collect(storage, cat)
 
 
 def merge_once(storage: Storage, cat: Catalog, unit: int, stopping: Callable[[], bool] = lambda: False) -> dict[str, int] | None:
-    """Merge the runs of the smallest full size tier (see the module's documentation); returns
-    counts, or None when no tier is full or the merge was given up (another job replaced its
-    runs, or ``stopping()`` turned true)."""
+    """Merge the runs of the smallest full size tier (see the module's documentation), and,
+    between its write steps, every smaller tier that fills meanwhile; returns counts (``merges``
+    done, ``runs_merged``, ``entries`` written), or None when no tier is full or the merge was
+    given up (another job replaced its runs, or ``stopping()`` turned true)."""
     with storage.read() as txn:
         group = merge_group(cat.state(txn).runs, unit)
     if not group:
         return None
-    return merge_runs(storage, cat, group, stopping)
+    entries = sum(rec.count for rec in group)
+    nested: list[dict[str, int]] = []
+
+    def smaller_tiers() -> None:
+        # Only tiers below this merge's (its runs excluded): such a merge is a few steps at most,
+        # so the long merge's steps wait little, and the nesting ends here.
+        while not stopping():
+            with storage.read() as txn:
+                small = merge_group([rec for rec in cat.state(txn).runs if rec not in group], unit)
+            if not small or sum(rec.count for rec in small) * MERGE_FANOUT > entries:
+                return
+            done = merge_runs(storage, cat, small, stopping, marker=SMALL_MERGING_KEY)
+            if done is None:
+                return
+            nested.append(done)
+
+    done = merge_runs(storage, cat, group, stopping, between_steps=smaller_tiers)
+    if done is None:
+        return None
+    every = [done, *nested]
+    return {"merges": len(every), **{name: sum(d[name] for d in every) for name in ("runs_merged", "entries")}}
 
 
 def merge_runs(
@@ -193,11 +226,15 @@ def merge_runs(
     group: list[RunMeta],
     stopping: Callable[[], bool] = lambda: False,
     progress: Callable[[int, int | None], None] | None = None,
+    marker: bytes = MERGING_KEY,
+    between_steps: Callable[[], None] | None = None,
 ) -> dict[str, int] | None:
     """Merge runs ``group`` into one in the steps of the module's documentation, dropping the
     entries of deleted documents; returns counts, or None when there was nothing to gain (one run
     with no deleted entry), the runs are gone, or the merge was given up. ``progress(tables
-    written, tables)``."""
+    written, tables)``; ``marker``: the ``meta`` key naming the run being written (one of
+    ``MERGING_KEYS``, each used by one merge at a time); ``between_steps()`` runs after each write
+    step, outside any transaction."""
     t0 = time.perf_counter()
     # Room for the new run first: growing the map waits for every transaction of the process,
     # so a write of this merge that had to grow it would wait for the merge's own reads.
@@ -212,42 +249,54 @@ def merge_runs(
 
     def reserve(txn: lmdb.Transaction) -> int | None:
         state = cat.state(txn)
-        if not _live(state, group) or _reserved(txn, cat.meta) is not None:
+        if not _live(state, group) or _reserved(txn, cat.meta, marker) is not None:
             return None
         cat.lsm.save_state(txn, State(state.runs, state.segs, state.next_run + 1, state.next_seg))
-        txn.put(MERGING_KEY, U64.pack(state.next_run), db=cat.meta)
+        txn.put(marker, U64.pack(state.next_run), db=cat.meta)
         return state.next_run
 
     run_id = storage.write(reserve, action="starting a merge of runs")
     if run_id is None:
         return None
+    steps = _Steps(group, run_id, marker, stopping, between_steps, progress)
     try:
-        return _write_and_switch(storage, cat, group, run_id, new_run, stopping, t0, progress)
+        return _write_and_switch(storage, cat, new_run, steps, t0)
     except BaseException:
         with contextlib.suppress(FpstoreError):  # a full disk, say: the marker must not block later merges
-            _give_up(storage, cat, run_id)
+            _give_up(storage, cat, run_id, marker)
         raise
 
 
-def _write_and_switch(
-    storage: Storage,
-    cat: Catalog,
-    group: list[RunMeta],
-    run_id: int,
-    new_run: MergedRun,
-    stopping: Callable[[], bool],
-    t0: float,
-    progress: Callable[[int, int | None], None] | None,
-) -> dict[str, int] | None:
+class _Steps:
+    """What the steps of one merge share: its runs, reserved run id and marker, and the callers'
+    hooks."""
+
+    __slots__ = ("group", "run_id", "marker", "stopping", "between", "progress")
+
+    def __init__(
+        self,
+        group: list[RunMeta],
+        run_id: int,
+        marker: bytes,
+        stopping: Callable[[], bool],
+        between: Callable[[], None] | None,
+        progress: Callable[[int, int | None], None] | None,
+    ) -> None:
+        self.group, self.run_id, self.marker = group, run_id, marker
+        self.stopping, self.between, self.progress = stopping, between, progress
+
+
+def _write_and_switch(storage: Storage, cat: Catalog, new_run: MergedRun, merge: _Steps, t0: float) -> dict[str, int] | None:
     """Steps 2 to 4 of a merge whose run id is reserved. Each write step's blobs are made from
     the merged runs read in a snapshot of their own, released before the step's write."""
+    group, run_id, marker, stopping = merge.group, merge.run_id, merge.marker, merge.stopping
     reading: list[lmdb.Transaction] = []
-    made = new_run.blobs(run_id, lambda: reading[0], progress)
+    made = new_run.blobs(run_id, lambda: reading[0], merge.progress)
     steps = 0
     finished = False
     while not finished:
         if stopping():
-            _give_up(storage, cat, run_id)
+            _give_up(storage, cat, run_id, marker)
             return None
         step: tiers.Blobs = []
         size = 0
@@ -268,19 +317,21 @@ def _write_and_switch(
             finally:
                 reading.clear()
         if replaced:  # the runs were replaced meanwhile (see step 3): their blobs may be gone
-            _give_up(storage, cat, run_id)
+            _give_up(storage, cat, run_id, marker)
             collect(storage, cat, stopping)
             return None
         if step:
             storage.write(functools.partial(_put_blobs, cat.blobs, step), action="writing a merged run")
             steps += 1
+        if merge.between is not None and not finished:
+            merge.between()
     rec = new_run.record
 
     def switch(txn: lmdb.Transaction) -> bool:
         state = cat.state(txn)
-        if _reserved(txn, cat.meta) != run_id:
-            raise CorruptionError(f"the merging marker no longer names run {run_id}")
-        txn.delete(MERGING_KEY, db=cat.meta)
+        if _reserved(txn, cat.meta, marker) != run_id:
+            raise CorruptionError(f"the {marker.decode()} marker no longer names run {run_id}")
+        txn.delete(marker, db=cat.meta)
         garbage = _garbage(txn, cat.meta)
         if not _live(state, group):
             _put_garbage(txn, cat.meta, garbage + [_run_blobs(run_id)])
@@ -291,6 +342,8 @@ def _write_and_switch(
         return True
 
     switched = storage.write(switch, action="switching to a merged run")
+    if switched:
+        cat.cache.forget_runs(group)
     collect(storage, cat, stopping)
     if not switched:
         return None
@@ -304,10 +357,10 @@ def _put_blobs(db: Any, blobs: tiers.Blobs, txn: lmdb.Transaction) -> None:
         txn.put(name, value, db=db)
 
 
-def _give_up(storage: Storage, cat: Catalog, run_id: int) -> None:
+def _give_up(storage: Storage, cat: Catalog, run_id: int, marker: bytes) -> None:
     def give_up(txn: lmdb.Transaction) -> None:
-        if _reserved(txn, cat.meta) == run_id:
-            txn.delete(MERGING_KEY, db=cat.meta)
+        if _reserved(txn, cat.meta, marker) == run_id:
+            txn.delete(marker, db=cat.meta)
             _put_garbage(txn, cat.meta, _garbage(txn, cat.meta) + [_run_blobs(run_id)])
 
     storage.write(give_up, action="giving up a merge")
@@ -401,10 +454,9 @@ class Merger:
                 done = merge_once(self._storage, cat, unit, lambda: self._stop or self._pausing)
                 if done is None:
                     break
-                counts["merges"] += 1
-                counts["runs_merged"] += done["runs_merged"]
-                counts["entries"] += done["entries"]
-                self.merged += 1
+                for name in counts:
+                    counts[name] += done[name]
+                self.merged += done["merges"]
         return counts
 
     def run_logged(self) -> None:

@@ -158,11 +158,11 @@ def layout(store) -> tuple:
 def leftovers(store) -> list[str]:
     """What a dead merge could leave: its marker, a garbage list, blobs no live run or key segment
     names (read in one snapshot of an open store)."""
-    from fpstore.store.merging import GARBAGE_KEY, MERGING_KEY
+    from fpstore.store.merging import GARBAGE_KEY, MERGING_KEYS
 
     cat, found = store._cat, []
     with store._storage.read() as txn:
-        for key in (MERGING_KEY, GARBAGE_KEY):
+        for key in (*MERGING_KEYS, GARBAGE_KEY):
             if txn.get(key, db=cat.meta) is not None:
                 found.append(f"meta/{key.decode()}")
         state = cat.state(txn)
