@@ -686,8 +686,10 @@ class Store(Closing):
         return self._storage.copy(os.fspath(path), compact=compact)
 
     def warm(self) -> int:
-        """Read every page of the index (runs, key segments, incremental tables) once, so that
-        later queries find them mapped; returns the bytes read.
+        """Read every page of the index (runs, key segments, incremental tables) once, with the
+        records and tombstones an answer reads (a document added by :meth:`add` or
+        :meth:`add_many` keeps its key in its record), so that later queries find them mapped;
+        returns the bytes read.
 
         A query touches a few pages of the memory map that LMDB reads from; the first touch of a
         page costs a page fault (microseconds, more under a hypervisor, a disk read when the file
