@@ -101,6 +101,33 @@ def test_close_during_background_merges_returns(tmp_path):
         assert not [t for t in threading.enumerate() if t.name.startswith(f"fpstore-merge {s.path}")]
 
 
+def test_inline_merges_with_two_writer_threads_do_not_hang(tmp_path, monkeypatch):
+    """With merges="inline", a thread running a merge committed its steps while another thread's
+    flush had made a merge due: the commit hook started a merge in that same thread, which waited
+    for the merge lock it held (a hang, before and after merges nested)."""
+    import threading
+
+    monkeypatch.setattr(merging, "MERGE_STEP_BYTES", 1)  # many commits inside each merge
+    rng = np.random.default_rng(41)
+    lock, keys = threading.Lock(), iter(range(10**9))
+    with fpstore.open(tmp_path / "s", k=3, flush_entries=200, merges="inline") as s:
+
+        def worker() -> None:
+            for _ in range(30):
+                with lock:
+                    batch = [next(keys) for _ in range(200)]
+                    fps = rng.integers(0, 2**64, 200, dtype=np.uint64)
+                s.add_many(batch, fingerprints=fps, pipeline_id=s.pipeline.id)
+
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads), "a writer hung in an inline merge"
+        assert len(s) == 2 * 30 * 200 and full_tier(s) == [] and s.verify() == []
+
+
 def test_unknown_merge_mode_is_refused(tmp_path):
     with pytest.raises(InputError, match="merges must be one of background, inline, manual"):
         fpstore.open(tmp_path / "s", merges="sometimes")
@@ -218,6 +245,87 @@ def test_a_merge_drops_the_runs_it_replaced_from_the_tier_cache(tmp_path):
         s.merge_runs()
         assert not cached_runs(s) & replaced
         assert answers(s, queries) == before == brute(model, queries, 3)
+
+
+@pytest.mark.parametrize("limit", ["quarter", "entries"])
+def test_a_tier_too_big_to_nest_waits_for_the_long_merge(tmp_path, monkeypatch, limit):
+    """Between a long merge's steps only a tier of at most a quarter of its entries and of
+    NESTED_MAX_ENTRIES is merged: a bigger one would hold the smallest tiers back in turn."""
+    monkeypatch.setattr(merging, "MERGE_STEP_BYTES", 1)
+    if limit == "entries":
+        monkeypatch.setattr(merging, "NESTED_MAX_ENTRIES", 799)
+    rng = np.random.default_rng(37)
+
+    def add(s: fpstore.Store) -> None:  # one run of 200
+        s.add_many(rng.integers(0, 2**40, 200).tolist(), fingerprints=rng.integers(0, 2**64, 200, dtype=np.uint64), pipeline_id=s.pipeline.id)
+
+    with fpstore.open(tmp_path / "s", k=3, flush_entries=200, merges="manual") as s:
+        # Each run of the long merge: 200 ("quarter": the runs flushed meanwhile are of its own
+        # tier) or 800 (their tier is below it, but of more entries than the limit set here).
+        long_size = 800 if limit == "entries" else 200
+        for _ in range(MERGE_FANOUT):
+            for _ in range(long_size // 200):
+                add(s)
+            if long_size > 200:
+                assert merging.merge_runs(s._storage, s._cat, full_tier(s)) is not None
+        calls = [0]
+
+        def flush_while_merging() -> bool:
+            calls[0] += 1
+            if calls[0] <= MERGE_FANOUT:
+                add(s)
+            return False
+
+        done = merging.merge_once(s._storage, s._cat, s.flush_entries, flush_while_merging)
+        assert done is not None and done["merges"] == 1, done
+        assert sorted(s.counts()["runs"])[:MERGE_FANOUT] == [200] * MERGE_FANOUT
+
+
+def test_a_long_merge_given_up_still_counts_the_merges_made_between_its_steps(tmp_path, monkeypatch):
+    """The merges between the long merge's steps are committed whatever becomes of it: a merge
+    that gave up returned None, and the merger's counters (``info()["merges"]["done"]``) missed
+    them."""
+    monkeypatch.setattr(merging, "MERGE_STEP_BYTES", 1)
+    rng = np.random.default_rng(29)
+
+    def add(s: fpstore.Store) -> None:  # one run of 200
+        s.add_many(rng.integers(0, 2**40, 200).tolist(), fingerprints=rng.integers(0, 2**64, 200, dtype=np.uint64), pipeline_id=s.pipeline.id)
+
+    with fpstore.open(tmp_path / "s", k=3, flush_entries=200, merges="manual") as s:
+        for _ in range(MERGE_FANOUT):
+            for _ in range(MERGE_FANOUT):
+                add(s)
+            assert merging.merge_runs(s._storage, s._cat, full_tier(s)) is not None
+        big = {rec.id for rec in full_tier(s)}
+        calls = [0]
+
+        def stop_once_a_smaller_tier_merged() -> bool:
+            calls[0] += 1
+            if calls[0] <= MERGE_FANOUT:
+                add(s)
+                return False
+            with s._storage.read() as txn:
+                return any(rec.id not in big and rec.count == 800 for rec in s._cat.state(txn).runs)
+
+        done = merging.merge_once(s._storage, s._cat, s.flush_entries, stop_once_a_smaller_tier_merged)
+        assert done == {"merges": 1, "runs_merged": MERGE_FANOUT, "entries": 800}
+        assert sorted(s.counts()["runs"]) == [800] * (MERGE_FANOUT + 1)
+        assert not [x for x in leftovers(s) if x.startswith("meta/merging")]  # the rest: garbage, collected later
+
+
+def test_a_merge_keeps_the_cache_entries_of_key_segments_still_live(tmp_path):
+    """A bulk load's table 0 is its key segment's fingerprints, which outlive the run: the merge
+    of bulk-loaded runs dropped their cache entries too (rebuilt at the next read)."""
+    rng = np.random.default_rng(31)
+    with fpstore.open(tmp_path / "s", k=3, flush_entries=200, merges="manual") as s:
+        for i in range(MERGE_FANOUT):
+            s.bulk_load(np.arange(i * 1000, (i + 1) * 1000), rng.integers(0, 2**64, 1000, dtype=np.uint64), pipeline_id=s.pipeline.id)
+        s.query_many(rng.integers(0, 2**64, 50, dtype=np.uint64), pipeline_id=s.pipeline.id)
+        segments = [rec.tables[0] for rec in full_tier(s)]
+        assert len(segments) == MERGE_FANOUT and all(p[:1] == b"s" and p in s._cat.cache._entries._entries for p in segments)
+        s.merge_runs()
+        assert len(s.counts()["runs"]) == 1 and len(s.counts()["segments"]) == MERGE_FANOUT
+        assert all(key in s._cat.cache._entries._entries for key in segments)
 
 
 @pytest.mark.parametrize("marker", merging.MERGING_KEYS)

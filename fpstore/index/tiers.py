@@ -375,7 +375,8 @@ class TierCache:
         with self._lock:
             for rec in merged:
                 self._entries.drop(("run", rec.id))
-                for prefix in rec.tables:
+                # Run blobs only: a bulk load's table 0 is its key segment's, which stays live.
+                for prefix in (p for p in rec.tables if p[:1] == b"r"):
                     self._entries.drop(prefix)
                     self._entries.drop(("table", prefix))
 

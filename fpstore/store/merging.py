@@ -30,8 +30,8 @@ crash at any point leaves a store that answers as before the merge or after it; 
 ``meta/garbage``, and the writer's next open deletes it (:func:`clean_up`).
 
 A long merge does not hold the smaller tiers back: between its write steps, any smaller tier that
-the flushes meanwhile filled is merged to the end (:func:`merge_once`), under a marker of its own
-(``meta/merging.small``). Otherwise the runs of every flush made during a merge of millions of
+the flushes meanwhile filled (up to ``NESTED_MAX_ENTRIES``) is merged to the end
+(:func:`merge_once`), under a marker of its own (``meta/merging.small``). Otherwise the runs of every flush made during a merge of millions of
 entries wait for it: dozens of runs, each probed by every query, then merged all at once.
 """
 
@@ -66,6 +66,8 @@ __all__ = [
     "MERGE_MODES",
     "MERGE_STEP_BYTES",
     "MERGE_STEP_SECONDS",
+    "NESTED_MAX_ENTRIES",
+    "NESTED_PER_STEP",
     "MERGING_KEY",
     "MERGING_KEYS",
     "Merger",
@@ -84,6 +86,10 @@ MERGE_STEP_BYTES = 4 << 20
 #: Seconds a step reads its runs for at most, however few bytes it has made (a merge whose
 #: entries are mostly deleted writes little): its read snapshot holds back the map's growth.
 MERGE_STEP_SECONDS = 0.25
+#: Entries a merge between a long merge's steps may hold at most (see :func:`merge_once`).
+NESTED_MAX_ENTRIES = 1 << 21
+#: Merges made between two steps of a long merge at most.
+NESTED_PER_STEP = 8
 #: Blobs deleted per transaction while collecting garbage.
 GARBAGE_STEP = 256
 #: ``meta`` key: the run id a merge is writing (8 bytes), until its switch.
@@ -190,9 +196,10 @@ def clean_up(storage: Storage, cat: Catalog) -> None:
 
 def merge_once(storage: Storage, cat: Catalog, unit: int, stopping: Callable[[], bool] = lambda: False) -> dict[str, int] | None:
     """Merge the runs of the smallest full size tier (see the module's documentation), and,
-    between its write steps, every smaller tier that fills meanwhile; returns counts (``merges``
-    done, ``runs_merged``, ``entries`` written), or None when no tier is full or the merge was
-    given up (another job replaced its runs, or ``stopping()`` turned true)."""
+    between its write steps, every smaller tier that fills meanwhile; returns counts of the merges
+    committed (``merges``, ``runs_merged``, ``entries`` written), or None when none was: no tier
+    is full, or the merge was given up (another job replaced its runs, or ``stopping()`` turned
+    true) before any smaller tier was merged."""
     with storage.read() as txn:
         group = merge_group(cat.state(txn).runs, unit)
     if not group:
@@ -201,12 +208,17 @@ def merge_once(storage: Storage, cat: Catalog, unit: int, stopping: Callable[[],
     nested: list[dict[str, int]] = []
 
     def smaller_tiers() -> None:
-        # Only tiers below this merge's (its runs excluded): such a merge is a few steps at most,
-        # so the long merge's steps wait little, and the nesting ends here.
-        while not stopping():
+        # Only tiers below this merge's (its runs excluded), of a quarter of its entries and
+        # NESTED_MAX_ENTRIES at most, and no deeper nesting: the tiers that fill during a long
+        # merge are the smallest, whose merges take a step or a few; a bigger one would hold the
+        # smallest back in turn. A few per step, so the long merge goes on.
+        for _ in range(NESTED_PER_STEP):
+            if stopping():
+                return
             with storage.read() as txn:
                 small = merge_group([rec for rec in cat.state(txn).runs if rec not in group], unit)
-            if not small or sum(rec.count for rec in small) * MERGE_FANOUT > entries:
+            size = sum(rec.count for rec in small)
+            if not small or size * MERGE_FANOUT > entries or size > NESTED_MAX_ENTRIES:
                 return
             done = merge_runs(storage, cat, small, stopping, marker=SMALL_MERGING_KEY)
             if done is None:
@@ -214,9 +226,9 @@ def merge_once(storage: Storage, cat: Catalog, unit: int, stopping: Callable[[],
             nested.append(done)
 
     done = merge_runs(storage, cat, group, stopping, between_steps=smaller_tiers)
-    if done is None:
+    every = nested if done is None else [done, *nested]  # the nested merges committed either way
+    if not every:
         return None
-    every = [done, *nested]
     return {"merges": len(every), **{name: sum(d[name] for d in every) for name in ("runs_merged", "entries")}}
 
 
@@ -399,6 +411,7 @@ class Merger:
         self._stop = False
         self._pausing = False  # a switch of the whole store waits: the merge in progress gives up
         self._paused_by = 0  # the thread that paused merges (its own commits run none)
+        self._merging_in = 0  # the thread running merges (its own commits start none: it holds _job)
         self._thread: threading.Thread | None = None
         self._starting = threading.Lock()
         #: The last error of a background merge (the merge is tried again at the next flush).
@@ -417,8 +430,15 @@ class Merger:
     def after_commit(self) -> None:
         """After each commit: a flush that made a merge due wakes the merger."""
         store = self._store()
-        if self._stop or store is None or not store._cat.lsm.merge_due or self.mode == "manual" or self._paused_by == threading.get_ident():
-            return
+        me = threading.get_ident()
+        if (
+            self._stop
+            or store is None
+            or not store._cat.lsm.merge_due
+            or self.mode == "manual"
+            or me in (self._paused_by, self._merging_in)
+        ):
+            return  # (a merge this thread runs goes on to what is due when it is done)
         if self.mode == "inline":
             if self._paused_by or self._pausing:
                 # Another thread holds merges for a switch of the whole store, and this commit is
@@ -444,20 +464,28 @@ class Merger:
         """Run every due merge now, in this thread; returns counts."""
         counts = {"merges": 0, "runs_merged": 0, "entries": 0}
         with self._job:
-            while not self._stop:
-                store = self._store()
-                if store is None:
-                    break
-                cat, unit = store._cat, store.flush_entries or FLUSH_ENTRIES
-                del store  # a store dropped meanwhile is collected (its storage once the merge ends)
-                cat.lsm.merge_due = False
-                done = merge_once(self._storage, cat, unit, lambda: self._stop or self._pausing)
-                if done is None:
-                    break
-                for name in counts:
-                    counts[name] += done[name]
-                self.merged += done["merges"]
+            self._merging_in = threading.get_ident()
+            try:
+                self._run_due(counts)
+            finally:
+                self._merging_in = 0
         return counts
+
+    def _run_due(self, counts: dict[str, int]) -> None:
+        """:meth:`run`'s loop, with the merge lock held."""
+        while not self._stop:
+            store = self._store()
+            if store is None:
+                break
+            cat, unit = store._cat, store.flush_entries or FLUSH_ENTRIES
+            del store  # a store dropped meanwhile is collected (its storage once the merge ends)
+            cat.lsm.merge_due = False
+            done = merge_once(self._storage, cat, unit, lambda: self._stop or self._pausing)
+            if done is None:
+                break
+            for name in counts:
+                counts[name] += done[name]
+            self.merged += done["merges"]
 
     def run_logged(self) -> None:
         """:meth:`run` for the background thread: errors are logged and kept in :attr:`error`."""
