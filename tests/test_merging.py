@@ -3,7 +3,8 @@ exact and leaves no full tier behind; a merge that gives up or loses its runs to
 leaves nothing behind once collected; what a dead merge wrote is cleared by the writer's next
 open; a damaged garbage list is refused before anything is deleted. Kills at every step of a
 merge are in the named-point harness (tests/test_reliability.py: the scenario opens its stores
-with merges="inline"), and kill -9 at random instants of background merges in tests/test_crash.py."""
+with merges="inline"), and kill -9 at random instants of background merges in tests/test_crash.py;
+a process dying inside a merge nested between a long merge's steps is here."""
 
 from __future__ import annotations
 
@@ -326,6 +327,70 @@ def test_a_merge_keeps_the_cache_entries_of_key_segments_still_live(tmp_path):
         s.merge_runs()
         assert len(s.counts()["runs"]) == 1 and len(s.counts()["segments"]) == MERGE_FANOUT
         assert all(key in s._cat.cache._entries._entries for key in segments)
+
+
+_DIE_IN_A_NESTED_MERGE = """
+import os, sys
+import numpy as np
+import fpstore
+from fpstore.store import merging
+
+merging.MERGE_STEP_BYTES = 1
+rng = np.random.default_rng(99)
+with fpstore.open(sys.argv[1], flush_entries=200, merges="manual") as s:
+    calls, inside = [0], []
+
+    def flush_then_die() -> bool:
+        calls[0] += 1
+        if calls[0] <= 4:  # four runs of 200: a smaller tier, merged between the long merge's steps
+            s.add_many(list(range(10_000 + 200 * calls[0], 10_200 + 200 * calls[0])),
+                       fingerprints=rng.integers(0, 2**64, 200, dtype=np.uint64), pipeline_id=s.pipeline.id)
+            return False
+        with s._storage.read() as txn:
+            nested = txn.get(merging.SMALL_MERGING_KEY, db=s._cat.meta) is not None
+        inside.append(nested)
+        if inside.count(True) == 2:  # inside the nested merge, after its first step's write
+            os._exit(9)
+        return False
+
+    merging.merge_once(s._storage, s._cat, s.flush_entries, flush_then_die)
+os._exit(3)  # the nested merge ended before the kill: the test's premise failed
+"""
+
+
+def test_a_process_killed_inside_a_nested_merge_leaves_a_store_that_answers_as_before(tmp_path):
+    """os._exit in the middle of a merge made between the steps of a long one: both markers are
+    set, blobs of two unfinished runs are in the file. The next writer's open clears them; every
+    acknowledged add is there, and answers equal brute force."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "s"
+    rng = np.random.default_rng(43)
+    model: dict[int, int] = {}
+    with fpstore.open(path, k=3, flush_entries=200, merges="manual") as s:
+        for round_ in range(MERGE_FANOUT):  # a full tier of runs of 800
+            for b in range(4):
+                keys = list(range(1000 * round_ + 200 * b, 1000 * round_ + 200 * (b + 1)))
+                fps = rng.integers(0, 2**64, 200, dtype=np.uint64)
+                s.add_many(keys, fingerprints=fps, pipeline_id=s.pipeline.id)
+                model.update(zip(keys, fps.tolist()))
+            assert merging.merge_runs(s._storage, s._cat, full_tier(s)) is not None
+    child = subprocess.run([sys.executable, "-c", _DIE_IN_A_NESTED_MERGE, str(path)], capture_output=True, text=True, timeout=120)
+    assert child.returncode == 9, child.stderr
+    rng_child = np.random.default_rng(99)
+    for call in range(1, 5):
+        keys = list(range(10_000 + 200 * call, 10_200 + 200 * call))
+        model.update(zip(keys, rng_child.integers(0, 2**64, 200, dtype=np.uint64).tolist()))
+    with fpstore.open(path, readonly=True) as r:
+        assert {"meta/merging", "meta/merging.small"} <= set(leftovers(r))
+    with fpstore.open(path, merges="manual") as s:
+        assert not leftovers(s) and len(s) == len(model)
+        queries = np.array(list(model.values())[::7], dtype=np.uint64) ^ np.uint64(8)
+        assert answers(s, queries) == brute(model, queries, 3) and s.verify() == []
+        s.merge_runs()
+        assert full_tier(s) == [] and not leftovers(s)
+        assert answers(s, queries) == brute(model, queries, 3) and s.verify() == []
 
 
 @pytest.mark.parametrize("marker", merging.MERGING_KEYS)
