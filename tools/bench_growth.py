@@ -2,6 +2,7 @@
 (docs/benchmarks.md, section "Growth by adds").
 
     cd /work/main && python tools/bench_growth.py --n 2e7 --merges background
+    cd /work/main && python tools/bench_growth.py --report A=a.json B=b.json --plot growth.png
 
 Adds ``--n`` uniform random fingerprints (int keys) in batches of ``--batch`` (1,000), durable,
 into a new k = 3 store opened with ``merges=--merges``. Every ``--every`` documents it records,
@@ -19,11 +20,13 @@ store is then compacted and measured again with the last window's queries. Not c
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +55,42 @@ def query_latency(store: fpstore.Store, queries: list[int], warmup: list[int]) -
     return {**bc.percentiles_us(out), "near_p99": bc.percentiles_us(out[:half])["p99"], "random_p99": bc.percentiles_us(out[half:])["p99"]}
 
 
+def plot(runs: list[tuple[str, dict[str, Any]]], path: str) -> None:
+    """The growth curve of each labelled result: add latency, run count and query latency
+    against n (the bulk-loaded and compacted stores' p99 as points)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_add, ax_runs, ax_q) = plt.subplots(3, 1, figsize=(7.5, 9), sharex=True)
+    for i, (label, res) in enumerate(runs):
+        rows = res["rows"]
+        n = [r["n"] / 1e6 for r in rows]
+        color = f"C{i}"
+        ax_add.plot(n, [r["add_max_ms"] for r in rows], "o-", color=color, label=f"{label}: longest")
+        ax_add.plot(n, [r["add_p99_ms"] for r in rows], "--", color=color, label=f"{label}: p99")
+        ax_runs.plot(n, [r["runs"] for r in rows], "o-", color=color, label=label)
+        ax_q.plot(n, [r["query_p99_us"] for r in rows], "o-", color=color, label=f"{label}: p99")
+        ax_q.plot(n, [r["query_p50_us"] for r in rows], ":", color=color, label=f"{label}: p50")
+        refs = [(r["n"] / 1e6, r["reference_p99_us"]) for r in rows if "reference_p99_us" in r]
+        if refs:
+            ax_q.plot(*zip(*refs), "s", color=color, label=f"{label}: bulk-loaded p99")
+        if res.get("compacted"):
+            ax_q.plot([n[-1]], [res["compacted"]["p99_us"]], "^", color=color, label=f"{label}: compacted p99")
+    ax_add.axhline(100, color="grey", lw=0.8)
+    ax_add.set_ylabel("add_many of 1,000, ms")
+    ax_runs.set_ylabel("runs at the window's end")
+    ax_q.set_ylabel("single query, µs")
+    ax_q.set_xlabel("documents (millions)")
+    for ax in (ax_add, ax_runs, ax_q):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+    ax_add.set_title("Growth by add_many (k = 3, merges in the background)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def query_set(stored: np.ndarray, m: int, rng: np.random.Generator) -> list[int]:
     """``m`` queries: half stored fingerprints with one bit flipped, half random."""
     half = m // 2
@@ -71,7 +110,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tmp", default=bc.DEFAULT_TMP)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--plot", help="write a PNG of the growth curve")
+    ap.add_argument("--report", nargs="+", metavar="LABEL=JSON", help="only --plot saved --json files, each with its label")
     args = ap.parse_args()
+    if args.report:
+        saved = [item.split("=", 1) for item in args.report]
+        plot([(label, json.loads(Path(f).read_text())) for label, f in saved], args.plot or "growth.png")
+        return
     Path(args.tmp).mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(args.seed)
     n, batch, every = int(args.n), args.batch, int(args.every)
@@ -141,6 +186,8 @@ def main() -> None:
     if compacted:
         print(f"the grown store after compact(), the last window's queries: {compacted}")
     bc.write_json(args.json, {"args": vars(args), "rows": rows, "merges": merges, "compacted": compacted, "machine": bc.machine()})
+    if args.plot:
+        plot([("fpstore", {"rows": rows, "compacted": compacted})], args.plot)
 
 
 if __name__ == "__main__":
