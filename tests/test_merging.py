@@ -9,6 +9,7 @@ a process dying inside a merge nested between a long merge's steps is here."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import msgpack
 import numpy as np
@@ -52,6 +53,37 @@ def grow(store: fpstore.Store, rng: np.random.Generator, batches: int, size: int
             store.delete(keys[0] - 50)
             model.pop(keys[0] - 50, None)
     return model
+
+
+def add_run(store: fpstore.Store, rng: np.random.Generator) -> None:
+    """One add_many of 200 random documents: a run of its own at flush_entries=200."""
+    store.add_many(
+        rng.integers(0, 2**40, 200).tolist(), fingerprints=rng.integers(0, 2**64, 200, dtype=np.uint64), pipeline_id=store.pipeline.id
+    )
+
+
+def full_tier_of(store: fpstore.Store, rng: np.random.Generator, per_run: int) -> None:
+    """MERGE_FANOUT runs of 200 * ``per_run`` documents (each merged from runs of 200): a full tier."""
+    for _ in range(MERGE_FANOUT):
+        for _ in range(per_run):
+            add_run(store, rng)
+        if per_run > 1:
+            assert merging.merge_runs(store._storage, store._cat, full_tier(store)) is not None
+
+
+def flushing(store: fpstore.Store, rng: np.random.Generator, then: Callable[[], bool] = lambda: False) -> Callable[[], bool]:
+    """A merge's ``stopping`` hook (called between its steps) that adds a run at each of its first
+    MERGE_FANOUT calls, a smaller tier's worth, and answers ``then()`` after."""
+    calls = [0]
+
+    def stopping() -> bool:
+        calls[0] += 1
+        if calls[0] <= MERGE_FANOUT:
+            add_run(store, rng)
+            return False
+        return then()
+
+    return stopping
 
 
 @pytest.mark.parametrize("mode", ["inline", "background", "manual"])
@@ -256,28 +288,11 @@ def test_a_tier_too_big_to_nest_waits_for_the_long_merge(tmp_path, monkeypatch, 
     if limit == "entries":
         monkeypatch.setattr(merging, "NESTED_MAX_ENTRIES", 799)
     rng = np.random.default_rng(37)
-
-    def add(s: fpstore.Store) -> None:  # one run of 200
-        s.add_many(rng.integers(0, 2**40, 200).tolist(), fingerprints=rng.integers(0, 2**64, 200, dtype=np.uint64), pipeline_id=s.pipeline.id)
-
     with fpstore.open(tmp_path / "s", k=3, flush_entries=200, merges="manual") as s:
         # Each run of the long merge: 200 ("quarter": the runs flushed meanwhile are of its own
         # tier) or 800 (their tier is below it, but of more entries than the limit set here).
-        long_size = 800 if limit == "entries" else 200
-        for _ in range(MERGE_FANOUT):
-            for _ in range(long_size // 200):
-                add(s)
-            if long_size > 200:
-                assert merging.merge_runs(s._storage, s._cat, full_tier(s)) is not None
-        calls = [0]
-
-        def flush_while_merging() -> bool:
-            calls[0] += 1
-            if calls[0] <= MERGE_FANOUT:
-                add(s)
-            return False
-
-        done = merging.merge_once(s._storage, s._cat, s.flush_entries, flush_while_merging)
+        full_tier_of(s, rng, 4 if limit == "entries" else 1)
+        done = merging.merge_once(s._storage, s._cat, s.flush_entries, flushing(s, rng))
         assert done is not None and done["merges"] == 1, done
         assert sorted(s.counts()["runs"])[:MERGE_FANOUT] == [200] * MERGE_FANOUT
 
@@ -288,27 +303,15 @@ def test_a_long_merge_given_up_still_counts_the_merges_made_between_its_steps(tm
     them."""
     monkeypatch.setattr(merging, "MERGE_STEP_BYTES", 1)
     rng = np.random.default_rng(29)
-
-    def add(s: fpstore.Store) -> None:  # one run of 200
-        s.add_many(rng.integers(0, 2**40, 200).tolist(), fingerprints=rng.integers(0, 2**64, 200, dtype=np.uint64), pipeline_id=s.pipeline.id)
-
     with fpstore.open(tmp_path / "s", k=3, flush_entries=200, merges="manual") as s:
-        for _ in range(MERGE_FANOUT):
-            for _ in range(MERGE_FANOUT):
-                add(s)
-            assert merging.merge_runs(s._storage, s._cat, full_tier(s)) is not None
+        full_tier_of(s, rng, MERGE_FANOUT)
         big = {rec.id for rec in full_tier(s)}
-        calls = [0]
 
-        def stop_once_a_smaller_tier_merged() -> bool:
-            calls[0] += 1
-            if calls[0] <= MERGE_FANOUT:
-                add(s)
-                return False
+        def a_smaller_tier_merged() -> bool:
             with s._storage.read() as txn:
                 return any(rec.id not in big and rec.count == 800 for rec in s._cat.state(txn).runs)
 
-        done = merging.merge_once(s._storage, s._cat, s.flush_entries, stop_once_a_smaller_tier_merged)
+        done = merging.merge_once(s._storage, s._cat, s.flush_entries, flushing(s, rng, then=a_smaller_tier_merged))
         assert done == {"merges": 1, "runs_merged": MERGE_FANOUT, "entries": 800}
         assert sorted(s.counts()["runs"]) == [800] * (MERGE_FANOUT + 1)
         assert not [x for x in leftovers(s) if x.startswith("meta/merging")]  # the rest: garbage, collected later
