@@ -104,6 +104,7 @@ def main() -> None:
     ap.add_argument("--every", type=float, default=1e6)
     ap.add_argument("--reference", default="1e6,5e6,1e7,2e7", help="sizes at which a bulk-loaded store of the same documents is measured")
     ap.add_argument("--merges", default="background", choices=["background", "inline", "manual"])
+    ap.add_argument("--design", default="auto", help="of both stores (auto: chosen from --n)")
     ap.add_argument("--queries", type=int, default=5000)
     ap.add_argument("--warmup", type=int, default=2000, help="untimed queries (others) through the same reader first")
     ap.add_argument("--compact", action="store_true", help="at the end, compact the grown store and measure it with the last queries")
@@ -123,9 +124,9 @@ def main() -> None:
     references = {int(float(x)) for x in args.reference.split(",") if x}
     fps = bc.random_fps(n, rng)
     rows = []
-    print(f"growth to n={n:,} by add_many({batch}), merges={args.merges}; {bc.uptime()}", flush=True)
+    print(f"growth to n={n:,} by add_many({batch}), merges={args.merges}, design={args.design}; {bc.uptime()}", flush=True)
     with tempfile.TemporaryDirectory(dir=args.tmp) as d:
-        store = fpstore.open(os.path.join(d, "grow"), k=3, expected_size=n, merges=args.merges)
+        store = fpstore.open(os.path.join(d, "grow"), k=3, expected_size=n, merges=args.merges, design=args.design)
         pid = store.pipeline.id
         lat: list[float] = []
         t_start = time.perf_counter()
@@ -150,7 +151,7 @@ def main() -> None:
                     "near / random p99 us": f"{q['near_p99']:.1f} / {q['random_p99']:.1f}",
                 }
                 if done in references:
-                    with fpstore.open(os.path.join(d, f"ref{done}"), k=3, expected_size=n) as ref:
+                    with fpstore.open(os.path.join(d, f"ref{done}"), k=3, expected_size=n, design=args.design) as ref:
                         ref.bulk_load(np.arange(done), fps[:done], pipeline_id=pid)
                         r = query_latency(ref, queries, warmup)
                     row["reference_p50_us"], row["reference_p99_us"] = round(r["p50"], 1), round(r["p99"], 1)
