@@ -26,13 +26,15 @@ immutable until the switch), the deleted documents as the first snapshot had the
 never removed, so a document deleted later is still hidden by its tombstone). Memory is a decoded
 chunk of each merged run and a step's blobs, with the store's tombstones, whatever the runs' size.
 :func:`merge_runs` merges any runs this way: :meth:`Store.compact` merges every run with it. A
-crash at any point leaves a store that answers as before the merge or after it; what a dead merge wrote is named by its marker or
-``meta/garbage``, and the writer's next open deletes it (:func:`clean_up`).
+crash at any point leaves a store that answers as before the merge or after it; what a dead
+merge wrote is named by its marker or ``meta/garbage``, and the writer's next open deletes it
+(:func:`clean_up`).
 
 A long merge does not hold the smaller tiers back: between its write steps, any smaller tier that
 the flushes meanwhile filled (up to ``NESTED_MAX_ENTRIES``) is merged to the end
-(:func:`merge_once`), under a marker of its own (``meta/merging.small``). Otherwise the runs of every flush made during a merge of millions of
-entries wait for it: dozens of runs, each probed by every query, then merged all at once.
+(:func:`merge_once`), under a marker of its own (``meta/merging.small``). Otherwise the runs of
+every flush made during a merge of millions of entries wait for it: dozens of runs, each probed
+by every query, then merged all at once.
 """
 
 from __future__ import annotations
@@ -66,12 +68,12 @@ __all__ = [
     "MERGE_MODES",
     "MERGE_STEP_BYTES",
     "MERGE_STEP_SECONDS",
-    "NESTED_MAX_ENTRIES",
-    "NESTED_PER_STEP",
     "MERGING_KEY",
     "MERGING_KEYS",
-    "Merger",
+    "NESTED_MAX_ENTRIES",
+    "NESTED_PER_STEP",
     "SMALL_MERGING_KEY",
+    "Merger",
     "clean_up",
     "merge_once",
     "merge_runs",
