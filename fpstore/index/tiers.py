@@ -367,18 +367,19 @@ class TierCache:
             self._checked = set()  # the aborted write's run ids are given out again
             self.generation += 1
 
-    def forget_runs(self, merged: Iterable[RunMeta]) -> None:
-        """Drop the entries of runs merged away (a merge's switch): a reader of an older snapshot
-        that still reads them builds them again. Until evicted by bytes they would stay, tens of
-        thousands of small objects after millions of adds, which every full pass of Python's
-        cycle collector walks (115 ms a pass at 2e7 documents, with every thread stopped)."""
+    def forget_runs(self, run_ids: Iterable[int], prefixes: Iterable[bytes]) -> None:
+        """Drop the entries of runs merged away (a merge's switch): their ids and the blob
+        prefixes they own (a bulk load's table 0 is its key segment's, which stays live). A
+        reader of an older snapshot that still reads them builds them again. Until evicted by
+        bytes they would stay, tens of thousands of small objects after millions of adds, which
+        every full pass of Python's cycle collector walks (115 ms a pass at 2e7 documents, with
+        every thread stopped)."""
         with self._lock:
-            for rec in merged:
-                self._entries.drop(("run", rec.id))
-                # Run blobs only: a bulk load's table 0 is its key segment's, which stays live.
-                for prefix in (p for p in rec.tables if p[:1] == b"r"):
-                    self._entries.drop(prefix)
-                    self._entries.drop(("table", prefix))
+            for run_id in run_ids:
+                self._entries.drop(("run", run_id))
+            for prefix in prefixes:
+                self._entries.drop(prefix)
+                self._entries.drop(("table", prefix))
 
     def checked(self, txn: lmdb.Transaction, db: Any, name: bytes, raw: Any) -> Any:
         """``raw``, blob ``name`` as read in ``txn``, once its CRC-32 matches its run index when it

@@ -47,7 +47,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import lmdb
 import msgpack
@@ -281,23 +281,16 @@ def merge_runs(
         raise
 
 
-class _Steps:
+class _Steps(NamedTuple):
     """What the steps of one merge share: its runs, reserved run id and marker, and the callers'
     hooks."""
 
-    __slots__ = ("group", "run_id", "marker", "stopping", "between", "progress")
-
-    def __init__(
-        self,
-        group: list[RunMeta],
-        run_id: int,
-        marker: bytes,
-        stopping: Callable[[], bool],
-        between: Callable[[], None] | None,
-        progress: Callable[[int, int | None], None] | None,
-    ) -> None:
-        self.group, self.run_id, self.marker = group, run_id, marker
-        self.stopping, self.between, self.progress = stopping, between, progress
+    group: list[RunMeta]
+    run_id: int
+    marker: bytes
+    stopping: Callable[[], bool]
+    between: Callable[[], None] | None
+    progress: Callable[[int, int | None], None] | None
 
 
 def _write_and_switch(storage: Storage, cat: Catalog, new_run: MergedRun, merge: _Steps, t0: float) -> dict[str, int] | None:
@@ -340,6 +333,7 @@ def _write_and_switch(storage: Storage, cat: Catalog, new_run: MergedRun, merge:
         if merge.between is not None and not finished:
             merge.between()
     rec = new_run.record
+    owned = [p for old in group for p in owned_prefixes(old)]  # what the merged runs leave behind
 
     def switch(txn: lmdb.Transaction) -> bool:
         state = cat.state(txn)
@@ -352,12 +346,12 @@ def _write_and_switch(storage: Storage, cat: Catalog, new_run: MergedRun, merge:
             return False
         runs = tuple(r for r in state.runs if r not in group) + ((rec,) if rec is not None else ())
         cat.lsm.save_state(txn, State(runs, state.segs, state.next_run, state.next_seg))
-        _put_garbage(txn, cat.meta, garbage + [p for old in group for p in owned_prefixes(old)])
+        _put_garbage(txn, cat.meta, garbage + owned)
         return True
 
     switched = storage.write(switch, action="switching to a merged run")
     if switched:
-        cat.cache.forget_runs(group)
+        cat.cache.forget_runs([old.id for old in group], owned)
     collect(storage, cat, stopping)
     if not switched:
         return None
