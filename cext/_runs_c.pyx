@@ -1303,6 +1303,19 @@ cdef class ProbeTable:
     cdef uint32_t* chunk_gen
     cdef uint32_t memo_gen
     cdef readonly Py_ssize_t owned_nbytes  # the arrays built here (the rest are the run index's)
+    cdef object _occ_keep
+    # Which cells of the key space hold a key: bit c of occ is set when some key has its top bits
+    # equal to c (c = key >> occ_shift), about four cells a key. A table of a small run (a flush's,
+    # a first merge's) leaves most probe ranges empty; the cells answer that in one word, where
+    # locating the range's block and decoding up to it cost ~100 ns a table. Built from the keys
+    # at the table's C_OCC_AFTER-th probe (most tables a process opens are probed often, and the
+    # first probes of a one-off table pay nothing), only for tables of at most C_OCC_MAX_ENTRIES
+    # keys whose ranges hold less than a key on average; occ_state 0 until then, 1 built, -1
+    # never (too large, ranges too wide, or a chunk could not be read whole: the probes then find
+    # what is wrong, as before). Changed only with the GIL held; a build sets -1 first, so that a
+    # probe in another thread while a chunk read lets it go reads the blocks.
+    cdef const uint64_t* occ
+    cdef int occ_shift, occ_state, occ_probes
 
     def __init__(self, const uint64_t[::1] bounds, const int64_t[::1] starts, const int64_t[::1] ends,
                  const int64_t[::1] counts, const uint32_t[::1] chunk, const int64_t[::1] chunk_start,
@@ -1340,6 +1353,96 @@ cdef class ProbeTable:
         self.memo_gen = 1
         self.memo_seen = None
         self.owned_nbytes = coarse.shape[0] * 8 + ck_key.shape[0] * 8 + ck_bit.shape[0] * 4 + chunk_at.shape[0] * 20
+        self.occ, self.occ_shift, self.occ_probes = NULL, 64, 0
+        self.occ_state = 0 if 0 < entry_start[nb] <= C_OCC_MAX_ENTRIES else -1
+        # The cells' bytes are counted from the start (a cache bounds its memory by this figure,
+        # read once): the most they can take, 4 bits a key.
+        if self.occ_state == 0:
+            self.owned_nbytes += _occ_words(entry_start[nb]) * 8
+
+    @property
+    def filtered(self):
+        """Whether the probes of this table test the occupied cells first (for tests)."""
+        return self.occ_state == 1
+
+
+cdef enum:
+    # A table's occupied cells are built at its C_OCC_AFTER-th probe, for tables of at most
+    # C_OCC_MAX_ENTRIES keys (decoding them costs ~0.4 ms at the limit; cells of 128 KiB).
+    C_OCC_AFTER = 16
+    C_OCC_MAX_ENTRIES = 262144
+
+_OCC_MAX_ENTRIES = C_OCC_MAX_ENTRIES  # (for tests)
+
+
+cdef inline Py_ssize_t _occ_bits(int64_t n) noexcept nogil:
+    # log2 of the cells for n keys: at least 4 a key, and at least one word's worth.
+    cdef Py_ssize_t b = 6
+    while b < 62 and ((<int64_t>1) << b) < 4 * n:
+        b += 1
+    return b
+
+
+cdef inline Py_ssize_t _occ_words(int64_t n) noexcept nogil:
+    return (<Py_ssize_t>1) << (_occ_bits(n) - 6)
+
+
+cdef int _occ_build(ProbeTable pt, fetch, dict memo) except -1:
+    """Set ``pt``'s occupied cells from its keys (every block decoded once); on a chunk that is
+    missing, of the wrong length or does not decode, none (``occ_state`` -1)."""
+    cdef Py_ssize_t c, b, j, maxn = 1, nbits
+    cdef int64_t n = pt.entry_start[pt.nb]
+    cdef int err = C_OK, shift
+    cdef uint64_t cell
+    cdef Py_buffer view
+    cdef uint64_t* tmp
+    pt.occ_state = -1
+    nbits = _occ_bits(n)
+    shift = 64 - nbits
+    cdef uint64_t[::1] occ = np.zeros(_occ_words(n), dtype=np.uint64)
+    for b in range(pt.nb):
+        if pt.counts[b] > maxn:
+            maxn = pt.counts[b]
+    tmp = <uint64_t*>malloc(maxn * sizeof(uint64_t))
+    if tmp == NULL:
+        raise MemoryError()
+    try:
+        for c in range(pt.nc):
+            buf = _chunk_of(pt, c, fetch, memo)
+            if buf is None:
+                return 0
+            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+            try:
+                if view.len != pt.chunk_len[c]:
+                    return 0
+                for b in range(pt.chunk_start[c], pt.chunk_start[c + 1]):
+                    err = _decode_block(<const uint8_t*>view.buf, view.len, pt.starts[b], pt.ends[b], pt.counts[b],
+                                        pt.bounds[b], pt.bounds[b + 1], tmp)
+                    if err:
+                        return 0
+                    for j in range(pt.counts[b]):
+                        cell = tmp[j] >> shift
+                        occ[cell >> 6] |= (<uint64_t>1) << (cell & 63)
+            finally:
+                PyBuffer_Release(&view)
+    finally:
+        free(tmp)
+    pt._occ_keep = occ
+    pt.occ, pt.occ_shift, pt.occ_state = &occ[0], shift, 1
+    return 0
+
+
+cdef inline bint _occ_empty(ProbeTable pt, uint64_t lo, uint64_t hi) noexcept nogil:
+    # Whether no key can lie in [lo, hi]: every cell the range meets is empty. Ranges over more
+    # than 64 cells are not tested (a probe of them reads the blocks).
+    cdef uint64_t c0 = lo >> pt.occ_shift, c1 = hi >> pt.occ_shift, w0, w1
+    cdef uint64_t every = 0xFFFFFFFFFFFFFFFF
+    if hi < lo or c1 - c0 >= 64:
+        return False
+    w0, w1 = c0 >> 6, c1 >> 6
+    if w0 == w1:  # cells c0 .. c1 of one word
+        return (pt.occ[w0] & ((every >> (63 - (c1 - c0))) << (c0 & 63))) == 0
+    return (pt.occ[w0] & (every << (c0 & 63))) == 0 and (pt.occ[w1] & (every >> (63 - (c1 & 63)))) == 0
 
 
 cdef enum:
@@ -1538,7 +1641,16 @@ cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, 
     for ri in range(nr):
         pt = <ProbeTable?>tables[ranges[ri].table]
         b0 = b1 = 0
-        if pt.nb:
+        if pt.occ_state == 0:
+            pt.occ_probes += 1
+            if pt.occ_probes >= C_OCC_AFTER:
+                # A table's ranges are all as wide (its prefix); where one holds a key on
+                # average, most are not empty and the cells would only cost their test.
+                if <double>pt.entry_start[pt.nb] * (<double>(ranges[ri].hi - ranges[ri].lo) + 1.0) >= 18446744073709551616.0:
+                    pt.occ_state = -1
+                else:
+                    _occ_build(pt, fetch, memo)
+        if pt.nb and not (pt.occ_state == 1 and _occ_empty(pt, ranges[ri].lo, ranges[ri].hi)):
             _locate(pt, ranges[ri].lo, ranges[ri].hi, &b0, &b1)
         located[2 * ri] = b0
         located[2 * ri + 1] = b1

@@ -79,6 +79,8 @@ def probe_chunks(
 class ProbeTable:
     names: list[bytes]
     owned_nbytes: int
+    @property
+    def filtered(self) -> bool: ...
     def __init__(
         self,
         bounds: np.ndarray,

@@ -888,6 +888,89 @@ def test_probes_restarting_inside_blocks_equal_brute_force(n, key_bits, block, s
             assert err == 0 and sorted(hits) == want, (mod, lo, hi)
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 6000), st.integers(4, 40), st.sampled_from([7, 64, 256]), st.integers(0, 2**32 - 1))
+def test_probes_of_a_table_with_occupied_cells_equal_brute_force(n, prefix_bits, block, seed):
+    """After its first probes, a compiled table of few keys for its prefix width tests which cells
+    of the key space hold a key before it reads a block. Every probe still answers exactly as
+    brute force: prefix ranges of stored keys, of their neighbours (mostly empty), of random
+    queries, and unaligned ranges over one cell, two words of cells or more than 64 cells."""
+    rng = np.random.default_rng(seed)
+    keys = np.sort(np.concatenate([rng.integers(0, 2**64, n, dtype=np.uint64), rng.integers(0, 2**64, 1, dtype=np.uint64).repeat(n % 3)]))
+    index, chunks = runs.encode_run(keys, block_entries=block, chunk_bytes=max(1 << 12, runs.max_block_bytes(block)))
+    names = [b"c%d" % c for c in range(index.nchunks)]
+    store = dict(zip(names, chunks))
+    stored = keys.tolist()
+    low = (1 << (64 - prefix_bits)) - 1
+    tables = {mod: [_probe_tables_of(mod, index, names)] for mod in TWINS}
+
+    def check(lo, hi, query, k):
+        want = sorted((0, s, p) for p, s in enumerate(stored) if lo <= s <= hi and (s ^ query).bit_count() <= k)
+        for mod in TWINS:
+            err, _, _, hits = mod.probe_tables(tables[mod], store.get, [(0, lo, hi, query)], k)
+            assert err == 0 and sorted(hits) == want, (mod, lo, hi, query, k)
+
+    for j in range(240):
+        s = stored[int(rng.integers(0, len(stored)))]
+        kind = j % 6 if j >= 16 else j % 3  # the first 16 probes, which decide the cells, are prefix ranges
+        if kind == 0:  # a stored key's own range, the query a few bits away
+            q = s ^ int(rng.integers(0, 2**64, dtype=np.uint64)) & int(rng.integers(0, 2**64, dtype=np.uint64)) & low
+        elif kind == 1:  # the range next to a stored key's
+            q = (s + (low + 1) * (1 if rng.random() < 0.5 else -1)) % 2**64
+        elif kind == 2:
+            q = int(rng.integers(0, 2**64, dtype=np.uint64))
+        if kind <= 2:
+            check(q & ~low, q | low, q, int(rng.integers(0, 8)) if rng.random() < 0.5 else 64)
+            continue
+        lo = max(0, s - int(rng.integers(0, 2**64 >> int(rng.integers(1, 64)), dtype=np.uint64))) if kind == 3 else int(rng.integers(0, 2**64, dtype=np.uint64))
+        hi = min(2**64 - 1, lo + int(rng.integers(0, 2**64 >> int(rng.integers(1, 64)), dtype=np.uint64)))
+        check(lo, hi, int(rng.integers(0, 2**64, dtype=np.uint64)), 64)
+    # Built where a prefix range holds less than one key on average, for small tables only.
+    assert tables[C][0].filtered == (len(stored) * (low + 1) < 2**64 and len(stored) <= C._OCC_MAX_ENTRIES)
+
+
+def test_a_range_over_more_than_64_cells_reads_the_blocks():
+    """Cells are tested for ranges over at most 64 of them: a wider range whose two end words of
+    cells are empty still finds the keys of the cells between them."""
+    rng = np.random.default_rng(11)
+    cell_bits = 10  # 200 keys: 1,024 cells of 2**54, the kernel's 4 cells a key and more
+    keys = np.sort((np.uint64(500) + rng.integers(0, 20, 200, dtype=np.uint64)) << np.uint64(64 - cell_bits)
+                   | rng.integers(0, 2**40, 200, dtype=np.uint64))
+    index, chunks = runs.encode_run(keys, block_entries=64, chunk_bytes=1 << 12)
+    names = [b"c%d" % c for c in range(index.nchunks)]
+    store = dict(zip(names, chunks))
+    table = [_probe_tables_of(C, index, names)]
+    low = (1 << 44) - 1
+    for q in rng.integers(0, 2**64, 20, dtype=np.uint64).tolist():  # narrow probes: the cells get built
+        C.probe_tables(table, store.get, [(0, q & ~low, q | low, q)], 64)
+    assert table[0].filtered
+    lo, hi = 400 << (64 - cell_bits), (600 << (64 - cell_bits)) - 1
+    err, _, _, hits = C.probe_tables(table, store.get, [(0, lo, hi, 0)], 64)
+    assert err == 0 and sorted(h[1] for h in hits) == keys.tolist()
+
+
+def test_a_table_whose_cells_cannot_be_built_reports_damage_as_before():
+    """A table whose chunk is missing or truncated when its cells would be built has none, and
+    its probes report the damage they reach, as the twin's do."""
+    rng = np.random.default_rng(5)
+    keys = np.sort(rng.integers(0, 2**64, 3000, dtype=np.uint64))
+    index, chunks = runs.encode_run(keys, block_entries=64, chunk_bytes=1 << 12)
+    names = [b"c%d" % c for c in range(index.nchunks)]
+    assert index.nchunks > 2
+    for damage in ("missing", "truncated"):
+        broken = dict(zip(names, chunks))
+        if damage == "missing":
+            del broken[names[1]]
+        else:
+            broken[names[1]] = broken[names[1]][:-1]
+        tables = {mod: [_probe_tables_of(mod, index, names)] for mod in TWINS}
+        low = (1 << 48) - 1
+        for q in rng.integers(0, 2**64, 200, dtype=np.uint64).tolist():
+            results = [mod.probe_tables(tables[mod], broken.get, [(0, q & ~low, q | low, q)], 64)[:3] for mod in TWINS]
+            assert results[0] == results[1]
+        assert not tables[C][0].filtered
+
+
 @pytest.mark.parametrize("key_bits", [6, 20, 41, 52, 57, 64])
 @pytest.mark.parametrize("block", [2, 8, 9, 17, 256, 1025])
 def test_wide_and_narrow_decoders_agree(key_bits, block):

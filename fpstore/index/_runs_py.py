@@ -589,6 +589,10 @@ class ProbeTable:
         self.names = names
         self.nb = nb
 
+    #: The compiled table tests which cells of the key space hold a key before it reads a block
+    #: (an optimisation only: the answers are the same); this one always reads the blocks.
+    filtered = False
+
 
 def probe_tables(tables: list, fetch: Any, ranges: list, k: int) -> tuple[int, int, int, list]:
     """Single-query probe of several tables of one run, with the chunk reads done by ``fetch``.
