@@ -1362,8 +1362,22 @@ cdef class ProbeTable:
 
     @property
     def filtered(self):
-        """Whether the probes of this table test the occupied cells first (for tests)."""
+        """Whether the probes of this table test the occupied cells first."""
         return self.occ_state == 1
+
+    def build_cells(self, fetch, int prefix_bits):
+        """Build the occupied cells now, decoding without the GIL (a merge's thread, or
+        ``Store.warm``, for a table too large to build them at a probe): for a table of at most
+        C_CELLS_MAX_ENTRIES keys whose ranges of ``prefix_bits`` bits hold less than a key on
+        average. True when the table has them; the bytes they take are added to owned_nbytes."""
+        cdef int64_t n = self.entry_start[self.nb] if self.nb else 0
+        if self.occ_state == 1:
+            return True
+        if not 0 <= prefix_bits <= 64 or n == 0 or n > C_CELLS_MAX_ENTRIES or (prefix_bits < 64 and (n >> prefix_bits) >= 1):
+            return False
+        if n > C_OCC_MAX_ENTRIES:  # not counted when the table was made
+            self.owned_nbytes += _occ_words(n) * 8
+        return _occ_build(self, fetch, None, True)
 
 
 cdef enum:
@@ -1371,6 +1385,9 @@ cdef enum:
     # C_OCC_MAX_ENTRIES keys (decoding them costs ~0.4 ms at the limit; cells of 128 KiB).
     C_OCC_AFTER = 16
     C_OCC_MAX_ENTRIES = 262144
+    # build_cells (a merge's thread, Store.warm) builds them for tables of up to 2**23 keys:
+    # decoding them takes ~10 ms without the GIL, the cells 4 MiB.
+    C_CELLS_MAX_ENTRIES = 8388608
 
 _OCC_MAX_ENTRIES = C_OCC_MAX_ENTRIES  # (for tests)
 
@@ -1387,19 +1404,48 @@ cdef inline Py_ssize_t _occ_words(int64_t n) noexcept nogil:
     return (<Py_ssize_t>1) << (_occ_bits(n) - 6)
 
 
-cdef int _occ_build(ProbeTable pt, fetch, dict memo) except -1:
-    """Set ``pt``'s occupied cells from its keys (every block decoded once); on a chunk that is
-    missing, of the wrong length or does not decode, none (``occ_state`` -1)."""
-    cdef Py_ssize_t c, b, j, maxn = 1, nbits
-    cdef int64_t n = pt.entry_start[pt.nb]
-    cdef int err = C_OK, shift
+cdef int _occ_fill(ProbeTable pt, const uint8_t** at, const Py_ssize_t* length, uint64_t* occ, int shift,
+                   uint64_t* tmp) noexcept nogil:
+    # Set the cell of every key of pt, its chunks at ``at`` / ``length``; C_OK, or the first
+    # decode error (a wrong chunk length is C_ERR_SHORT here).
+    cdef Py_ssize_t c, b, j
+    cdef int err
     cdef uint64_t cell
+    for c in range(pt.nc):
+        if length[c] != pt.chunk_len[c]:
+            return C_ERR_SHORT
+        for b in range(pt.chunk_start[c], pt.chunk_start[c + 1]):
+            err = _decode_block(at[c], length[c], pt.starts[b], pt.ends[b], pt.counts[b], pt.bounds[b], pt.bounds[b + 1], tmp)
+            if err:
+                return err
+            for j in range(pt.counts[b]):
+                cell = tmp[j] >> shift
+                occ[cell >> 6] |= (<uint64_t>1) << (cell & 63)
+    return C_OK
+
+
+cdef bint _occ_build(ProbeTable pt, fetch, dict memo, bint release) except -1:
+    """Set ``pt``'s occupied cells from its keys (every block decoded once, without the GIL when
+    ``release``); True when built. On a chunk that is missing, of the wrong length or does not
+    decode, none (``occ_state`` -1): the probes report what is wrong when they reach it."""
+    cdef Py_ssize_t c, b, maxn = 1
+    cdef int64_t n = pt.entry_start[pt.nb]
+    cdef int err = C_OK, shift = 64 - _occ_bits(n)
     cdef Py_buffer view
     cdef uint64_t* tmp
-    pt.occ_state = -1
-    nbits = _occ_bits(n)
-    shift = 64 - nbits
+    pt.occ_state = -1  # (a build in another thread, while this one reads chunks, leaves it alone)
     cdef uint64_t[::1] occ = np.zeros(_occ_words(n), dtype=np.uint64)
+    cdef uintptr_t[::1] at = np.zeros(max(pt.nc, 1), dtype=np.uintp)
+    cdef Py_ssize_t[::1] length = np.zeros(max(pt.nc, 1), dtype=np.intp)
+    held = []  # the chunks' objects, kept while their bytes are read
+    for c in range(pt.nc):
+        buf = _chunk_of(pt, c, fetch, memo)
+        if buf is None:
+            return False
+        held.append(buf)
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        at[c], length[c] = <uintptr_t>view.buf, view.len
+        PyBuffer_Release(&view)  # (bytes and LMDB buffers stay where they are while referenced)
     for b in range(pt.nb):
         if pt.counts[b] > maxn:
             maxn = pt.counts[b]
@@ -1407,29 +1453,18 @@ cdef int _occ_build(ProbeTable pt, fetch, dict memo) except -1:
     if tmp == NULL:
         raise MemoryError()
     try:
-        for c in range(pt.nc):
-            buf = _chunk_of(pt, c, fetch, memo)
-            if buf is None:
-                return 0
-            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-            try:
-                if view.len != pt.chunk_len[c]:
-                    return 0
-                for b in range(pt.chunk_start[c], pt.chunk_start[c + 1]):
-                    err = _decode_block(<const uint8_t*>view.buf, view.len, pt.starts[b], pt.ends[b], pt.counts[b],
-                                        pt.bounds[b], pt.bounds[b + 1], tmp)
-                    if err:
-                        return 0
-                    for j in range(pt.counts[b]):
-                        cell = tmp[j] >> shift
-                        occ[cell >> 6] |= (<uint64_t>1) << (cell & 63)
-            finally:
-                PyBuffer_Release(&view)
+        if release:
+            with nogil:
+                err = _occ_fill(pt, <const uint8_t**>&at[0], &length[0], &occ[0], shift, tmp)
+        else:
+            err = _occ_fill(pt, <const uint8_t**>&at[0], &length[0], &occ[0], shift, tmp)
     finally:
         free(tmp)
+    if err:
+        return False
     pt._occ_keep = occ
     pt.occ, pt.occ_shift, pt.occ_state = &occ[0], shift, 1
-    return 0
+    return True
 
 
 cdef inline bint _occ_empty(ProbeTable pt, uint64_t lo, uint64_t hi) noexcept nogil:
@@ -1649,7 +1684,7 @@ cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, 
                 if <double>pt.entry_start[pt.nb] * (<double>(ranges[ri].hi - ranges[ri].lo) + 1.0) >= 18446744073709551616.0:
                     pt.occ_state = -1
                 else:
-                    _occ_build(pt, fetch, memo)
+                    _occ_build(pt, fetch, memo, False)
         if pt.nb and not (pt.occ_state == 1 and _occ_empty(pt, ranges[ri].lo, ranges[ri].hi)):
             _locate(pt, ranges[ri].lo, ranges[ri].hi, &b0, &b1)
         located[2 * ri] = b0

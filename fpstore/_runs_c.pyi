@@ -81,6 +81,7 @@ class ProbeTable:
     owned_nbytes: int
     @property
     def filtered(self) -> bool: ...
+    def build_cells(self, fetch: Callable[[Any], Any], prefix_bits: int) -> bool: ...
     def __init__(
         self,
         bounds: np.ndarray,

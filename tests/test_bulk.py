@@ -405,6 +405,29 @@ def test_warm_reads_the_index_and_changes_nothing(tmp_path):
         assert [r.query(fingerprint=int(f), pipeline_id=pid) for f in fps[::997]] == before
 
 
+def test_warm_builds_the_cells_of_tables_too_large_to_build_them_at_a_probe(tmp_path):
+    """A run table of more than 2**18 keys gets no occupied cells at its probes; warm() builds
+    them where the design's prefixes leave ranges of less than a key (r5 here: 25-26 bits), and the
+    answers are the same."""
+    from fpstore import _backend
+
+    rng = np.random.default_rng(12)
+    n = 300_000
+    fps = rng.integers(0, 2**64, n, dtype=np.uint64)
+    queries = np.concatenate([fps[::3001] ^ np.uint64(6), rng.integers(0, 2**64, 100, dtype=np.uint64)])
+    with fpstore.open(tmp_path / "s", k=3, design="r5") as s:
+        s.bulk_load(np.arange(n), fps, pipeline_id=s.pipeline.id)
+        before = [a.tolist() for a in s.query_many(queries, pipeline_id=s.pipeline.id)]
+        assert len(before[0]) >= len(fps[::3001])  # each near query finds its document
+        with s._storage.read() as txn:
+            assert not any(pt.filtered for pt in s._cat.plan(txn).tables)
+        s.warm()
+        with s._storage.read() as txn:
+            filtered = [pt.filtered for pt in s._cat.plan(txn).tables]
+        assert filtered == [not _backend.PURE_PYTHON] * len(s.design.tables)
+        assert [a.tolist() for a in s.query_many(queries, pipeline_id=s.pipeline.id)] == before
+
+
 def test_warm_reads_the_records_that_answers_read_keys_from(tmp_path):
     """Documents added by add_many keep their keys in their records, which a query that finds one
     reads: warm() reads them too (it read the runs and tables only, and a crawler's first answers

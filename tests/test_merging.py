@@ -280,6 +280,26 @@ def test_a_merge_drops_the_runs_it_replaced_from_the_tier_cache(tmp_path):
         assert answers(s, queries) == before == brute(model, queries, 3)
 
 
+@pytest.mark.parametrize("design", ["r4", "r5"])
+def test_a_merge_builds_the_cells_of_the_run_it_makes(tmp_path, design):
+    """The thread that merged a run builds its tables' occupied cells, where the ranges of the
+    design's prefixes hold less than a key on average (all of r5's 25-26-bit ones at this size;
+    none of r4's 16-bit ones beyond 2**16 keys); answers stay exact."""
+    from fpstore import _backend
+
+    rng = np.random.default_rng(29)
+    with fpstore.open(tmp_path / "s", k=3, design=design, flush_entries=200, merges="manual") as s:
+        model = grow(s, rng, 16)
+        queries = np.array(list(model.values())[::3], dtype=np.uint64) ^ np.uint64(4)
+        s.merge_runs()
+        with s._storage.read() as txn:
+            (merged,) = s._cat.runs(txn)  # the eight runs of 200, merged
+            filtered = [pt.filtered for pt in merged.probe_tables()]
+        compiled = not _backend.PURE_PYTHON
+        assert filtered == [compiled] * len(s.design.tables)
+        assert answers(s, queries) == brute(model, queries, 3)
+
+
 @pytest.mark.parametrize("limit", ["quarter", "entries"])
 def test_a_tier_too_big_to_nest_waits_for_the_long_merge(tmp_path, monkeypatch, limit):
     """Between a long merge's steps only a tier of at most a quarter of its entries and of

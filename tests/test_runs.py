@@ -949,6 +949,31 @@ def test_a_range_over_more_than_64_cells_reads_the_blocks():
     assert err == 0 and sorted(h[1] for h in hits) == keys.tolist()
 
 
+@pytest.mark.parametrize("n, prefix_bits, built", [(300_000, 26, True), (300_000, 18, False), (1, 0, False), (2**16 - 1, 16, True)])
+def test_cells_built_on_request_for_a_table_too_large_to_build_them_at_a_probe(n, prefix_bits, built):
+    """``build_cells`` (a merge's thread, ``Store.warm``) builds them for tables of up to 2**23
+    keys whose ranges hold less than a key on average, counts their bytes, and the table's probes
+    still equal brute force."""
+    rng = np.random.default_rng(n + prefix_bits)
+    keys = np.sort(rng.integers(0, 2**64, n, dtype=np.uint64))
+    index, chunks = runs.encode_run(keys, block_entries=256, chunk_bytes=256 << 10)
+    names = [b"c%d" % c for c in range(index.nchunks)]
+    store = dict(zip(names, chunks))
+    table = _probe_tables_of(C, index, names)
+    before = table.owned_nbytes
+    assert table.build_cells(store.get, prefix_bits) is built and table.filtered is built
+    assert (table.owned_nbytes > before) is (built and n > C._OCC_MAX_ENTRIES)
+    low = (1 << (64 - prefix_bits)) - 1 if prefix_bits else 2**64 - 1
+    stored = keys.tolist()
+    queries = [stored[int(i)] ^ int(rng.integers(0, 8)) for i in rng.integers(0, n, 50)] + rng.integers(0, 2**64, 50, dtype=np.uint64).tolist()
+    for q in queries:
+        lo, hi = q & ~low, q | low
+        a, z = int(np.searchsorted(keys, np.uint64(lo))), int(np.searchsorted(keys, np.uint64(hi), side="right"))
+        want = sorted((0, stored[p], p) for p in range(a, z) if (stored[p] ^ q).bit_count() <= 3)
+        err, _, _, hits = C.probe_tables([table], store.get, [(0, lo, hi, q)], 3)
+        assert err == 0 and sorted(hits) == want
+
+
 def test_a_table_whose_cells_cannot_be_built_reports_damage_as_before():
     """A table whose chunk is missing or truncated when its cells would be built has none, and
     its probes report the damage they reach, as the twin's do."""
@@ -969,6 +994,7 @@ def test_a_table_whose_cells_cannot_be_built_reports_damage_as_before():
             results = [mod.probe_tables(tables[mod], broken.get, [(0, q & ~low, q | low, q)], 64)[:3] for mod in TWINS]
             assert results[0] == results[1]
         assert not tables[C][0].filtered
+        assert not _probe_tables_of(C, index, names).build_cells(broken.get, 48)
 
 
 @pytest.mark.parametrize("key_bits", [6, 20, 41, 52, 57, 64])

@@ -333,6 +333,18 @@ class _BytesLru:
         if hit is not None:
             self._bytes -= hit[1]
 
+    def grow(self, key: object, extra: int) -> None:
+        """Count ``extra`` more bytes for ``key``'s entry, if it is there, evicting beyond the
+        bound (never the entry itself)."""
+        hit = self._entries.get(key)
+        if hit is None:
+            return
+        self._entries[key] = (hit[0], hit[1] + extra)
+        self._bytes += extra
+        self._entries.move_to_end(key)
+        while self._bytes > self._max and len(self._entries) > 1:
+            self._bytes -= self._entries.popitem(last=False)[1][1]
+
 
 class TierCache:
     """What reading a run costs to rebuild, kept per store: validated run indexes (with their chunk
@@ -453,6 +465,23 @@ class TierCache:
             return [self.probe_table(tab.prefix, tab.index, tab._names) for tab in tables]
 
         return self._cached(("run", run.id), build)
+
+    def build_cells(self, run: Run, prefix_bits: Sequence[int]) -> int:
+        """Build the occupied cells of ``run``'s probe tables that take them (see
+        ``ProbeTable.build_cells``: a small table's first probes build their own), table ``t``
+        probed by ranges of ``prefix_bits[t]`` bits, its chunks read in ``run``'s transaction;
+        returns how many tables have them."""
+        tables = self.probe_tables(run)
+        fetch = run.chunk_reader()
+        built = 0
+        for t, pt in enumerate(tables):
+            before = getattr(pt, "owned_nbytes", 0)  # (the pure twin's tables have no cells)
+            built += bool(pt.build_cells(fetch, prefix_bits[t]))
+            extra = getattr(pt, "owned_nbytes", 0) - before
+            if extra:
+                with self._lock:
+                    self._entries.grow(("run", run.id), extra)
+        return built
 
     def segment_hash_tables(self, segments: list[KeySegment]) -> list[Any]:
         """The kernel's probe tables of the key hashes of ``segments``, cached as one list."""

@@ -22,7 +22,7 @@ import numpy as np
 from fpstore.errors import CorruptionError, InputError
 from fpstore.index import search, tiers
 from fpstore.index.design import Design
-from fpstore.index.tiers import KeySegment, ReadPlan, Run, State, TierCache
+from fpstore.index.tiers import KeySegment, ReadPlan, Run, RunMeta, State, TierCache
 from fpstore.parallel import threads as thread_count
 from fpstore.store.header import H_NEXT_ID, U64, table_name
 from fpstore.store.incremental import IncrementalTables
@@ -825,6 +825,13 @@ class Catalog:
         canonical_key = self.key_of(txn, live) if live != doc_id else None
         return Document(untyped_key(typed_stored), doc_id, fp, content_hash, canonical_key, bool(flags & FLAG_SHORT))
 
+    def build_cells(self, txn: lmdb.Transaction, runs: Sequence[RunMeta]) -> int:
+        """Build the occupied cells of the probe tables of ``runs`` that take them (see
+        :meth:`TierCache.build_cells`), decoding without the interpreter lock: a merge's thread
+        does it for the run it made, :meth:`warm` for every run. Returns how many tables have them."""
+        prefix_bits = [t.prefix_bits for t in self.design.tables]
+        return sum(self.cache.build_cells(Run(txn, self.blobs, self.cache, meta), prefix_bits) for meta in runs)
+
     def warm(self, txn: lmdb.Transaction) -> int:
         """Read every byte of the index (runs, key segments, incremental tables), of what an answer
         reads next (the records of documents added one by one or in batches, which hold their
@@ -841,7 +848,9 @@ class Catalog:
             total += sum(map(len, txn.cursor(db=db).iternext(keys=False, values=True))) + 8 * txn.stat(db)["entries"]
         # Every block of every run table decoded once, so that single probes restart inside a
         # block instead of decoding it from its start (the kernel's restart points).
-        search.fill_restarts(self.plan(txn), txn, self.blobs)
+        plan = self.plan(txn)
+        search.fill_restarts(plan, txn, self.blobs)
+        self.build_cells(txn, plan.runs)
         return total
 
 

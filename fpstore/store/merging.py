@@ -352,12 +352,25 @@ def _write_and_switch(storage: Storage, cat: Catalog, new_run: MergedRun, merge:
     switched = storage.write(switch, action="switching to a merged run")
     if switched:
         cat.cache.forget_runs([old.id for old in group], owned)
+        if rec is not None:
+            _build_cells(storage, cat, rec)
     collect(storage, cat, stopping)
     if not switched:
         return None
     seconds = time.perf_counter() - t0
     log.info("merged %d runs into one of %d entries in %.2f s (%d steps of writes)", len(group), new_run.count, seconds, steps)
     return {"runs_merged": len(group), "entries": new_run.count}
+
+
+def _build_cells(storage: Storage, cat: Catalog, rec: RunMeta) -> None:
+    """The occupied cells of the new run's tables, built here (without the interpreter lock)
+    rather than by the probe that would otherwise find them missing; a run too large for cells at
+    its 16th probe would never have them. Only a speed-up: a failure is logged, not raised."""
+    try:
+        with storage.read() as txn:
+            cat.build_cells(txn, [rec])
+    except Exception as exc:  # the probes read the run as they would without cells
+        log.warning("no cells for merged run %d: %s: %s", rec.id, type(exc).__name__, exc)
 
 
 def _put_blobs(db: Any, blobs: tiers.Blobs, txn: lmdb.Transaction) -> None:
