@@ -1684,7 +1684,10 @@ cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, 
                 if <double>pt.entry_start[pt.nb] * (<double>(ranges[ri].hi - ranges[ri].lo) + 1.0) >= 18446744073709551616.0:
                     pt.occ_state = -1
                 else:
-                    _occ_build(pt, fetch, memo, False)
+                    try:
+                        _occ_build(pt, fetch, memo, False)
+                    except Exception:  # a chunk this probe may not need failed its read (a CRC):
+                        pt.occ_state = -1  # the probes that reach it report it, as before
         if pt.nb and not (pt.occ_state == 1 and _occ_empty(pt, ranges[ri].lo, ranges[ri].hi)):
             _locate(pt, ranges[ri].lo, ranges[ri].hi, &b0, &b1)
         located[2 * ri] = b0

@@ -696,7 +696,9 @@ class Store(Closing):
         is not cached). A long-running process pays that once per page; a process that must
         answer fast from its first query can pay it up front, at about 1 GB/s of index. It also
         decodes every block of every run once, recording the points single probes restart from
-        (about 0.15 s more at 10^7 documents); a damaged run raises
+        (about 0.15 s more at 10^7 documents), and builds the occupied cells of the run tables of
+        up to 2^23 keys whose probe ranges hold less than a key on average (a store grown by adds
+        and an r5 design: docs/format.md); a damaged run raises
         :class:`~fpstore.errors.CorruptionError`.
         """
         with self._storage.read() as txn:
