@@ -1310,12 +1310,13 @@ cdef class ProbeTable:
     # locating the range's block and decoding up to it cost ~100 ns a table. Built from the keys
     # at the table's C_OCC_AFTER-th probe (most tables a process opens are probed often, and the
     # first probes of a one-off table pay nothing), only for tables of at most C_OCC_MAX_ENTRIES
-    # keys whose ranges hold less than a key on average; occ_state 0 until then, 1 built, -1
-    # never (too large, ranges too wide, or a chunk could not be read whole: the probes then find
-    # what is wrong, as before). Changed only with the GIL held; a build sets -1 first, so that a
-    # probe in another thread while a chunk read lets it go reads the blocks.
+    # keys whose ranges hold less than a key on average; occ_state 0 until then, 1 built, 2 being
+    # built (probes in other threads read the blocks meanwhile), -1 none (too large, ranges too
+    # wide, or a chunk could not be read whole: the probes then find what is wrong, as before).
+    # Changed only with the GIL held. occ_counted: their bytes are in owned_nbytes.
     cdef const uint64_t* occ
     cdef int occ_shift, occ_state, occ_probes
+    cdef bint occ_counted
 
     def __init__(self, const uint64_t[::1] bounds, const int64_t[::1] starts, const int64_t[::1] ends,
                  const int64_t[::1] counts, const uint32_t[::1] chunk, const int64_t[::1] chunk_start,
@@ -1355,9 +1356,10 @@ cdef class ProbeTable:
         self.owned_nbytes = coarse.shape[0] * 8 + ck_key.shape[0] * 8 + ck_bit.shape[0] * 4 + chunk_at.shape[0] * 20
         self.occ, self.occ_shift, self.occ_probes = NULL, 64, 0
         self.occ_state = 0 if 0 < entry_start[nb] <= C_OCC_MAX_ENTRIES else -1
-        # The cells' bytes are counted from the start (a cache bounds its memory by this figure,
-        # read once): the most they can take, 4 bits a key.
-        if self.occ_state == 0:
+        # The cells a probe may build are counted from the start (a cache bounds its memory by
+        # this figure, read when the table is cached): the most they can take, 4 bits a key.
+        self.occ_counted = self.occ_state == 0
+        if self.occ_counted:
             self.owned_nbytes += _occ_words(entry_start[nb]) * 8
 
     @property
@@ -1369,15 +1371,24 @@ cdef class ProbeTable:
         """Build the occupied cells now, decoding without the GIL (a merge's thread, or
         ``Store.warm``, for a table too large to build them at a probe): for a table of at most
         C_CELLS_MAX_ENTRIES keys whose ranges of ``prefix_bits`` bits hold less than a key on
-        average. True when the table has them; the bytes they take are added to owned_nbytes."""
+        average, unless they are being built. Returns the bytes this call added to owned_nbytes
+        (the cells of a table too large to have been counted when it was made), 0 if none; the
+        table has them when ``filtered``."""
         cdef int64_t n = self.entry_start[self.nb] if self.nb else 0
-        if self.occ_state == 1:
-            return True
+        if self.occ_state in (1, 2):
+            return 0
         if not 0 <= prefix_bits <= 64 or n == 0 or n > C_CELLS_MAX_ENTRIES or (prefix_bits < 64 and (n >> prefix_bits) >= 1):
-            return False
-        if n > C_OCC_MAX_ENTRIES:  # not counted when the table was made
-            self.owned_nbytes += _occ_words(n) * 8
-        return _occ_build(self, fetch, None, True)
+            return 0
+        try:
+            built = _occ_build(self, fetch, None, True)
+        except BaseException:
+            self.occ_state = -1
+            raise
+        if not built or self.occ_counted:
+            return 0
+        self.occ_counted = True
+        self.owned_nbytes += _occ_words(n) * 8
+        return _occ_words(n) * 8
 
 
 cdef enum:
@@ -1433,7 +1444,7 @@ cdef bint _occ_build(ProbeTable pt, fetch, dict memo, bint release) except -1:
     cdef int err = C_OK, shift = 64 - _occ_bits(n)
     cdef Py_buffer view
     cdef uint64_t* tmp
-    pt.occ_state = -1  # (a build in another thread, while this one reads chunks, leaves it alone)
+    pt.occ_state = 2  # (a build in another thread, while this one reads chunks, leaves it alone)
     cdef uint64_t[::1] occ = np.zeros(_occ_words(n), dtype=np.uint64)
     cdef uintptr_t[::1] at = np.zeros(max(pt.nc, 1), dtype=np.uintp)
     cdef Py_ssize_t[::1] length = np.zeros(max(pt.nc, 1), dtype=np.intp)
@@ -1441,6 +1452,7 @@ cdef bint _occ_build(ProbeTable pt, fetch, dict memo, bint release) except -1:
     for c in range(pt.nc):
         buf = _chunk_of(pt, c, fetch, memo)
         if buf is None:
+            pt.occ_state = -1
             return False
         held.append(buf)
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
@@ -1451,6 +1463,7 @@ cdef bint _occ_build(ProbeTable pt, fetch, dict memo, bint release) except -1:
             maxn = pt.counts[b]
     tmp = <uint64_t*>malloc(maxn * sizeof(uint64_t))
     if tmp == NULL:
+        pt.occ_state = -1
         raise MemoryError()
     try:
         if release:
@@ -1461,6 +1474,7 @@ cdef bint _occ_build(ProbeTable pt, fetch, dict memo, bint release) except -1:
     finally:
         free(tmp)
     if err:
+        pt.occ_state = -1
         return False
     pt._occ_keep = occ
     pt.occ, pt.occ_shift, pt.occ_state = &occ[0], shift, 1

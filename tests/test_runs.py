@@ -929,6 +929,34 @@ def test_probes_of_a_table_with_occupied_cells_equal_brute_force(n, prefix_bits,
     assert tables[C][0].filtered == (len(stored) * (low + 1) < 2**64 and len(stored) <= C._OCC_MAX_ENTRIES)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_cells_at_word_edges_and_the_ends_of_the_key_space(seed):
+    """32 keys: 128 cells of 2**57 in two words, the keys in random cells (0 and 2**64 - 1 among
+    them in some cases); every range from a cell's start to another's end, over up to 70 cells,
+    and the same shifted inside the cells, answers as brute force once the cells are built."""
+    rng = np.random.default_rng(seed)
+    width = 1 << 57
+    cells = rng.choice(128, 32 - 2 * (seed % 2), replace=False)
+    keys = cells.astype(np.uint64) * np.uint64(width) + rng.integers(0, width, len(cells), dtype=np.uint64)
+    if seed % 2:
+        keys = np.concatenate([keys, np.array([0, 2**64 - 1], dtype=np.uint64)])
+    keys = np.sort(keys)
+    index, chunks = runs.encode_run(keys, block_entries=8, chunk_bytes=1 << 12)
+    names = [b"c%d" % c for c in range(index.nchunks)]
+    store = dict(zip(names, chunks))
+    table = [_probe_tables_of(C, index, names)]
+    for c in range(16):  # narrow ranges: the 16th builds the cells
+        C.probe_tables(table, store.get, [(0, c * width, c * width + 1, 0)], 64)
+    assert table[0].filtered
+    stored = keys.tolist()
+    for c0 in range(128):
+        for c1 in range(c0, min(128, c0 + 70)):
+            for lo, hi in ((c0 * width, (c1 + 1) * width - 1), (c0 * width + width // 2, c1 * width + width // 2)):
+                a, z = int(np.searchsorted(keys, np.uint64(lo))), int(np.searchsorted(keys, np.uint64(hi), side="right"))
+                err, _, _, hits = C.probe_tables(table, store.get, [(0, lo, hi, 0)], 64)
+                assert err == 0 and sorted(hits) == [(0, stored[p], p) for p in range(a, z)], (c0, c1, lo, hi)
+
+
 def test_a_range_over_more_than_64_cells_reads_the_blocks():
     """Cells are tested for ranges over at most 64 of them: a wider range whose two end words of
     cells are empty still finds the keys of the cells between them."""
@@ -961,8 +989,10 @@ def test_cells_built_on_request_for_a_table_too_large_to_build_them_at_a_probe(n
     store = dict(zip(names, chunks))
     table = _probe_tables_of(C, index, names)
     before = table.owned_nbytes
-    assert table.build_cells(store.get, prefix_bits) is built and table.filtered is built
-    assert (table.owned_nbytes > before) is (built and n > C._OCC_MAX_ENTRIES)
+    added = table.build_cells(store.get, prefix_bits)
+    assert table.filtered is built
+    assert added == table.owned_nbytes - before and (added > 0) is (built and n > C._OCC_MAX_ENTRIES)
+    assert table.build_cells(store.get, prefix_bits) == 0 and table.owned_nbytes == before + added  # counted once
     low = (1 << (64 - prefix_bits)) - 1 if prefix_bits else 2**64 - 1
     stored = keys.tolist()
     queries = [stored[int(i)] ^ int(rng.integers(0, 8)) for i in rng.integers(0, n, 50)] + rng.integers(0, 2**64, 50, dtype=np.uint64).tolist()
@@ -1012,7 +1042,7 @@ def test_a_table_whose_cells_cannot_be_built_reports_damage_as_before():
             with pytest.raises(CorruptionError):
                 _probe_tables_of(C, index, names).build_cells(fetch, 48)
         else:
-            assert not _probe_tables_of(C, index, names).build_cells(fetch, 48)
+            assert _probe_tables_of(C, index, names).build_cells(fetch, 48) == 0
 
 
 @pytest.mark.parametrize("key_bits", [6, 20, 41, 52, 57, 64])

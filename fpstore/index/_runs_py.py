@@ -593,9 +593,9 @@ class ProbeTable:
     #: (an optimisation only: the answers are the same); this one always reads the blocks.
     filtered = False
 
-    def build_cells(self, fetch: Any, prefix_bits: int) -> bool:
-        """The compiled table's cells (see ``filtered``): none here."""
-        return False
+    def build_cells(self, fetch: Any, prefix_bits: int) -> int:
+        """The compiled table's cells (see ``filtered``): none here, no bytes added."""
+        return 0
 
 
 def probe_tables(tables: list, fetch: Any, ranges: list, k: int) -> tuple[int, int, int, list]:

@@ -470,18 +470,16 @@ class TierCache:
         """Build the occupied cells of ``run``'s probe tables that take them (see
         ``ProbeTable.build_cells``: a small table's first probes build their own), table ``t``
         probed by ranges of ``prefix_bits[t]`` bits, its chunks read in ``run``'s transaction;
-        returns how many tables have them."""
+        returns how many tables have them. Their bytes are counted in the
+        run's entry (the table's own entry, counted when it was made, is evicted with it)."""
         tables = self.probe_tables(run)
         fetch = run.chunk_reader()
-        built = 0
         for t, pt in enumerate(tables):
-            before = getattr(pt, "owned_nbytes", 0)  # (the pure twin's tables have no cells)
-            built += bool(pt.build_cells(fetch, prefix_bits[t]))
-            extra = getattr(pt, "owned_nbytes", 0) - before
+            extra = pt.build_cells(fetch, prefix_bits[t])
             if extra:
                 with self._lock:
                     self._entries.grow(("run", run.id), extra)
-        return built
+        return sum(1 for pt in tables if pt.filtered)
 
     def segment_hash_tables(self, segments: list[KeySegment]) -> list[Any]:
         """The kernel's probe tables of the key hashes of ``segments``, cached as one list."""
