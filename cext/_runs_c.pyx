@@ -1377,14 +1377,9 @@ cdef class ProbeTable:
         cdef int64_t n = self.entry_start[self.nb] if self.nb else 0
         if self.occ_state in (1, 2):
             return 0
-        if not 0 <= prefix_bits <= 64 or n == 0 or n > C_CELLS_MAX_ENTRIES or (prefix_bits < 64 and (n >> prefix_bits) >= 1):
+        if not 0 <= prefix_bits <= 64 or n == 0 or n > C_CELLS_MAX_ENTRIES or not _cells_pay(n, 0xFFFFFFFFFFFFFFFF >> prefix_bits if prefix_bits < 64 else 0):
             return 0
-        try:
-            built = _occ_build(self, fetch, None, True)
-        except BaseException:
-            self.occ_state = -1
-            raise
-        if not built or self.occ_counted:
+        if not _occ_build(self, fetch, None, True) or self.occ_counted:
             return 0
         self.occ_counted = True
         self.owned_nbytes += _occ_words(n) * 8
@@ -1415,6 +1410,12 @@ cdef inline Py_ssize_t _occ_words(int64_t n) noexcept nogil:
     return (<Py_ssize_t>1) << (_occ_bits(n) - 6)
 
 
+cdef inline bint _cells_pay(int64_t n, uint64_t span) noexcept nogil:
+    # Whether ranges of span + 1 keys' width hold less than a key on average among n keys: where
+    # one does, most ranges are not empty and the cells would only cost their test.
+    return <double>n * (<double>span + 1.0) < 18446744073709551616.0
+
+
 cdef int _occ_fill(ProbeTable pt, const uint8_t** at, const Py_ssize_t* length, uint64_t* occ, int shift,
                    uint64_t* tmp) noexcept nogil:
     # Set the cell of every key of pt, its chunks at ``at`` / ``length``; C_OK, or the first
@@ -1438,13 +1439,22 @@ cdef int _occ_fill(ProbeTable pt, const uint8_t** at, const Py_ssize_t* length, 
 cdef bint _occ_build(ProbeTable pt, fetch, dict memo, bint release) except -1:
     """Set ``pt``'s occupied cells from its keys (every block decoded once, without the GIL when
     ``release``); True when built. On a chunk that is missing, of the wrong length or does not
-    decode, none (``occ_state`` -1): the probes report what is wrong when they reach it."""
+    decode, or that fails its read (raised), none (``occ_state`` -1): the probes report what is
+    wrong when they reach it."""
+    pt.occ_state = 2  # (a build in another thread, while this one reads chunks, leaves it alone)
+    try:
+        return _occ_build_now(pt, fetch, memo, release)
+    finally:
+        if pt.occ_state == 2:
+            pt.occ_state = -1
+
+
+cdef bint _occ_build_now(ProbeTable pt, fetch, dict memo, bint release) except -1:
     cdef Py_ssize_t c, b, maxn = 1
     cdef int64_t n = pt.entry_start[pt.nb]
     cdef int err = C_OK, shift = 64 - _occ_bits(n)
     cdef Py_buffer view
     cdef uint64_t* tmp
-    pt.occ_state = 2  # (a build in another thread, while this one reads chunks, leaves it alone)
     cdef uint64_t[::1] occ = np.zeros(_occ_words(n), dtype=np.uint64)
     cdef uintptr_t[::1] at = np.zeros(max(pt.nc, 1), dtype=np.uintp)
     cdef Py_ssize_t[::1] length = np.zeros(max(pt.nc, 1), dtype=np.intp)
@@ -1452,7 +1462,6 @@ cdef bint _occ_build(ProbeTable pt, fetch, dict memo, bint release) except -1:
     for c in range(pt.nc):
         buf = _chunk_of(pt, c, fetch, memo)
         if buf is None:
-            pt.occ_state = -1
             return False
         held.append(buf)
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
@@ -1463,7 +1472,6 @@ cdef bint _occ_build(ProbeTable pt, fetch, dict memo, bint release) except -1:
             maxn = pt.counts[b]
     tmp = <uint64_t*>malloc(maxn * sizeof(uint64_t))
     if tmp == NULL:
-        pt.occ_state = -1
         raise MemoryError()
     try:
         if release:
@@ -1474,7 +1482,6 @@ cdef bint _occ_build(ProbeTable pt, fetch, dict memo, bint release) except -1:
     finally:
         free(tmp)
     if err:
-        pt.occ_state = -1
         return False
     pt._occ_keep = occ
     pt.occ, pt.occ_shift, pt.occ_state = &occ[0], shift, 1
@@ -1693,15 +1700,14 @@ cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, 
         if pt.occ_state == 0:
             pt.occ_probes += 1
             if pt.occ_probes >= C_OCC_AFTER:
-                # A table's ranges are all as wide (its prefix); where one holds a key on
-                # average, most are not empty and the cells would only cost their test.
-                if <double>pt.entry_start[pt.nb] * (<double>(ranges[ri].hi - ranges[ri].lo) + 1.0) >= 18446744073709551616.0:
+                # A table's ranges are all as wide as this one (its prefix).
+                if not _cells_pay(pt.entry_start[pt.nb], ranges[ri].hi - ranges[ri].lo):
                     pt.occ_state = -1
                 else:
                     try:
                         _occ_build(pt, fetch, memo, False)
                     except Exception:  # a chunk this probe may not need failed its read (a CRC):
-                        pt.occ_state = -1  # the probes that reach it report it, as before
+                        pass  # no cells; the probes that reach it report it, as before
         if pt.nb and not (pt.occ_state == 1 and _occ_empty(pt, ranges[ri].lo, ranges[ri].hi)):
             _locate(pt, ranges[ri].lo, ranges[ri].hi, &b0, &b1)
         located[2 * ri] = b0
