@@ -190,6 +190,134 @@ cdef extern from *:
         return fps_rice_tail(rp, h, e, m, k, (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(carry)), first, out,
                              zsum, rsum);
     }
+
+    /* A probe's scan of one block from entry j0 (0, or a restart point: a multiple of 32) with
+       AVX-512 (F, BW, VBMI, VPOPCNTDQ), eight entries at a time: the keys of the entries after
+       j0 as the whole-block decoder forms them (the unary bytes from the bit after entry j0's
+       through a table, as far as the next eight entries need; the remainders' k bytes moved into
+       their lanes and summed with a carry), each group tested against the query (popcount of
+       the XOR, and the range [lo, stop]) in one step, until the first key above stop or entry m.
+       The sizes of the gaps are not checked (the caller checks their sums, as after the scalar
+       scan): returns 0 when the unary section runs out or holds more one bits than entries
+       (the checked loop then says what is wrong), else 1 with *t_out the entries decoded after
+       j0, the last one's key, unary bit and remainders' sum, whether a key above stop ended the
+       scan, the hits (key, entry - j0), and the unary bit and key of each restart entry
+       (32 c, c = 1..7) decoded (seen[c - 1], -1 when not). Reads: [rbyte, us) for remainders
+       (masked loads: no byte past the group's remainders), [us, end) for the unary section. */
+    static uint8_t fps_perm_k[57][64];
+    static uint64_t fps_shift_k[57][8];
+    static void fps_init_probe_tables(void) {
+        for (int k = 1; k <= 56; k++)
+            for (int lane = 0; lane < 8; lane++) {
+                for (int j = 0; j < 8; j++) fps_perm_k[k][8 * lane + j] = (uint8_t)(((lane * k) >> 3) + j);
+                fps_shift_k[k][lane] = (uint64_t)((lane * k) & 7);
+            }
+    }
+    __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vpopcntdq")))
+    static int fps_probe_scan_avx512(const uint8_t *buf, int64_t end, int k, int64_t m, int64_t j0, int64_t last0,
+                                     int64_t rbyte, int64_t us, uint64_t key0, uint64_t lo, uint64_t stop,
+                                     uint64_t query, int kq, uint64_t *hit_key, int64_t *hit_at, int64_t *nhits,
+                                     int64_t *t_out, uint64_t *key_out, int64_t *last_out, uint64_t *rsum_out,
+                                     int *stopped_out, int64_t *seen, uint64_t *seen_key) {
+        uint64_t h[FPS_RICE_MAX_GAPS + 16];
+        uint64_t kk[8];
+        const int64_t n = m - j0;
+        if (k < 1 || k > 56 || n <= 0 || n > FPS_RICE_MAX_GAPS || j0 % 8 != 0) return 0;
+        const uint8_t *up = buf + us;
+        const int64_t ub = end - us;
+        const int64_t u0 = last0 + 1;          /* the unary bit after entry j0's */
+        const int64_t b0 = u0 >> 3;
+        const int s0 = (int)(u0 & 7);          /* bits of byte b0 before u0: counted as zeros */
+        int64_t tb = b0, filled = 0, t = 0, nh = *nhits;
+        const uint8_t *rp = buf + rbyte;
+        const __m512i pv = _mm512_loadu_si512((const void *)fps_perm_k[k]);
+        const __m512i sv = _mm512_loadu_si512((const void *)fps_shift_k[k]);
+        const __m512i mv = _mm512_set1_epi64((long long)((((uint64_t)1) << k) - 1));
+        const __m128i kc = _mm_cvtsi32_si128(k);
+        const __m512i back1 = _mm512_set_epi64(6, 5, 4, 3, 2, 1, 0, 0);
+        const __m512i back2 = _mm512_set_epi64(5, 4, 3, 2, 1, 0, 0, 0);
+        const __m512i back4 = _mm512_set_epi64(3, 2, 1, 0, 0, 0, 0, 0);
+        const __m512i qv = _mm512_set1_epi64((long long)query);
+        const __m512i lov = _mm512_set1_epi64((long long)lo);
+        const __m512i stopv = _mm512_set1_epi64((long long)stop);
+        const __m512i kqv = _mm512_set1_epi64((long long)kq);
+        /* key = key0 + ((h - s0) << k) + remainders' sum, h counting the s0 masked bits */
+        const __m512i base = _mm512_set1_epi64((long long)(key0 - (((uint64_t)s0) << k)));
+        __m512i carry = _mm512_setzero_si512(), r = carry;
+        int take = 0, stopped = 0;
+        for (int c = 0; c < 7; c++) seen[c] = -1;
+        while (t < n) {
+            const int lanes = n - t < 8 ? (int)(n - t) : 8;
+            /* The unary bytes in bursts, two groups or more ahead of the keys: a group's load of h
+               right after the stores that wrote it would wait for them (no forwarding from
+               several overlapping stores). */
+            if (filled < t + 16) {
+                while (filled < t + 48 && tb < ub) {
+                    if (filled > n) return 0;
+                    uint8_t b = up[tb];
+                    if (tb == b0) b &= (uint8_t)(0xFF << s0);
+                    const __m512i z = _mm512_set1_epi64((long long)(8 * (tb - b0) - filled));
+                    _mm512_storeu_si512((void *)(h + filled), _mm512_add_epi64(z, _mm512_loadu_si512((const void *)fps_unary_zeros[b])));
+                    filled += fps_unary_ones[b];
+                    tb++;
+                }
+                if (filled < t + lanes) return 0;
+            }
+            const __mmask8 valid = (__mmask8)((1u << lanes) - 1);
+            const int nbytes = (lanes * k + 7) >> 3;
+            r = _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutexvar_epi8(pv, _mm512_maskz_loadu_epi8((((__mmask64)1) << nbytes) - 1, rp)), sv), mv);
+            r = _mm512_add_epi64(r, _mm512_maskz_permutexvar_epi64(0xFE, back1, r));
+            r = _mm512_add_epi64(r, _mm512_maskz_permutexvar_epi64(0xFC, back2, r));
+            r = _mm512_add_epi64(r, _mm512_maskz_permutexvar_epi64(0xF0, back4, r));
+            r = _mm512_add_epi64(r, carry);
+            const __m512i keys = _mm512_add_epi64(_mm512_add_epi64(r, _mm512_sll_epi64(_mm512_loadu_si512((const void *)(h + t)), kc)), base);
+            const __mmask8 gt = _mm512_mask_cmpgt_epu64_mask(valid, keys, stopv);
+            take = lanes;
+            if (gt) { take = __builtin_ctz((unsigned)gt) + 1; stopped = 1; }
+            const __mmask8 upto = (__mmask8)((1u << take) - 1);
+            __mmask8 hit = _mm512_mask_cmple_epi64_mask(upto, _mm512_popcnt_epi64(_mm512_xor_si512(keys, qv)), kqv);
+            _mm512_storeu_si512((void *)kk, keys);
+            if (hit) {
+                hit &= _mm512_mask_cmpge_epu64_mask(hit, keys, lov) & _mm512_mask_cmple_epu64_mask(hit, keys, stopv);
+                while (hit) {
+                    const int l = __builtin_ctz((unsigned)hit);
+                    hit_key[nh] = kk[l];
+                    hit_at[nh] = t + l + 1;
+                    nh++;
+                    hit &= (__mmask8)(hit - 1);
+                }
+            }
+            carry = _mm512_permutexvar_epi64(_mm512_set1_epi64(take - 1), r);
+            t += take;
+            if (take == 8 && ((j0 + t) & 31) == 0 && j0 + t <= 7 * 32) {
+                seen[(j0 + t) / 32 - 1] = 8 * b0 + (int64_t)h[t - 1] + t - 1;
+                seen_key[(j0 + t) / 32 - 1] = kk[7];
+            }
+            if (stopped) break;
+            rp += k;
+        }
+        *nhits = nh;
+        *t_out = t;
+        *key_out = kk[take - 1];
+        *last_out = 8 * b0 + (int64_t)h[t - 1] + t - 1;
+        *rsum_out = (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(carry));
+        *stopped_out = stopped;
+        return 1;
+    }
+    static int fps_vector_probe = 1;
+    static int fps_probe_scan_usable(void) {
+        return fps_vector_probe && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+            && __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vpopcntdq");
+    }
+    #else
+    static void fps_init_probe_tables(void) {}
+    static int fps_vector_probe = 0;
+    static int fps_probe_scan_usable(void) { return 0; }
+    static int fps_probe_scan_avx512(const uint8_t *buf, int64_t end, int k, int64_t m, int64_t j0, int64_t last0,
+                                     int64_t rbyte, int64_t us, uint64_t key0, uint64_t lo, uint64_t stop,
+                                     uint64_t query, int kq, uint64_t *hit_key, int64_t *hit_at, int64_t *nhits,
+                                     int64_t *t_out, uint64_t *key_out, int64_t *last_out, uint64_t *rsum_out,
+                                     int *stopped_out, int64_t *seen, uint64_t *seen_key) { return 0; }
     #endif
     typedef int (*fps_rice_keys_fn)(const uint8_t *, const uint8_t *, int64_t, int64_t, int, uint64_t, uint64_t *,
                                     uint64_t *, uint64_t *);
@@ -218,8 +346,21 @@ cdef extern from *:
                                      uint64_t*, uint64_t*) noexcept nogil
     fps_rice_keys_fn fps_rice_keys_form() noexcept nogil
     int fps_wide_decode
+    void fps_init_probe_tables() noexcept nogil
+    int fps_vector_probe
+    int fps_probe_scan_usable() noexcept nogil
+    int fps_probe_scan_avx512(const uint8_t *buf, int64_t end, int k, int64_t m, int64_t j0, int64_t last0,
+                              int64_t rbyte, int64_t us, uint64_t key0, uint64_t lo, uint64_t stop,
+                              uint64_t query, int kq, uint64_t *hit_key, int64_t *hit_at, int64_t *nhits,
+                              int64_t *t_out, uint64_t *key_out, int64_t *last_out, uint64_t *rsum_out,
+                              int *stopped_out, int64_t *seen, uint64_t *seen_key) noexcept nogil
 
 fps_init_unary_tables()
+fps_init_probe_tables()
+
+# Whether a probe's scan of a block runs eight entries at a time (see fps_probe_scan_avx512 and
+# use_vector_probe).
+cdef bint _vector_probe = fps_probe_scan_usable() != 0
 
 # The whole-block decoder in use (see fps_rice_keys_form and use_wide_decode).
 cdef fps_rice_keys_fn _rice_keys = fps_rice_keys_form()
@@ -780,6 +921,81 @@ cdef int _scan_unchecked(const uint8_t* buf, int64_t end, const BlockStart* st, 
     return C_OK
 
 
+cdef int _scan_vector(const uint8_t* buf, int64_t end, const BlockStart* st, uint64_t key0, uint64_t limit,
+                      uint64_t lo, uint64_t stop, uint64_t query, int kq, uint64_t* hit_key, int64_t* hit_at,
+                      int64_t* nhits, int64_t* ndone, uint64_t* last_key, uint64_t* ck_key,
+                      int32_t* ck_bit) noexcept nogil:
+    # _scan_unchecked, eight entries at a time (fps_probe_scan_avx512), then the same checks of
+    # the gaps' sums and the block's end: the same results, or C_AGAIN.
+    cdef int64_t t, last
+    cdef int64_t seen[CK_PER_BLOCK]
+    cdef uint64_t key, rsum
+    cdef uint64_t seen_key[CK_PER_BLOCK]
+    cdef int stopped, c
+    cdef int64_t nh = 0
+    cdef int64_t us = end - st.ub
+    if lo <= key0 <= stop and fps_popcount64(key0 ^ query) <= kq:
+        hit_key[0], hit_at[0], nh = key0, 0, 1
+    if not fps_probe_scan_avx512(buf, end, st.k, st.m, st.j0, st.last, st.bitpos >> 3, us, key0, lo, stop, query,
+                                 kq, hit_key, hit_at, &nh, &t, &key, &last, &rsum, &stopped, seen, seen_key):
+        return C_AGAIN
+    if not _gaps_fit(limit - key0, <uint64_t>((last - st.last) - t), rsum, st.k):
+        return C_AGAIN
+    # At the block's end, its last one bit must be the unary section's last, in its last byte.
+    if not stopped and ((last >> 3) != st.ub - 1 or (buf[us + st.ub - 1] >> ((last & 7) + 1)) != 0):
+        return C_AGAIN
+    if ck_bit != NULL:
+        for c in range(CK_PER_BLOCK):
+            # (A unary section past 2**31 bits, which only a forged block has, records nothing.)
+            if seen[c] >= 0 and ck_bit[c] < 0 and seen[c] <= 0x7FFFFFFF:
+                ck_key[c] = seen_key[c]
+                ck_bit[c] = <int32_t>seen[c]
+    ndone[0] = t + 1
+    nhits[0] = nh
+    last_key[0] = key
+    return C_OK
+
+
+def _vector_scan(const uint8_t[::1] buf, int64_t start, int64_t end, int64_t n, uint64_t first, uint64_t limit,
+                 uint64_t lo, uint64_t stop, uint64_t query, int k):
+    """For tests: whether the eight-at-a-time scan of a block probed for [lo, stop] (from its
+    start) runs where the CPU can and accepts the block, and how many entries it decodes:
+    (False, 0) where it cannot run or hands the block to the checking loop."""
+    cdef BlockStart st
+    cdef int64_t ndone = 0, skip, nhits = 0
+    cdef uint64_t last_key
+    cdef uint64_t* tmp
+    cdef int64_t* hit_at
+    cdef int c
+    if not fps_probe_scan_usable() or n < 1 or n > FPS_RICE_MAX_GAPS + 1 or buf.shape[0] == 0:
+        return False, 0
+    tmp = <uint64_t*>malloc(n * sizeof(uint64_t))
+    hit_at = <int64_t*>malloc(n * sizeof(int64_t))
+    try:
+        if tmp == NULL or hit_at == NULL:
+            raise MemoryError()
+        c = _probe_start(&buf[0], buf.shape[0], start, end, n, first, limit, tmp, lo, stop, &ndone, &skip, NULL,
+                         NULL, &st)
+        if c != C_AGAIN or not _sums_fit(st.k, st.m):
+            return False, 0
+        c = _scan_vector(&buf[0], end, &st, tmp[0], limit, lo, stop, query, k, tmp, hit_at, &nhits, &ndone,
+                         &last_key, NULL, NULL)
+        return c == C_OK, ndone if c == C_OK else 0
+    finally:
+        free(tmp)
+        free(hit_at)
+
+
+def use_vector_probe(bint on):
+    """Whether a probe scans a block eight entries at a time where the CPU can (AVX-512 with
+    VBMI and VPOPCNTDQ), or one at a time (for tests, which compare both). Returns the previous
+    setting."""
+    global _vector_probe
+    cdef bint was = _vector_probe
+    _vector_probe = on and fps_probe_scan_usable() != 0
+    return was
+
+
 cdef int _scan_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, int64_t end, int64_t n,
                            uint64_t first, uint64_t limit, uint64_t* tmp, int64_t* hit_at, uint64_t lo,
                            uint64_t stop, uint64_t query, int kq, int64_t* ndone, int64_t* skip,
@@ -795,9 +1011,14 @@ cdef int _scan_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, in
     cdef uint64_t key
     nhits[0] = 0
     c = _probe_start(buf, buflen, start, end, n, first, limit, tmp, lo, stop, ndone, skip, ck_key, ck_bit, &st)
-    if c == C_AGAIN and st.fast and _sums_fit(st.k, st.m) and _unchecked_loops:
-        c = _scan_unchecked(buf, end, &st, tmp[0], limit, lo, stop, query, kq, tmp, hit_at, nhits, ndone,
-                            last_key, ck_key, ck_bit)
+    if c == C_AGAIN and _sums_fit(st.k, st.m) and _unchecked_loops:
+        # (The vector scan's loads are masked to the block's bytes: it needs no bytes after them.)
+        if _vector_probe and st.m - st.j0 <= FPS_RICE_MAX_GAPS and (st.bitpos & 7) == 0:
+            c = _scan_vector(buf, end, &st, tmp[0], limit, lo, stop, query, kq, tmp, hit_at, nhits, ndone,
+                             last_key, ck_key, ck_bit)
+        elif st.fast:
+            c = _scan_unchecked(buf, end, &st, tmp[0], limit, lo, stop, query, kq, tmp, hit_at, nhits, ndone,
+                                last_key, ck_key, ck_bit)
         if c != C_AGAIN:
             return c
     if c == C_AGAIN:
@@ -1263,6 +1484,24 @@ ERR_LENGTH = 9
 ERR_UNMATCHED = 10  # a key another table of the run reached is not in its table 0
 
 
+cdef struct BlockRec:
+    # What a probe reads of one block, in two adjacent cache lines (ProbeTable.rec): the first
+    # line its descriptors (first key, limit, first entry, byte range in its chunk, entries,
+    # chunk) and three restart keys, the second the rest of the restart points. Kept apart, as
+    # nine arrays, these were nine lines on nine pages a range, the misses a probe of a large
+    # table waits on.
+    uint64_t first
+    uint64_t limit
+    int64_t entry_start
+    uint32_t start
+    uint32_t end
+    uint32_t count
+    uint32_t chunk
+    uint64_t ck_key[CK_PER_BLOCK]
+    int32_t ck_bit[CK_PER_BLOCK]
+    uint32_t pad
+
+
 cdef class ProbeTable:
     """One run table's block index, held as raw pointers for :func:`probe_tables` (see the twin
     ``fpstore.index._runs_py.ProbeTable``). Built once per run table and cached: the arrays are kept
@@ -1282,14 +1521,14 @@ cdef class ProbeTable:
     # COARSE bounds, instead of jumping through the whole array (a cache or TLB miss per step at 10^7).
     cdef const uint64_t* coarse
     cdef Py_ssize_t ncoarse
-    # Restart points of each block, filled as probes decode (see _decode_block_probe): block b's
-    # are ck_key / ck_bit[b * CK_PER_BLOCK ..], a bit of -1 meaning not yet known. 84 bytes a block
-    # beside the 44 of its descriptors; a probe then starts on average 16 entries before its
-    # range, where it started 128 without them (and 32 with points every 64 entries, measured
-    # 5-15 % slower). Written only with the GIL held (probe_tables and
-    # fill_restarts never release it), so no probe sees a point's key without its bit.
-    cdef uint64_t* ck_key
-    cdef int32_t* ck_bit
+    # Each block's BlockRec, 64-byte aligned. Its restart points are filled as probes decode
+    # (see _decode_block_probe), a bit of -1 meaning not yet known: a probe then starts on average
+    # 16 entries before its range, where it started 128 without them (and 32 with points every
+    # 64 entries, measured 5-15 % slower). Written only with the GIL held (probe_tables and
+    # fill_restarts never release it), so no probe sees a point's key without its bit. A block
+    # whose byte range does not fit the record's 32 bits (only a damaged index has one) gets an
+    # empty range (start 1, end 0), which its decode reports as out of bounds.
+    cdef BlockRec* rec
     # Where each chunk's bytes are, as the memo (a snapshot's chunk views) last given holds them:
     # a probe of a range then makes no dict lookup. The memo itself is kept referenced, so that
     # no other dict can come to its address; a different memo starts the table over. Only with
@@ -1337,13 +1576,22 @@ cdef class ProbeTable:
         if nc:
             self.chunk_len = &chunk_len[0]
         cdef const uint64_t[::1] coarse = np.ascontiguousarray(np.asarray(bounds)[::COARSE], dtype=np.uint64)
-        cdef uint64_t[::1] ck_key = np.zeros(max(nb, 1) * CK_PER_BLOCK, dtype=np.uint64)
-        cdef int32_t[::1] ck_bit = np.full(max(nb, 1) * CK_PER_BLOCK, -1, dtype=np.int32)
-        self._keep = self._keep + (coarse, ck_key, ck_bit)
+        cdef uint8_t[::1] rec_bytes = np.zeros(max(nb, 1) * sizeof(BlockRec) + 64, dtype=np.uint8)
+        cdef BlockRec* rec = <BlockRec*>((<uintptr_t>&rec_bytes[0] + 63) & ~(<uintptr_t>63))
+        cdef int c
+        for b in range(nb):
+            rec[b].first, rec[b].limit, rec[b].entry_start = bounds[b], bounds[b + 1], entry_start[b]
+            rec[b].count, rec[b].chunk = <uint32_t>counts[b], chunk[b]
+            if 0 <= starts[b] <= 0xFFFFFFFF and 0 <= ends[b] <= 0xFFFFFFFF:
+                rec[b].start, rec[b].end = <uint32_t>starts[b], <uint32_t>ends[b]
+            else:
+                rec[b].start, rec[b].end = 1, 0
+            for c in range(CK_PER_BLOCK):
+                rec[b].ck_bit[c] = -1
+        self._keep = self._keep + (coarse, rec_bytes)
         self.ncoarse = coarse.shape[0]
         self.coarse = &coarse[0]
-        self.ck_key = &ck_key[0]
-        self.ck_bit = &ck_bit[0]
+        self.rec = rec
         cdef uintptr_t[::1] chunk_at = np.zeros(max(nc, 1), dtype=np.uintp)
         cdef Py_ssize_t[::1] chunk_at_len = np.zeros(max(nc, 1), dtype=np.intp)
         cdef uint32_t[::1] chunk_gen = np.zeros(max(nc, 1), dtype=np.uint32)
@@ -1353,7 +1601,7 @@ cdef class ProbeTable:
         self.chunk_gen = &chunk_gen[0]
         self.memo_gen = 1
         self.memo_seen = None
-        self.owned_nbytes = coarse.shape[0] * 8 + ck_key.shape[0] * 8 + ck_bit.shape[0] * 4 + chunk_at.shape[0] * 20
+        self.owned_nbytes = coarse.shape[0] * 8 + rec_bytes.shape[0] + chunk_at.shape[0] * 20
         self.occ, self.occ_shift, self.occ_probes = NULL, 64, 0
         self.occ_state = 0 if 0 < entry_start[nb] <= C_OCC_MAX_ENTRIES else -1
         # The cells a probe may build are counted from the start (a cache bounds its memory by
@@ -1669,6 +1917,28 @@ cdef bint _memo_chunk(ProbeTable pt, Py_ssize_t c, dict memo, const uint8_t** at
     return True
 
 
+cdef inline int _prefetch_block(list tables, const PRange* ranges, const Py_ssize_t* located, Py_ssize_t ri,
+                                dict memo) except -1:
+    # Ask for the bytes of range ri's first block, where the memo holds its chunk.
+    cdef Py_ssize_t b0 = located[2 * ri], j, blen
+    cdef const uint8_t* bp
+    cdef BlockRec* rec
+    cdef ProbeTable pt
+    if b0 >= located[2 * ri + 1]:
+        return 0
+    pt = <ProbeTable>tables[ranges[ri].table]
+    rec = pt.rec + b0
+    if not _memo_chunk(pt, rec.chunk, memo, &bp, &blen):
+        return 0
+    if rec.end <= blen and rec.start < rec.end:
+        # The whole block (about 1.4 KiB at 10^7): where a restart point sends the
+        # decode depends on bits not read yet.
+        for j in range(rec.start, rec.end, 64):
+            fps_prefetch(bp + j)
+        fps_prefetch(bp + rec.end - 1)
+    return 0
+
+
 cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, int k, dict memo,
                        PHits* hits, ProbeScratch* s) except -1:
     """Probe ``ranges`` of ``tables`` (ProbeTable objects), appending to ``hits``; returns OK or
@@ -1684,6 +1954,7 @@ cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, 
     cdef Py_ssize_t* located
     cdef int err
     cdef bint past, viewed
+    cdef BlockRec* rec
     if nr > s.located_cap:
         located = <Py_ssize_t*>realloc(s.located, 2 * nr * sizeof(Py_ssize_t))
         if located == NULL:
@@ -1713,28 +1984,11 @@ cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, 
         located[2 * ri] = b0
         located[2 * ri + 1] = b1
         if b0 < b1:
-            fps_prefetch(pt.starts + b0)
-            fps_prefetch(pt.ends + b0)
-            fps_prefetch(pt.counts + b0)
-            fps_prefetch(pt.chunk + b0)
-            fps_prefetch(pt.bounds + b0)
-            fps_prefetch(pt.entry_start + b0)
-            fps_prefetch(pt.ck_key + b0 * CK_PER_BLOCK)
-            fps_prefetch(pt.ck_bit + b0 * CK_PER_BLOCK)
+            fps_prefetch(pt.rec + b0)
+            fps_prefetch(<const uint8_t*>(pt.rec + b0) + 64)
     if memo is not None:
         for ri in range(nr):
-            b0 = located[2 * ri]
-            if b0 >= located[2 * ri + 1]:
-                continue
-            pt = <ProbeTable>tables[ranges[ri].table]
-            if not _memo_chunk(pt, pt.chunk[b0], memo, &bp, &blen):
-                continue
-            if pt.ends[b0] <= blen and pt.starts[b0] < pt.ends[b0]:
-                # The whole block (about 1.4 KiB at 10^7): where a restart point sends the
-                # decode depends on bits not read yet.
-                for j in range(pt.starts[b0], pt.ends[b0], 64):
-                    fps_prefetch(bp + j)
-                fps_prefetch(bp + pt.ends[b0] - 1)
+            _prefetch_block(tables, ranges, located, ri, memo)
     for ri in range(nr):
         lo, hi, query = ranges[ri].lo, ranges[ri].hi, ranges[ri].query
         pt = <ProbeTable>tables[ranges[ri].table]
@@ -1742,7 +1996,7 @@ cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, 
         b1 = located[2 * ri + 1]
         past = False
         while b0 < b1 and not past:
-            c = pt.chunk[b0]
+            c = pt.rec[b0].chunk
             end = b1 if b1 < pt.chunk_start[c + 1] else pt.chunk_start[c + 1]
             viewed = False
             if memo is None or not _memo_chunk(pt, c, memo, &bp, &blen):
@@ -1762,8 +2016,8 @@ cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, 
                     return ERR_LENGTH
                 maxn = 0
                 for b in range(b0, end):
-                    if pt.counts[b] > maxn:
-                        maxn = pt.counts[b]
+                    if pt.rec[b].count > maxn:
+                        maxn = pt.rec[b].count
                 if maxn > s.tmp_cap:
                     grown = <uint64_t*>realloc(s.tmp, maxn * sizeof(uint64_t))
                     if grown == NULL:
@@ -1775,16 +2029,16 @@ cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, 
                     s.hit_at = grown_at
                     s.tmp_cap = maxn
                 for b in range(b0, end):
-                    n = pt.counts[b]
+                    rec = pt.rec + b
+                    n = rec.count
                     # Keys are sorted: decoding stops after the first key above the range.
-                    err = _scan_block_probe(bp, blen, pt.starts[b], pt.ends[b], n, pt.bounds[b],
-                                            pt.bounds[b + 1], s.tmp, s.hit_at, lo, hi, query, k, &ndone, &skip,
-                                            &nhits, &key, pt.ck_key + b * CK_PER_BLOCK, pt.ck_bit + b * CK_PER_BLOCK)
+                    err = _scan_block_probe(bp, blen, rec.start, rec.end, n, rec.first, rec.limit, s.tmp, s.hit_at,
+                                            lo, hi, query, k, &ndone, &skip, &nhits, &key, rec.ck_key, rec.ck_bit)
                     if err:
                         s.err_table, s.err_where = ranges[ri].table, b
                         return err
                     for j in range(nhits):
-                        if _phits_push(hits, ranges[ri].table, s.tmp[j], pt.entry_start[b] + skip + s.hit_at[j]):
+                        if _phits_push(hits, ranges[ri].table, s.tmp[j], rec.entry_start + skip + s.hit_at[j]):
                             raise MemoryError()
                     if skip + ndone < n or key > hi:
                         past = True
@@ -1834,6 +2088,7 @@ def fill_restarts(ProbeTable pt, fetch):
     cdef int64_t* hit_at
     cdef Py_buffer view
     cdef const uint8_t* bp
+    cdef BlockRec* rec
     for b in range(pt.nb):
         if pt.counts[b] > maxn:
             maxn = pt.counts[b]
@@ -1856,10 +2111,10 @@ def fill_restarts(ProbeTable pt, fetch):
                 for b in range(pt.chunk_start[c], pt.chunk_start[c + 1]):
                     # A probe of the whole block that wants no key (lo = 0: no restart point lies
                     # below it, so every block is decoded whole; kq = -1: no key is within).
-                    err = _scan_block_probe(bp, view.len, pt.starts[b], pt.ends[b], pt.counts[b], pt.bounds[b],
-                                            pt.bounds[b + 1], tmp, hit_at, 0, 0xFFFFFFFFFFFFFFFF, 0, -1, &ndone,
-                                            &skip, &nhits, &last_key, pt.ck_key + b * CK_PER_BLOCK,
-                                            pt.ck_bit + b * CK_PER_BLOCK)
+                    rec = pt.rec + b
+                    err = _scan_block_probe(bp, view.len, rec.start, rec.end, rec.count, rec.first, rec.limit, tmp,
+                                            hit_at, 0, 0xFFFFFFFFFFFFFFFF, 0, -1, &ndone, &skip, &nhits, &last_key,
+                                            rec.ck_key, rec.ck_bit)
                     if err:
                         return err, b
             finally:

@@ -1129,6 +1129,79 @@ def test_wide_decoder_accepts_and_equals_the_narrow_one(k):
                     assert wide[1].tolist() == narrow[1].tolist() and wide[2:] == narrow[2:]
 
 
+@pytest.mark.parametrize("key_bits", [12, 20, 41, 52, 60])
+def test_vector_scan_accepts_every_valid_block(key_bits):
+    """The probe's scan of a block eight entries at a time runs wherever the CPU has AVX-512 F,
+    BW, VBMI and VPOPCNTDQ, accepts every valid block of every length class (groups of eight and
+    tails, up to its limit of 1,024 gaps) and stops where the keys pass the range's end. (Through
+    the probes, a vector scan that refused every block would pass unseen: the scalar loops decode
+    again.)"""
+    rng = np.random.default_rng(key_bits)
+    usable = {"avx512f", "avx512bw", "avx512vbmi", "avx512_vpopcntdq"} <= _cpu_flags()
+    scanned = 0
+    for block in (1, 7, 8, 9, 63, 64, 255, 256, 1025):
+        keys = np.sort(rng.integers(0, 2**key_bits - 1, 3 * block, dtype=np.uint64, endpoint=True))
+        index, chunks = runs.encode_run(keys, block_entries=block, chunk_bytes=max(1 << 12, runs.max_block_bytes(block)))
+        c = 0
+        raw = chunks[c]
+        for b in range(int(index._chunk_start[c]), int(index._chunk_start[c + 1])):
+            desc = (int(index._starts[b]), int(index._ends[b]), int(index._counts[b]), int(index._bounds[b]), int(index._bounds[b + 1]))
+            block_keys = keys[index._entry_start[b] : index._entry_start[b + 1]]
+            ok, done = C._vector_scan(np.frombuffer(raw, np.uint8), *desc, 0, 2**64 - 1, 0, -1)
+            # (A block of one key has nothing to scan; remainders of 0 or more than 56 bits go to
+            # the checking loop.)
+            if not usable or desc[2] == 1 or not 1 <= raw[desc[0]] <= 56:
+                assert not ok
+                continue
+            assert ok and done == desc[2], (block, b)
+            stop = int(block_keys[len(block_keys) // 2])
+            want = int(np.searchsorted(block_keys, stop, side="right")) + 1
+            ok, done = C._vector_scan(np.frombuffer(raw, np.uint8), *desc, 0, stop, 0, -1)
+            assert ok and done == min(want, desc[2]), (block, b)
+            scanned += 1
+    assert scanned > 0 or not usable
+
+
+@pytest.mark.parametrize("block", [8, 64, 256, 1025])
+def test_vector_and_scalar_probes_agree(block):
+    """Probes of a run's table scanning eight entries at a time and one at a time: the same hits
+    and errors, probe after probe (restart points recorded as probes go, so later probes start
+    from them), on intact and damaged chunks, and the same fill_restarts verdict."""
+    rng = np.random.default_rng(block)
+    for key_bits in (24, 44, 58, 64):
+        keys = np.sort(rng.integers(0, 2**key_bits - 1, 4000, dtype=np.uint64, endpoint=True))
+        index, chunks = runs.encode_run(keys, block_entries=block, chunk_bytes=max(1 << 12, runs.max_block_bytes(block)))
+        names = [b"c%d" % c for c in range(index.nchunks)]
+        for damaged in (False, True):
+            bad = [bytearray(c) for c in chunks]
+            if damaged:
+                c = int(rng.integers(0, len(bad)))
+                for _ in range(3):
+                    bad[c][int(rng.integers(0, len(bad[c])))] = int(rng.integers(0, 256))
+            store = dict(zip(names, (bytes(b) for b in bad)))
+            tables = {on: _probe_tables_of(C, index, names) for on in (True, False)}
+            filled = {}
+            for on in (True, False):
+                with kernel_setting(C.use_vector_probe, on):
+                    filled[on] = C.fill_restarts(_probe_tables_of(C, index, names), store.get)
+            assert filled[True] == filled[False]
+            stored = keys.tolist()
+            for _ in range(150):
+                a = stored[int(rng.integers(0, len(stored)))]
+                lo = max(0, a - int(rng.integers(0, 2 ** max(1, key_bits - 8))))
+                hi = min(2**64 - 1, a + int(rng.integers(0, 2 ** max(1, key_bits - 6))))
+                query = a ^ int(rng.integers(0, 8)) if rng.random() < 0.7 else int(rng.integers(0, 2**64, dtype=np.uint64))
+                k = int(rng.integers(0, 6)) if rng.random() < 0.8 else 64
+                got = {}
+                for on in (True, False):
+                    with kernel_setting(C.use_vector_probe, on):
+                        got[on] = C.probe_tables([tables[on]], store.get, [(0, lo, hi, query)], k)
+                assert got[True] == got[False], (key_bits, damaged, lo, hi)
+                if not damaged:
+                    want = sorted((0, key, p) for p, key in enumerate(stored) if lo <= key <= hi and bin(key ^ query).count("1") <= k)
+                    assert got[True][0] == 0 and sorted(got[True][3]) == want
+
+
 def test_negative_k_matches_nothing_at_every_compare_level():
     """The kernels' int k below 0 finds no pair in every compare form (the AVX-512 compare is a
     signed one, as the others), as in the specification twin."""

@@ -213,6 +213,13 @@ def use_wide_decode(on: bool) -> bool:
     return False
 
 
+def use_vector_probe(on: bool) -> bool:
+    """The compiled twin's switch between scanning a probed block eight entries at a time
+    (AVX-512) or one at a time (for tests). This twin decodes a block with numpy whatever the
+    setting; returns False, the setting it always has."""
+    return False
+
+
 def use_vector_compare(level: int) -> int:
     """The compiled twin's choice of how a key is compared with a group of queries (0 one at a
     time, 1 AVX2, 2 AVX-512; for tests). This twin compares with numpy whatever the level;
