@@ -1499,7 +1499,7 @@ cdef struct BlockRec:
     uint32_t chunk
     uint64_t ck_key[CK_PER_BLOCK]
     int32_t ck_bit[CK_PER_BLOCK]
-    uint32_t pad
+    uint32_t width  # the block's remainder width plus one once a probe has read it, 0 before
 
 
 cdef class ProbeTable:
@@ -1919,24 +1919,70 @@ cdef bint _memo_chunk(ProbeTable pt, Py_ssize_t c, dict memo, const uint8_t** at
 
 cdef inline int _prefetch_block(list tables, const PRange* ranges, const Py_ssize_t* located, Py_ssize_t ri,
                                 dict memo) except -1:
-    # Ask for the bytes of range ri's first block, where the memo holds its chunk.
-    cdef Py_ssize_t b0 = located[2 * ri], j, blen
-    cdef const uint8_t* bp
+    # Ask for the bytes range ri's probe reads, block by block (a range of a large table often
+    # ends in the block after its first), where the memo holds the chunk.
+    cdef Py_ssize_t b0 = located[2 * ri], b1 = located[2 * ri + 1], b, j, blen, c = -1
+    cdef int64_t w[4]
+    cdef const uint8_t* bp = NULL
     cdef BlockRec* rec
     cdef ProbeTable pt
-    if b0 >= located[2 * ri + 1]:
+    if b0 >= b1:
         return 0
     pt = <ProbeTable>tables[ranges[ri].table]
-    rec = pt.rec + b0
-    if not _memo_chunk(pt, rec.chunk, memo, &bp, &blen):
-        return 0
-    if rec.end <= blen and rec.start < rec.end:
-        # The whole block (about 1.4 KiB at 10^7): where a restart point sends the
-        # decode depends on bits not read yet.
+    for b in range(b0, b1 if b1 - b0 <= 2 else b0 + 2):
+        rec = pt.rec + b
+        if rec.chunk != c:
+            c = rec.chunk
+            if not _memo_chunk(pt, c, memo, &bp, &blen):
+                return 0
+        if not (rec.end <= blen and rec.start < rec.end):
+            return 0
+        if rec.width:
+            _window(rec, ranges[ri].lo, ranges[ri].hi, w)
+            fps_prefetch(bp + rec.start)
+            for j in range(w[0], w[1], 64):
+                fps_prefetch(bp + j)
+            fps_prefetch(bp + w[1] - 1)
+            for j in range(w[2], w[3], 64):
+                fps_prefetch(bp + j)
+            fps_prefetch(bp + w[3] - 1)
+            continue
+        # The whole block (about 1.4 KiB at 10^7): where a restart point sends the decode
+        # depends on bits not read yet.
         for j in range(rec.start, rec.end, 64):
             fps_prefetch(bp + j)
         fps_prefetch(bp + rec.end - 1)
     return 0
+
+
+cdef inline void _window(const BlockRec* rec, uint64_t lo, uint64_t hi, int64_t* w) noexcept nogil:
+    # The bytes a probe of [lo, hi] reads in a block whose remainder width a probe has already
+    # read, besides its first byte: the remainders (w[0] .. w[1]) and unary bits (w[2] .. w[3])
+    # of the entries from the last known restart point below lo to the first known one above hi
+    # (the rest of the block where none is known). Clamped to the block: a hint, so a damaged
+    # record asks for wrong lines at worst.
+    cdef int64_t k = rec.width - 1, m = <int64_t>rec.count - 1, j0 = 0, j1 = m, bit0 = 0, bit1, rs, us
+    cdef int c
+    for c in range(CK_PER_BLOCK, 0, -1):
+        if c * CK_STEP < m and rec.ck_bit[c - 1] >= 0 and rec.ck_key[c - 1] < lo:
+            j0, bit0 = c * CK_STEP, rec.ck_bit[c - 1]
+            break
+    rs = <int64_t>rec.start + 1
+    us = rs + ((m * k + 7) >> 3)
+    bit1 = 8 * (<int64_t>rec.end - us)
+    for c in range(1, CK_PER_BLOCK + 1):
+        if c * CK_STEP > j0 and c * CK_STEP < m and rec.ck_bit[c - 1] >= 0 and rec.ck_key[c - 1] > hi:
+            j1, bit1 = c * CK_STEP, rec.ck_bit[c - 1] + 1
+            break
+    w[0] = rs + ((j0 * k) >> 3)
+    w[1] = rs + ((j1 * k + 7) >> 3) + 8
+    w[2] = us + (bit0 >> 3)
+    w[3] = us + (bit1 >> 3) + 8
+    for c in range(4):
+        if w[c] > rec.end:
+            w[c] = rec.end
+        if w[c] < rec.start:
+            w[c] = rec.start
 
 
 cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, int k, dict memo,
@@ -1986,6 +2032,9 @@ cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, 
         if b0 < b1:
             fps_prefetch(pt.rec + b0)
             fps_prefetch(<const uint8_t*>(pt.rec + b0) + 64)
+            if b1 - b0 > 1:
+                fps_prefetch(pt.rec + b0 + 1)
+                fps_prefetch(<const uint8_t*>(pt.rec + b0 + 1) + 64)
     if memo is not None:
         for ri in range(nr):
             _prefetch_block(tables, ranges, located, ri, memo)
@@ -2037,6 +2086,7 @@ cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, 
                     if err:
                         s.err_table, s.err_where = ranges[ri].table, b
                         return err
+                    rec.width = bp[rec.start] + 1
                     for j in range(nhits):
                         if _phits_push(hits, ranges[ri].table, s.tmp[j], rec.entry_start + skip + s.hit_at[j]):
                             raise MemoryError()
@@ -2117,6 +2167,7 @@ def fill_restarts(ProbeTable pt, fetch):
                                             rec.ck_key, rec.ck_bit)
                     if err:
                         return err, b
+                    rec.width = bp[rec.start] + 1
             finally:
                 PyBuffer_Release(&view)
         return OK, -1
@@ -2208,10 +2259,13 @@ cdef void _fp_free(FpProbe* p) noexcept nogil:
     _scratch_free(&p.scratch)
 
 
-cdef int _probe_fp(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dict memo, FpProbe* p) except -1:
+cdef int _probe_fp(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dict memo, FpProbe* p,
+                   PHits* defer=NULL, Py_ssize_t q=0) except -1:
     """Every run entry within ``k`` of ``fp`` into ``p.found`` (emptied first), as
     ``fpstore.index._runs_py.probe_fingerprint`` specifies; returns OK or an error code, with
-    ``p.scratch.err_table`` / ``err_where`` saying where."""
+    ``p.scratch.err_table`` / ``err_where`` saying where. With ``defer``, the look-ups in table 0
+    of keys only the other tables found are not made but appended to it as (``q``, key, run),
+    run by run, keys ascending (see :func:`_resolve_deferred`); ``p.found`` then holds the rest."""
     cdef Py_ssize_t ntab = d.ntab, nruns = len(tables) // ntab, r, t, f, j, nr, nseen, ncand, nmiss, first, x, y
     cdef Py_ssize_t need = 0
     cdef uint64_t perm, lo, low, key
@@ -2285,7 +2339,11 @@ cdef int _probe_fp(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dict m
                 p.ranges_cap *= 2
             p.ranges[nmiss].table, p.ranges[nmiss].lo, p.ranges[nmiss].hi, p.ranges[nmiss].query = r * ntab, key, key, key
             nmiss += 1
-        if nmiss:
+        if nmiss and defer != NULL:
+            for x in range(nmiss):
+                if _phits_push(defer, q, p.ranges[x].lo, r):
+                    raise MemoryError()
+        elif nmiss:
             p.hits.n = 0
             err = _probe_ranges(tables, fetch, p.ranges, nmiss, 0, memo, &p.hits, &p.scratch)
             if err:
@@ -2346,43 +2404,155 @@ def probe_fingerprint(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dic
         _fp_free(&p)
 
 
+cdef struct RunKey:
+    int64_t run
+    uint64_t key
+    Py_ssize_t i
+
+
+cdef int _cmp_run_key(const void* a, const void* b) noexcept nogil:
+    cdef const RunKey* x = <const RunKey*>a
+    cdef const RunKey* y = <const RunKey*>b
+    if x.run != y.run:
+        return (x.run > y.run) - (x.run < y.run)
+    return (x.key > y.key) - (x.key < y.key)
+
+
+cdef int _resolve_deferred(ProbeDesign d, list tables, fetch, dict memo, FpProbe* p, PHits* defer, PHits* extra,
+                           PHits* extra_runs) except -1:
+    """The table-0 look-ups a batch put off (``defer``: query, key, run), made together: each
+    distinct (run, key) once, every range located and its block asked for before any is decoded,
+    so that their misses overlap (one query at a time, each waited for its own). Their rows go to
+    ``extra`` (query, key, position) and ``extra_runs`` (run), in ``defer``'s order. OK, or the
+    first error in (run, key) order (the caller then probes the batch again without putting off
+    anything, which reports the error one query at a time would)."""
+    cdef Py_ssize_t n = defer.n, nu = 0, i, u, j, h, ntab = d.ntab
+    cdef RunKey* rk = <RunKey*>malloc((n if n else 1) * sizeof(RunKey))
+    cdef Py_ssize_t* u_of = <Py_ssize_t*>malloc((n if n else 1) * sizeof(Py_ssize_t))
+    cdef Py_ssize_t* hs = <Py_ssize_t*>malloc((n + 1) * sizeof(Py_ssize_t))
+    cdef PRange* grown
+    cdef int err
+    try:
+        if rk == NULL or u_of == NULL or hs == NULL:
+            raise MemoryError()
+        for i in range(n):
+            rk[i].run, rk[i].key, rk[i].i = defer.pos[i], defer.key[i], i
+        qsort(rk, n, sizeof(RunKey), _cmp_run_key)
+        if n > p.ranges_cap:
+            grown = <PRange*>realloc(p.ranges, n * sizeof(PRange))
+            if grown == NULL:
+                raise MemoryError()
+            p.ranges = grown
+            p.ranges_cap = n
+        for i in range(n):
+            if i == 0 or rk[i].run != rk[i - 1].run or rk[i].key != rk[i - 1].key:
+                p.ranges[nu].table = rk[i].run * ntab
+                p.ranges[nu].lo = p.ranges[nu].hi = p.ranges[nu].query = rk[i].key
+                nu += 1
+            u_of[rk[i].i] = nu - 1
+        p.hits.n = 0
+        err = _probe_ranges(tables, fetch, p.ranges, nu, 0, memo, &p.hits, &p.scratch)
+        if err:
+            return err
+        # Each range's hits follow the one before's: copies of its key, at least one, or table 0
+        # lacks what another table holds (damage).
+        j = 0
+        for u in range(nu):
+            hs[u] = j
+            while j < p.hits.n and p.hits.table[j] == p.ranges[u].table and p.hits.key[j] == p.ranges[u].lo:
+                j += 1
+            if j == hs[u]:
+                p.scratch.err_table, p.scratch.err_where = p.ranges[u].table, -1
+                return ERR_UNMATCHED
+        hs[nu] = j
+        for i in range(n):
+            u = u_of[i]
+            for h in range(hs[u], hs[u + 1]):
+                if _phits_push(extra, defer.table[i], p.hits.key[h], p.hits.pos[h]) or _phits_push(extra_runs, defer.pos[i], 0, 0):
+                    raise MemoryError()
+        return OK
+    finally:
+        free(rk)
+        free(u_of)
+        free(hs)
+
+
+cdef int _probe_batch(ProbeDesign d, list tables, fetch, const uint64_t[::1] fps, int k, dict memo, FpProbe* p,
+                      PHits* out, PHits* runs, PHits* defer, PHits* extra, PHits* extra_runs, bint deferring) except -1:
+    cdef Py_ssize_t q, j
+    cdef int err
+    for q in range(fps.shape[0]):
+        err = _probe_fp(d, tables, fetch, fps[q], k, memo, p, defer if deferring else NULL, q)
+        if err:
+            return err
+        for j in range(p.found.n):
+            if _phits_push(out, q, p.found.key[j], p.found.pos[j]) or _phits_push(runs, p.found.table[j], 0, 0):
+                raise MemoryError()
+    if deferring and defer.n:
+        return _resolve_deferred(d, tables, fetch, memo, p, defer, extra, extra_runs)
+    return OK
+
+
 def probe_fingerprints(ProbeDesign d, list tables, fetch, const uint64_t[::1] fps, int k, dict memo=None):
     """:func:`probe_fingerprint` of every fingerprint of ``fps``, as arrays: see
-    ``fpstore.index._runs_py.probe_fingerprints``."""
+    ``fpstore.index._runs_py.probe_fingerprints``. The look-ups in table 0 of what only the other
+    tables found are made together at the end (:func:`_resolve_deferred`), then each query's rows
+    merged back in order; on an error the batch is probed again one query at a time, so the error
+    is the one the specification reports."""
     cdef FpProbe p
-    cdef PHits out, runs
-    cdef Py_ssize_t q, j, nq = fps.shape[0]
+    cdef PHits out, runs, defer, extra, extra_runs
+    cdef Py_ssize_t a, b, x, nq = fps.shape[0], q
     cdef int err
+    cdef int64_t[::1] qi_v, ri_v, pos_v
+    cdef uint64_t[::1] keys_v
+    cdef bint take_a
     _check_fp_args(d, tables)
     memset(&p, 0, sizeof(FpProbe))
     memset(&out, 0, sizeof(PHits))
     memset(&runs, 0, sizeof(PHits))
+    memset(&defer, 0, sizeof(PHits))
+    memset(&extra, 0, sizeof(PHits))
+    memset(&extra_runs, 0, sizeof(PHits))
     if memo is None:
         memo = {}
     try:
-        for q in range(nq):
-            err = _probe_fp(d, tables, fetch, fps[q], k, memo, &p)
+        err = _probe_batch(d, tables, fetch, fps, k, memo, &p, &out, &runs, &defer, &extra, &extra_runs, True)
+        if err:
+            out.n = runs.n = defer.n = extra.n = extra_runs.n = 0
+            err = _probe_batch(d, tables, fetch, fps, k, memo, &p, &out, &runs, &defer, &extra, &extra_runs, False)
             if err:
                 return err, p.scratch.err_table, p.scratch.err_where, None
-            for j in range(p.found.n):
-                if _phits_push(&out, q, p.found.key[j], p.found.pos[j]) or _phits_push(&runs, p.found.table[j], 0, 0):
-                    raise MemoryError()
-        qi = np.empty(out.n, np.int64)
-        ri = np.empty(out.n, np.int64)
-        keys = np.empty(out.n, np.uint64)
-        pos = np.empty(out.n, np.int64)
-        _fill_rows(&out, &runs, qi, ri, keys, pos)
+        qi = np.empty(out.n + extra.n, np.int64)
+        ri = np.empty(out.n + extra.n, np.int64)
+        keys = np.empty(out.n + extra.n, np.uint64)
+        pos = np.empty(out.n + extra.n, np.int64)
+        qi_v, ri_v, keys_v, pos_v = qi, ri, keys, pos
+        # Both lists hold each query's rows by run, then position: merge them.
+        a = b = 0
+        for x in range(out.n + extra.n):
+            if a == out.n:
+                take_a = False
+            elif b == extra.n:
+                take_a = True
+            elif out.table[a] != extra.table[b]:
+                take_a = out.table[a] < extra.table[b]
+            elif runs.table[a] != extra_runs.table[b]:
+                take_a = runs.table[a] < extra_runs.table[b]
+            else:
+                take_a = out.pos[a] < extra.pos[b]
+            if take_a:
+                qi_v[x], ri_v[x], keys_v[x], pos_v[x] = out.table[a], runs.table[a], out.key[a], out.pos[a]
+                a += 1
+            else:
+                qi_v[x], ri_v[x], keys_v[x], pos_v[x] = extra.table[b], extra_runs.table[b], extra.key[b], extra.pos[b]
+                b += 1
         return OK, -1, -1, (qi, ri, keys, pos)
     finally:
         _fp_free(&p)
         _phits_free(&out)
         _phits_free(&runs)
+        _phits_free(&defer)
+        _phits_free(&extra)
+        _phits_free(&extra_runs)
 
 
-cdef void _fill_rows(PHits* out, PHits* runs, int64_t[::1] qi, int64_t[::1] ri, uint64_t[::1] keys, int64_t[::1] pos) noexcept:
-    cdef Py_ssize_t j
-    for j in range(out.n):
-        qi[j] = out.table[j]
-        ri[j] = runs.table[j]
-        keys[j] = out.key[j]
-        pos[j] = out.pos[j]

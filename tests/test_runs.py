@@ -1556,6 +1556,32 @@ def test_a_fingerprint_missing_from_table_0_is_reported_not_dropped():
         runs.probe_fingerprint(search.probe_design(design), per_mod[runs._kernel], store.get, query, k)
 
 
+def test_a_batch_makes_its_table_0_look_ups_together_and_reports_damage_as_one_query_would():
+    """probe_fingerprints puts off the table-0 look-ups of its queries and makes them together at
+    the end: over a run whose table 0 lacks one fingerprint, a batch whose queries reach stored
+    fingerprints through the other tables only gives, query after query, what each query alone
+    gives; with the damaged query among them, the error each query alone reports, in both twins."""
+    from fpstore.index.design import designs_for_k
+
+    k, design = 3, designs_for_k(3)[0]
+    query = 0x0123456789ABCDEF
+    store, per_mod, _ = _mismatched_run(design, query)
+    stored = [int(v) for v in np.random.default_rng(5).integers(0, 2**63, 200, dtype=np.uint64)]  # as _mismatched_run draws them
+    rng = np.random.default_rng(9)
+    near = [v ^ (1 << 62) ^ (1 << int(rng.integers(0, 40))) for v in stored[:12]]  # table 0's prefix differs
+    for mod, d in _probe_designs(design).items():
+        rows = []
+        for q, fp in enumerate(near):
+            err, _, _, hits = mod.probe_fingerprint(d, per_mod[mod], store.get, fp, k)
+            assert err == 0
+            rows += [(q, r, f, p) for r, f, p in hits]
+        assert len(rows) >= 12
+        err, _, _, (qi, ri, f, p) = mod.probe_fingerprints(d, per_mod[mod], store.get, np.array(near, np.uint64), k, {})
+        assert err == 0 and list(zip(qi.tolist(), ri.tolist(), f.tolist(), p.tolist())) == rows, mod
+        err, table, _, rows = mod.probe_fingerprints(d, per_mod[mod], store.get, np.array(near[:5] + [query] + near[5:], np.uint64), k, {})
+        assert (err, table, rows) == (mod.ERR_UNMATCHED, 0, None), mod
+
+
 def test_a_store_whose_table_0_lacks_a_fingerprint_raises_on_every_query_path(tmp_path):
     """The store's paths over damaged runs: table 0 of the run (copied from a store whose one
     document has another fingerprint) lacks a fingerprint the other tables hold. A single query,
