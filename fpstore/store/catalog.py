@@ -37,15 +37,14 @@ from fpstore.store.sketches import Sketches, verify_near
 #: queries, c the chunks of the runs' table 0, when the merge would run on one thread; the merge's
 #: cost grows with the chunks it reaches, a single probe's much less. Fitted to the crossovers
 #: ``tools/bench_probe_crossover.py --one-thread`` measures ("query_many" in docs/benchmarks.md,
-#: "Which path a batch takes": about 2,100 queries at 10^5 (3 chunks), 8,900 at 10^6 (22), 7,800
-#: at 10^7 (202); the cap holds 10^7's, the largest measured).
-SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK, SMALL_BATCH_MAX_EXTRA = 1_000, 360, 6_800
+#: "Which path a batch takes": about 2,000 queries at 10^5 (3 chunks), 10,900 at 10^6 (22), and
+#: at 10^7 (202) none up to 32,768 (the two within 5 % there); the cap holds 35,000 there).
+SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK, SMALL_BATCH_MAX_EXTRA = 1_000, 450, 34_000
 #: The same limit where the merge would run on threads (:func:`search.threaded_merge_from`), the
 #: smaller of the two: measured (chunks, queries) on two cores, interpolated on log c between them
-#: and held beyond. The threaded merge pays from fewer queries the larger the store (3,000 and
-#: 3,230 at 10^7 in two runs); at 10^6 it varies between runs (4,650 and 9,900, 6,600-11,500
-#: in runs before), where the one-thread limit is the lower one anyway.
-THREADED_BATCH_FIT = ((22, 6_500), (202, 3_100))
+#: and held beyond: about 14,500 queries at 10^6 and 20,000 at 10^7 (crossovers interpolated on
+#: log m between the batch sizes measured).
+THREADED_BATCH_FIT = ((22, 14_500), (202, 20_000))
 #: Fewer result rows than this are ordered by numpy's lexsort, more by :func:`search.order_rows`.
 SORT_SMALL = 2048
 
