@@ -2497,8 +2497,8 @@ def probe_fingerprints(ProbeDesign d, list tables, fetch, const uint64_t[::1] fp
     """:func:`probe_fingerprint` of every fingerprint of ``fps``, as arrays: see
     ``fpstore.index._runs_py.probe_fingerprints``. The look-ups in table 0 of what only the other
     tables found are made together at the end (:func:`_resolve_deferred`), then each query's rows
-    merged back in order; on an error the batch is probed again one query at a time, so the error
-    is the one the specification reports."""
+    merged back in order; on an error, or an exception from ``fetch``, the batch is probed again
+    one query at a time, so the error is the one the specification reports."""
     cdef FpProbe p
     cdef PHits out, runs, defer, extra, extra_runs
     cdef Py_ssize_t a, b, x, nq = fps.shape[0], q
@@ -2516,7 +2516,10 @@ def probe_fingerprints(ProbeDesign d, list tables, fetch, const uint64_t[::1] fp
     if memo is None:
         memo = {}
     try:
-        err = _probe_batch(d, tables, fetch, fps, k, memo, &p, &out, &runs, &defer, &extra, &extra_runs, True)
+        try:
+            err = _probe_batch(d, tables, fetch, fps, k, memo, &p, &out, &runs, &defer, &extra, &extra_runs, True)
+        except Exception:  # (a chunk's read failed: one query at a time may meet another error first)
+            err = -1
         if err:
             out.n = runs.n = defer.n = extra.n = extra_runs.n = 0
             err = _probe_batch(d, tables, fetch, fps, k, memo, &p, &out, &runs, &defer, &extra, &extra_runs, False)

@@ -268,60 +268,91 @@ def unpack_at(dict memo, fetch, bytes prefix, Py_ssize_t count, Py_ssize_t per, 
     chunk (the last holds the rest), chunk c read by ``fetch(prefix + b"P" + c)`` (c as 4
     big-endian bytes) and kept in ``memo``: ``(status, index, values uint64)``, status 0, or 1 for
     a position outside 0..count-1, 2 for a chunk missing or too short, 3 for a value above
-    2**64 - 1, at positions[index]. Chunks are looked up when the chunk changes: sorted positions
-    read each chunk once.
+    2**64 - 1, at positions[index], the first position with any of them (as the twin checks them,
+    position by position). Chunks are looked up when the chunk changes: sorted positions read
+    each chunk once.
 
     Two passes: the first finds each position's chunk and asks for the cache line of its value,
     the second reads the values. A crawler's ids land far apart in a column of millions, each
-    value a miss: asked for together, the misses overlap. The chunks' bytes stay where they are
-    while ``memo`` holds their objects (bytes, or LMDB buffers valid in the caller's
-    transaction), so the first pass keeps their addresses."""
+    value a miss: asked for together, the misses overlap. The first pass keeps each chunk's
+    address after releasing its buffer: the chunks are objects whose bytes stay where they are
+    while referenced (bytes, LMDB buffers valid in the caller's transaction, numpy arrays), and
+    ``memo`` holds them until the call returns."""
     if not 0 <= width <= 64:
         raise ValueError("width must be in 0..64")
     if per < 1 or count < 0:
         raise ValueError("bad column shape")
-    cdef Py_ssize_t m = positions.shape[0], x, c, cur = -1, n_in
+    cdef Py_ssize_t m = positions.shape[0], x, c, cur = -1, n_in, ready = 0
     out = np.zeros(m, np.uint64)
     cdef uint64_t[::1] o = out
     cdef Py_buffer view
     cdef const uint8_t* base = NULL
     cdef int64_t p
-    cdef uint64_t v
+    cdef int status = 0
     cdef const uint8_t** at = <const uint8_t**>malloc((m if m else 1) * sizeof(uint8_t*))
     if at == NULL:
         raise MemoryError()
     try:
-        for x in range(m):
-            p = positions[x]
-            if p < 0 or p >= count:
-                return 1, x, None
-            c = p // per
-            if c > 0xFFFFFFFF:  # past what a chunk name (4 bytes) numbers
-                return 2, x, None
-            if c != cur:
-                buf = _column_chunk(memo, fetch, prefix, c)
-                if buf is None:
-                    return 2, x, None
-                PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-                base = <const uint8_t*>view.buf
-                n_in = count - c * per
-                if n_in > per:
-                    n_in = per
-                if <uint64_t>n_in > MAX_PACKED_COUNT or <uint64_t>view.len < ((<uint64_t>n_in * <uint64_t>width + 63) // 64) * 8:
+        try:
+            for x in range(m):
+                p = positions[x]
+                if p < 0 or p >= count:
+                    status = 1
+                    break
+                c = p // per
+                if c > 0xFFFFFFFF:  # past what a chunk name (4 bytes) numbers
+                    status = 2
+                    break
+                if c != cur:
+                    buf = _column_chunk(memo, fetch, prefix, c)
+                    if buf is None:
+                        status = 2
+                        break
+                    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+                    base = <const uint8_t*>view.buf
+                    n_in = count - c * per
+                    if n_in > per:
+                        n_in = per
+                    if <uint64_t>n_in > MAX_PACKED_COUNT or <uint64_t>view.len < ((<uint64_t>n_in * <uint64_t>width + 63) // 64) * 8:
+                        PyBuffer_Release(&view)
+                        status = 2
+                        break
                     PyBuffer_Release(&view)
-                    return 2, x, None
-                PyBuffer_Release(&view)
-                cur = c
-            at[x] = base
-            fps_prefetch(base + ((<uint64_t>(p - c * per) * <uint64_t>width) >> 6) * 8)
-        for x in range(m):
-            v = _packed_value(at[x], <uint64_t>(positions[x] % per), width) if width else 0
-            if v + low < v:
+                    cur = c
+                at[x] = base
+                fps_prefetch(base + ((<uint64_t>(p - c * per) * <uint64_t>width) >> 6) * 8)
+                ready = x + 1
+        except BaseException:
+            # A chunk's read failed: a value above 2**64 - 1 at an earlier position comes first.
+            x = _first_overflow(at, positions, ready, per, width, low)
+            if x >= 0:
                 return 3, x, None
-            o[x] = v + low
+            raise
+        x = _first_overflow(at, positions, ready, per, width, low)
+        if x >= 0:
+            return 3, x, None
+        if status:
+            return status, ready, None
+        for x in range(m):
+            o[x] = (_packed_value(at[x], <uint64_t>(positions[x] % per), width) if width else 0) + low
         return 0, -1, out
     finally:
         free(at)
+
+
+cdef Py_ssize_t _first_overflow(const uint8_t** at, const int64_t[::1] positions, Py_ssize_t n, Py_ssize_t per,
+                                int width, uint64_t low) noexcept:
+    # The first of positions[:n] (their chunks at ``at``, checked) whose value plus low passes
+    # 2**64 - 1, or -1.
+    cdef Py_ssize_t x
+    cdef uint64_t v
+    if width == 0 or low == 0:
+        return -1
+    for x in range(n):
+        v = _packed_value(at[x], <uint64_t>(positions[x] % per), width)
+        if v + low < v:
+            return x
+    return -1
 
 
 def components(Py_ssize_t n, const int64_t[::1] a, const int64_t[::1] b):

@@ -1582,6 +1582,45 @@ def test_a_batch_makes_its_table_0_look_ups_together_and_reports_damage_as_one_q
         assert (err, table, rows) == (mod.ERR_UNMATCHED, 0, None), mod
 
 
+def test_a_batch_reports_a_missing_look_up_chunk_before_a_later_runs_failed_read():
+    """A batch's table-0 look-ups are put off, but a failure they meet is still reported before
+    what a later run of the same query (or a later query) meets: here run 0's look-up finds its
+    chunk of table 0 missing (ERR_MISSING), and every chunk of run 1 fails its read (fetch raises,
+    as a CRC mismatch does). The specification twin returns ERR_MISSING; the compiled batch once
+    raised, having probed run 1 before making run 0's look-up."""
+    from fpstore.index.design import designs_for_k
+
+    k, design = 3, designs_for_k(3)[0]
+    rng = np.random.default_rng(11)
+    values = np.sort(rng.integers(0, 2**63, 400, dtype=np.uint64))
+    lost = int(values[200])
+    query = lost ^ (1 << 63)  # table 0's prefix differs: only the other tables reach `lost`
+    store: dict[bytes, bytes] = {}
+    per_mod = {mod: [] for mod in TWINS}
+    lost_chunk = None
+    for r in range(2):
+        for t in range(len(design.tables)):
+            keys = values if t == 0 else np.sort(design.permute(values, t))
+            index, chunks = runs.encode_run(keys, block_entries=7, chunk_bytes=max(1 << 10, runs.max_block_bytes(7)))
+            names = [b"r%d t%d c%d" % (r, t, c) for c in range(index.nchunks)]
+            store.update(zip(names, chunks))
+            if r == 0 and t == 0:
+                at = int(np.searchsorted(index._bounds, np.uint64(lost), side="right")) - 1
+                lost_chunk = names[int(index.chunk[at])]
+            for mod in TWINS:
+                per_mod[mod].append(_probe_tables_of(mod, index, names))
+    del store[lost_chunk]
+
+    def fetch(name):
+        if name.startswith(b"r1 "):
+            raise CorruptionError("chunk failed its checksum")
+        return store.get(name)
+
+    for mod, d in _probe_designs(design).items():
+        err, table, _, rows = mod.probe_fingerprints(d, per_mod[mod], fetch, np.array([query], np.uint64), k, {})
+        assert (err, table, rows) == (mod.ERR_MISSING, 0, None), mod
+
+
 def test_a_store_whose_table_0_lacks_a_fingerprint_raises_on_every_query_path(tmp_path):
     """The store's paths over damaged runs: table 0 of the run (copied from a store whose one
     document has another fingerprint) lacks a fingerprint the other tables hold. A single query,

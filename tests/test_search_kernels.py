@@ -139,6 +139,33 @@ def test_unpack_one_reads_one_value_and_refuses_what_unpack_bits_refuses(values,
             twin.unpack_one(packed, 65, len(values), 0)
 
 
+def test_unpack_at_reports_the_first_bad_position_whatever_its_kind():
+    """Both twins report the first position with anything wrong, position by position: a value
+    that overflows with ``low`` before a position outside the column, or before a chunk that is
+    missing or fails its read (the compiled kernel finds chunks in a first pass and once reported
+    the later position, or raised)."""
+    count, per, width = 40, 16, 8
+    packed = {b"cP" + c.to_bytes(4, "big"): np.full(per * width // 8, 0xFF, np.uint8).tobytes() for c in range(3)}
+    low = 2**64 - 100  # every value (255) overflows
+    cases = [
+        (packed.get, [0, 99], (3, 0)),
+        (packed.get, [99, 0], (1, 0)),
+        ({k: v for k, v in packed.items() if not k.endswith(b"\0\0\0\1")}.get, [0, 20], (3, 0)),
+    ]
+
+    def failing(name):
+        if name.endswith(b"\0\0\0\2"):
+            raise OSError("chunk failed its read")
+        return packed.get(name)
+
+    for twin in (C, PY):
+        for fetch, positions, want in cases:
+            assert twin.unpack_at({}, fetch, b"c", count, per, width, low, np.array(positions, np.int64))[:2] == want, (twin, positions)
+        assert twin.unpack_at({}, failing, b"c", count, per, width, low, np.array([0, 35], np.int64))[:2] == (3, 0)
+        with pytest.raises(OSError):
+            twin.unpack_at({}, failing, b"c", count, per, width, 0, np.array([0, 35], np.int64))
+
+
 @given(u64_arrays, st.integers(0, 64), st.integers(1, 9), st.integers(0, 2**64 - 1), st.lists(st.integers(-2, 450), max_size=30))
 def test_unpack_at_reads_a_chunked_column_and_reports_damage(values, width, per, low, positions):
     """unpack_at reads a column cut into chunks of ``per`` values (as both twins do), fetching
