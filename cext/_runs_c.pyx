@@ -194,8 +194,8 @@ cdef extern from *:
     /* A probe's scan of one block from entry j0 (0, or a restart point: a multiple of 32) with
        AVX-512 (F, BW, VBMI, VPOPCNTDQ), eight entries at a time: the keys of the entries after
        j0 as the whole-block decoder forms them (the unary bytes from the bit after entry j0's
-       through a table, as far as the next eight entries need; the remainders' k bytes moved into
-       their lanes and summed with a carry), each group tested against the query (popcount of
+       through its table, in bursts ahead of the keys; the remainders' k bytes moved into their
+       lanes and summed with a carry), each group tested against the query (popcount of
        the XOR, and the range [lo, stop]) in one step, until the first key above stop or entry m.
        The sizes of the gaps are not checked (the caller checks their sums, as after the scalar
        scan): returns 0 when the unary section runs out or holds more one bits than entries
@@ -1013,7 +1013,7 @@ cdef int _scan_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, in
     c = _probe_start(buf, buflen, start, end, n, first, limit, tmp, lo, stop, ndone, skip, ck_key, ck_bit, &st)
     if c == C_AGAIN and _sums_fit(st.k, st.m) and _unchecked_loops:
         # (The vector scan's loads are masked to the block's bytes: it needs no bytes after them.)
-        if _vector_probe and st.m - st.j0 <= FPS_RICE_MAX_GAPS and (st.bitpos & 7) == 0:
+        if _vector_probe and st.m - st.j0 <= FPS_RICE_MAX_GAPS:
             c = _scan_vector(buf, end, &st, tmp[0], limit, lo, stop, query, kq, tmp, hit_at, nhits, ndone,
                              last_key, ck_key, ck_bit)
         elif st.fast:
