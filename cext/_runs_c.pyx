@@ -828,6 +828,24 @@ cdef int _decode_block_probe(const uint8_t* buf, int64_t buflen, int64_t start, 
         base += 64
 
 
+cdef inline int _scan_done(const int64_t* seen, const uint64_t* seen_key, uint64_t* ck_key, int32_t* ck_bit,
+                           int64_t done, int64_t nh, uint64_t key, int64_t* ndone, int64_t* nhits,
+                           uint64_t* last_key) noexcept nogil:
+    # The end of a scan whose keys passed its checks: the restart points it passed recorded (where
+    # not known yet), its counts and last key returned; C_OK.
+    cdef int c
+    if ck_bit != NULL:
+        for c in range(CK_PER_BLOCK):
+            # (A unary section past 2**31 bits, which only a forged block has, records nothing.)
+            if seen[c] >= 0 and ck_bit[c] < 0 and seen[c] <= 0x7FFFFFFF:
+                ck_key[c] = seen_key[c]
+                ck_bit[c] = <int32_t>seen[c]
+    ndone[0] = done
+    nhits[0] = nh
+    last_key[0] = key
+    return C_OK
+
+
 cdef int _scan_unchecked(const uint8_t* buf, int64_t end, const BlockStart* st, uint64_t key0, uint64_t limit,
                          uint64_t lo, uint64_t stop, uint64_t query, int kq, uint64_t* hit_key, int64_t* hit_at,
                          int64_t* nhits, int64_t* ndone, uint64_t* last_key, uint64_t* ck_key,
@@ -909,16 +927,7 @@ cdef int _scan_unchecked(const uint8_t* buf, int64_t end, const BlockStart* st, 
         return C_AGAIN
     if not stopped and (w != 0 or (last >> 3) != st.ub - 1):
         return C_AGAIN
-    if ck_bit != NULL:
-        for c in range(CK_PER_BLOCK):
-            # (A unary section past 2**31 bits, which only a forged block has, records nothing.)
-            if seen[c] >= 0 and ck_bit[c] < 0 and seen[c] <= 0x7FFFFFFF:
-                ck_key[c] = seen_key[c]
-                ck_bit[c] = <int32_t>seen[c]
-    ndone[0] = i - j0 + 1
-    nhits[0] = nh
-    last_key[0] = key
-    return C_OK
+    return _scan_done(seen, seen_key, ck_key, ck_bit, i - j0 + 1, nh, key, ndone, nhits, last_key)
 
 
 cdef int _scan_vector(const uint8_t* buf, int64_t end, const BlockStart* st, uint64_t key0, uint64_t limit,
@@ -944,16 +953,7 @@ cdef int _scan_vector(const uint8_t* buf, int64_t end, const BlockStart* st, uin
     # At the block's end, its last one bit must be the unary section's last, in its last byte.
     if not stopped and ((last >> 3) != st.ub - 1 or (buf[us + st.ub - 1] >> ((last & 7) + 1)) != 0):
         return C_AGAIN
-    if ck_bit != NULL:
-        for c in range(CK_PER_BLOCK):
-            # (A unary section past 2**31 bits, which only a forged block has, records nothing.)
-            if seen[c] >= 0 and ck_bit[c] < 0 and seen[c] <= 0x7FFFFFFF:
-                ck_key[c] = seen_key[c]
-                ck_bit[c] = <int32_t>seen[c]
-    ndone[0] = t + 1
-    nhits[0] = nh
-    last_key[0] = key
-    return C_OK
+    return _scan_done(seen, seen_key, ck_key, ck_bit, t + 1, nh, key, ndone, nhits, last_key)
 
 
 def _vector_scan(const uint8_t[::1] buf, int64_t start, int64_t end, int64_t n, uint64_t first, uint64_t limit,
@@ -2259,6 +2259,18 @@ cdef void _fp_free(FpProbe* p) noexcept nogil:
     _scratch_free(&p.scratch)
 
 
+cdef int _ranges_room(FpProbe* p, Py_ssize_t need) except -1:
+    # Room for ``need`` ranges in p.ranges.
+    cdef PRange* grown
+    if need > p.ranges_cap:
+        grown = <PRange*>realloc(p.ranges, need * sizeof(PRange))
+        if grown == NULL:
+            raise MemoryError()
+        p.ranges = grown
+        p.ranges_cap = need
+    return 0
+
+
 cdef int _probe_fp(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dict memo, FpProbe* p,
                    PHits* defer=NULL, Py_ssize_t q=0) except -1:
     """Every run entry within ``k`` of ``fp`` into ``p.found`` (emptied first), as
@@ -2276,12 +2288,7 @@ cdef int _probe_fp(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dict m
     p.found.n = 0
     for t in range(ntab):
         need += d.flip_start[t + 1] - d.flip_start[t]
-    if need > p.ranges_cap:
-        grown = <PRange*>realloc(p.ranges, need * sizeof(PRange))
-        if grown == NULL:
-            raise MemoryError()
-        p.ranges = grown
-        p.ranges_cap = need
+    _ranges_room(p, need)
     for r in range(nruns):
         nr = 0
         for t in range(ntab):
@@ -2438,12 +2445,7 @@ cdef int _resolve_deferred(ProbeDesign d, list tables, fetch, dict memo, FpProbe
         for i in range(n):
             rk[i].run, rk[i].key, rk[i].i = defer.pos[i], defer.key[i], i
         qsort(rk, n, sizeof(RunKey), _cmp_run_key)
-        if n > p.ranges_cap:
-            grown = <PRange*>realloc(p.ranges, n * sizeof(PRange))
-            if grown == NULL:
-                raise MemoryError()
-            p.ranges = grown
-            p.ranges_cap = n
+        _ranges_room(p, n)
         for i in range(n):
             if i == 0 or rk[i].run != rk[i - 1].run or rk[i].key != rk[i - 1].key:
                 p.ranges[nu].table = rk[i].run * ntab
