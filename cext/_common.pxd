@@ -1,6 +1,6 @@
 # cython: language_level=3
-"""What the kernels share, cimported by ``_runs_c.pyx`` and ``_search_c.pyx``: a 64-bit popcount
-and a growable buffer of ``(int64, uint64, uint8)`` triples (a probe's hits, a join's pairs).
+"""What the kernels share, cimported by ``_runs_c.pyx`` and ``_search_c.pyx``: a 64-bit popcount,
+a prefetch hint and a growable buffer of ``(int64, uint64, uint8)`` triples (a probe's hits, a join's pairs).
 
 Declarations and ``inline`` functions only: no module is built from this file, each kernel
 compiles its own copy, and the hot loops inline these calls.
@@ -13,6 +13,14 @@ from libc.string cimport memcpy
 cdef extern from *:
     """
     #include <stdint.h>
+    /* A hint to bring p's cache line in (no effect where the compiler has no such builtin). */
+    static inline void fps_prefetch(const void *p) {
+    #if defined(__GNUC__)
+        __builtin_prefetch(p);
+    #else
+        (void)p;
+    #endif
+    }
     /* Population count; the candidate checks are popcounts, so setup.py adds -mpopcnt on x86-64. */
     static inline int fps_popcount64(uint64_t x) {
     #if defined(__GNUC__)
@@ -106,6 +114,7 @@ cdef extern from *:
     }
     """
     int fps_popcount64(uint64_t x) noexcept nogil
+    void fps_prefetch(const void *p) noexcept nogil
     ctypedef int64_t (*fps_next_within_fn)(uint64_t, const uint64_t*, int64_t, int64_t, int) noexcept nogil
     fps_next_within_fn fps_next_within_form() noexcept nogil
     int64_t fps_next_within_scalar(uint64_t s, const uint64_t* q, int64_t t, int64_t end, int k) noexcept nogil

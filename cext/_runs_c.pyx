@@ -12,7 +12,7 @@ from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcpy, memset
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 
-from _common cimport (Triples, fps_next_within_fn, fps_next_within_form, fps_popcount64, fps_vector_compare,
+from _common cimport (Triples, fps_next_within_fn, fps_next_within_form, fps_popcount64, fps_prefetch, fps_vector_compare,
                      triples_copy, triples_free, triples_init, triples_push)
 
 import numpy as np
@@ -37,14 +37,6 @@ cdef extern from *:
         v = __builtin_bswap64(v);
     #endif
         memcpy(p, &v, 8);
-    }
-    /* A hint to bring p's cache line in (no effect where the compiler has no such builtin). */
-    static inline void fps_prefetch(const void *p) {
-    #if defined(__GNUC__)
-        __builtin_prefetch(p);
-    #else
-        (void)p;
-    #endif
     }
     /* Count trailing / leading zeros; x != 0. */
     static inline int fps_ctz64(uint64_t x) {
@@ -304,14 +296,12 @@ cdef extern from *:
         *stopped_out = stopped;
         return 1;
     }
-    static int fps_vector_probe = 1;
     static int fps_probe_scan_usable(void) {
-        return fps_vector_probe && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
             && __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vpopcntdq");
     }
     #else
     static void fps_init_probe_tables(void) {}
-    static int fps_vector_probe = 0;
     static int fps_probe_scan_usable(void) { return 0; }
     static int fps_probe_scan_avx512(const uint8_t *buf, int64_t end, int k, int64_t m, int64_t j0, int64_t last0,
                                      int64_t rbyte, int64_t us, uint64_t key0, uint64_t lo, uint64_t stop,
@@ -334,7 +324,6 @@ cdef extern from *:
     }
     """
     uint64_t fps_load64(const uint8_t *p) noexcept nogil
-    void fps_prefetch(const void *p) noexcept nogil
     void fps_store64(uint8_t *p, uint64_t v) noexcept nogil
     int fps_ctz64(uint64_t x) noexcept nogil
     int fps_clz64(uint64_t x) noexcept nogil
@@ -347,7 +336,6 @@ cdef extern from *:
     fps_rice_keys_fn fps_rice_keys_form() noexcept nogil
     int fps_wide_decode
     void fps_init_probe_tables() noexcept nogil
-    int fps_vector_probe
     int fps_probe_scan_usable() noexcept nogil
     int fps_probe_scan_avx512(const uint8_t *buf, int64_t end, int k, int64_t m, int64_t j0, int64_t last0,
                               int64_t rbyte, int64_t us, uint64_t key0, uint64_t lo, uint64_t stop,
@@ -940,7 +928,7 @@ cdef int _scan_vector(const uint8_t* buf, int64_t end, const BlockStart* st, uin
     cdef int64_t seen[CK_PER_BLOCK]
     cdef uint64_t key, rsum
     cdef uint64_t seen_key[CK_PER_BLOCK]
-    cdef int stopped, c
+    cdef int stopped
     cdef int64_t nh = 0
     cdef int64_t us = end - st.ub
     if lo <= key0 <= stop and fps_popcount64(key0 ^ query) <= kq:
@@ -2086,7 +2074,8 @@ cdef int _probe_ranges(list tables, fetch, const PRange* ranges, Py_ssize_t nr, 
                     if err:
                         s.err_table, s.err_where = ranges[ri].table, b
                         return err
-                    rec.width = bp[rec.start] + 1
+                    if not rec.width:
+                        rec.width = bp[rec.start] + 1
                     for j in range(nhits):
                         if _phits_push(hits, ranges[ri].table, s.tmp[j], rec.entry_start + skip + s.hit_at[j]):
                             raise MemoryError()
@@ -2167,7 +2156,8 @@ def fill_restarts(ProbeTable pt, fetch):
                                             rec.ck_key, rec.ck_bit)
                     if err:
                         return err, b
-                    rec.width = bp[rec.start] + 1
+                    if not rec.width:
+                        rec.width = bp[rec.start] + 1
             finally:
                 PyBuffer_Release(&view)
         return OK, -1
@@ -2282,7 +2272,6 @@ cdef int _probe_fp(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dict m
     cdef Py_ssize_t need = 0
     cdef uint64_t perm, lo, low, key
     cdef int shift, pbits, err
-    cdef PRange* grown
     cdef uint64_t* grown_seen
     cdef PosKey* grown_order
     p.found.n = 0
@@ -2339,11 +2328,7 @@ cdef int _probe_fp(ProbeDesign d, list tables, fetch, uint64_t fp, int k, dict m
                 continue
             # Reuse the range array: each missing key is one range.
             if nmiss == p.ranges_cap:
-                grown = <PRange*>realloc(p.ranges, 2 * p.ranges_cap * sizeof(PRange))
-                if grown == NULL:
-                    raise MemoryError()
-                p.ranges = grown
-                p.ranges_cap *= 2
+                _ranges_room(p, 2 * p.ranges_cap)
             p.ranges[nmiss].table, p.ranges[nmiss].lo, p.ranges[nmiss].hi, p.ranges[nmiss].query = r * ntab, key, key, key
             nmiss += 1
         if nmiss and defer != NULL:
@@ -2437,7 +2422,6 @@ cdef int _resolve_deferred(ProbeDesign d, list tables, fetch, dict memo, FpProbe
     cdef RunKey* rk = <RunKey*>malloc((n if n else 1) * sizeof(RunKey))
     cdef Py_ssize_t* u_of = <Py_ssize_t*>malloc((n if n else 1) * sizeof(Py_ssize_t))
     cdef Py_ssize_t* hs = <Py_ssize_t*>malloc((n + 1) * sizeof(Py_ssize_t))
-    cdef PRange* grown
     cdef int err
     try:
         if rk == NULL or u_of == NULL or hs == NULL:
@@ -2503,7 +2487,7 @@ def probe_fingerprints(ProbeDesign d, list tables, fetch, const uint64_t[::1] fp
     one query at a time, so the error is the one the specification reports."""
     cdef FpProbe p
     cdef PHits out, runs, defer, extra, extra_runs
-    cdef Py_ssize_t a, b, x, nq = fps.shape[0], q
+    cdef Py_ssize_t a, b, x
     cdef int err
     cdef int64_t[::1] qi_v, ri_v, pos_v
     cdef uint64_t[::1] keys_v

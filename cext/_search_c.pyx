@@ -11,7 +11,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
-from _common cimport (Triples, fps_next_within_fn, fps_next_within_form, fps_popcount64, fps_vector_compare,
+from _common cimport (Triples, fps_next_within_fn, fps_next_within_form, fps_popcount64, fps_prefetch, fps_vector_compare,
                      triples_copy, triples_free, triples_init, triples_push)
 
 import numpy as np
@@ -22,17 +22,8 @@ cdef extern from *:
     """
     /* The most values whose packed size (count * 64 bits, in bytes) fits in 64 bits. */
     #define FPS_MAX_PACKED_COUNT ((uint64_t)0xFFFFFFFFFFFFFFFFULL / 64)
-    /* A hint to bring p's cache line in (no effect where the compiler has no such builtin). */
-    static inline void fps_search_prefetch(const void *p) {
-    #if defined(__GNUC__)
-        __builtin_prefetch(p);
-    #else
-        (void)p;
-    #endif
-    }
     """
     const uint64_t MAX_PACKED_COUNT "FPS_MAX_PACKED_COUNT"
-    void fps_prefetch "fps_search_prefetch"(const void *p) noexcept nogil
 
 
 def use_vector_compare(int level):
