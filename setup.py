@@ -11,7 +11,7 @@ from setuptools import Extension, setup
 
 PURE = os.environ.get("FPSTORE_PUREPYTHON", "") not in ("", "0")
 
-KERNELS = ["_simhash_c", "_runs_c", "_search_c", "_html_c"]
+KERNELS = ["_simhash_c", "_runs_c", "_search_c", "_html_c", "_jpeg_c"]
 
 
 def popcount_flags():

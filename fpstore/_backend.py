@@ -25,6 +25,7 @@ TWINS: dict[str, str] = {
     "runs": "fpstore.index._runs_py",
     "search": "fpstore.index._search_py",
     "html": "fpstore.fingerprint._html_py",
+    "jpeg": "fpstore.fingerprint._jpeg_py",
 }
 
 

@@ -41,8 +41,9 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
+from fpstore._backend import BACKEND as _BACKEND
 from fpstore.errors import FormatError, InputError, PipelineMismatchError
-from fpstore.fingerprint.jpeg import dc_scans
+from fpstore.fingerprint.jpeg import dc_scans, eighth_scale_grey
 from fpstore.fingerprint.pipeline import Fingerprints, Signature, config_id, config_mismatch
 from fpstore.parallel import available_cores, executor
 
@@ -366,16 +367,24 @@ class ImagePipeline:
             size = IMAGE_KINDS[self.kind][1]
             stored = size[::-1] if orientation in (5, 6, 7, 8) else size  # the thumbnail before it is turned
             box = box_factor(width, height, stored)
-            if img.format in ("JPEG", "MPO") and data is not None and box > 1:
-                img = _draft_jpeg(Image, img, data, box)
-            img.load()
-            grey = _to_grey(img, Image)
             boxes = (-(-width // box), -(-height // box))
-            if grey.size == (width, height) and box > 1:
-                grey = grey.reduce(box)  # the same boxes as the JPEG's, from full pixels
-            elif grey.size != boxes:
-                raise InputError(f"image{where}: the decoder gave {grey.size[0]}×{grey.size[1]} pixels, expected {boxes[0]}×{boxes[1]}")
-            out = resample(np.asarray(grey, dtype=np.float64), stored, box, (width, height))
+            px = None
+            if img.format in ("JPEG", "MPO") and data is not None and box > 1:
+                if box == 8 and img.mode in ("L", "RGB") and _BACKEND == "cython":
+                    px = eighth_scale_grey(data)  # libjpeg's pixels at 1/8, from the DC coefficients alone
+                    if px is not None and px.shape != boxes[::-1]:
+                        px = None
+                if px is None:
+                    img = _draft_jpeg(Image, img, data, box)
+            if px is None:
+                img.load()
+                grey = _to_grey(img, Image)
+                if grey.size == (width, height) and box > 1:
+                    grey = grey.reduce(box)  # the same boxes as the JPEG's, from full pixels
+                elif grey.size != boxes:
+                    raise InputError(f"image{where}: the decoder gave {grey.size[0]}×{grey.size[1]} pixels, expected {boxes[0]}×{boxes[1]}")
+                px = grey
+            out = resample(np.asarray(px, dtype=np.float64), stored, box, (width, height))
             if orientation in _UPRIGHT:
                 out = _UPRIGHT[orientation](out)
             if out.shape != size[::-1]:

@@ -1,4 +1,4 @@
-"""The part of a progressive JPEG that a decode at 1/8 scale reads.
+"""What a JPEG decode at 1/8 scale reads: a file's DC coefficients.
 
 At 1/8 scale libjpeg computes each output pixel of a full-resolution component from its 8×8
 block's DC coefficient alone (its 1×1 inverse DCT). A baseline JPEG interleaves DC and AC codes in
@@ -14,17 +14,29 @@ The AC scans are there so that the decoder knows every coefficient: with AC coef
 libjpeg's block smoothing would estimate them from the neighbouring DC values and change the
 result.
 
+:func:`eighth_scale_grey` goes further: it decodes the luma's DC coefficients itself (the entropy
+decoding in the compiled kernel ``fpstore._jpeg_c``) and gives the grey image libjpeg gives at 1/8
+scale, the same bytes, for baseline and progressive files, without libjpeg. A baseline file's AC
+codes must still be read to find each block's end, but only their lengths count: nothing is stored,
+dequantised or transformed.
+
 The input is untrusted: every length is checked against the data before it is used, and anything
 this module does not recognise (another frame type, a precision other than 8 bits, a marker
-out of place) returns None, for the caller to decode the file as it is. The bytes it returns go to
-libjpeg like any other input.
+out of place, a scan that does not decode cleanly) returns None, for the caller to give the file to
+libjpeg as it is. The bytes :func:`dc_scans` returns go to libjpeg like any other input.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["dc_scans"]
+import numpy as np
+
+from fpstore import _backend
+
+__all__ = ["dc_scans", "eighth_scale_grey"]
+
+_kernel = _backend.load("jpeg")
 
 #: A marker after entropy-coded data: 0xFF followed by anything but a stuffed 0x00, a restart
 #: marker (0xD0..0xD7, part of the scan) or a fill byte.
@@ -193,3 +205,214 @@ def dc_scans(data: bytes, grey: bool = False) -> bytes | None:
         kept.append(_all_zero_ac_scan(component, -(-cols // 8) * -(-rows // 8)))
     kept.append(_EOI)
     return b"".join(kept)
+
+
+_DHT, _DQT, _DRI = 0xC4, 0xDB, 0xDD
+_SOF_SEQUENTIAL = (0xC0, 0xC1)  # baseline and extended sequential, Huffman coding
+#: Markers skipped by their length: APP0..APP15 and COM.
+_SKIPPED = frozenset(range(0xE0, 0xF0)) | {0xFE}
+#: libjpeg's post-IDCT range limit (``prepare_range_limit_table``) indexed by a descaled DC value
+#: masked to 10 bits: 0..127 are +128, up to 511 saturate at 255, up to 895 at 0, the rest wrap.
+_RANGE_LIMIT = np.concatenate([np.arange(128, 256), np.full(384, 255), np.zeros(384), np.arange(0, 128)]).astype(np.uint8)
+
+
+def _huffman_specs(data: bytes, pos: int, end: int, specs: dict[int, tuple[bytes, bytes]]) -> bool:
+    """Record the tables of the DHT segment data[pos:end] as (counts, symbols) by ``class * 4 + id``
+    (built when a scan first needs them: a progressive file's AC tables never are)."""
+    while pos < end:
+        if pos + 17 > end:
+            return False
+        tc, th = data[pos] >> 4, data[pos] & 15
+        counts = data[pos + 1 : pos + 17]
+        count = sum(counts)
+        if tc > 1 or th > 3 or count > 256 or pos + 17 + count > end:
+            return False
+        specs[tc * 4 + th] = (counts, data[pos + 17 : pos + 17 + count])
+        pos += 17 + count
+    return True
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _quant_dc(data: bytes, pos: int, end: int, dc: dict[int, int]) -> bool:
+    """Record each table's DC quantiser (its first value) of the DQT segment data[pos:end]."""
+    while pos < end:
+        pq, tq = data[pos] >> 4, data[pos] & 15
+        size = 64 << pq
+        if pq > 1 or tq > 3 or pos + 1 + size > end:
+            return False
+        dc[tq] = int.from_bytes(data[pos + 1 : pos + 2 + pq], "big")
+        pos += 1 + size
+    return True
+
+
+def eighth_scale_grey(data: bytes) -> np.ndarray | None:
+    """The grey image (uint8, ceil(height / 8) × ceil(width / 8)) that libjpeg gives for the JPEG
+    ``data`` decoded at 1/8 scale to grey (Pillow's ``draft("L")`` at scale 8), or None where this
+    function does not follow the file (the caller then decodes it with libjpeg).
+
+    Each pixel is libjpeg's 1×1 inverse DCT of a luma block: its DC coefficient times the DC
+    quantiser, descaled by 8, plus 128, through libjpeg's range limit. Followed: 8-bit Huffman
+    frames, baseline, extended sequential and progressive, of one component or of three that
+    libjpeg reads as YCbCr, whose luma is sampled at the frame's largest factors; restart markers.
+    A sequential file must have one scan of all its components; a progressive file's DC must reach
+    full precision, and so must every AC coefficient (else libjpeg smooths the DC from the
+    neighbouring blocks)."""
+    n = len(data)
+    if n < 4 or data[:2] != _SOI:
+        return None
+    tables = np.zeros((8, _kernel.TABLE_WIDTH), dtype=np.int32)
+    specs: dict[int, tuple[bytes, bytes]] = {}  # the DHT tables defined, by row of ``tables``
+    built: dict[int, tuple[bytes, bytes]] = {}  # what each row of ``tables`` holds now
+    quant: dict[int, int] = {}
+    latched: dict[int, int] = {}  # component id -> DC quantiser, fixed by its first scan (as libjpeg latches)
+    frame: tuple[bool, int, int, list[tuple[int, int, int, int]]] | None = None
+    coef: np.ndarray | None = None
+    luma = -1
+    restart = 0
+    jfif, adobe_transform = False, None
+    dc_precision: dict[int, int] = {}  # component id -> the DC's precision reached (Al)
+    ac_precision: dict[int, list[int | None]] = {}
+    sequential_done = False
+    pos = 2
+    while True:
+        if pos + 2 > n or data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        if marker == _EOI_MARKER:
+            break
+        if pos + 4 > n:
+            return None
+        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
+        end = pos + 2 + length
+        if length < 2 or end > n:
+            return None
+        body = pos + 4
+        if marker in _SKIPPED:
+            if marker == 0xE0 and length >= 16 and data[body : body + 5] == b"JFIF\x00":
+                jfif = True
+            if marker == 0xEE and length >= 14 and data[body : body + 5] == b"Adobe":
+                adobe_transform = data[pos + 15]
+        elif marker == _DHT:
+            if not _huffman_specs(data, body, end, specs):
+                return None
+        elif marker == _DQT:
+            if not _quant_dc(data, body, end, quant):
+                return None
+        elif marker == _DRI:
+            if length != 4:
+                return None
+            restart = int.from_bytes(data[body : body + 2], "big")
+        elif marker in _SOF_SEQUENTIAL or marker == _SOF_PROGRESSIVE:
+            nf = data[body + 5] if length >= 8 else 0
+            if frame is not None or nf == 0 or length != 8 + 3 * nf or data[body] != 8:
+                return None
+            height, width = int.from_bytes(data[body + 1 : body + 3], "big"), int.from_bytes(data[body + 3 : body + 5], "big")
+            comps = [
+                (data[body + 6 + 3 * i], data[body + 7 + 3 * i] >> 4, data[body + 7 + 3 * i] & 15, data[body + 8 + 3 * i])
+                for i in range(nf)
+            ]
+            if width == 0 or height == 0 or len({c[0] for c in comps}) != nf:
+                return None
+            if any(not (1 <= h <= 4 and 1 <= v <= 4) or tq > 3 for _, h, v, tq in comps):
+                return None
+            frame = (marker == _SOF_PROGRESSIVE, width, height, comps)
+            ac_precision = {c[0]: [None] * 64 for c in comps}
+        elif marker == _SOS:
+            if frame is None:
+                return None
+            progressive, width, height, comps = frame
+            ns = data[body] if length >= 3 else 0
+            if not 1 <= ns <= 4 or length != 6 + 2 * ns:
+                return None
+            ss, se, ah, al = data[end - 3], data[end - 2], data[end - 1] >> 4, data[end - 1] & 15
+            following = _NEXT_MARKER.search(data, end)
+            scan_end = following.start() if following else n
+            hmax, vmax = max(c[1] for c in comps), max(c[2] for c in comps)
+            if coef is None:  # the first scan: libjpeg has fixed the colour space by now
+                if not (nf == 1 or _ycbcr([c[:3] for c in comps], jfif, adobe_transform)) or comps[0][1:3] != (hmax, vmax):
+                    return None
+                luma = comps[0][0]
+                coef = np.zeros((_ceil(height, 8 * vmax) * vmax, _ceil(width, 8 * hmax) * hmax), dtype=np.int16)
+            by_id = {c[0]: c for c in comps}
+            members = [(data[body + 1 + 2 * i], data[body + 2 + 2 * i] >> 4, data[body + 2 + 2 * i] & 15) for i in range(ns)]
+            if len({m[0] for m in members}) != ns or any(m[0] not in by_id for m in members):
+                return None
+            for cid, _, _ in members:
+                if cid not in latched:
+                    tq = by_id[cid][3]
+                    if tq not in quant:
+                        return None
+                    latched[cid] = quant[tq]
+            if ss == 0:  # a sequential scan, or a progressive DC scan
+                if progressive:
+                    if se != 0 or al > 13:
+                        return None
+                    for cid, _, _ in members:
+                        if (dc_precision.get(cid) is None) != (ah == 0) or (ah and (dc_precision[cid] != ah or al != ah - 1)):
+                            return None
+                        dc_precision[cid] = al
+                    mode = _kernel.DC_FIRST if ah == 0 else _kernel.DC_REFINE
+                else:
+                    # One scan of every component, as encoders write them (scans of some components
+                    # are allowed, but no file at hand tests them against libjpeg).
+                    if se != 63 or ah or al or sequential_done or ns != len(comps):
+                        return None
+                    mode = _kernel.SEQUENTIAL
+                layout = []
+                for slot, (cid, td, ta) in enumerate(members):
+                    needed = ([] if mode == _kernel.DC_REFINE else [td]) + ([4 + ta] if mode == _kernel.SEQUENTIAL else [])
+                    for row in needed:
+                        if row not in specs:
+                            return None
+                        if built.get(row) != specs[row]:
+                            counts, symbols = specs[row]
+                            if _kernel.huffman_table(counts, symbols, row < 4, tables[row]) != _kernel.OK:
+                                return None
+                            built[row] = specs[row]
+                    _, h, v, _ = by_id[cid]
+                    if ns == 1:
+                        h = v = 1  # a scan of one component: one block an MCU
+                    layout += [(slot, row, col, td, 4 + ta, cid == luma) for row in range(v) for col in range(h)]
+                if len(layout) > 10:
+                    return None
+                if ns == 1:  # the component's own blocks: its samples (rounded up) in blocks of 8
+                    _, h, v, _ = by_id[members[0][0]]
+                    scan_x, scan_y = _ceil(_ceil(width * h, hmax), 8), _ceil(_ceil(height * v, vmax), 8)
+                else:
+                    scan_x, scan_y = _ceil(width, 8 * hmax), _ceil(height, 8 * vmax)
+                status = _kernel.decode_scan(
+                    data, end, scan_end, mode, al, restart, scan_x, scan_y, np.array(layout, dtype=np.int32), tables, coef
+                )
+                if status != _kernel.OK:
+                    return None
+                sequential_done = not progressive
+            elif progressive and ns == 1 and 1 <= ss <= se <= 63 and al <= 13:
+                bands = ac_precision[members[0][0]]
+                for coefficient in range(ss, se + 1):
+                    bands[coefficient] = al
+            else:
+                return None
+            pos = scan_end
+            continue
+        else:
+            return None  # another frame type, DNL, arithmetic coding, a marker out of place
+        pos = end
+    if frame is None or coef is None:
+        return None
+    progressive, width, height, comps = frame
+    if progressive:
+        if dc_precision.get(luma) != 0 or any(p != 0 for bands in ac_precision.values() for p in bands[1:]):
+            return None
+    elif not sequential_done:
+        return None
+    q = latched[luma]
+    if q > 0x7FFF:
+        return None  # libjpeg keeps the quantiser as a 16-bit signed number; not followed
+    descaled = ((coef[: _ceil(height, 8), : _ceil(width, 8)].astype(np.int32) * q + 4) >> 3) & 1023
+    return np.take(_RANGE_LIMIT, descaled)

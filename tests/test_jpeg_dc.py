@@ -1,0 +1,249 @@
+"""A JPEG's DC coefficients decoded here give libjpeg's own pixels at 1/8 scale, byte for byte, and
+the compiled scan decoder is its pure-Python twin's equal, status included, on any bytes."""
+
+from __future__ import annotations
+
+import io
+import pathlib
+
+import numpy as np
+import pytest
+
+from fpstore._backend import BACKEND
+from fpstore.fingerprint import _jpeg_py
+from fpstore.fingerprint.image import ImagePipeline
+from fpstore.fingerprint.jpeg import eighth_scale_grey
+
+Image = pytest.importorskip("PIL.Image", reason="Pillow is in the test extra")
+compiled = pytest.importorskip("fpstore._jpeg_c", reason="the compiled kernels are not built here")
+
+DATA = pathlib.Path(__file__).resolve().parent / "data" / "jpeg"
+
+
+def picture(width: int, height: int, seed: int, kind: str = "smooth") -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if kind == "noise":  # large AC and DC values everywhere
+        return rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    if kind == "black":
+        return np.zeros((height, width, 3), dtype=np.uint8)
+    if kind == "white":
+        return np.full((height, width, 3), 255, dtype=np.uint8)
+    yy, xx = np.mgrid[0:height, 0:width]
+    base = 128 + 90 * np.sin(xx / rng.uniform(5, 40)) * np.cos(yy / rng.uniform(5, 40)) + 40 * np.sin((xx + yy) / 11.0)
+    rgb = np.stack([base, 255 - base, base * 0.5 + 60], axis=-1) + rng.normal(0, 8, (height, width, 3))
+    return np.clip(rgb, 0, 255).astype(np.uint8)
+
+
+def encode(array: np.ndarray, mode: str = "RGB", **save: object) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(array).convert(mode).save(buf, "JPEG", bufsize=1 << 22, **save)
+    return buf.getvalue()
+
+
+def libjpeg_at_one_eighth(data: bytes) -> np.ndarray:
+    img = Image.open(io.BytesIO(data))
+    img.draft("L", (img.width // 8, img.height // 8))
+    img.load()
+    assert img.mode == "L"
+    return np.asarray(img)
+
+
+CASES = [
+    # (width, height, picture, mode, save options)
+    (1024, 768, "smooth", "RGB", {"quality": 80}),
+    (803, 601, "smooth", "RGB", {"quality": 60, "subsampling": 1}),
+    (333, 517, "smooth", "RGB", {"quality": 95, "subsampling": 0}),
+    (257, 129, "smooth", "RGB", {"quality": 75, "subsampling": "4:1:1"}),
+    (100, 37, "smooth", "L", {"quality": 75}),
+    (9, 17, "smooth", "RGB", {"quality": 90}),  # smaller than one MCU
+    (640, 480, "smooth", "RGB", {"quality": 80, "optimize": True}),
+    (512, 384, "smooth", "RGB", {"quality": 80, "restart_marker_blocks": 7}),
+    (515, 389, "smooth", "L", {"quality": 70, "restart_marker_rows": 1}),
+    (300, 200, "noise", "L", {"quality": 100}),  # DC quantiser 1, the longest codes
+    (300, 200, "noise", "RGB", {"quality": 85}),  # (Pillow cannot write progressive RGB noise at 95 and up)
+    (300, 200, "noise", "L", {"quality": 1}),
+    (96, 64, "black", "RGB", {"quality": 100}),
+    (96, 64, "white", "RGB", {"quality": 100}),
+    (200, 120, "smooth", "RGB", {"quality": 50, "qtables": [[255] * 64, [1] * 64]}),  # luma DC quantiser 255
+]
+
+
+def _case_id(case: tuple) -> str:
+    width, height, kind, mode, save = case
+    return f"{width}x{height}-{kind}-{mode}-" + "-".join(f"{k}{v if not isinstance(v, list) else 'custom'}" for k, v in save.items())
+
+
+@pytest.mark.parametrize("progressive", [False, True], ids=["baseline", "progressive"])
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_the_dc_decoder_gives_libjpegs_pixels_at_one_eighth(case: tuple, progressive: bool) -> None:
+    width, height, kind, mode, save = case
+    data = encode(picture(width, height, width + height, kind), mode, progressive=progressive, **save)
+    grey = eighth_scale_grey(data)
+    assert grey is not None
+    assert grey.dtype == np.uint8 and grey.shape == (-(-height // 8), -(-width // 8))
+    assert np.array_equal(grey, libjpeg_at_one_eighth(data))
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.jpg")))
+def test_other_encoders_files_decode_alike_or_are_left_to_libjpeg(name: str) -> None:
+    """Files of libjpeg-turbo's cjpeg (tests/data/jpeg): DC with successive approximation,
+    non-interleaved DC, restart markers. Those whose luma at 1/8 depends on more than its DC
+    coefficients (AC never sent, so libjpeg smooths the DC; a subsampled luma; an RGB frame; a DC
+    never refined to full precision) are left to libjpeg."""
+    data = (DATA / name).read_bytes()
+    left = {
+        "progressive-dc-only.jpg",
+        "progressive-luma-without-ac.jpg",
+        "progressive-luma-subsampled.jpg",
+        "progressive-rgb-2x2-1x1-1x1.jpg",
+        "progressive-dc-approximation-unrefined.jpg",
+    }
+    grey = eighth_scale_grey(data)
+    assert (grey is None) == (name in left)
+    if grey is not None:
+        assert np.array_equal(grey, libjpeg_at_one_eighth(data))
+
+
+def test_files_it_does_not_follow_are_left_to_libjpeg() -> None:
+    a = picture(200, 150, 1)
+    assert eighth_scale_grey(encode(a, "CMYK")) is None
+    png = io.BytesIO()
+    Image.fromarray(a).save(png, "PNG")
+    assert eighth_scale_grey(png.getvalue()) is None
+    for data in (b"", b"\xff\xd8", b"\xff\xd8\xff\xd9", encode(a)[:-2], encode(a)[:600]):
+        assert eighth_scale_grey(data) is None
+    # An Adobe marker with transform 0: libjpeg reads the three components as RGB, not YCbCr.
+    data = encode(a)
+    adobe = b"\xff\xee\x00\x0eAdobe\x00\x64\x00\x00\x00\x00\x00"
+    assert eighth_scale_grey(data[:2] + adobe + data[2:]) is not None  # the JFIF marker still says YCbCr
+    jfif_end = 4 + int.from_bytes(data[4:6], "big")
+    assert data[6:11] == b"JFIF\x00"
+    assert eighth_scale_grey(data[:2] + adobe + data[jfif_end:]) is None
+
+
+def test_damaged_files_decode_as_libjpeg_decodes_them_or_are_left_to_it() -> None:
+    """Bytes changed and files cut anywhere: whatever this decoder gives is libjpeg's image."""
+    rng = np.random.default_rng(5)
+    sources = [
+        encode(picture(160, 120, 1), quality=80),
+        encode(picture(160, 120, 2), quality=80, progressive=True),
+        encode(picture(120, 88, 3), "L", quality=70, restart_marker_blocks=3),
+    ]
+    decoded = left = 0
+    for i in range(600):
+        bad = bytearray(sources[i % 3])
+        for _ in range(int(rng.integers(1, 4))):
+            bad[int(rng.integers(2, len(bad)))] = int(rng.integers(0, 256))
+        if i % 4 == 0:
+            bad = bad[: int(rng.integers(2, len(bad)))]
+        grey = eighth_scale_grey(bytes(bad))
+        if grey is None:
+            left += 1
+            continue
+        decoded += 1
+        try:
+            reference = libjpeg_at_one_eighth(bytes(bad))
+        except Exception:  # noqa: BLE001 - libjpeg refused a file this decoder read: only in a part it skips
+            continue
+        assert np.array_equal(grey, reference), i
+    assert decoded > 50 and left > 50
+
+
+def test_the_pipeline_gives_the_same_fingerprints_with_libjpeg_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fpstore.fingerprint.image as image_module
+
+    files = [p.read_bytes() for p in sorted(DATA.glob("*.jpg"))]
+    files += [encode(picture(640, 480, s), quality=75 + s, progressive=s % 2 == 1) for s in range(4)]
+    pipes = [ImagePipeline(kind=kind) for kind in ("phash64", "dhash64")]
+    calls = []
+    monkeypatch.setattr(image_module, "eighth_scale_grey", lambda data: calls.append(1) or eighth_scale_grey(data))
+    native = [[p.fingerprint(f) for f in files] for p in pipes]
+    assert bool(calls) == (BACKEND == "cython")  # the pipeline takes this decoder with the compiled kernels
+    monkeypatch.setattr(image_module, "eighth_scale_grey", lambda data: None)
+    assert native == [[p.fingerprint(f) for f in files] for p in pipes]
+
+
+# -- the compiled kernel against its twin ---------------------------------------------------------
+
+STANDARD_DC = (bytes([0, 1, 5, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0]), bytes(range(12)))
+
+
+def _tables(kernel, rng: np.random.Generator) -> np.ndarray:
+    tables = np.zeros((8, kernel.TABLE_WIDTH), dtype=np.int32)
+    assert kernel.huffman_table(*STANDARD_DC, True, tables[0]) == kernel.OK
+    ac_counts = bytes([0, 2, 1, 3, 3, 2, 4, 3, 5, 5, 4, 4, 0, 0, 1, 0x7D])
+    ac_symbols = bytes(int(s) for s in rng.permutation(256)[:162])
+    assert kernel.huffman_table(ac_counts, ac_symbols, False, tables[4]) == kernel.OK
+    return tables
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["sequential", "dc-first", "dc-refine"])
+def test_the_compiled_scan_decoder_is_its_twins_equal_on_any_bytes(mode: int) -> None:
+    rng = np.random.default_rng(mode)
+    layouts = [
+        [(0, 0, 0, 0, 4, 1)],
+        [(0, 0, 0, 0, 4, 1), (0, 0, 1, 0, 4, 1), (0, 1, 0, 0, 4, 1), (0, 1, 1, 0, 4, 1), (1, 0, 0, 0, 4, 0), (2, 0, 0, 0, 4, 0)],
+    ]
+    statuses = set()
+    for trial in range(120):
+        tables = _tables(compiled, np.random.default_rng(trial))
+        assert np.array_equal(tables, _tables(_jpeg_py, np.random.default_rng(trial)))
+        blocks = np.array(layouts[trial % 2], dtype=np.int32)
+        body = rng.integers(0, 256, int(rng.integers(0, 300)), dtype=np.uint8)
+        if trial % 3 == 0:  # some markers inside: restarts, stuffing, fill bytes
+            for _ in range(3):
+                at = int(rng.integers(0, max(1, len(body))))
+                body = np.insert(body, at, [0xFF, [0x00, 0xD0, 0xD1, 0xFF][int(rng.integers(0, 4))]])
+        data = bytes(4) + body.tobytes() + b"\xff\xd9"
+        mcus = (int(rng.integers(1, 6)), int(rng.integers(1, 4)))
+        restart = int(rng.integers(0, 4))
+        al = int(rng.integers(0, 3))
+        results = []
+        for kernel in (compiled, _jpeg_py):
+            coef = np.zeros((mcus[1] * 2, mcus[0] * 2), dtype=np.int16)
+            coef[::3] = 5  # refinement ORs into what is there
+            status = kernel.decode_scan(data, 4, len(data) - 2, mode, al, restart, mcus[0], mcus[1], blocks, tables, coef)
+            results.append((status, coef))
+        assert results[0][0] == results[1][0], trial
+        if results[0][0] == compiled.OK:
+            assert np.array_equal(results[0][1], results[1][1]), trial
+        statuses.add(results[0][0])
+    assert compiled.OK in statuses and len(statuses) >= 3, statuses
+
+
+def test_the_compiled_table_builder_is_its_twins_equal_and_refuses_what_libjpeg_refuses() -> None:
+    rng = np.random.default_rng(9)
+    outcomes = set()
+    for trial in range(300):
+        counts = bytearray(16)
+        for _ in range(int(rng.integers(1, 40))):
+            counts[int(rng.integers(0, 16))] += 1
+        symbols = bytes(int(s) for s in rng.integers(0, 256 if trial % 2 else 16, sum(counts)))
+        dc = bool(trial % 3 == 0)
+        outs = [np.zeros(k.TABLE_WIDTH, dtype=np.int32) for k in (compiled, _jpeg_py)]
+        got = [k.huffman_table(bytes(counts), symbols, dc, out) for k, out in zip((compiled, _jpeg_py), outs)]
+        assert got[0] == got[1], trial
+        if got[0] == compiled.OK:
+            assert np.array_equal(outs[0], outs[1]), trial
+        outcomes.add(got[0])
+    assert outcomes == {compiled.OK, compiled.BAD_TABLE}
+    out = np.zeros(compiled.TABLE_WIDTH, dtype=np.int32)
+    assert compiled.huffman_table(bytes([2] + [0] * 15), bytes([0, 1]), True, out) == compiled.OK
+    assert compiled.huffman_table(bytes([3] + [0] * 15), bytes([0, 1, 2]), True, out) == compiled.BAD_TABLE  # 3 codes of 1 bit
+    assert compiled.huffman_table(bytes([0, 1] + [0] * 14), bytes([16]), True, out) == compiled.BAD_TABLE  # a DC size above 15
+
+
+def test_the_scan_decoder_refuses_a_layout_that_would_write_outside_its_arrays() -> None:
+    tables = _tables(compiled, np.random.default_rng(0))
+    data = bytes(64)
+    ok = np.array([(0, 0, 0, 0, 4, 1)], dtype=np.int32)
+    with pytest.raises(ValueError):
+        compiled.decode_scan(data, 0, 64, 0, 0, 0, 4, 4, ok, tables, np.zeros((3, 4), dtype=np.int16))
+    with pytest.raises(ValueError):
+        compiled.decode_scan(data, 0, 65, 0, 0, 0, 1, 1, ok, tables, np.zeros((1, 1), dtype=np.int16))
+    with pytest.raises(ValueError):
+        bad = np.array([(0, 0, 0, 9, 4, 1)], dtype=np.int32)
+        compiled.decode_scan(data, 0, 64, 0, 0, 0, 1, 1, bad, tables, np.zeros((1, 1), dtype=np.int16))
+    with pytest.raises(ValueError):
+        bad = np.array([(4, 0, 0, 0, 4, 1)], dtype=np.int32)
+        compiled.decode_scan(data, 0, 64, 0, 0, 0, 1, 1, bad, tables, np.zeros((1, 1), dtype=np.int16))
