@@ -17,6 +17,7 @@ reads and writes inside the buffers it is given.
 
 cimport cython
 from libc.stdint cimport int16_t, int32_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memchr
 
 import numpy as np
 
@@ -134,6 +135,14 @@ cdef inline int _symbol(Bits *b, const int32_t *t) noexcept nogil:
     return _slow_symbol(b, t)
 
 
+cdef inline uint32_t _dc_difference(Bits *b, int s) noexcept nogil:
+    """The s value bits after a DC code (none when s is 0) as a signed number, in uint32 (T.81
+    F.12: below half their range, value - 2^s + 1). No branch: the sign is as good as random."""
+    cdef uint32_t value = <uint32_t>((b.buf >> 1) >> (63 - s))
+    _drop(b, s)
+    return value - (((1u << s) - 1u) & (0u - <uint32_t>(value < ((1u << s) >> 1))))
+
+
 cdef inline int _restart(Bits *b, int number) noexcept nogil:
     """End a restart interval at marker RST(number mod 8); the reader then starts afresh after it."""
     cdef int real = b.cnt - b.pad
@@ -153,6 +162,28 @@ cdef inline int _restart(Bits *b, int number) noexcept nogil:
     b.cnt = 0
     b.pad = 0
     return S_OK
+
+
+def next_marker(const uint8_t[::1] data, Py_ssize_t start):
+    """See the twin."""
+    cdef Py_ssize_t n = data.shape[0], pos
+    cdef const uint8_t *base
+    cdef const uint8_t *hit
+    cdef uint8_t after
+    if n == 0:
+        return 0
+    base = &data[0]
+    pos = max(start, 0)
+    while pos < n - 1:
+        hit = <const uint8_t *>memchr(base + pos, 0xFF, n - 1 - pos)
+        if hit == NULL:
+            break
+        pos = hit - base
+        after = base[pos + 1]
+        if after != 0 and after != 0xFF and not (0xD0 <= after <= 0xD7):
+            return pos
+        pos += 1
+    return n
 
 
 def huffman_table(const uint8_t[::1] counts, const uint8_t[::1] symbols, bint dc, int32_t[::1] out):
@@ -243,6 +274,7 @@ def decode_scan(
     cdef int rows[10]
     cdef int cols[10]
     cdef int keep[10]
+    cdef Py_ssize_t offsets[10]
     cdef const int32_t *dct[10]
     cdef const int32_t *act[10]
     cdef Bits b
@@ -272,23 +304,95 @@ def decode_scan(
     b.buf = 0
     b.cnt = 0
     b.pad = 0
+    for i in range(nblocks):
+        offsets[i] = rows[i] * coef.shape[1] + cols[i]
     with nogil:
-        status = _decode(&b, mode, al, restart_interval, mcus_x, total, nblocks, slots, rows, cols, keep, dct, act,
-                         &coef[0, 0], coef.shape[1], ov, oh)
+        if mode == M_SEQUENTIAL:
+            status = _decode_sequential(&b, al, restart_interval, mcus_x, total, nblocks, slots, offsets, keep, dct, act,
+                                        &coef[0, 0], coef.shape[1], ov, oh)
+        else:
+            status = _decode_dc(&b, mode, al, restart_interval, mcus_x, total, nblocks, slots, rows, cols, keep, dct,
+                             &coef[0, 0], coef.shape[1], ov, oh)
     return status
 
 
-cdef int _decode(
-    Bits *b, int mode, int al, Py_ssize_t restart_interval, Py_ssize_t mcus_x, Py_ssize_t total, Py_ssize_t nblocks,
-    const int *slots, const int *rows, const int *cols, const int *keep, const int32_t **dct, const int32_t **act,
+cdef int _decode_sequential(
+    Bits *b, int al, Py_ssize_t restart_interval, Py_ssize_t mcus_x, Py_ssize_t total, Py_ssize_t nblocks,
+    const int *slots, const Py_ssize_t *offsets, const int *keep, const int32_t **dct, const int32_t **act,
     int16_t *out, Py_ssize_t stride, int ov, int oh,
 ) noexcept nogil:
-    """decode_scan's loop over the MCUs, its arguments checked."""
-    cdef Py_ssize_t m, mx = 0, my = 0, row, col
-    cdef int i, s, sym, r, k, number = 0, status
+    """decode_scan's loop over the MCUs of a sequential scan, its arguments checked: each block's
+    DC value, then its AC codes skipped."""
+    cdef Py_ssize_t m, mx = 0, base = 0, i
+    cdef int s, sym, k, number = 0, status
     cdef uint32_t pred[4]
     cdef uint32_t value
     cdef int32_t entry, run
+    cdef const int32_t *table
+    pred[0] = pred[1] = pred[2] = pred[3] = 0
+    for m in range(total):
+        if restart_interval and m and m % restart_interval == 0:
+            status = _restart(b, number)
+            if status != S_OK:
+                return status
+            number += 1
+            pred[0] = pred[1] = pred[2] = pred[3] = 0
+        for i in range(nblocks):
+            if b.cnt < 32:
+                _fill(b)
+            s = _symbol(b, dct[i])
+            if s < 0:
+                return S_BAD_CODE
+            pred[slots[i]] += _dc_difference(b, s)
+            if keep[i]:
+                out[base + offsets[i]] = <int16_t><uint16_t>(pred[slots[i]] << al)
+            table = act[i]
+            k = 1
+            while True:
+                if b.cnt < 32:
+                    _fill(b)
+                run = table[RUNS + (b.buf >> (64 - RUN))]
+                if run != 0 and k + ((run >> 4) & 127) < 64:  # whole codes, and the block goes on after them
+                    _drop(b, run & 15)
+                    if run >> 11:
+                        break
+                    k += (run >> 4) & 127
+                    continue
+                entry = table[b.buf >> (64 - LOOK)]
+                if entry != 0:
+                    _drop(b, (entry >> 5) & 31)  # the code and its extra bits
+                    sym = entry >> 16
+                else:
+                    sym = _slow_symbol(b, table)
+                    if sym < 0:
+                        return S_BAD_CODE
+                    _drop(b, sym & 15)
+                if sym & 15:
+                    k += (sym >> 4) + 1
+                elif sym >> 4 != 15:
+                    break
+                else:
+                    k += 16
+                if k >= 64:
+                    break
+        mx += 1
+        base += oh
+        if mx == mcus_x:
+            mx = 0
+            base += stride * ov - oh * mcus_x
+    return S_SHORT if b.cnt - b.pad < 0 else S_OK
+
+
+cdef int _decode_dc(
+    Bits *b, int mode, int al, Py_ssize_t restart_interval, Py_ssize_t mcus_x, Py_ssize_t total, Py_ssize_t nblocks,
+    const int *slots, const int *rows, const int *cols, const int *keep, const int32_t **dct,
+    int16_t *out, Py_ssize_t stride, int ov, int oh,
+) noexcept nogil:
+    """decode_scan's loop over the MCUs of a progressive DC scan, its arguments checked."""
+    cdef Py_ssize_t m, mx = 0, my = 0, row, col
+    cdef int i, s, number = 0, status
+    cdef uint32_t pred[4]
+    cdef uint32_t value
     pred[0] = pred[1] = pred[2] = pred[3] = 0
     for m in range(total):
         if restart_interval and m and m % restart_interval == 0:
@@ -311,43 +415,9 @@ cdef int _decode(
             s = _symbol(b, dct[i])
             if s < 0:
                 return S_BAD_CODE
-            if s:
-                value = <uint32_t>(b.buf >> (64 - s))
-                _drop(b, s)
-                if value < (1u << (s - 1)):
-                    value = value - (1u << s) + 1u  # negative, as uint32 (T.81 F.12)
-                pred[slots[i]] += value
+            pred[slots[i]] += _dc_difference(b, s)
             if keep[i]:
                 out[(my * ov + rows[i]) * stride + mx * oh + cols[i]] = <int16_t><uint16_t>(pred[slots[i]] << al)
-            if mode != M_SEQUENTIAL:
-                continue
-            k = 1
-            while k < 64:
-                if b.cnt < 32:
-                    _fill(b)
-                run = act[i][RUNS + (b.buf >> (64 - RUN))]
-                if run != 0 and k + ((run >> 4) & 127) < 64:  # whole codes, and the block goes on after them
-                    _drop(b, run & 15)
-                    if run >> 11:
-                        break
-                    k += (run >> 4) & 127
-                    continue
-                entry = act[i][b.buf >> (64 - LOOK)]
-                if entry != 0:
-                    _drop(b, (entry >> 5) & 31)  # the code and its extra bits
-                    sym = entry >> 16
-                else:
-                    sym = _slow_symbol(b, act[i])
-                    if sym < 0:
-                        return S_BAD_CODE
-                    _drop(b, sym & 15)
-                r = sym >> 4
-                if sym & 15:
-                    k += r + 1
-                elif r != 15:
-                    break
-                else:
-                    k += 16
         mx += 1
         if mx == mcus_x:
             mx = 0

@@ -14,6 +14,7 @@ SHORT: int
 BAD_RESTART: int
 BAD_TABLE: int
 
+def next_marker(data: bytes, start: int) -> int: ...
 def huffman_table(counts: bytes, symbols: bytes, dc: bool, out: np.ndarray) -> int: ...
 def decode_scan(
     data: bytes,

@@ -247,3 +247,14 @@ def test_the_scan_decoder_refuses_a_layout_that_would_write_outside_its_arrays()
     with pytest.raises(ValueError):
         bad = np.array([(4, 0, 0, 0, 4, 1)], dtype=np.int32)
         compiled.decode_scan(data, 0, 64, 0, 0, 0, 1, 1, bad, tables, np.zeros((1, 1), dtype=np.int16))
+
+
+def test_the_compiled_marker_search_is_its_twins_equal() -> None:
+    rng = np.random.default_rng(11)
+    alphabet = np.array([0x00, 0xFF, 0xD0, 0xD7, 0xD8, 0xD9, 0xDA, 0x12], dtype=np.uint8)
+    for trial in range(400):
+        data = alphabet[rng.integers(0, len(alphabet), int(rng.integers(0, 40)))].tobytes()
+        for start in (-3, 0, 1, len(data) // 2, len(data) - 1, len(data), len(data) + 2):
+            assert compiled.next_marker(data, start) == _jpeg_py.next_marker(data, start), (trial, data, start)
+    data = b"\x01\xff\x00\xff\xd3\xff\xff\xd9\x02"
+    assert compiled.next_marker(data, 0) == 6  # stuffing and a restart are data; fill bytes precede the marker

@@ -25,9 +25,9 @@ Contenders on each file, from its path:
 * ``fpstore phash64`` / ``dhash64``: ``ImagePipeline(kind).fingerprint(path)``.
 * ``imagehash.phash`` / ``dhash``: ``imagehash.phash(Image.open(path))`` (full decode).
 * ``draft+load (whole file)``: ``im = Image.open(path); im.draft("L", (32, 32)); im.load()``
-  (JPEG only; libjpeg-turbo decodes the whole file at 1/8 scale, grey): the floor of any decoder
-  that reads every scan. The pipeline reads a progressive file's DC scans only
-  (``fpstore.fingerprint.jpeg.dc_scans``), so on progressive files it can beat this row.
+  (JPEG only; libjpeg-turbo decodes the whole file at 1/8 scale, grey). The pipeline decodes the
+  same pixels itself, from the luma's DC coefficients (``fpstore.fingerprint.jpeg.eighth_scale_grey``):
+  a baseline file's AC codes are only skipped, a progressive file's AC scans not read.
 * ``full decode``: ``Image.open(path).load()``.
 * ``simplejpeg 1/8 grey`` (when importable): ``simplejpeg.decode_jpeg(data, colorspace="GRAY",
   min_height=32, min_width=32)`` on bytes read from the file in the same timing: libjpeg-turbo
@@ -35,8 +35,9 @@ Contenders on each file, from its path:
 * ``read + content hash``: the file's bytes and the pipeline's content hash of them.
 
 Then a breakdown of the pipeline's separable parts on the JPEGs (each timed alone over every
-file: read, content hash, ``Image.open``, draft+load, the EXIF orientation look-up, the array
-copy, the resampling to 32x32, ``phash_bits``; see ``breakdown``), ``signatures(paths, threads=1)`` against ``threads=2``, and libjpeg-turbo's
+file: read, content hash, ``Image.open``, the EXIF orientation look-up, ``eighth_scale_grey``, the
+resampling to 32x32, ``phash_bits``, and libjpeg's draft+load for comparison; see ``breakdown``),
+``signatures(paths, threads=1)`` against ``threads=2``, and libjpeg-turbo's
 own ``tjbench -scale 1/8`` (when installed: Debian's libjpeg-turbo-progs) on the JPEGs, which
 times the decode alone in C, without Python.
 
@@ -67,7 +68,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from fpstore.fingerprint.jpeg import dc_scans  # noqa: E402
+from fpstore.fingerprint.jpeg import dc_scans, eighth_scale_grey  # noqa: E402
 from tools import image_eval  # noqa: E402
 
 PHOTOS = (
@@ -201,63 +202,47 @@ def time_rounds(files: Sequence[Path], funcs: dict[str, Callable[[Path], object]
     return out
 
 
-def breakdown(files: Sequence[Path], rounds: int) -> list[tuple[str, float]]:
+def breakdown(files: Sequence[Path], rounds: int) -> list[tuple[str, float, bool]]:
     """Median per-image seconds of the separable parts of ``ImagePipeline("phash64")`` on
-    ``files``, each timed alone (its inputs prepared outside the timing). Only public steps and
-    Pillow calls are timed, so the table stays right while the pipeline's internals change; the
-    row "rest" is the whole minus the parts (thumbnail making, bits, Python overhead), and the
-    cProfile table (``--profile``) splits it by function."""
+    ``files``, each timed alone (its inputs prepared outside the timing), and whether the step is
+    part of ``fingerprint(bytes)``. Only public steps and Pillow calls are timed, so the table stays
+    right while the pipeline's internals change; the row "rest" is the whole minus the parts
+    (Python overhead, mostly), and the cProfile table (``--profile``) splits it by function."""
     from PIL import Image
 
     from fpstore.fingerprint import image as mod
 
     pipe = mod.ImagePipeline(kind="phash64")
     datas = [p.read_bytes() for p in files]
-    # What the pipeline decodes: a progressive JPEG's DC scans only (fpstore/fingerprint/jpeg.py).
-    decoded = [dc_scans(d) or d for d in datas]
-    opened = lambda: [Image.open(io.BytesIO(d)) for d in decoded]
+    opened = lambda: [Image.open(io.BytesIO(d)) for d in datas]
+    grey = lambda: [np.asarray(eighth_scale_grey(d), dtype=np.float64) for d in datas]
 
-    def loaded() -> list[Any]:
-        ims = opened()
-        for im in ims:
-            im.draft("L" if im.mode in ("L", "RGB") else im.mode, (32, 32))
-            im.load()
-        return ims
-
-    steps: list[tuple[str, Callable[[], Any], Callable[[Any], Any]]] = [
-        ("read file", lambda: None, lambda _: [p.read_bytes() for p in files]),
-        ("content hash of the bytes", lambda: None, lambda _: [mod._content_hash(d) for d in datas]),
-        ("dc_scans (progressive files: the DC scans only)", lambda: None, lambda _: [dc_scans(d) for d in datas]),
-        ("Image.open (header parse)", lambda: None, lambda _: [Image.open(io.BytesIO(d)).size for d in decoded]),
+    steps: list[tuple[str, Callable[[], Any], Callable[[Any], Any], bool]] = [
+        ("read file", lambda: None, lambda _: [p.read_bytes() for p in files], False),
+        ("content hash of the bytes (signatures only)", lambda: None, lambda _: [mod._content_hash(d) for d in datas], False),
+        ("Image.open (header parse)", lambda: None, lambda _: [Image.open(io.BytesIO(d)).size for d in datas], True),
+        ("getexif (orientation check)", opened, lambda ims: [im.getexif().get(0x0112, 1) for im in ims], True),
+        ("eighth_scale_grey (the luma's DC coefficients: fpstore's decoder)", lambda: None, lambda _: [eighth_scale_grey(d) for d in datas], True),
+        ("fpstore resample to 32x32 (float64 Lanczos)", grey, lambda arrs: [mod.resample(a, (32, 32), 8) for a in arrs], True),
+        ("phash_bits of a 32x32 thumbnail", lambda: [pipe.thumbnail(d) for d in datas], lambda ths: [mod.phash_bits(t) for t in ths], True),
         (
-            "draft + load (1/8-scale grey decode)",
-            opened,
-            lambda ims: [(im.draft("L" if im.mode in ("L", "RGB") else im.mode, (32, 32)), im.load()) for im in ims],
+            "libjpeg instead: draft + load at 1/8, grey (progressive files: their DC scans only)",
+            lambda: [Image.open(io.BytesIO(dc_scans(d, grey=True) or d)) for d in datas],
+            lambda ims: [(im.draft("L", (32, 32)), im.load()) for im in ims],
+            False,
         ),
-        ("getexif (orientation check)", loaded, lambda ims: [im.getexif().get(0x0112, 1) for im in ims]),
-        ("np.asarray of the decoded grey", loaded, lambda ims: [np.asarray(im, dtype=np.float64) for im in ims]),
-        (
-            "fpstore resample to 32x32 (float64 Lanczos)",
-            lambda: [np.asarray(im, dtype=np.float64) for im in loaded()],
-            lambda arrs: [mod.resample(a, (32, 32), 8) for a in arrs],
-        ),
-        (
-            "phash_bits of a 32x32 thumbnail",
-            lambda: [pipe.thumbnail(d) for d in datas],
-            lambda ths: [mod.phash_bits(t) for t in ths],
-        ),
-        ("whole: pipe.fingerprint(bytes)", lambda: None, lambda _: [pipe.fingerprint(d) for d in datas]),
-        ("whole: pipe.fingerprint(path)", lambda: None, lambda _: [pipe.fingerprint(p) for p in files]),
+        ("whole: pipe.fingerprint(bytes)", lambda: None, lambda _: [pipe.fingerprint(d) for d in datas], False),
+        ("whole: pipe.fingerprint(path)", lambda: None, lambda _: [pipe.fingerprint(p) for p in files], False),
     ]
     res = []
-    for name, prep, run in steps:
+    for name, prep, run, part in steps:
         ts = []
         for _ in range(rounds):
             x = prep()
             t0 = time.perf_counter()
             run(x)
             ts.append((time.perf_counter() - t0) / len(files))
-        res.append((name, statistics.median(ts)))
+        res.append((name, statistics.median(ts), part))
     return res
 
 
@@ -388,11 +373,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines.append("| step | ms / image (median) |")
         lines.append("|---|---:|")
         bd = breakdown(files["jpeg-web"], args.rounds)
-        for name, t in bd:
-            lines.append(f"| {name} | {t * 1e3:.3f} |")
-        parts = sum(t for n, t in bd if not n.startswith("whole") and n != "read file")
-        whole = dict(bd)["whole: pipe.fingerprint(bytes)"]
-        lines.append(f"| sum of the parts (read file aside) | {parts * 1e3:.3f} |")
+        star = " \\*"
+        for name, t, part in bd:
+            lines.append(f"| {name}{star if part else ''} | {t * 1e3:.3f} |")
+        parts = sum(t for _, t, part in bd if part)
+        whole = {n: t for n, t, _ in bd}["whole: pipe.fingerprint(bytes)"]
+        lines.append(f"| sum of the parts marked \\* (the steps of fingerprint(bytes)) | {parts * 1e3:.3f} |")
         lines.append(f"| rest: whole(bytes) - parts | {(whole - parts) * 1e3:.3f} |")
         lines.append("")
         lines.append("### signatures(paths, threads=) on the JPEGs (images/s)")

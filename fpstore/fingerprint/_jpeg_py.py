@@ -16,6 +16,8 @@ end, for the caller to give the file to libjpeg, which has its own ways with bro
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "TABLE_WIDTH",
     "decode_scan",
     "huffman_table",
+    "next_marker",
 ]
 
 #: Codes of up to this many bits are decoded by one look-up of the next LOOKAHEAD bits.
@@ -52,6 +55,18 @@ TABLE_WIDTH = _RUNS + (1 << RUN_BITS)
 SEQUENTIAL, DC_FIRST, DC_REFINE = 0, 1, 2
 #: decode_scan's and huffman_table's results.
 OK, BAD_CODE, SHORT, BAD_RESTART, BAD_TABLE = 0, 1, 2, 3, 4
+
+
+#: A marker after entropy-coded data: 0xFF followed by anything but a stuffed 0x00, a restart
+#: marker (0xD0..0xD7, part of the scan) or a fill byte.
+_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
+
+
+def next_marker(data: bytes, start: int) -> int:
+    """Where the entropy-coded data from ``start`` ends: the position of the next marker that is
+    not a restart marker (its 0xFF; after any fill bytes), or ``len(data)``."""
+    found = _MARKER.search(data, start)
+    return found.start() if found else len(data)
 
 
 def huffman_table(counts: bytes, symbols: bytes, dc: bool, out: np.ndarray) -> int:

@@ -28,6 +28,7 @@ libjpeg as it is. The bytes :func:`dc_scans` returns go to libjpeg like any othe
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -232,6 +233,17 @@ def _huffman_specs(data: bytes, pos: int, end: int, specs: dict[int, tuple[bytes
     return True
 
 
+@functools.lru_cache(maxsize=64)
+def _huffman_table(counts: bytes, symbols: bytes, dc: bool) -> np.ndarray | None:
+    """A table in the kernel's form, or None if libjpeg would refuse it. Cached: the files of one
+    encoder mostly share theirs (the standard tables of T.81 K.3, above all)."""
+    table = np.zeros(_kernel.TABLE_WIDTH, dtype=np.int32)
+    if _kernel.huffman_table(counts, symbols, dc, table) != _kernel.OK:
+        return None
+    table.flags.writeable = False
+    return table
+
+
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -331,8 +343,7 @@ def eighth_scale_grey(data: bytes) -> np.ndarray | None:
             if not 1 <= ns <= 4 or length != 6 + 2 * ns:
                 return None
             ss, se, ah, al = data[end - 3], data[end - 2], data[end - 1] >> 4, data[end - 1] & 15
-            following = _NEXT_MARKER.search(data, end)
-            scan_end = following.start() if following else n
+            scan_end = _kernel.next_marker(data, end)
             hmax, vmax = max(c[1] for c in comps), max(c[2] for c in comps)
             if coef is None:  # the first scan: libjpeg has fixed the colour space by now
                 if not (nf == 1 or _ycbcr([c[:3] for c in comps], jfif, adobe_transform)) or comps[0][1:3] != (hmax, vmax):
@@ -371,9 +382,10 @@ def eighth_scale_grey(data: bytes) -> np.ndarray | None:
                         if row not in specs:
                             return None
                         if built.get(row) != specs[row]:
-                            counts, symbols = specs[row]
-                            if _kernel.huffman_table(counts, symbols, row < 4, tables[row]) != _kernel.OK:
+                            table = _huffman_table(*specs[row], row < 4)
+                            if table is None:
                                 return None
+                            tables[row] = table
                             built[row] = specs[row]
                     _, h, v, _ = by_id[cid]
                     if ns == 1:
