@@ -375,6 +375,8 @@ cdef int _decode_sequential(
                     k += 16
                 if k >= 64:
                     break
+        if b.cnt - b.pad < 0:
+            return S_SHORT  # past the data already (see the twin): no need to read zeros to the end
         mx += 1
         base += oh
         if mx == mcus_x:
@@ -418,6 +420,8 @@ cdef int _decode_dc(
             pred[slots[i]] += _dc_difference(b, s)
             if keep[i]:
                 out[(my * ov + rows[i]) * stride + mx * oh + cols[i]] = <int16_t><uint16_t>(pred[slots[i]] << al)
+        if b.cnt - b.pad < 0:
+            return S_SHORT
         mx += 1
         if mx == mcus_x:
             mx = 0

@@ -258,3 +258,16 @@ def test_the_compiled_marker_search_is_its_twins_equal() -> None:
             assert compiled.next_marker(data, start) == _jpeg_py.next_marker(data, start), (trial, data, start)
     data = b"\x01\xff\x00\xff\xd3\xff\xff\xd9\x02"
     assert compiled.next_marker(data, 0) == 6  # stuffing and a restart are data; fill bytes precede the marker
+
+
+@pytest.mark.parametrize("kernel", [compiled, _jpeg_py], ids=["compiled", "twin"])
+def test_a_scan_that_runs_out_of_data_stops_there(kernel) -> None:
+    """A header may declare 65,535 × 65,535 pixels over a few bytes of data: the decoder stops at
+    the first MCU that reads past them, and leaves the blocks after it alone."""
+    tables = _tables(kernel, np.random.default_rng(0))
+    blocks = np.array([(0, 0, 0, 0, 4, 1)], dtype=np.int32)
+    coef = np.full((100, 1000), 77, dtype=np.int16)
+    data = b"\x00" * 4 + b"\xff\xd9"  # zeros: DC code 00 (no difference), AC code 1010 would be EOB: 00 is not
+    status = kernel.decode_scan(data, 0, 4, kernel.SEQUENTIAL, 0, 0, 1000, 100, blocks, tables, coef)
+    assert status in (kernel.SHORT, kernel.BAD_CODE)
+    assert (coef[1:] == 77).all() and (coef[0, 40:] == 77).all()

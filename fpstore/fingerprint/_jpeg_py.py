@@ -10,8 +10,8 @@ of each block. The AC codes of a sequential scan are decoded only to be skipped.
 the file's markers, checks them and calls these.
 
 The bits past the scan's data (its end, or a marker inside it) read as zeros, as libjpeg feeds
-them; a scan that consumes any of them is reported as :data:`SHORT` at the next restart or at its
-end, for the caller to give the file to libjpeg, which has its own ways with broken data.
+them; a scan that consumes any of them is reported as :data:`SHORT` at the end of that MCU, for
+the caller to give the file to libjpeg, which has its own ways with broken data.
 """
 
 from __future__ import annotations
@@ -286,7 +286,11 @@ def decode_scan(
                     else:
                         k += 15
                     k += 1
-    return SHORT if bits.real() < 0 else OK
+        if bits.real() < 0:
+            # Past the data: nothing after (zeros, until a restart or the end) can undo it, so the
+            # scan is SHORT now, not after reading zeros for what may be millions of blocks.
+            return SHORT
+    return OK
 
 
 def _restart(bits: _Bits) -> int:
