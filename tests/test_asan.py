@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tools", "asan_fuzz.py")
-#: Mutations per target (12 targets); the run is a pure function of this and the seed.
+#: Mutations per target (13 targets); the run is a pure function of this and the seed.
 ITERATIONS = int(os.environ.get("FPSTORE_ASAN_ITERATIONS", "250"))
 SEED = int(os.environ.get("FPSTORE_ASAN_SEED", "1"))
 
@@ -62,7 +62,13 @@ def test_asan_kernels_survive_the_seed_corpus_and_its_mutations(toolchain, tmp_p
     run = json.loads((tmp_path / "run.json").read_text())
     kernels = run["kernels"]
     assert kernels["backend"] == "cython"
-    assert sorted(kernels["kernels"]) == ["fpstore._html_c", "fpstore._runs_c", "fpstore._search_c", "fpstore._simhash_c"]
+    assert sorted(kernels["kernels"]) == [
+        "fpstore._html_c",
+        "fpstore._jpeg_c",
+        "fpstore._runs_c",
+        "fpstore._search_c",
+        "fpstore._simhash_c",
+    ]
     for name, k in kernels["kernels"].items():
         assert k["asan"] and os.path.dirname(k["file"]) == run["build_dir"], (name, k)
         assert not k["file"].startswith(os.path.join(ROOT, "fpstore")), f"{name} is the in-tree kernel"
@@ -86,6 +92,9 @@ def test_asan_kernels_survive_the_seed_corpus_and_its_mutations(toolchain, tmp_p
         "_simhash_c.fingerprint",
         "_simhash_c.fingerprint_batch",
         "_simhash_c.nfkc",
+        "_jpeg_c.decode_scan",
+        "_jpeg_c.huffman_table",
+        "_jpeg_c.next_marker",
     ):
         assert kernel in called, f"no target reached {kernel}"
     total = sum(t["seeds"] + t["mutations"] for t in run["targets"].values())

@@ -6,7 +6,8 @@
     python tools/asan_fuzz.py --corpus DIR --iterations 0    # replay a directory of inputs only
     python tools/asan_fuzz.py --write-seeds                  # regenerate tests/data/fuzz_seeds/
 
-The three Cython kernels (setup.py's ``KERNELS``: ``_simhash_c``, ``_runs_c``, ``_search_c``) are
+The Cython kernels (setup.py's ``KERNELS``: ``_simhash_c``, ``_runs_c``, ``_search_c``, ``_html_c``,
+``_jpeg_c``) are
 compiled with ``-fsanitize=address -fno-omit-frame-pointer -O1 -g`` (``--opt`` changes the level)
 into a build cache outside the tree, ``$TMPDIR/fpstore-asan-build/<hash>/``, keyed by the C sources,
 the flags and the compiler: the in-tree ``fpstore/*.so`` are never touched. The C sources are the
@@ -29,11 +30,11 @@ or as many as fit in the target's share of ``--seconds``.
 Targets: the decoder fuzz targets of tests/support/fuzz.py (``fuzz_one``: run index, run index with its
 checksum made right, run chunks through every probe, state, header, record, key block, idf, packed
 ids), which reach ``_runs_c`` (``index_check``, ``decode_blocks``, ``probe_chunk``, ``probe_tables``) and
-``_search_c.unpack_bits``; and three of this script's own for the kernels that no decoder reaches:
+``_search_c.unpack_bits``; and four of this script's own for the kernels that no decoder reaches:
 ``text`` (fingerprints of arbitrary text through ``Pipeline``: ``_simhash_c``), ``run_encode``
 (arbitrary sorted keys encoded, decoded and probed: ``_runs_c.encode_chunk`` and the probes on
-valid runs) and ``search`` (radix sort, the self-join of ``pairs_within``, bit packing:
-``_search_c``). A target answers or raises an ``FpstoreError``; a result that breaks its promise
+valid runs), ``search`` (radix sort, the self-join of ``pairs_within``, bit packing:
+``_search_c``) and ``jpeg`` (any bytes as a JPEG through ``eighth_scale_grey``: ``_jpeg_c``). A target answers or raises an ``FpstoreError``; a result that breaks its promise
 or any other exception is a finding, and so, above all, is an ASan report (the child aborts).
 
 Exit status: 0 when every input passed; 1 with the ASan report (or the findings), the input that
@@ -73,7 +74,7 @@ CACHE_ROOT = os.environ.get("FPSTORE_ASAN_BUILD") or os.path.join(tempfile.gette
 BUILD_VERSION = 2
 KEEP_BUILDS = 4
 ASAN_OPTIONS = "detect_leaks=0:abort_on_error=1:allocator_may_return_null=1:print_summary=1"
-EXTRA_TARGETS = ("text", "run_encode", "search")
+EXTRA_TARGETS = ("text", "run_encode", "search", "jpeg")
 MAX_INPUT = 1 << 16
 
 
@@ -474,7 +475,17 @@ def _fz_search(data: bytes) -> None:
             raise AssertionError("read_packed(packed_blobs(v)) != v")
 
 
-_EXTRA = {"text": _fz_text, "run_encode": _fz_run_encode, "search": _fz_search}
+def _fz_jpeg(data: bytes) -> None:
+    """Any bytes as a JPEG through the DC decoder (``_jpeg_c``): None, or libjpeg's grey at 1/8 in
+    the shape the frame header declares."""
+    from fpstore.fingerprint.jpeg import eighth_scale_grey
+
+    grey = eighth_scale_grey(data)
+    if grey is not None and (grey.dtype.name != "uint8" or grey.ndim != 2 or 0 in grey.shape):
+        raise AssertionError(f"eighth_scale_grey gave {grey.dtype} {grey.shape}")
+
+
+_EXTRA = {"text": _fz_text, "run_encode": _fz_run_encode, "search": _fz_search, "jpeg": _fz_jpeg}
 
 
 def extra_seeds() -> dict[str, list[bytes]]:
@@ -508,7 +519,32 @@ def extra_seeds() -> dict[str, list[bytes]]:
         b"\x01\x04" + rng.integers(0, 1 << 63, 80, dtype=np.uint64).tobytes(),
         b"\x22\x08" + np.repeat(rng.integers(0, 1 << 63, 10, dtype=np.uint64), 3).tobytes(),
     ]
-    return {"text": texts, "run_encode": keys, "search": search_in}
+    return {"text": texts, "run_encode": keys, "search": search_in, "jpeg": _jpeg_seeds()}
+
+
+def _jpeg_seeds() -> list[bytes]:
+    """Small JPEGs of every kind the DC decoder follows (made by Pillow, from a seeded picture)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    yy, xx = np.mgrid[0:40, 0:56]
+    rgb = np.stack([xx * 4, yy * 5, (xx + yy) * 2], axis=-1) + rng.integers(0, 30, (40, 56, 3))
+    picture = Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8))
+    out = []
+    for mode, options in (
+        ("RGB", {"quality": 75}),
+        ("RGB", {"quality": 90, "progressive": True}),
+        ("RGB", {"quality": 60, "subsampling": 0, "restart_marker_blocks": 2}),
+        ("L", {"quality": 80, "progressive": True, "restart_marker_rows": 1}),
+        ("RGB", {"quality": 85, "optimize": True, "subsampling": "4:1:1"}),
+    ):
+        buf = io.BytesIO()
+        picture.convert(mode).save(buf, "JPEG", **options)
+        out.append(buf.getvalue())
+    return out
 
 
 def all_seeds() -> dict[str, list[bytes]]:
@@ -656,7 +692,7 @@ def child(args: argparse.Namespace) -> int:
         raise SystemExit("the ASan runtime is not loaded in the child (LD_PRELOAD)")
 
     import fpstore
-    from fpstore.fingerprint import pipeline, text
+    from fpstore.fingerprint import jpeg, pipeline, text
     from fpstore.index import runs, search
 
     if fpstore.backend != "cython":
@@ -674,6 +710,7 @@ def child(args: argparse.Namespace) -> int:
         "pipeline._kernel": pipeline._kernel,
         "search._search": search._search,
         "text._kernel": getattr(text, "_kernel", None),
+        "jpeg._kernel": jpeg._kernel,
     }
     for where, mod in users.items():
         if mod is not None and mod.__name__ in paths and mod is not sys.modules[mod.__name__]:
