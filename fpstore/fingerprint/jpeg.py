@@ -28,6 +28,7 @@ libjpeg as it is. The bytes :func:`dc_scans` returns go to libjpeg like any othe
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 
@@ -260,6 +261,189 @@ def _quant_dc(data: bytes, pos: int, end: int, dc: dict[int, int]) -> bool:
     return True
 
 
+@dataclasses.dataclass
+class _Frame:
+    """A frame header (SOF): its kind, size and components, each (id, h, v, quantisation table)."""
+
+    progressive: bool
+    width: int
+    height: int
+    components: list[tuple[int, int, int, int]]
+
+    @property
+    def hmax(self) -> int:
+        return max(c[1] for c in self.components)
+
+    @property
+    def vmax(self) -> int:
+        return max(c[2] for c in self.components)
+
+
+def _frame(data: bytes, body: int, length: int, progressive: bool) -> _Frame | None:
+    """The SOF segment at ``body`` (after its length), if 8-bit and well formed."""
+    nf = data[body + 5] if length >= 8 else 0
+    if nf == 0 or length != 8 + 3 * nf or data[body] != 8:
+        return None
+    height, width = int.from_bytes(data[body + 1 : body + 3], "big"), int.from_bytes(data[body + 3 : body + 5], "big")
+    at = range(body + 6, body + 6 + 3 * nf, 3)
+    components = [(data[i], data[i + 1] >> 4, data[i + 1] & 15, data[i + 2]) for i in at]
+    if width == 0 or height == 0 or len({c[0] for c in components}) != nf:
+        return None
+    if any(not (1 <= h <= 4 and 1 <= v <= 4) or tq > 3 for _, h, v, tq in components):
+        return None
+    return _Frame(progressive, width, height, components)
+
+
+class _LumaDc:
+    """What :func:`eighth_scale_grey` has read of a file so far: the tables, the frame, and the
+    luma's DC coefficients. Each method returns False (or None) for a file it does not follow."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.tables = np.zeros((8, _kernel.TABLE_WIDTH), dtype=np.int32)
+        self.specs: dict[int, tuple[bytes, bytes]] = {}  # the DHT tables defined, by row of ``tables``
+        self.built: dict[int, tuple[bytes, bytes]] = {}  # what each row of ``tables`` holds now
+        self.quant: dict[int, int] = {}  # DC quantiser by table id
+        self.latched: dict[int, int] = {}  # by component id: fixed at its first scan, as libjpeg latches it
+        self.restart = 0
+        self.jfif = False  # with the Adobe transform, what decides a 3-component frame's colour space
+        self.adobe_transform: int | None = None
+        self.frame: _Frame | None = None
+        self.coef: np.ndarray | None = None  # the luma's DC coefficients, in its blocks
+        self.luma = -1
+        self.dc_precision: dict[int, int] = {}  # by component id: the Al its DC has reached
+        self.ac_precision: dict[int, list[int | None]] = {}  # by component id: each AC coefficient's
+        self.sequential_done = False
+
+    def segment(self, marker: int, body: int, end: int) -> bool:
+        """A marker segment other than a scan: data[body:end] after its length."""
+        data = self.data
+        if marker in _SKIPPED:
+            # libjpeg's own tests: a JFIF APP0 of at least 14 bytes; an Adobe APP14 of at least 12.
+            if marker == 0xE0 and end - body >= 14 and data[body : body + 5] == b"JFIF\x00":
+                self.jfif = True
+            if marker == 0xEE and end - body >= 12 and data[body : body + 5] == b"Adobe":
+                self.adobe_transform = data[body + 11]
+            return True
+        if marker == _DHT:
+            return _huffman_specs(data, body, end, self.specs)
+        if marker == _DQT:
+            return _quant_dc(data, body, end, self.quant)
+        if marker == _DRI:
+            self.restart = int.from_bytes(data[body : body + 2], "big")
+            return end - body == 2
+        if marker in _SOF_SEQUENTIAL or marker == _SOF_PROGRESSIVE:
+            if self.frame is not None:
+                return False
+            self.frame = _frame(data, body, end - body + 2, marker == _SOF_PROGRESSIVE)
+            if self.frame is None:
+                return False
+            self.ac_precision = {c[0]: [None] * 64 for c in self.frame.components}
+            return True
+        return False  # another frame type, DNL, arithmetic coding, a marker out of place
+
+    def scan(self, body: int, end: int) -> int | None:
+        """The SOS segment data[body:end] and its entropy-coded data: where the data ends."""
+        data, frame = self.data, self.frame
+        ns = data[body] if end > body else 0
+        if frame is None or not 1 <= ns <= 4 or end - body != 4 + 2 * ns:
+            return None
+        ss, se, ah, al = data[end - 3], data[end - 2], data[end - 1] >> 4, data[end - 1] & 15
+        scan_end: int = _kernel.next_marker(data, end)
+        by_id = {c[0]: c for c in frame.components}
+        at = range(body + 1, body + 1 + 2 * ns, 2)
+        members = [(data[i], data[i + 1] >> 4, data[i + 1] & 15) for i in at]  # (component, DC table, AC table)
+        if len({m[0] for m in members}) != ns or any(m[0] not in by_id for m in members):
+            return None
+        if self.coef is None and not self._start(frame):
+            return None
+        for cid, _, _ in members:
+            if cid not in self.latched:
+                if by_id[cid][3] not in self.quant:
+                    return None
+                self.latched[cid] = self.quant[by_id[cid][3]]
+        if ss != 0:  # a progressive AC scan: not read, but its coefficients must all arrive
+            if not (frame.progressive and ns == 1 and ss <= se <= 63 and al <= 13):
+                return None
+            bands = self.ac_precision[members[0][0]]
+            for coefficient in range(ss, se + 1):
+                bands[coefficient] = al
+            return scan_end
+        if frame.progressive:
+            if se != 0 or al > 13:
+                return None
+            for cid, _, _ in members:
+                first = self.dc_precision.get(cid) is None
+                if first != (ah == 0) or (not first and (self.dc_precision[cid] != ah or al != ah - 1)):
+                    return None
+                self.dc_precision[cid] = al
+            mode = _kernel.DC_FIRST if ah == 0 else _kernel.DC_REFINE
+        else:
+            # One scan of every component, as encoders write them (scans of some components are
+            # allowed, but no file at hand tests them against libjpeg).
+            if se != 63 or ah or al or self.sequential_done or ns != len(frame.components):
+                return None
+            mode = _kernel.SEQUENTIAL
+            self.sequential_done = True
+        layout = []
+        for slot, (cid, td, ta) in enumerate(members):
+            needed = ([] if mode == _kernel.DC_REFINE else [td]) + ([4 + ta] if mode == _kernel.SEQUENTIAL else [])
+            if not all(self._table(row) for row in needed):
+                return None
+            h, v = (1, 1) if ns == 1 else by_id[cid][1:3]  # a scan of one component: one block an MCU
+            layout += [(slot, row, col, td, 4 + ta, cid == self.luma) for row in range(v) for col in range(h)]
+        if len(layout) > 10:
+            return None
+        if ns == 1:  # the component's own blocks: its samples (rounded up) in blocks of 8
+            _, h, v, _ = by_id[members[0][0]]
+            mcus_x, mcus_y = _ceil(_ceil(frame.width * h, frame.hmax), 8), _ceil(_ceil(frame.height * v, frame.vmax), 8)
+        else:
+            mcus_x, mcus_y = _ceil(frame.width, 8 * frame.hmax), _ceil(frame.height, 8 * frame.vmax)
+        blocks = np.array(layout, dtype=np.int32)
+        status = _kernel.decode_scan(data, end, scan_end, mode, al, self.restart, mcus_x, mcus_y, blocks, self.tables, self.coef)
+        return scan_end if status == _kernel.OK else None
+
+    def _start(self, frame: _Frame) -> bool:
+        """At the first scan (libjpeg has fixed the colour space by then): the luma, if followed."""
+        components = frame.components
+        ycbcr = _ycbcr([c[:3] for c in components], self.jfif, self.adobe_transform)
+        if not (len(components) == 1 or ycbcr) or components[0][1:3] != (frame.hmax, frame.vmax):
+            return False
+        self.luma = components[0][0]
+        rows, cols = _ceil(frame.height, 8 * frame.vmax) * frame.vmax, _ceil(frame.width, 8 * frame.hmax) * frame.hmax
+        self.coef = np.zeros((rows, cols), dtype=np.int16)
+        return True
+
+    def _table(self, row: int) -> bool:
+        """Table ``row`` of ``tables`` built from the DHT table in force, if it is defined and valid."""
+        spec = self.specs.get(row)
+        if spec is None:
+            return False
+        if self.built.get(row) != spec:
+            table = _huffman_table(*spec, row < 4)
+            if table is None:
+                return False
+            self.tables[row] = table
+            self.built[row] = spec
+        return True
+
+    def grey(self) -> np.ndarray | None:
+        """At EOI: the pixels, if the luma's DC (and, progressive, every AC coefficient) arrived."""
+        frame, coef = self.frame, self.coef
+        if frame is None or coef is None:
+            return None
+        if frame.progressive:
+            if self.dc_precision.get(self.luma) != 0 or any(p != 0 for bands in self.ac_precision.values() for p in bands[1:]):
+                return None
+        elif not self.sequential_done:
+            return None
+        q = self.latched[self.luma]
+        if q > 0x7FFF:
+            return None  # libjpeg keeps the quantiser as a 16-bit signed number; not followed
+        blocks = coef[: _ceil(frame.height, 8), : _ceil(frame.width, 8)].astype(np.int32)
+        return np.take(_RANGE_LIMIT, ((blocks * q + 4) >> 3) & 1023)
+
+
 def eighth_scale_grey(data: bytes) -> np.ndarray | None:
     """The grey image (uint8, ceil(height / 8) × ceil(width / 8)) that libjpeg gives for the JPEG
     ``data`` decoded at 1/8 scale to grey (Pillow's ``draft("L")`` at scale 8), or None where this
@@ -275,156 +459,28 @@ def eighth_scale_grey(data: bytes) -> np.ndarray | None:
     n = len(data)
     if n < 4 or data[:2] != _SOI:
         return None
-    tables = np.zeros((8, _kernel.TABLE_WIDTH), dtype=np.int32)
-    specs: dict[int, tuple[bytes, bytes]] = {}  # the DHT tables defined, by row of ``tables``
-    built: dict[int, tuple[bytes, bytes]] = {}  # what each row of ``tables`` holds now
-    quant: dict[int, int] = {}
-    latched: dict[int, int] = {}  # component id -> DC quantiser, fixed by its first scan (as libjpeg latches)
-    frame: tuple[bool, int, int, list[tuple[int, int, int, int]]] | None = None
-    coef: np.ndarray | None = None
-    luma = -1
-    restart = 0
-    jfif, adobe_transform = False, None
-    dc_precision: dict[int, int] = {}  # component id -> the DC's precision reached (Al)
-    ac_precision: dict[int, list[int | None]] = {}
-    sequential_done = False
+    state = _LumaDc(data)
     pos = 2
     while True:
         if pos + 2 > n or data[pos] != 0xFF:
             return None
         marker = data[pos + 1]
-        if marker == 0xFF:
+        if marker == 0xFF:  # a fill byte before a marker
             pos += 1
             continue
         if marker == _EOI_MARKER:
-            break
+            return state.grey()
         if pos + 4 > n:
             return None
-        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
-        end = pos + 2 + length
-        if length < 2 or end > n:
+        end = pos + 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
+        if end < pos + 4 or end > n:
             return None
-        body = pos + 4
-        if marker in _SKIPPED:
-            if marker == 0xE0 and length >= 16 and data[body : body + 5] == b"JFIF\x00":
-                jfif = True
-            if marker == 0xEE and length >= 14 and data[body : body + 5] == b"Adobe":
-                adobe_transform = data[pos + 15]
-        elif marker == _DHT:
-            if not _huffman_specs(data, body, end, specs):
-                return None
-        elif marker == _DQT:
-            if not _quant_dc(data, body, end, quant):
-                return None
-        elif marker == _DRI:
-            if length != 4:
-                return None
-            restart = int.from_bytes(data[body : body + 2], "big")
-        elif marker in _SOF_SEQUENTIAL or marker == _SOF_PROGRESSIVE:
-            nf = data[body + 5] if length >= 8 else 0
-            if frame is not None or nf == 0 or length != 8 + 3 * nf or data[body] != 8:
-                return None
-            height, width = int.from_bytes(data[body + 1 : body + 3], "big"), int.from_bytes(data[body + 3 : body + 5], "big")
-            comps = [
-                (data[body + 6 + 3 * i], data[body + 7 + 3 * i] >> 4, data[body + 7 + 3 * i] & 15, data[body + 8 + 3 * i])
-                for i in range(nf)
-            ]
-            if width == 0 or height == 0 or len({c[0] for c in comps}) != nf:
-                return None
-            if any(not (1 <= h <= 4 and 1 <= v <= 4) or tq > 3 for _, h, v, tq in comps):
-                return None
-            frame = (marker == _SOF_PROGRESSIVE, width, height, comps)
-            ac_precision = {c[0]: [None] * 64 for c in comps}
-        elif marker == _SOS:
-            if frame is None:
-                return None
-            progressive, width, height, comps = frame
-            ns = data[body] if length >= 3 else 0
-            if not 1 <= ns <= 4 or length != 6 + 2 * ns:
-                return None
-            ss, se, ah, al = data[end - 3], data[end - 2], data[end - 1] >> 4, data[end - 1] & 15
-            scan_end = _kernel.next_marker(data, end)
-            hmax, vmax = max(c[1] for c in comps), max(c[2] for c in comps)
-            if coef is None:  # the first scan: libjpeg has fixed the colour space by now
-                if not (nf == 1 or _ycbcr([c[:3] for c in comps], jfif, adobe_transform)) or comps[0][1:3] != (hmax, vmax):
-                    return None
-                luma = comps[0][0]
-                coef = np.zeros((_ceil(height, 8 * vmax) * vmax, _ceil(width, 8 * hmax) * hmax), dtype=np.int16)
-            by_id = {c[0]: c for c in comps}
-            members = [(data[body + 1 + 2 * i], data[body + 2 + 2 * i] >> 4, data[body + 2 + 2 * i] & 15) for i in range(ns)]
-            if len({m[0] for m in members}) != ns or any(m[0] not in by_id for m in members):
-                return None
-            for cid, _, _ in members:
-                if cid not in latched:
-                    tq = by_id[cid][3]
-                    if tq not in quant:
-                        return None
-                    latched[cid] = quant[tq]
-            if ss == 0:  # a sequential scan, or a progressive DC scan
-                if progressive:
-                    if se != 0 or al > 13:
-                        return None
-                    for cid, _, _ in members:
-                        if (dc_precision.get(cid) is None) != (ah == 0) or (ah and (dc_precision[cid] != ah or al != ah - 1)):
-                            return None
-                        dc_precision[cid] = al
-                    mode = _kernel.DC_FIRST if ah == 0 else _kernel.DC_REFINE
-                else:
-                    # One scan of every component, as encoders write them (scans of some components
-                    # are allowed, but no file at hand tests them against libjpeg).
-                    if se != 63 or ah or al or sequential_done or ns != len(comps):
-                        return None
-                    mode = _kernel.SEQUENTIAL
-                layout = []
-                for slot, (cid, td, ta) in enumerate(members):
-                    needed = ([] if mode == _kernel.DC_REFINE else [td]) + ([4 + ta] if mode == _kernel.SEQUENTIAL else [])
-                    for row in needed:
-                        if row not in specs:
-                            return None
-                        if built.get(row) != specs[row]:
-                            table = _huffman_table(*specs[row], row < 4)
-                            if table is None:
-                                return None
-                            tables[row] = table
-                            built[row] = specs[row]
-                    _, h, v, _ = by_id[cid]
-                    if ns == 1:
-                        h = v = 1  # a scan of one component: one block an MCU
-                    layout += [(slot, row, col, td, 4 + ta, cid == luma) for row in range(v) for col in range(h)]
-                if len(layout) > 10:
-                    return None
-                if ns == 1:  # the component's own blocks: its samples (rounded up) in blocks of 8
-                    _, h, v, _ = by_id[members[0][0]]
-                    scan_x, scan_y = _ceil(_ceil(width * h, hmax), 8), _ceil(_ceil(height * v, vmax), 8)
-                else:
-                    scan_x, scan_y = _ceil(width, 8 * hmax), _ceil(height, 8 * vmax)
-                status = _kernel.decode_scan(
-                    data, end, scan_end, mode, al, restart, scan_x, scan_y, np.array(layout, dtype=np.int32), tables, coef
-                )
-                if status != _kernel.OK:
-                    return None
-                sequential_done = not progressive
-            elif progressive and ns == 1 and 1 <= ss <= se <= 63 and al <= 13:
-                bands = ac_precision[members[0][0]]
-                for coefficient in range(ss, se + 1):
-                    bands[coefficient] = al
-            else:
+        if marker == _SOS:
+            scan_end = state.scan(pos + 4, end)
+            if scan_end is None:
                 return None
             pos = scan_end
-            continue
+        elif state.segment(marker, pos + 4, end):
+            pos = end
         else:
-            return None  # another frame type, DNL, arithmetic coding, a marker out of place
-        pos = end
-    if frame is None or coef is None:
-        return None
-    progressive, width, height, comps = frame
-    if progressive:
-        if dc_precision.get(luma) != 0 or any(p != 0 for bands in ac_precision.values() for p in bands[1:]):
             return None
-    elif not sequential_done:
-        return None
-    q = latched[luma]
-    if q > 0x7FFF:
-        return None  # libjpeg keeps the quantiser as a 16-bit signed number; not followed
-    descaled = ((coef[: _ceil(height, 8), : _ceil(width, 8)].astype(np.int32) * q + 4) >> 3) & 1023
-    return np.take(_RANGE_LIMIT, descaled)
