@@ -219,7 +219,9 @@ def huffman_table(const uint8_t[::1] counts, const uint8_t[::1] symbols, bint dc
             out[MAXCODE + length] = <int32_t>(code - 1)
         else:
             out[MAXCODE + length] = -1
-        if code > (1 << length):
+        # No code may be all ones (libjpeg: "code is now 1 more than the last code used for
+        # codelength si; but it must still fit in si bits").
+        if code >= (1 << length):
             return S_BAD_TABLE
         code <<= 1
     out[MAXCODE + 17] = 0x7FFFFFFF

@@ -228,25 +228,25 @@ def test_the_compiled_table_builder_is_its_twins_equal_and_refuses_what_libjpeg_
         outcomes.add(got[0])
     assert outcomes == {compiled.OK, compiled.BAD_TABLE}
     out = np.zeros(compiled.TABLE_WIDTH, dtype=np.int32)
-    assert compiled.huffman_table(bytes([2] + [0] * 15), bytes([0, 1]), True, out) == compiled.OK
     assert compiled.huffman_table(bytes([3] + [0] * 15), bytes([0, 1, 2]), True, out) == compiled.BAD_TABLE  # 3 codes of 1 bit
     assert compiled.huffman_table(bytes([0, 1] + [0] * 14), bytes([16]), True, out) == compiled.BAD_TABLE  # a DC size above 15
 
 
-def test_the_scan_decoder_refuses_a_layout_that_would_write_outside_its_arrays() -> None:
-    tables = _tables(compiled, np.random.default_rng(0))
+@pytest.mark.parametrize("kernel", [compiled, _jpeg_py], ids=["compiled", "twin"])
+def test_the_scan_decoder_refuses_a_layout_that_would_write_outside_its_arrays(kernel) -> None:
+    tables = _tables(kernel, np.random.default_rng(0))
     data = bytes(64)
     ok = np.array([(0, 0, 0, 0, 4, 1)], dtype=np.int32)
     with pytest.raises(ValueError):
-        compiled.decode_scan(data, 0, 64, 0, 0, 0, 4, 4, ok, tables, np.zeros((3, 4), dtype=np.int16))
+        kernel.decode_scan(data, 0, 64, 0, 0, 0, 4, 4, ok, tables, np.zeros((3, 4), dtype=np.int16))
     with pytest.raises(ValueError):
-        compiled.decode_scan(data, 0, 65, 0, 0, 0, 1, 1, ok, tables, np.zeros((1, 1), dtype=np.int16))
+        kernel.decode_scan(data, 0, 65, 0, 0, 0, 1, 1, ok, tables, np.zeros((1, 1), dtype=np.int16))
     with pytest.raises(ValueError):
         bad = np.array([(0, 0, 0, 9, 4, 1)], dtype=np.int32)
-        compiled.decode_scan(data, 0, 64, 0, 0, 0, 1, 1, bad, tables, np.zeros((1, 1), dtype=np.int16))
+        kernel.decode_scan(data, 0, 64, 0, 0, 0, 1, 1, bad, tables, np.zeros((1, 1), dtype=np.int16))
     with pytest.raises(ValueError):
         bad = np.array([(4, 0, 0, 0, 4, 1)], dtype=np.int32)
-        compiled.decode_scan(data, 0, 64, 0, 0, 0, 1, 1, bad, tables, np.zeros((1, 1), dtype=np.int16))
+        kernel.decode_scan(data, 0, 64, 0, 0, 0, 1, 1, bad, tables, np.zeros((1, 1), dtype=np.int16))
 
 
 def test_the_compiled_marker_search_is_its_twins_equal() -> None:
@@ -271,3 +271,41 @@ def test_a_scan_that_runs_out_of_data_stops_there(kernel) -> None:
     status = kernel.decode_scan(data, 0, 4, kernel.SEQUENTIAL, 0, 0, 1000, 100, blocks, tables, coef)
     assert status in (kernel.SHORT, kernel.BAD_CODE)
     assert (coef[1:] == 77).all() and (coef[0, 40:] == 77).all()
+
+
+def _scans(data: bytes) -> list[int]:
+    """Positions of the SOS markers of ``data``."""
+    out, pos = [], 0
+    while (pos := data.find(b"\xff\xda", pos + 1)) != -1:
+        out.append(pos)
+    return out
+
+
+def test_a_dc_scans_unused_table_selectors_are_ignored_as_libjpeg_ignores_them() -> None:
+    """A first DC scan reads only its DC table and a refinement none; the other selectors may
+    hold anything (found by a review's fuzzing: the decoder raised ValueError on such files)."""
+    base = encode(picture(64, 64, 4), "L", quality=75, progressive=True)
+    scans = _scans(base)
+    first = next(p for p in scans if base[p + 7 : p + 9] == b"\x00\x00" and base[p + 9] >> 4 == 0)
+    refine = next(p for p in scans if base[p + 7 : p + 9] == b"\x00\x00" and base[p + 9] >> 4 != 0)
+    for at, selectors in ((first, 0x04), (first, 0x0F), (refine, 0x80), (refine, 0xFF)):
+        data = bytearray(base)
+        data[at + 6] = selectors
+        grey = eighth_scale_grey(bytes(data))
+        assert grey is not None and np.array_equal(grey, libjpeg_at_one_eighth(bytes(data)))
+    # The DC table a first scan reads must be one of the four (libjpeg refuses 4 and up).
+    data = bytearray(base)
+    data[first + 6] = 0x50
+    assert eighth_scale_grey(bytes(data)) is None
+
+
+@pytest.mark.parametrize("kernel", [compiled, _jpeg_py], ids=["compiled", "twin"])
+def test_a_table_whose_codes_fill_their_space_is_refused_as_libjpeg_refuses_it(kernel) -> None:
+    """No code may be all ones (libjpeg's jpeg_make_d_derived_tbl): two codes of one bit, or four
+    of two, are refused; one of one bit and two of two bits are not."""
+    out = np.zeros(kernel.TABLE_WIDTH, dtype=np.int32)
+    assert kernel.huffman_table(bytes([2] + [0] * 15), bytes([0, 1]), True, out) == kernel.BAD_TABLE
+    assert kernel.huffman_table(bytes([0, 4] + [0] * 14), bytes([0, 1, 2, 3]), False, out) == kernel.BAD_TABLE
+    assert kernel.huffman_table(bytes([1, 2] + [0] * 14), bytes([0, 1, 2]), True, out) == kernel.BAD_TABLE
+    assert kernel.huffman_table(bytes([1] + [0] * 15), bytes([0]), True, out) == kernel.OK
+    assert kernel.huffman_table(bytes([1, 1] + [0] * 14), bytes([0, 1]), True, out) == kernel.OK

@@ -104,7 +104,9 @@ def huffman_table(counts: bytes, symbols: bytes, dc: bool, out: np.ndarray) -> i
             out[_MAXCODE + length] = code - 1
         else:
             out[_MAXCODE + length] = -1
-        if code > (1 << length):
+        # No code may be all ones (libjpeg: "code is now 1 more than the last code used for
+        # codelength si; but it must still fit in si bits").
+        if code >= (1 << length):
             return BAD_TABLE
         code <<= 1
     out[_MAXCODE + 17] = 0x7FFFFFFF  # sentinel: every 17-bit prefix is past the last code
@@ -232,6 +234,7 @@ def decode_scan(
     DC_REFINE (a bit per block, ORed in at ``al``). ``restart_interval``: MCUs between restart
     markers (0: none); the markers must be RST0..RST7 in turn with nothing before them but the
     last byte's padding (else BAD_RESTART)."""
+    _check_arguments(data, start, end, mode, al, mcus_x, mcus_y, blocks, tables, coef)
     kept = blocks[blocks[:, 5] != 0]
     ov = int(kept[:, 1].max()) + 1 if len(kept) else 1
     oh = int(kept[:, 2].max()) + 1 if len(kept) else 1
@@ -291,6 +294,36 @@ def decode_scan(
             # scan is SHORT now, not after reading zeros for what may be millions of blocks.
             return SHORT
     return OK
+
+
+def _check_arguments(
+    data: bytes,
+    start: int,
+    end: int,
+    mode: int,
+    al: int,
+    mcus_x: int,
+    mcus_y: int,
+    blocks: np.ndarray,
+    tables: np.ndarray,
+    coef: np.ndarray,
+) -> None:
+    """ValueError unless the scan's reads and writes stay inside the buffers given (the compiled
+    kernel's checks, which keep its memory safe)."""
+    if not (0 <= start <= end <= len(data)) or not 0 <= mode <= 2 or not 0 <= al <= 15:
+        raise ValueError("decode_scan: bad scan arguments")
+    if not 1 <= len(blocks) <= 10 or blocks.shape[1] != 6 or tables.shape[1] != TABLE_WIDTH or mcus_x < 0 or mcus_y < 0:
+        raise ValueError("decode_scan: bad block layout or tables")
+    ov = oh = 1
+    for slot, row, col, dc_row, ac_row, keep in blocks.tolist():
+        if not (0 <= slot < 4 and 0 <= row < 4 and 0 <= col < 4):
+            raise ValueError("decode_scan: bad block layout")
+        if not (0 <= dc_row < len(tables) and 0 <= ac_row < len(tables)):
+            raise ValueError("decode_scan: a block's table is out of range")
+        if keep:
+            ov, oh = max(ov, row + 1), max(oh, col + 1)
+    if coef.shape[0] < mcus_y * ov or coef.shape[1] < mcus_x * oh:
+        raise ValueError("decode_scan: the coefficient array is smaller than the scan")
 
 
 def _restart(bits: _Bits) -> int:

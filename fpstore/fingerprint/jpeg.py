@@ -387,11 +387,16 @@ class _LumaDc:
             self.sequential_done = True
         layout = []
         for slot, (cid, td, ta) in enumerate(members):
-            needed = ([] if mode == _kernel.DC_REFINE else [td]) + ([4 + ta] if mode == _kernel.SEQUENTIAL else [])
-            if not all(self._table(row) for row in needed):
+            # The tables this scan reads (a DC refinement none, a first DC scan its DC table): the
+            # other selectors may hold anything, as libjpeg never looks at them.
+            reads_dc, reads_ac = mode != _kernel.DC_REFINE, mode == _kernel.SEQUENTIAL
+            if (reads_dc and td > 3) or (reads_ac and ta > 3):
+                return None
+            dc_row, ac_row = (td if reads_dc else 0), (4 + ta if reads_ac else 0)
+            if (reads_dc and not self._table(dc_row)) or (reads_ac and not self._table(ac_row)):
                 return None
             h, v = (1, 1) if ns == 1 else by_id[cid][1:3]  # a scan of one component: one block an MCU
-            layout += [(slot, row, col, td, 4 + ta, cid == self.luma) for row in range(v) for col in range(h)]
+            layout += [(slot, row, col, dc_row, ac_row, cid == self.luma) for row in range(v) for col in range(h)]
         if len(layout) > 10:
             return None
         if ns == 1:  # the component's own blocks: its samples (rounded up) in blocks of 8
@@ -455,7 +460,8 @@ def eighth_scale_grey(data: bytes) -> np.ndarray | None:
     libjpeg reads as YCbCr, whose luma is sampled at the frame's largest factors; restart markers.
     A sequential file must have one scan of all its components; a progressive file's DC must reach
     full precision, and so must every AC coefficient (else libjpeg smooths the DC from the
-    neighbouring blocks)."""
+    neighbouring blocks). A progressive file's AC scans are not read, so damage in them goes
+    unseen: libjpeg may refuse a file whose pixels at 1/8 this function gives."""
     n = len(data)
     if n < 4 or data[:2] != _SOI:
         return None
