@@ -309,3 +309,18 @@ def test_a_table_whose_codes_fill_their_space_is_refused_as_libjpeg_refuses_it(k
     assert kernel.huffman_table(bytes([1, 2] + [0] * 14), bytes([0, 1, 2]), True, out) == kernel.BAD_TABLE
     assert kernel.huffman_table(bytes([1] + [0] * 15), bytes([0]), True, out) == kernel.OK
     assert kernel.huffman_table(bytes([1, 1] + [0] * 14), bytes([0, 1]), True, out) == kernel.OK
+
+
+def test_an_ac_scan_naming_a_table_libjpeg_cannot_build_is_left_to_libjpeg() -> None:
+    """The AC scans of a progressive file are not decoded here, but libjpeg builds each one's table
+    first and stops where it cannot: so this decoder leaves such a file to it (found by a review's
+    fuzzing: it gave pixels for files libjpeg refused)."""
+    base = encode(picture(96, 80, 6), "L", quality=75, progressive=True)
+    ac = [p for p in _scans(base) if base[p + 7] != 0]
+    assert ac and eighth_scale_grey(base) is not None
+    for selector in (0x03, 0x09):  # table 3 is never defined in these files; 9 is no table
+        data = bytearray(base)
+        data[ac[-1] + 6] = selector
+        with pytest.raises(OSError):
+            libjpeg_at_one_eighth(bytes(data))
+        assert eighth_scale_grey(bytes(data)) is None

@@ -234,6 +234,18 @@ def _huffman_specs(data: bytes, pos: int, end: int, specs: dict[int, tuple[bytes
     return True
 
 
+def _codes_fit(counts: bytes) -> bool:
+    """libjpeg's test of a Huffman table's code lengths (``jpeg_make_d_derived_tbl``): the codes
+    of each length fit in that many bits, none of them all ones."""
+    code = 0
+    for length, count in enumerate(counts, 1):
+        code += count
+        if code >= 1 << length:
+            return False
+        code <<= 1
+    return True
+
+
 @functools.lru_cache(maxsize=64)
 def _huffman_table(counts: bytes, symbols: bytes, dc: bool) -> np.ndarray | None:
     """A table in the kernel's form, or None if libjpeg would refuse it. Cached: the files of one
@@ -365,6 +377,11 @@ class _LumaDc:
         if ss != 0:  # a progressive AC scan: not read, but its coefficients must all arrive
             if not (frame.progressive and ns == 1 and ss <= se <= 63 and al <= 13):
                 return None
+            # libjpeg builds the scan's table before it reads the scan, and stops if it cannot.
+            ta = members[0][2]
+            spec = self.specs.get(4 + ta) if ta <= 3 else None
+            if spec is None or not _codes_fit(spec[0]):
+                return None
             bands = self.ac_precision[members[0][0]]
             for coefficient in range(ss, se + 1):
                 bands[coefficient] = al
@@ -460,8 +477,9 @@ def eighth_scale_grey(data: bytes) -> np.ndarray | None:
     libjpeg reads as YCbCr, whose luma is sampled at the frame's largest factors; restart markers.
     A sequential file must have one scan of all its components; a progressive file's DC must reach
     full precision, and so must every AC coefficient (else libjpeg smooths the DC from the
-    neighbouring blocks). A progressive file's AC scans are not read, so damage in them goes
-    unseen: libjpeg may refuse a file whose pixels at 1/8 this function gives."""
+    neighbouring blocks). A progressive file's AC scans are not read (their parameters and tables
+    are checked as libjpeg checks them), so damage in their data goes unseen: libjpeg may refuse a
+    file whose pixels at 1/8 this function gives."""
     n = len(data)
     if n < 4 or data[:2] != _SOI:
         return None
