@@ -324,3 +324,18 @@ def test_an_ac_scan_naming_a_table_libjpeg_cannot_build_is_left_to_libjpeg() -> 
         with pytest.raises(OSError):
             libjpeg_at_one_eighth(bytes(data))
         assert eighth_scale_grey(bytes(data)) is None
+
+
+def test_an_ac_refinement_scan_libjpeg_refuses_is_left_to_libjpeg() -> None:
+    """A refinement scan must lower the precision by one bit (Al = Ah - 1): libjpeg stops at one
+    that does not, AC scans included (found by a review's fuzzing)."""
+    base = encode(picture(96, 80, 7), "L", quality=75, progressive=True)
+    refine = [p for p in _scans(base) if base[p + 7] != 0 and base[p + 9] >> 4 != 0]
+    assert refine
+    data = bytearray(base)
+    end = refine[-1] + 2 + int.from_bytes(base[refine[-1] + 2 : refine[-1] + 4], "big")
+    assert base[end - 1] == 0x10  # Ah 1, Al 0: the last refinement
+    data[end - 1] = 0x20  # Ah 2, Al 0: still ends at full precision, but skips a bit
+    with pytest.raises(OSError):
+        libjpeg_at_one_eighth(bytes(data))
+    assert eighth_scale_grey(bytes(data)) is None

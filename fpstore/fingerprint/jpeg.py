@@ -375,7 +375,7 @@ class _LumaDc:
                     return None
                 self.latched[cid] = self.quant[by_id[cid][3]]
         if ss != 0:  # a progressive AC scan: not read, but its coefficients must all arrive
-            if not (frame.progressive and ns == 1 and ss <= se <= 63 and al <= 13):
+            if not (frame.progressive and ns == 1 and ss <= se <= 63 and al <= 13) or (ah and al != ah - 1):
                 return None
             # libjpeg builds the scan's table before it reads the scan, and stops if it cannot.
             ta = members[0][2]
