@@ -143,8 +143,9 @@ cdef inline uint32_t _dc_difference(Bits *b, int s) noexcept nogil:
     return value - (((1u << s) - 1u) & (0u - <uint32_t>(value < ((1u << s) >> 1))))
 
 
-cdef inline int _restart(Bits *b, int number) noexcept nogil:
-    """End a restart interval at marker RST(number mod 8); the reader then starts afresh after it."""
+cdef inline int _restart(Bits *b, int number, uint32_t *pred) noexcept nogil:
+    """End a restart interval at marker RST(number mod 8); the reader then starts afresh after it,
+    and the four DC predictions ``pred`` from 0."""
     cdef int real = b.cnt - b.pad
     cdef Py_ssize_t pos = b.pos
     if real < 0:
@@ -161,6 +162,7 @@ cdef inline int _restart(Bits *b, int number) noexcept nogil:
     b.buf = 0
     b.cnt = 0
     b.pad = 0
+    pred[0] = pred[1] = pred[2] = pred[3] = 0
     return S_OK
 
 
@@ -334,11 +336,10 @@ cdef int _decode_sequential(
     pred[0] = pred[1] = pred[2] = pred[3] = 0
     for m in range(total):
         if restart_interval and m and m % restart_interval == 0:
-            status = _restart(b, number)
+            status = _restart(b, number, pred)
             if status != S_OK:
                 return status
             number += 1
-            pred[0] = pred[1] = pred[2] = pred[3] = 0
         for i in range(nblocks):
             if b.cnt < 32:
                 _fill(b)
@@ -400,11 +401,10 @@ cdef int _decode_dc(
     pred[0] = pred[1] = pred[2] = pred[3] = 0
     for m in range(total):
         if restart_interval and m and m % restart_interval == 0:
-            status = _restart(b, number)
+            status = _restart(b, number, pred)
             if status != S_OK:
                 return status
             number += 1
-            pred[0] = pred[1] = pred[2] = pred[3] = 0
         for i in range(nblocks):
             if b.cnt < 32:
                 _fill(b)

@@ -13,31 +13,12 @@ from fpstore._backend import BACKEND
 from fpstore.fingerprint import _jpeg_py
 from fpstore.fingerprint.image import ImagePipeline
 from fpstore.fingerprint.jpeg import eighth_scale_grey
+from tests.support.jpegs import encode, picture
 
 Image = pytest.importorskip("PIL.Image", reason="Pillow is in the test extra")
 compiled = pytest.importorskip("fpstore._jpeg_c", reason="the compiled kernels are not built here")
 
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "jpeg"
-
-
-def picture(width: int, height: int, seed: int, kind: str = "smooth") -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    if kind == "noise":  # large AC and DC values everywhere
-        return rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
-    if kind == "black":
-        return np.zeros((height, width, 3), dtype=np.uint8)
-    if kind == "white":
-        return np.full((height, width, 3), 255, dtype=np.uint8)
-    yy, xx = np.mgrid[0:height, 0:width]
-    base = 128 + 90 * np.sin(xx / rng.uniform(5, 40)) * np.cos(yy / rng.uniform(5, 40)) + 40 * np.sin((xx + yy) / 11.0)
-    rgb = np.stack([base, 255 - base, base * 0.5 + 60], axis=-1) + rng.normal(0, 8, (height, width, 3))
-    return np.clip(rgb, 0, 255).astype(np.uint8)
-
-
-def encode(array: np.ndarray, mode: str = "RGB", **save: object) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(array).convert(mode).save(buf, "JPEG", bufsize=1 << 22, **save)
-    return buf.getvalue()
 
 
 def libjpeg_at_one_eighth(data: bytes) -> np.ndarray:

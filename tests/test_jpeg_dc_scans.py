@@ -9,22 +9,9 @@ import pytest
 
 from fpstore.fingerprint.image import ImagePipeline
 from fpstore.fingerprint.jpeg import dc_scans
+from tests.support.jpegs import encode, picture
 
 Image = pytest.importorskip("PIL.Image", reason="Pillow is in the test extra")
-
-
-def picture(width: int, height: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:height, 0:width]
-    base = 128 + 70 * np.sin(xx / rng.uniform(9, 40)) * np.cos(yy / rng.uniform(9, 40)) + 30 * np.sin((xx + yy) / 17.0)
-    rgb = np.stack([base, 255 - base, base * 0.5 + 60], axis=-1) + rng.normal(0, 6, (height, width, 3))
-    return np.clip(rgb, 0, 255).astype(np.uint8)
-
-
-def encode(array: np.ndarray, mode: str = "RGB", **save: object) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(array).convert(mode).save(buf, "JPEG", **save)
-    return buf.getvalue()
 
 
 def at_one_eighth(data: bytes) -> np.ndarray:
