@@ -7,8 +7,10 @@ The bit reader keeps up to 64 bits, the next one at the top, and refills before 
 fewer than 32 are left: a code and its extra bits take at most 31. Where the next eight bytes hold
 no 0xFF it takes them in one load; otherwise a byte at a time, reading a stuffed 0xFF 0x00 as 0xFF
 and stopping at a marker, after which it feeds zeros (counted, so that a scan that needed them is
-reported SHORT). An AC code of at most LOOKAHEAD bits and its extra bits are dropped in one step,
-from one look-up: a sequential scan's AC codes are read only to find the next block.
+reported SHORT). A sequential scan's AC codes are read only to find where each block ends: one
+look-up of the next RUN_BITS bits skips every whole code, with its extra bits, that they hold; a
+code of at most LOOKAHEAD bits that does not fit there takes one look-up of its own, with its
+extra bits dropped in the same step; a longer one is decoded bit length by bit length.
 
 No I/O and no validation of the file: the caller (:mod:`fpstore.fingerprint.jpeg`) parses the
 markers and gives each scan's bytes, layout and tables; this module checks only what keeps its own
@@ -18,8 +20,6 @@ reads and writes inside the buffers it is given.
 cimport cython
 from libc.stdint cimport int16_t, int32_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memchr
-
-import numpy as np
 
 LOOKAHEAD = 9
 RUN_BITS = 12
