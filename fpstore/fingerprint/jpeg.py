@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 
 import numpy as np
 
@@ -40,9 +39,6 @@ __all__ = ["dc_scans", "eighth_scale_grey"]
 
 _kernel = _backend.load("jpeg")
 
-#: A marker after entropy-coded data: 0xFF followed by anything but a stuffed 0x00, a restart
-#: marker (0xD0..0xD7, part of the scan) or a fill byte.
-_NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 _SOI, _EOI = b"\xff\xd8", b"\xff\xd9"
 _SOF_PROGRESSIVE = 0xC2  # progressive DCT, Huffman coding
 _SOF_OTHERS = frozenset(range(0xC0, 0xD0)) - {0xC2, 0xC4, 0xC8, 0xCC}  # other frames; DHT, JPG, DAC are not frames
@@ -96,6 +92,16 @@ def _scaled_block(h: int, v: int, hmax: int, vmax: int) -> int:
     while size < 8 and hmax % (h * size * 2) == 0 and vmax % (v * size * 2) == 0:
         size *= 2
     return size
+
+
+def _colour_markers(data: bytes, marker: int, body: int, end: int, jfif: bool, adobe_transform: int | None) -> tuple[bool, int | None]:
+    """``(jfif, adobe_transform)`` after the segment data[body:end] of ``marker``, by libjpeg's own
+    tests: a JFIF APP0 of at least 14 bytes; an Adobe APP14 of at least 12, its transform the 12th."""
+    if marker == 0xE0 and end - body >= 14 and data[body : body + 5] == b"JFIF\x00":
+        return True, adobe_transform
+    if marker == 0xEE and end - body >= 12 and data[body : body + 5] == b"Adobe":
+        return jfif, data[body + 11]
+    return jfif, adobe_transform
 
 
 def _ycbcr(comps: list[tuple[int, int, int]], jfif: bool, adobe_transform: int | None) -> bool:
@@ -166,8 +172,7 @@ def dc_scans(data: bytes, grey: bool = False) -> bytes | None:
             if frame is None or ns == 0 or length != 6 + 2 * ns:
                 return None
             first, last, al = data[end - 3], data[end - 2], data[end - 1] & 15
-            following = _NEXT_MARKER.search(data, end)
-            scan_end = following.start() if following else n
+            scan_end = _kernel.next_marker(data, end)
             if first == 0 and last == 0:  # a DC scan (first or refinement): kept whole
                 out.append(data[pos:scan_end])
                 dc += 1
@@ -180,12 +185,7 @@ def dc_scans(data: bytes, grey: bool = False) -> bytes | None:
                 return None  # an AC scan of several components, or of no known component: not JPEG
             pos = scan_end
             continue
-        # libjpeg's own tests: a JFIF APP0 of at least 14 bytes; an Adobe APP14 of at least 12,
-        # its transform the 12th.
-        if marker == 0xE0 and length >= 16 and data[pos + 4 : pos + 9] == b"JFIF\x00":
-            jfif = True
-        if marker == 0xEE and length >= 14 and data[pos + 4 : pos + 9] == b"Adobe":
-            adobe_transform = data[pos + 15]
+        jfif, adobe_transform = _colour_markers(data, marker, pos + 4, end, jfif, adobe_transform)
         out.append(data[pos:end])  # tables, restart interval, application data: kept
         pos = end
     if frame is None or dc == 0:
@@ -331,11 +331,7 @@ class _LumaDc:
         """A marker segment other than a scan: data[body:end] after its length."""
         data = self.data
         if marker in _SKIPPED:
-            # libjpeg's own tests: a JFIF APP0 of at least 14 bytes; an Adobe APP14 of at least 12.
-            if marker == 0xE0 and end - body >= 14 and data[body : body + 5] == b"JFIF\x00":
-                self.jfif = True
-            if marker == 0xEE and end - body >= 12 and data[body : body + 5] == b"Adobe":
-                self.adobe_transform = data[body + 11]
+            self.jfif, self.adobe_transform = _colour_markers(data, marker, body, end, self.jfif, self.adobe_transform)
             return True
         if marker == _DHT:
             return _huffman_specs(data, body, end, self.specs)
