@@ -493,3 +493,49 @@ def test_a_child_forked_during_background_merges_does_not_hang(tmp_path):
                 time.sleep(0.005)
         assert s.info()["merges"]["done"] > 0, "no merge ran: the test did not test forks during merges"
     assert hung == 0, f"{hung} forked children hung"
+
+
+def test_a_write_step_holds_at_most_the_step_bytes_when_a_table_comes_at_once(tmp_path, monkeypatch):
+    """A merge's blobs come a table at a time; a step took whole tables, so a step of a large merge
+    committed megabytes (30-90 ms on a slow disk, which every add waited for). Each step now holds
+    at most the pace's bytes, or a single blob larger than that."""
+    limit = 64 << 10
+    monkeypatch.setattr(merging, "MERGE_STEP_BYTES", limit)
+    monkeypatch.setattr(merging, "MERGE_STEP_MIN_BYTES", limit)
+    steps: list[list[int]] = []
+    put = merging._put_blobs
+
+    def recording(db, blobs, began, txn):
+        steps.append([len(value) for _, value in blobs])
+        return put(db, blobs, began, txn)
+
+    monkeypatch.setattr(merging, "_put_blobs", recording)
+    rng = np.random.default_rng(5)
+    n = 60_000
+    fps = rng.integers(0, 2**64, n, dtype=np.uint64)
+    with fpstore.open(tmp_path / "s", k=3, merges="manual") as s:
+        for part in range(2):
+            half = slice(part * n // 2, (part + 1) * n // 2)
+            s.bulk_load(np.arange(n)[half], fpstore.Fingerprints(fps[half], s.pipeline.id))
+        s.compact()
+        assert len(steps) > 4
+        assert all(sum(sizes) <= limit or len(sizes) == 1 for sizes in steps), [sum(x) for x in steps if sum(x) > limit]
+        queries = fps[:300] ^ np.uint64(0b101)
+        model = dict(zip(range(n), fps.tolist()))
+        assert answers(s, queries) == brute(model, queries, 3)
+
+
+def test_the_step_pace_shrinks_on_a_slow_commit_and_ignores_a_merges_last_small_step():
+    pace = merging._Pace()
+    assert pace.step_bytes() == merging.MERGE_STEP_BYTES
+    pace.observe(merging.MERGE_STEP_BYTES, 4 * merging.MERGE_STEP_COMMIT_SECONDS)  # four times the target
+    assert pace.step_bytes() == merging.MERGE_STEP_BYTES // 2  # the geometric mean of 1 and 1/4
+    slower = pace.step_bytes()
+    pace.observe(1000, 10.0)  # a small last step, however slow: not a measure of the disk
+    assert pace.step_bytes() == slower
+    for _ in range(20):  # a disk so slow that even the smallest step takes ten times the target
+        pace.observe(pace.step_bytes(), 10 * merging.MERGE_STEP_COMMIT_SECONDS)
+    assert pace.step_bytes() == merging.MERGE_STEP_MIN_BYTES
+    for _ in range(20):  # fast again: back to the largest step, never above it
+        pace.observe(pace.step_bytes(), merging.MERGE_STEP_COMMIT_SECONDS / 100)
+    assert pace.step_bytes() == merging.MERGE_STEP_BYTES

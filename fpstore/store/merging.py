@@ -46,6 +46,7 @@ import os
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, cast
 
@@ -67,6 +68,8 @@ __all__ = [
     "GARBAGE_STEP",
     "MERGE_MODES",
     "MERGE_STEP_BYTES",
+    "MERGE_STEP_COMMIT_SECONDS",
+    "MERGE_STEP_MIN_BYTES",
     "MERGE_STEP_SECONDS",
     "MERGING_KEY",
     "MERGING_KEYS",
@@ -83,8 +86,14 @@ log = logging.getLogger(__name__)
 
 #: How merges run (see the module's documentation).
 MERGE_MODES = ("background", "inline", "manual")
-#: Bytes of a new run's blobs written per transaction: a commit of a few MiB takes milliseconds.
-MERGE_STEP_BYTES = 4 << 20
+#: Bytes of a new run's blobs written per transaction at most. A commit's time is mostly its
+#: flush, and grows faster than its bytes: on one disk here 1 MiB took 3-5 ms and 4 MiB 30-90 ms.
+MERGE_STEP_BYTES = 1 << 20
+#: Seconds a write step's transaction should take, commit included: a write that arrives meanwhile
+#: (an ``add_many``) waits for it. On a disk slower than that, steps shrink (:class:`_Pace`).
+MERGE_STEP_COMMIT_SECONDS = 0.02
+#: Bytes of a write step at least, however slow the disk: each commit also has a fixed cost.
+MERGE_STEP_MIN_BYTES = 256 << 10
 #: Seconds a step reads its runs for at most, however few bytes it has made (a merge whose
 #: entries are mostly deleted writes little): its read snapshot holds back the map's growth.
 MERGE_STEP_SECONDS = 0.25
@@ -141,6 +150,39 @@ def _run_blobs(run_id: int) -> bytes:
 
 def _live(state: State, runs: list[RunMeta]) -> bool:
     return all(rec in state.runs for rec in runs)
+
+
+class _Pace:
+    """The bytes a store's next write step holds: what its full steps so far wrote in
+    ``MERGE_STEP_COMMIT_SECONDS``, between ``MERGE_STEP_MIN_BYTES`` and ``MERGE_STEP_BYTES``."""
+
+    def __init__(self) -> None:
+        self._bytes = float(MERGE_STEP_BYTES)
+
+    def step_bytes(self) -> int:
+        return int(min(MERGE_STEP_BYTES, max(MERGE_STEP_MIN_BYTES, self._bytes)))
+
+    def observe(self, nbytes: int, seconds: float) -> None:
+        """A step of ``nbytes`` took ``seconds`` from its transaction's start to its commit's end."""
+        if nbytes < self.step_bytes() // 2 or seconds <= 0:
+            # A merge's last step, or a small merge's: a commit's fixed cost dominates it, and a
+            # disk takes a small write faster per byte than a large one.
+            return
+        fit = nbytes * MERGE_STEP_COMMIT_SECONDS / seconds
+        # The geometric mean with the last estimate: a commit slowed by other work on the disk
+        # moves the next steps by the square root of its ratio, not all the way to it.
+        self._bytes = min(float(MERGE_STEP_BYTES), max(float(MERGE_STEP_MIN_BYTES), (self._bytes * fit) ** 0.5))
+
+
+#: Each open store's pace (its merges come from its merge thread, compaction or merge_runs()).
+_paces: weakref.WeakKeyDictionary[Storage, _Pace] = weakref.WeakKeyDictionary()
+
+
+def _pace(storage: Storage) -> _Pace:
+    pace = _paces.get(storage)
+    if pace is None:
+        pace = _paces[storage] = _Pace()
+    return pace
 
 
 def collect(storage: Storage, cat: Catalog, stopping: Callable[[], bool] = lambda: False) -> int:
@@ -299,36 +341,49 @@ def _write_and_switch(storage: Storage, cat: Catalog, new_run: MergedRun, merge:
     group, run_id, marker, stopping = merge.group, merge.run_id, merge.marker, merge.stopping
     reading: list[lmdb.Transaction] = []
     made = new_run.blobs(run_id, lambda: reading[0], merge.progress)
+    pace = _pace(storage)
+    # Blobs made and not yet written: one table's blobs can come at once, more than a step holds.
+    ready: deque[tuple[bytes, bytes]] = deque()
+    ready_bytes = 0
+    exhausted = finished = False
     steps = 0
-    finished = False
     while not finished:
         if stopping():
             _give_up(storage, cat, run_id, marker)
             return None
-        step: tiers.Blobs = []
-        size = 0
+        limit = pace.step_bytes()
         with storage.read() as txn:
             replaced = not _live(cat.state(txn), group)
             reading.append(txn)
             try:
                 started = time.perf_counter()
-                while not replaced:
+                while not replaced and not exhausted and ready_bytes < limit:
                     blobs = next(made, None)
                     if blobs is None:
-                        finished = True
+                        exhausted = True
                         break
-                    step += blobs
-                    size += sum(len(value) for _, value in blobs)
-                    if size >= MERGE_STEP_BYTES or time.perf_counter() - started >= MERGE_STEP_SECONDS:
+                    ready.extend(blobs)
+                    ready_bytes += sum(len(value) for _, value in blobs)
+                    if time.perf_counter() - started >= MERGE_STEP_SECONDS:
                         break
             finally:
                 reading.clear()
+        step: tiers.Blobs = []
+        size = 0
+        while ready and (not step or size + len(ready[0][1]) <= limit):
+            blob = ready.popleft()
+            step.append(blob)
+            size += len(blob[1])
+        ready_bytes -= size
+        finished = exhausted and not ready
         if replaced:  # the runs were replaced meanwhile (see step 3): their blobs may be gone
             _give_up(storage, cat, run_id, marker)
             collect(storage, cat, stopping)
             return None
         if step:
-            storage.write(functools.partial(_put_blobs, cat.blobs, step), action="writing a merged run")
+            began: list[float] = []
+            storage.write(functools.partial(_put_blobs, cat.blobs, step, began), action="writing a merged run")
+            pace.observe(size, time.perf_counter() - began[-1])
             steps += 1
         if merge.between is not None and not finished:
             merge.between()
@@ -374,7 +429,8 @@ def _build_cells(storage: Storage, cat: Catalog, rec: RunMeta) -> None:
         log.warning("no cells for merged run %d: %s: %s", rec.id, type(exc).__name__, exc)
 
 
-def _put_blobs(db: Any, blobs: tiers.Blobs, txn: lmdb.Transaction) -> None:
+def _put_blobs(db: Any, blobs: tiers.Blobs, began: list[float], txn: lmdb.Transaction) -> None:
+    began.append(time.perf_counter())  # after the wait for the write lock, which is not the step's
     for name, value in blobs:
         txn.put(name, value, db=db)
 
