@@ -2,12 +2,14 @@
 "Large k: the radius the data asks for").
 
     python tools/bench_large_k.py [--n 1000000] [--ks 3,5,8,10] [--queries 2000] [--batch 100000]
+                                  [--designs auto,r8,r4f1] [--rounds 1]
 
-For each k the store is bulk-loaded with n random fingerprints under the design fpstore picks
-(``design="auto"``), then queried with stored fingerprints carrying k//2 flipped bits: single
-queries (one Python call each; p50/p99 µs), and one ``query_many`` batch (queries/s). Answers
-are checked against numpy brute force on a sample (recall 1.0, no extra rows). Numpy brute force
-on the same stored array runs in the same process as the baseline.
+For each k and design (``auto``, the design fpstore picks, and any catalogue design named for
+that k) the store is bulk-loaded with n random fingerprints, then queried with stored
+fingerprints carrying k//2 flipped bits: single queries (one Python call each; p50/p99 µs), and
+one ``query_many`` batch (queries/s). Answers are checked against numpy brute force on a sample
+(recall 1.0, no extra rows). Numpy brute force on the same stored array runs in the same process
+as the baseline. With ``--rounds``, the designs of a k run again in reverse order each round.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 import numpy as np
 
 import fpstore
+from fpstore.index.design import designs_for_k
 
 
 def main() -> None:
@@ -29,48 +32,63 @@ def main() -> None:
     ap.add_argument("--ks", default="3,5,8,10")
     ap.add_argument("--queries", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=100_000)
+    ap.add_argument(
+        "--designs", default="auto", help="comma-separated: auto and/or catalogue names (skipped at a k whose catalogue lacks them)"
+    )
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
     n = int(args.n)
     rng = np.random.default_rng(7)
     fps = rng.integers(0, 2**64, size=n, dtype=np.uint64)
     print(f"n = {n:,}; load {os.getloadavg()[0]:.1f}")
-    print("| k | design | tables | probes/query | single p50 µs | single p99 µs | query_many q/s | brute force q/s | exact |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    print("| k | design | tables | probes/query | single p50 µs | single p99 µs | query_many q/s | brute force q/s | B/doc | exact |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for k in (int(x) for x in args.ks.split(",")):
-        d = tempfile.mkdtemp(dir=os.environ.get("TMPDIR"))
-        try:
-            with fpstore.open(os.path.join(d, "s"), k=k, expected_size=n) as s:
-                pid = s.pipeline.id
-                s.bulk_load(np.arange(n, dtype=np.uint64), fps, pipeline_id=pid)
-                flips = np.zeros(args.batch, np.uint64)
-                for _ in range(k // 2):
-                    flips |= np.uint64(1) << rng.integers(0, 64, args.batch).astype(np.uint64)
-                q = fps[rng.integers(0, n, args.batch)] ^ flips
-                lat = []
-                for x in q[: args.queries].tolist():
-                    t0 = time.perf_counter()
-                    s.query(fingerprint=x, pipeline_id=pid)
-                    lat.append(time.perf_counter() - t0)
-                lat_us = np.array(lat) * 1e6
+        names = [name for name in args.designs.split(",") if name == "auto" or name in {d.name for d in designs_for_k(k)}]
+        for r in range(args.rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                measure(k, n, name, fps, rng, args)
+
+
+def measure(k: int, n: int, name: str, fps: np.ndarray, rng: np.random.Generator, args: argparse.Namespace) -> None:
+    """One store of design ``name`` at radius ``k``: its row of the table."""
+    d = tempfile.mkdtemp(dir=os.environ.get("TMPDIR"))
+    try:
+        with fpstore.open(os.path.join(d, "s"), k=k, expected_size=n, design=name) as s:
+            pid = s.pipeline.id
+            s.bulk_load(np.arange(n, dtype=np.uint64), fps, pipeline_id=pid)
+            flips = np.zeros(args.batch, np.uint64)
+            for _ in range(k // 2):
+                flips |= np.uint64(1) << rng.integers(0, 64, args.batch).astype(np.uint64)
+            q = fps[rng.integers(0, n, args.batch)] ^ flips
+            lat = []
+            for x in q[: args.queries].tolist():
                 t0 = time.perf_counter()
-                qi, ids, dist = s.query_many(q, pipeline_id=pid)
-                batch_rate = len(q) / (time.perf_counter() - t0)
-                sample = q[:200]
-                t0 = time.perf_counter()
-                dd = np.bitwise_count(fps[None, :] ^ sample[:, None])
-                brute_rate = len(sample) / (time.perf_counter() - t0)
-                bq, bi = np.nonzero(dd <= k)
-                want = set(zip(bq.tolist(), (bi + 0).tolist()))
-                keys = s.keys_of(ids[qi < 200])
-                got = set(zip(qi[qi < 200].tolist(), keys))
-                exact = got == want
-                print(
-                    f"| {k} | {s.design.name} | {len(s.design.tables)} | {s.design.probes_per_query()} | "
-                    f"{np.percentile(lat_us, 50):.0f} | {np.percentile(lat_us, 99):.0f} | {batch_rate:,.0f} | {brute_rate:,.0f} | {exact} |",
-                    flush=True,
-                )
-        finally:
-            shutil.rmtree(d, ignore_errors=True)
+                s.query(fingerprint=x, pipeline_id=pid)
+                lat.append(time.perf_counter() - t0)
+            lat_us = np.array(lat) * 1e6
+            t0 = time.perf_counter()
+            qi, ids, dist = s.query_many(q, pipeline_id=pid)
+            batch_rate = len(q) / (time.perf_counter() - t0)
+            sample = q[:200]
+            t0 = time.perf_counter()
+            dd = np.bitwise_count(fps[None, :] ^ sample[:, None])
+            brute_rate = len(sample) / (time.perf_counter() - t0)
+            bq, bi = np.nonzero(dd <= k)
+            want = set(zip(bq.tolist(), (bi + 0).tolist()))
+            keys = s.keys_of(ids[qi < 200])
+            got = set(zip(qi[qi < 200].tolist(), keys))
+            exact = got == want
+            size = sum(os.path.getsize(os.path.join(d, "s", f)) for f in os.listdir(os.path.join(d, "s")))
+            label = f"{s.design.name} (auto)" if name == "auto" else s.design.name
+            print(
+                f"| {k} | {label} | {len(s.design.tables)} | {s.design.probes_per_query()} | "
+                f"{np.percentile(lat_us, 50):.0f} | {np.percentile(lat_us, 99):.0f} | {batch_rate:,.0f} | {brute_rate:,.0f} | "
+                f"{size / n:.0f} | {exact} |",
+                flush=True,
+            )
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":
