@@ -21,6 +21,7 @@ again, so that no caller goes on as if they were stored.
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import contextlib
 import logging
@@ -108,7 +109,11 @@ os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, 
 
 
 class _Job:
-    __slots__ = ("kind", "fn", "action", "owner", "request", "result", "error", "done")
+    """One queued job. Its caller waits on a lock taken when the job is made, which the stager
+    releases once the job is done: the wake the group commit uses (:class:`fpstore.store.group._Waiter`),
+    cheaper than a ``threading.Event`` (a condition variable in Python over such a lock)."""
+
+    __slots__ = ("kind", "fn", "action", "owner", "request", "result", "error", "_done")
 
     def __init__(
         self, kind: str, fn: Callable[[Any], Any] | None, action: str, owner: StagedRequests[Any, Any] | None = None, request: Any = None
@@ -116,7 +121,16 @@ class _Job:
         self.kind, self.fn, self.action, self.owner, self.request = kind, fn, action, owner, request
         self.result: Any = None
         self.error: BaseException | None = None
-        self.done = threading.Event()
+        self._done = _thread.allocate_lock()
+        self._done.acquire()
+
+    def wait(self) -> None:
+        """(The caller.) Return once the stager has answered the job."""
+        self._done.acquire()
+
+    def finish(self) -> None:
+        """(The stager, once per job.) Wake the caller."""
+        self._done.release()
 
 
 class StagedRequests(Generic[Req, Res]):
@@ -238,7 +252,7 @@ class Stager:
                 _live.add(self)
             self._jobs.append(job)
             self._cond.notify()
-        job.done.wait()
+        job.wait()
         if job.error is not None:
             raise job.error
         return job.result
@@ -306,7 +320,7 @@ class Stager:
         except BaseException as exc:
             job.error = exc
         finally:
-            job.done.set()
+            job.finish()
 
     def _run_group(self, owner: StagedRequests[Any, Any], jobs: list[_Job]) -> None:
         """Stage a group of requests in one nested transaction (each alone when that fails: one
@@ -324,7 +338,7 @@ class Stager:
         owner.requests += len(jobs)
         for job, (result, error) in zip(jobs, outcomes):
             job.result, job.error = result, error
-            job.done.set()
+            job.finish()
 
     def _begin(self) -> None:
         """Begin the long transaction (holding the store's write lock and a share of the map)."""
