@@ -543,3 +543,38 @@ def test_a_transaction_too_full_for_one_more_add_commits_and_goes_on(tmp_path):
         assert stager.commits == 1 and stager.rebuilds == 0
         assert store.info()["map_size"] == size
     assert set(_stored(path)) == {f"early{i}" for i in range(5)} | {"late"}
+
+
+def test_callers_answered_together_are_staged_together(tmp_path, monkeypatch):
+    """Four threads add in a loop; staging a group takes 5 ms. Each caller is answered as soon as
+    its add is staged and comes back with the next; the stager staged what had queued meanwhile,
+    so the callers split into groups that alternated (1 and 3, 2 and 2), each paying a group's
+    fixed costs. It now waits a bounded while for the callers its last group answered."""
+    from fpstore.store import staging
+
+    monkeypatch.setattr(staging, "GATHER_FRACTION", 100.0)  # generous bounds: scheduling never decides
+    monkeypatch.setattr(staging, "GATHER_MAX_S", 0.5)
+    sizes: list[int] = []
+    with fpstore.open(tmp_path / "s", k=K, durability="interval", commit_interval=0.05) as store:
+        pid = store.pipeline.id
+        stage = store._adds.commit_in
+
+        def slow_stage(txn, group):
+            time.sleep(0.005)
+            sizes.append(len(group))
+            return stage(txn, group)
+
+        monkeypatch.setattr(store._adds, "commit_in", slow_stage)
+        start = threading.Barrier(4)
+
+        def caller(t: int) -> None:
+            start.wait()
+            for j in range(12):
+                fp = interval_fp(t * 100 + j)
+                assert store.add(f"t{t}-{j}", fingerprint=fp, pipeline_id=pid).fingerprint == fp
+
+        run_threads([lambda t=t: caller(t) for t in range(4)])
+        store.sync()
+        assert len(store) == 48
+    steady = sizes[2:-2]  # the first groups form as the threads start, the last as they stop
+    assert steady and sum(size == 4 for size in steady) >= 0.8 * len(steady), sizes

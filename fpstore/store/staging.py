@@ -37,7 +37,7 @@ import lmdb
 
 from fpstore.errors import ClosedError, FpstoreError, StorageError
 from fpstore.store import faults
-from fpstore.store.group import MAX_GROUP, run_group
+from fpstore.store.group import GATHER_FRACTION, GATHER_MAX_S, MAX_GROUP, run_group
 
 if TYPE_CHECKING:
     from fpstore.store.storage import Storage
@@ -188,6 +188,10 @@ class Stager:
         self.commits = 0
         self.staged = 0
         self.rebuilds = 0
+        # The stager thread's: the requests its last jobs answered and how long they took
+        # (:meth:`_gather`).
+        self._answered = 0
+        self._last_stage_s = 0.0
 
     # -- any thread --------------------------------------------------------------------------------
 
@@ -272,10 +276,14 @@ class Stager:
                     # A growth of the map (another thread's bulk load or merge) waits for the
                     # open transaction: looked at every few milliseconds, not only at the deadline.
                     self._cond.wait(min(left, GROWTH_POLL_S))
+                self._gather()
                 jobs = list(self._jobs)
                 self._jobs.clear()
                 closing = self._closing and not jobs
+            self._answered = 0
+            started = time.perf_counter()
             self._run_all(jobs)
+            self._last_stage_s = time.perf_counter() - started
             del jobs  # nothing of the callers' (their store, its storage) stays alive in this frame
             if self._txn is not None and (closing or self._commit_due()):
                 try:
@@ -284,6 +292,16 @@ class Stager:
                     pass  # kept in self._failure, raised to every later caller
             if closing:
                 return
+
+    def _gather(self) -> None:
+        """(Lock held.) Wait, briefly, for the callers the last group answered: they come back
+        together, and staging the requests queued meanwhile without them would split the callers
+        into two groups that alternate, each paying a group's fixed costs."""
+        want = len(self._jobs) + self._answered
+        if not self._jobs or self._jobs[0].kind != _REQUEST or want <= len(self._jobs):
+            return
+        budget = min(self._last_stage_s * GATHER_FRACTION, GATHER_MAX_S)
+        self._cond.wait_for(lambda: len(self._jobs) >= want or self._closing, timeout=budget)
 
     def _commit_due(self) -> bool:
         """The open transaction's interval is over, or a growth of the map waits for it."""
@@ -336,6 +354,7 @@ class Stager:
             outcomes = [(None, exc)] * len(jobs)
         owner.groups += 1
         owner.requests += len(jobs)
+        self._answered += len(jobs)
         for job, (result, error) in zip(jobs, outcomes):
             job.result, job.error = result, error
             job.finish()
