@@ -136,8 +136,8 @@ class _Job:
 class StagedRequests(Generic[Req, Res]):
     """What :class:`~fpstore.store.group.GroupCommit` is in the other modes: concurrent requests
     (adds) answered in groups, in arrival order. Here each goes straight to the stager's queue, and
-    the stager stages whatever has queued as one group while the callers of the previous group
-    prepare their next request: no leader, no wait for stragglers."""
+    the stager stages what has queued as one group, once the callers its last group answered are
+    back or a bounded wait is over (:meth:`Stager._gather`): no leader."""
 
     def __init__(
         self,
