@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["MAX_GROUP", "GroupCommit", "run_group"]
+__all__ = ["MAX_GROUP", "GroupCommit", "Wake", "run_group"]
 
 log = logging.getLogger(__name__)
 
@@ -38,26 +38,36 @@ Req = TypeVar("Req")
 Res = TypeVar("Res")
 
 
+class Wake:
+    """A wake-up given once: a lock taken when it is made and released to wake its waiter, the
+    cheapest wake CPython has (a ``threading.Event`` is a condition variable in Python over such
+    a lock)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+
+    def wait(self) -> None:
+        self._lock.acquire()
+
+    def set(self) -> None:
+        self._lock.release()
+
+
 class _Waiter(Generic[Req, Res]):
     """One queued request. It is woken once, by name, when it is done or when it reaches the front
-    of the queue and must lead: a lock taken when it is made and released to wake it, the cheapest
-    wake CPython has (a ``threading.Event`` is a condition variable in Python over such a lock)."""
+    of the queue and must lead."""
 
-    __slots__ = ("request", "result", "error", "done", "_wake")
+    __slots__ = ("request", "result", "error", "done", "woken")
 
     def __init__(self, request: Req) -> None:
         self.request = request
         self.result: Res | None = None
         self.error: BaseException | None = None
         self.done = False
-        self._wake = _thread.allocate_lock()
-        self._wake.acquire()
-
-    def wait(self) -> None:
-        self._wake.acquire()
-
-    def wake(self) -> None:
-        self._wake.release()
+        self.woken = Wake()
 
 
 class GroupCommit(Generic[Req, Res]):
@@ -86,7 +96,7 @@ class GroupCommit(Generic[Req, Res]):
             if not leads and len(self._queue) >= self._last_size:
                 self._arrived.notify()
         if not leads:
-            me.wait()  # done, or at the front of the queue
+            me.woken.wait()  # done, or at the front of the queue
         if not me.done:
             with self._lock:
                 self._gather()
@@ -125,9 +135,9 @@ class GroupCommit(Generic[Req, Res]):
                 self._last_size, self._last_seconds = len(group), time.perf_counter() - started
                 following = self._queue[0] if self._queue else None
             for w in group[1:]:
-                w.wake()
+                w.woken.set()
             if following is not None:
-                following.wake()  # the next leader
+                following.woken.set()  # the next leader
 
     def _run(self, group: list[_Waiter[Req, Res]]) -> None:
         outcomes: list[tuple[Res | None, Exception | None]] = run_group(self._commit, [w.request for w in group])

@@ -21,7 +21,6 @@ again, so that no caller goes on as if they were stored.
 
 from __future__ import annotations
 
-import _thread
 import atexit
 import contextlib
 import logging
@@ -37,7 +36,7 @@ import lmdb
 
 from fpstore.errors import ClosedError, FpstoreError, StorageError
 from fpstore.store import faults
-from fpstore.store.group import GATHER_FRACTION, GATHER_MAX_S, MAX_GROUP, run_group
+from fpstore.store.group import GATHER_FRACTION, GATHER_MAX_S, MAX_GROUP, Wake, run_group
 
 if TYPE_CHECKING:
     from fpstore.store.storage import Storage
@@ -109,11 +108,9 @@ os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, 
 
 
 class _Job:
-    """One queued job. Its caller waits on a lock taken when the job is made, which the stager
-    releases once the job is done: the wake the group commit uses (:class:`fpstore.store.group._Waiter`),
-    cheaper than a ``threading.Event`` (a condition variable in Python over such a lock)."""
+    """One queued job; its caller waits on :attr:`done`, which the stager sets once."""
 
-    __slots__ = ("kind", "fn", "action", "owner", "request", "result", "error", "_done")
+    __slots__ = ("kind", "fn", "action", "owner", "request", "result", "error", "done")
 
     def __init__(
         self, kind: str, fn: Callable[[Any], Any] | None, action: str, owner: StagedRequests[Any, Any] | None = None, request: Any = None
@@ -121,16 +118,7 @@ class _Job:
         self.kind, self.fn, self.action, self.owner, self.request = kind, fn, action, owner, request
         self.result: Any = None
         self.error: BaseException | None = None
-        self._done = _thread.allocate_lock()
-        self._done.acquire()
-
-    def wait(self) -> None:
-        """(The caller.) Return once the stager has answered the job."""
-        self._done.acquire()
-
-    def finish(self) -> None:
-        """(The stager, once per job.) Wake the caller."""
-        self._done.release()
+        self.done = Wake()
 
 
 class StagedRequests(Generic[Req, Res]):
@@ -256,7 +244,7 @@ class Stager:
                 _live.add(self)
             self._jobs.append(job)
             self._cond.notify()
-        job.wait()
+        job.done.wait()
         if job.error is not None:
             raise job.error
         return job.result
@@ -338,7 +326,7 @@ class Stager:
         except BaseException as exc:
             job.error = exc
         finally:
-            job.finish()
+            job.done.set()
 
     def _run_group(self, owner: StagedRequests[Any, Any], jobs: list[_Job]) -> None:
         """Stage a group of requests in one nested transaction (each alone when that fails: one
@@ -357,7 +345,7 @@ class Stager:
         self._answered += len(jobs)
         for job, (result, error) in zip(jobs, outcomes):
             job.result, job.error = result, error
-            job.finish()
+            job.done.set()
 
     def _begin(self) -> None:
         """Begin the long transaction (holding the store's write lock and a share of the map)."""
