@@ -578,3 +578,32 @@ def test_callers_answered_together_are_staged_together(tmp_path, monkeypatch):
         assert len(store) == 48
     steady = sizes[2:-2]  # the first groups form as the threads start, the last as they stop
     assert steady and sum(size == 4 for size in steady) >= 0.8 * len(steady), sizes
+
+
+def test_a_lone_caller_is_staged_without_waiting_for_others(tmp_path, monkeypatch):
+    """The stager waits for the callers its last group answered; a lone caller is the one it
+    answered, back already, and must not wait for itself (it did, each add, for the whole bound)."""
+    from fpstore.store import staging
+
+    monkeypatch.setattr(staging, "GATHER_FRACTION", 10.0**6)  # a wait would take the whole bound
+    monkeypatch.setattr(staging, "GATHER_MAX_S", 60.0)
+    with fpstore.open(tmp_path / "s", k=K, durability="interval", commit_interval=0.05) as store:
+        pid = store.pipeline.id
+        stage = store._adds.commit_in
+
+        def slow_stage(txn, group):
+            time.sleep(0.005)
+            return stage(txn, group)
+
+        monkeypatch.setattr(store._adds, "commit_in", slow_stage)
+        done: list[int] = []
+
+        def caller() -> None:
+            for j in range(10):
+                store.add(f"k{j}", fingerprint=interval_fp(j), pipeline_id=pid)
+                done.append(j)
+
+        thread = threading.Thread(target=caller, daemon=True)
+        thread.start()
+        thread.join(30)
+        assert done == list(range(10)), f"the lone caller waited for callers that were not there: {len(done)} of 10 adds in 30 s"

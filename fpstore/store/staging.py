@@ -176,9 +176,10 @@ class Stager:
         self.commits = 0
         self.staged = 0
         self.rebuilds = 0
-        # The stager thread's: the requests its last jobs answered and how long they took
-        # (:meth:`_gather`).
+        # The stager thread's (:meth:`_gather`): the requests its last group answered, the
+        # requests queued at that moment, and how long its last jobs took.
         self._answered = 0
+        self._queued_at_answer = 0
         self._last_stage_s = 0.0
 
     # -- any thread --------------------------------------------------------------------------------
@@ -268,7 +269,7 @@ class Stager:
                 jobs = list(self._jobs)
                 self._jobs.clear()
                 closing = self._closing and not jobs
-            self._answered = 0
+            self._answered = self._queued_at_answer = 0
             started = time.perf_counter()
             self._run_all(jobs)
             self._last_stage_s = time.perf_counter() - started
@@ -284,8 +285,9 @@ class Stager:
     def _gather(self) -> None:
         """(Lock held.) Wait, briefly, for the callers the last group answered: they come back
         together, and staging the requests queued meanwhile without them would split the callers
-        into two groups that alternate, each paying a group's fixed costs."""
-        want = len(self._jobs) + self._answered
+        into two groups that alternate, each paying a group's fixed costs. Expected: those callers
+        and the requests queued when they were answered (a lone caller expects only itself)."""
+        want = self._queued_at_answer + self._answered
         if not self._jobs or self._jobs[0].kind != _REQUEST or want <= len(self._jobs):
             return
         budget = min(self._last_stage_s * GATHER_FRACTION, GATHER_MAX_S)
@@ -342,7 +344,9 @@ class Stager:
             outcomes = [(None, exc)] * len(jobs)
         owner.groups += 1
         owner.requests += len(jobs)
-        self._answered += len(jobs)
+        # Before any of them is woken, so none of them is queued again yet (a deque's length is
+        # read whole without the lock; :meth:`_gather` reads these under it).
+        self._answered, self._queued_at_answer = len(jobs), len(self._jobs)
         for job, (result, error) in zip(jobs, outcomes):
             job.result, job.error = result, error
             job.done.set()
