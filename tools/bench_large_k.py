@@ -17,13 +17,18 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
 import fpstore
 from fpstore.index.design import designs_for_k
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench_common as bc  # noqa: E402
 
 
 def main() -> None:
@@ -79,7 +84,7 @@ def measure(k: int, n: int, name: str, fps: np.ndarray, rng: np.random.Generator
             keys = s.keys_of(ids[qi < 200])
             got = set(zip(qi[qi < 200].tolist(), keys))
             exact = got == want
-            size = sum(os.path.getsize(os.path.join(d, "s", f)) for f in os.listdir(os.path.join(d, "s")))
+            size = bc.store_sizes(s)["file_size"]
             label = f"{s.design.name} (auto)" if name == "auto" else s.design.name
             print(
                 f"| {k} | {label} | {len(s.design.tables)} | {s.design.probes_per_query()} | "

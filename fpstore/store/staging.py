@@ -176,10 +176,9 @@ class Stager:
         self.commits = 0
         self.staged = 0
         self.rebuilds = 0
-        # The stager thread's (:meth:`_gather`): the requests its last group answered, the
-        # requests queued at that moment, and how long its last jobs took.
-        self._answered = 0
-        self._queued_at_answer = 0
+        # The stager thread's (:meth:`_gather`): the requests it expects next (those its last
+        # group answered and those queued at that moment), and how long its last jobs took.
+        self._expected = 0
         self._last_stage_s = 0.0
 
     # -- any thread --------------------------------------------------------------------------------
@@ -269,7 +268,7 @@ class Stager:
                 jobs = list(self._jobs)
                 self._jobs.clear()
                 closing = self._closing and not jobs
-            self._answered = self._queued_at_answer = 0
+            self._expected = 0
             started = time.perf_counter()
             self._run_all(jobs)
             self._last_stage_s = time.perf_counter() - started
@@ -287,7 +286,7 @@ class Stager:
         together, and staging the requests queued meanwhile without them would split the callers
         into two groups that alternate, each paying a group's fixed costs. Expected: those callers
         and the requests queued when they were answered (a lone caller expects only itself)."""
-        want = self._queued_at_answer + self._answered
+        want = self._expected
         if not self._jobs or self._jobs[0].kind != _REQUEST or want <= len(self._jobs):
             return
         budget = min(self._last_stage_s * GATHER_FRACTION, GATHER_MAX_S)
@@ -346,7 +345,7 @@ class Stager:
         owner.requests += len(jobs)
         # Before any of them is woken, so none of them is queued again yet (a deque's length is
         # read whole without the lock; :meth:`_gather` reads these under it).
-        self._answered, self._queued_at_answer = len(jobs), len(self._jobs)
+        self._expected = len(jobs) + len(self._jobs)
         for job, (result, error) in zip(jobs, outcomes):
             job.result, job.error = result, error
             job.done.set()
