@@ -2,7 +2,7 @@
 "Large k: the radius the data asks for").
 
     python tools/bench_large_k.py [--n 1000000] [--ks 3,5,8,10] [--queries 2000] [--batch 100000]
-                                  [--designs auto,r8,r4f1] [--rounds 1] [--warm] [--sample 200]
+                                  [--designs auto,r8,r4f1] [--rounds 1] [--warm] [--sample 200] [--pairs]
 
 For each k and design (``auto``, the design fpstore picks, and any catalogue design named for
 that k) the store is bulk-loaded with n random fingerprints, then queried with stored
@@ -11,7 +11,8 @@ one ``query_many`` batch (queries/s). Answers are checked against numpy brute fo
 (recall 1.0, no extra rows). Numpy brute force on the same stored array runs in the same process
 as the baseline, over slices of the array so that 10^8 fingerprints fit. With ``--rounds``, the
 designs of a k run again in reverse order each round; ``--warm`` calls ``Store.warm()`` before the
-queries (the state the issue's latency targets name).
+queries (the state the issue's latency targets name); ``--pairs`` times all pairs within k
+(``Store.iter_near_duplicate_pairs``, the streamed join over the store's own tables) last.
 """
 
 from __future__ import annotations
@@ -46,14 +47,15 @@ def main() -> None:
     )
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--warm", action="store_true", help="call Store.warm() after the load, before the queries")
+    ap.add_argument("--pairs", action="store_true", help="also time all pairs within k (the streamed join)")
     ap.add_argument("--sample", type=int, default=200, help="queries checked against brute force")
     args = ap.parse_args()
     n = int(args.n)
     rng = np.random.default_rng(7)
     fps = rng.integers(0, 2**64, size=n, dtype=np.uint64)
     print(f"n = {n:,}; load {os.getloadavg()[0]:.1f}")
-    print("| k | design | tables | probes/query | single p50 µs | single p99 µs | query_many q/s | brute force q/s | B/doc | load s | exact |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("| k | design | tables | probes/query | single p50 µs | single p99 µs | query_many q/s | brute force q/s | B/doc | load s | all pairs s | exact |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for k in (int(x) for x in args.ks.split(",")):
         names = [name for name in args.designs.split(",") if name == "auto" or name in {d.name for d in designs_for_k(k)}]
         for r in range(args.rounds):
@@ -98,11 +100,17 @@ def measure(k: int, n: int, name: str, fps: np.ndarray, rng: np.random.Generator
             got = set(zip(qi[in_sample].tolist(), keys))
             exact = got == want
             size = bc.store_sizes(s)["file_size"]
+            pairs_s = "–"
+            if args.pairs:
+                t0 = time.perf_counter()
+                for _ in s.iter_near_duplicate_pairs(k):
+                    pass
+                pairs_s = f"{time.perf_counter() - t0:.1f}"
             label = f"{s.design.name} (auto)" if name == "auto" else s.design.name
             print(
                 f"| {k} | {label} | {len(s.design.tables)} | {s.design.probes_per_query()} | "
                 f"{np.percentile(lat_us, 50):.0f} | {np.percentile(lat_us, 99):.0f} | {batch_rate:,.0f} | {brute_rate:,.0f} | "
-                f"{size / n:.0f} | {load_s:.1f} | {exact} |",
+                f"{size / n:.0f} | {load_s:.1f} | {pairs_s} | {exact} |",
                 flush=True,
             )
     finally:

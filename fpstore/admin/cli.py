@@ -28,7 +28,16 @@ from fpstore.admin.demo import cmd_demo
 from fpstore.admin.explaining import KEY_TYPES, cmd_explain
 from fpstore.admin.ingesting import cmd_ingest
 from fpstore.admin.inspection import cmd_create, cmd_info, cmd_stats, cmd_verify
-from fpstore.admin.options import NON_NEGATIVE, POSITIVE, Damaged, add_design_options, add_pipeline_options, int_arg, similarity_arg
+from fpstore.admin.options import (
+    DESIGN_HELP,
+    NON_NEGATIVE,
+    POSITIVE,
+    Damaged,
+    add_design_options,
+    add_pipeline_options,
+    int_arg,
+    similarity_arg,
+)
 from fpstore.admin.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, PROG, note
 from fpstore.errors import FpstoreError
 from fpstore.fingerprint.pipeline import DEFAULT_K
@@ -127,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="J",
         help="a store with a sketch: make J its verification threshold (recorded with the design)",
     )
-    p.add_argument("--design", default="auto", help="design name (see docs/designs.md) or 'auto' (default)")
+    p.add_argument("--design", default="auto", help=DESIGN_HELP)
     p.add_argument(
         "--expected-size",
         type=POSITIVE,

@@ -143,6 +143,9 @@ def add_pipeline_options(p: argparse.ArgumentParser, note: str = "") -> None:
     )
 
 
+DESIGN_HELP = "design name (see docs/designs.md), 'auto' (the default: chosen for queries) or 'auto-pairs' (for queries and all pairs)"
+
+
 def add_design_options(p: argparse.ArgumentParser, note: str = "") -> None:
     g = p.add_argument_group("table design" + note)
     g.add_argument(
@@ -151,7 +154,7 @@ def add_design_options(p: argparse.ArgumentParser, note: str = "") -> None:
         default=None,
         help=f"Hamming radius the design is exact for, and the default query radius (default {DEFAULT_K})",
     )
-    g.add_argument("--design", default="auto", help="design name (see docs/designs.md) or 'auto' (default)")
+    g.add_argument("--design", default="auto", help=DESIGN_HELP)
     g.add_argument("--expected-size", type=POSITIVE, default=None, metavar="N", help="documents expected, to choose the design")
     g.add_argument(
         "--threshold",

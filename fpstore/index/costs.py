@@ -19,12 +19,18 @@ __all__ = [
     "C_PROBE",
     "C_TABLE",
     "C_TABLE_CROWD",
+    "SCALE_EXPONENT",
+    "SCALE_FROM",
     "SPARK_CAND",
     "SPARK_CMP",
     "SPARK_KEY",
     "SPARK_PROBE",
+    "candidate_cost",
+    "size_factor",
+    "table_cost",
     "design_cost",
     "join_cost",
+    "pairs_design_cost",
     "spark_batch_cost",
     "spark_join_cost",
 ]
@@ -43,23 +49,55 @@ C_TABLE: float = 1.0
 #: Extra per-table cost above 20 tables: designs beyond ~20 tables win only when k forces them.
 C_TABLE_CROWD: float = 10.0
 _CROWD_FREE_TABLES = 20
+#: Beyond SCALE_FROM documents, relative to a probe, a candidate costs less and a table more, each
+#: by the factor ``(n / SCALE_FROM) ** SCALE_EXPONENT``. A candidate stays a decode and a popcount
+#: in a block already read; a probe's run-index lookup and block reads leave the CPU caches as the
+#: tables grow, and a table's first probe more so (its own run indexes, one per run: a bulk-loaded
+#: store of more than 2**24 documents has several). Fitted to six designs at 10**8
+#: (tools/bench_large_k.py; docs/designs.md, "The cost model at 10^8").
+SCALE_FROM: int = 10**6
+SCALE_EXPONENT: float = 0.25
+
+
+def size_factor(n: int) -> float:
+    """``(n / SCALE_FROM) ** SCALE_EXPONENT``, and 1 up to :data:`SCALE_FROM` documents."""
+    return max(1.0, n / SCALE_FROM) ** SCALE_EXPONENT
+
+
+def candidate_cost(n: int) -> float:
+    """What one candidate costs, in probes, in a store of ``n`` documents."""
+    return C_CANDIDATE / size_factor(n)
+
+
+def table_cost(n: int) -> float:
+    """What one table costs, in probes, in a store of ``n`` documents."""
+    return C_TABLE * size_factor(n)
 
 
 def design_cost(design: Design, n: int) -> float:
     """Cost model of a store's queries, used by :func:`~fpstore.index.design.design_for`, in relative units (one probe = 1).
 
-    ``probes * C_PROBE + expected_candidates(n) * C_CANDIDATE + tables * C_TABLE
+    ``probes * C_PROBE + expected_candidates(n) * candidate_cost(n) + tables * table_cost(n)
     + max(0, tables - 20) * C_TABLE_CROWD``. Probes are seeks, candidates are sequential reads
-    plus a popcount; the table terms stand for space and write amplification (each table stores
-    every fingerprint again), steeper beyond 20 tables.
+    plus a popcount; the table terms stand for each table's first probe, space and write
+    amplification (each table stores every fingerprint again), steeper beyond 20 tables.
     """
     tables = len(design.tables)
     return (
         design.probes_per_query() * C_PROBE
-        + design.expected_candidates(n) * C_CANDIDATE
-        + tables * C_TABLE
+        + design.expected_candidates(n) * candidate_cost(n)
+        + tables * table_cost(n)
         + max(0, tables - _CROWD_FREE_TABLES) * C_TABLE_CROWD
     )
+
+
+def pairs_design_cost(design: Design, n: int) -> float:
+    """Cost model of a store that also computes all pairs (``design="auto-pairs"``): its
+    :func:`design_cost` plus one join per document's worth of queries. The join reads the
+    store's own tables (fpstore.index.pairs_stream), and there each document meets the others
+    of its probes' prefix groups, a pair counted once: half a query's candidates, each a
+    decode and a popcount like a candidate."""
+    return design_cost(design, n) + design.expected_candidates(n) / 2 * candidate_cost(n)
 
 
 def join_cost(design: Design, n: int) -> float:

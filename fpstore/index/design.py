@@ -15,13 +15,15 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
 
 from fpstore.errors import DesignError
-from fpstore.index.costs import C_CANDIDATE, C_PROBE, C_TABLE, C_TABLE_CROWD, design_cost
+from fpstore.index.costs import C_CANDIDATE, C_PROBE, C_TABLE, C_TABLE_CROWD, design_cost, pairs_design_cost
 from fpstore.index.tables import MAX_K, Design, Table, count_probes, evading_placement, is_int
 
 __all__ = [
+    "AUTO_DESIGNS",
     "C_CANDIDATE",
     "C_PROBE",
     "C_TABLE",
@@ -34,6 +36,10 @@ __all__ = [
     "design_for",
     "designs_for_k",
 ]
+
+#: The ``design`` values that ask :func:`design_for` to choose: by the cost of queries
+#: (:func:`design_cost`), or of queries and all pairs (:func:`pairs_design_cost`).
+AUTO_DESIGNS: Mapping[str, Callable[[Design, int], float]] = MappingProxyType({"auto": design_cost, "auto-pairs": pairs_design_cost})
 
 #: Expected store size assumed by :func:`design_for` when the caller gives none.
 DEFAULT_EXPECTED_SIZE: int = 10**6
@@ -207,7 +213,9 @@ def design_for(k: int, expected_size: int | None = None, design: str | Design = 
     """The design a store of radius ``k`` should use.
 
     ``design="auto"`` picks the catalogue design of least :func:`design_cost` at ``expected_size``
-    (10**6 when None); ties go to fewer tables, then catalogue order. A name picks that
+    (10**6 when None); ties go to fewer tables, then catalogue order. ``design="auto-pairs"`` does
+    the same by :func:`pairs_design_cost`, for a store that also computes all pairs (the
+    near-duplicate pairs, clusters, dedup) after its loads. A name picks that
     catalogue design; a :class:`Design` is returned after checking that its k equals ``k``.
     Raises DesignError for k outside 0..10, an unknown name, or a design of another k.
     """
@@ -222,11 +230,12 @@ def design_for(k: int, expected_size: int | None = None, design: str | Design = 
         # Rebuilding re-runs every check, in case the object was altered behind the frozen API.
         return Design.from_config(design.config())
     if not isinstance(design, str):
-        raise DesignError(f"design must be 'auto', a catalogue name or a Design, got {design!r}")
+        raise DesignError(f"design must be 'auto', 'auto-pairs', a catalogue name or a Design, got {design!r}")
     catalogue = _catalogue(k)
-    if design == "auto":
+    cost = AUTO_DESIGNS.get(design)
+    if cost is not None:
         n = max(expected_size, 1)
-        return min(enumerate(catalogue), key=lambda ic: (design_cost(ic[1], n), len(ic[1].tables), ic[0]))[1]
+        return min(enumerate(catalogue), key=lambda ic: (cost(ic[1], n), len(ic[1].tables), ic[0]))[1]
     for d in catalogue:
         if d.name == design:
             return d

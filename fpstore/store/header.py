@@ -16,7 +16,7 @@ from fpstore.errors import CorruptionError, DesignError, FormatError, InputError
 from fpstore.fingerprint.image import ImagePipeline
 from fpstore.fingerprint.kinds import AnyPipeline, is_image, pipeline_from_config
 from fpstore.fingerprint.pipeline import IdfTable
-from fpstore.index.design import Design
+from fpstore.index.design import AUTO_DESIGNS, Design
 from fpstore.limits import MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_NAME_BYTES, READ_MAX_CHECKPOINT_BYTES
 
 __all__ = [
@@ -151,14 +151,14 @@ def stored_design_and_pipeline(
     header: dict[str, Any], idf_raw: bytes | None, path: str, pipeline: AnyPipeline | None, design: str | Design
 ) -> tuple[Design, AnyPipeline]:
     """The design and pipeline a decoded header records, checked against those an open asks for
-    (``pipeline`` None and ``design`` "auto" ask for none)."""
+    (``pipeline`` None and ``design`` "auto" or "auto-pairs" ask for none)."""
     try:
         stored_design = Design.from_config(header["design"])
     except DesignError as exc:
         raise FormatError(f"{path}: the stored table design is invalid: {exc}") from exc
     if isinstance(design, Design) and design.config() != stored_design.config():
         raise DesignError(f"{path} was created with design {stored_design.name}, not {design.name}")
-    if isinstance(design, str) and design != "auto" and design != stored_design.name:
+    if isinstance(design, str) and design not in AUTO_DESIGNS and design != stored_design.name:
         raise DesignError(f"{path} was created with design {stored_design.name!r}, not {design!r}")
     idf = IdfTable.from_bytes(idf_raw) if idf_raw is not None else None
     stored = pipeline_from_config(header["pipeline"], idf)

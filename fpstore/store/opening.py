@@ -39,8 +39,9 @@ def open(path: str | os.PathLike[str], **options: Any) -> Store:
 
     ``k`` is the default query radius; for a new store it also chooses the design (exact up to k,
     default :data:`fpstore.fingerprint.pipeline.DEFAULT_K`, 5: the default pipeline's calibrated radius). ``pipeline`` defaults to :class:`Pipeline()` for a new store and must match an
-    existing store's. ``design`` is ``"auto"`` (chosen from ``expected_size``), a design name or a
-    :class:`~fpstore.index.design.Design`. One process writes; others open with ``readonly=True``.
+    existing store's. ``design`` is ``"auto"`` (chosen from ``expected_size`` for the store's
+    queries), ``"auto-pairs"`` (chosen for its queries and all pairs after its loads), a design name
+    or a :class:`~fpstore.index.design.Design` (docs/designs.md). One process writes; others open with ``readonly=True``.
 
     ``verify=True`` checks the file's structure before LMDB maps it (verify-then-trust, for
     store files from elsewhere: LMDB itself trusts its pages and can abort on a damaged one).
