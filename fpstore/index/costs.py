@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "C_CANDIDATE",
+    "C_JOIN_COMPARE",
     "C_PROBE",
     "C_TABLE",
     "C_TABLE_CROWD",
@@ -26,13 +27,13 @@ __all__ = [
     "SPARK_KEY",
     "SPARK_PROBE",
     "candidate_cost",
-    "size_factor",
-    "table_cost",
     "design_cost",
     "join_cost",
     "pairs_design_cost",
+    "size_factor",
     "spark_batch_cost",
     "spark_join_cost",
+    "table_cost",
 ]
 
 # A store's queries (relative units, one B-tree / run-index seek = 1). See design_cost().
@@ -51,12 +52,17 @@ C_TABLE_CROWD: float = 10.0
 _CROWD_FREE_TABLES = 20
 #: Beyond SCALE_FROM documents, relative to a probe, a candidate costs less and a table more, each
 #: by the factor ``(n / SCALE_FROM) ** SCALE_EXPONENT``. A candidate stays a decode and a popcount
-#: in a block already read; a probe's run-index lookup and block reads leave the CPU caches as the
-#: tables grow, and a table's first probe more so (its own run indexes, one per run: a bulk-loaded
-#: store of more than 2**24 documents has several). Fitted to six designs at 10**8
-#: (tools/bench_large_k.py; docs/designs.md, "The cost model at 10^8").
-SCALE_FROM: int = 10**6
-SCALE_EXPONENT: float = 0.25
+#: in a block already read. A probe grows: past 2**24 documents a bulk-loaded store holds several
+#: runs per table (``bulk_load``'s ``max_run``), each probed, and their indexes and blocks leave the
+#: CPU caches; a table's first probe grows most. Fitted to twelve designs measured at 10**8, where
+#: the factor is 3.2 (tools/bench_large_k.py; docs/designs.md, "The cost model at 10^8"); at 10**7,
+#: where it is 1, the designs it would have moved measured slower.
+SCALE_FROM: int = 1 << 24
+SCALE_EXPONENT: float = 0.65
+#: A comparison of the all-pairs join, in probes of a one-run store (pairs_design_cost): a
+#: vector popcount inside a sorted prefix group, ~1 ns (join_cost), against ~5 ns for a query's
+#: candidate, decoded and verified one by one, and ~0.5 µs for a probe.
+C_JOIN_COMPARE: float = 0.002
 
 
 def size_factor(n: int) -> float:
@@ -95,9 +101,9 @@ def pairs_design_cost(design: Design, n: int) -> float:
     """Cost model of a store that also computes all pairs (``design="auto-pairs"``): its
     :func:`design_cost` plus one join per document's worth of queries. The join reads the
     store's own tables (fpstore.index.pairs_stream), and there each document meets the others
-    of its probes' prefix groups, a pair counted once: half a query's candidates, each a
-    decode and a popcount like a candidate."""
-    return design_cost(design, n) + design.expected_candidates(n) / 2 * candidate_cost(n)
+    of its probes' prefix groups, a pair counted once: half a query's candidates, each charged
+    :data:`C_JOIN_COMPARE`."""
+    return design_cost(design, n) + design.expected_candidates(n) / 2 * C_JOIN_COMPARE
 
 
 def join_cost(design: Design, n: int) -> float:
