@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 import fpstore
-from fpstore.index.design import designs_for_k
+from fpstore.index.design import AUTO_DESIGNS, designs_for_k
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _bench_common as bc  # noqa: E402
@@ -43,7 +43,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=100_000)
     ap.add_argument(
-        "--designs", default="auto", help="comma-separated: auto and/or catalogue names (skipped at a k whose catalogue lacks them)"
+        "--designs", default="auto", help="comma-separated: auto, auto-pairs and/or catalogue names (skipped at a k whose catalogue lacks them)"
     )
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--warm", action="store_true", help="call Store.warm() after the load, before the queries")
@@ -57,7 +57,7 @@ def main() -> None:
     print("| k | design | tables | probes/query | single p50 µs | single p99 µs | query_many q/s | brute force q/s | B/doc | load s | all pairs s | exact |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for k in (int(x) for x in args.ks.split(",")):
-        names = [name for name in args.designs.split(",") if name == "auto" or name in {d.name for d in designs_for_k(k)}]
+        names = [name for name in args.designs.split(",") if name in AUTO_DESIGNS or name in {d.name for d in designs_for_k(k)}]
         for r in range(args.rounds):
             for name in names if r % 2 == 0 else names[::-1]:
                 measure(k, n, name, fps, rng, args)
@@ -106,7 +106,7 @@ def measure(k: int, n: int, name: str, fps: np.ndarray, rng: np.random.Generator
                 for _ in s.iter_near_duplicate_pairs(k):
                     pass
                 pairs_s = f"{time.perf_counter() - t0:.1f}"
-            label = f"{s.design.name} (auto)" if name == "auto" else s.design.name
+            label = f"{s.design.name} ({name})" if name in AUTO_DESIGNS else s.design.name
             print(
                 f"| {k} | {label} | {len(s.design.tables)} | {s.design.probes_per_query()} | "
                 f"{np.percentile(lat_us, 50):.0f} | {np.percentile(lat_us, 99):.0f} | {batch_rate:,.0f} | {brute_rate:,.0f} | "

@@ -9,8 +9,8 @@ join over the store's sorted tables, time and peak memory, each in a fresh proce
 Data, for each n: n uniform random 64-bit fingerprints of which 1 % are replaced by a copy of
 another with 1-3 bits flipped and 0.1 % by an identical copy (``_bench_common.planted_fps``, so
 there are pairs at every distance 0..3), integer keys, ``bulk_load`` into a store made with
-``design_for(3, n)`` (``--designs auto``; ``r5``, the design ``design_for`` picks at 10^8, for the
-extrapolation), one run per ``--max-run`` documents (2^24 by default, as ``bulk_load``: a 10^8
+``design_for(3, n)`` (``--designs auto``; ``r5``, which ``design_for`` picked at 10^8 when this tool
+was written, for the extrapolation), one run per ``--max-run`` documents (2^24 by default, as ``bulk_load``: a 10^8
 store has six runs; ``--max-run 1.7e6`` gives a 10^7 store as many). The store is built once per (n, design) in a child
 process, then each variant runs in a fresh child process on the store opened read-only, after the
 parent has read the store's file once (so every variant starts with it in the page cache):

@@ -59,9 +59,9 @@ _CROWD_FREE_TABLES = 20
 #: where it is 1, the designs it would have moved measured slower.
 SCALE_FROM: int = 1 << 24
 SCALE_EXPONENT: float = 0.65
-#: A comparison of the all-pairs join, in probes of a one-run store (pairs_design_cost): a
-#: vector popcount inside a sorted prefix group, ~1 ns (join_cost), against ~5 ns for a query's
-#: candidate, decoded and verified one by one, and ~0.5 µs for a probe.
+#: A comparison of the all-pairs join, in probes, at every size (pairs_design_cost). Set by hand so
+#: that k=3 moves from r4 to r5 at 10**8, where a load and a join measured about even on the two
+#: (docs/designs.md); near a vector popcount's ~1 ns (join_cost) against a one-run store's probe.
 C_JOIN_COMPARE: float = 0.002
 
 
