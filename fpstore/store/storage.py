@@ -48,7 +48,7 @@ from fpstore.errors import (
     WriterLockedError,
 )
 from fpstore.index.arrays import int_in
-from fpstore.store import faults
+from fpstore.store import faults, prefault
 from fpstore.store.files import (
     DATA_FILE,
     MAX_DBS,
@@ -722,6 +722,19 @@ class Storage:
                     raise translate(exc, "starting a read") from exc
                 raise
         raise StorageError(f"could not start a read on {self.path} after map resizes")
+
+    def populate(self) -> int:
+        """Map the used part of the data file into this process's page tables, so that the next
+        reads of its pages fault no more (:mod:`fpstore.store.prefault`); returns the bytes mapped,
+        0 where the system cannot or the file is too large for the memory available. Holds a share
+        of the map meanwhile: a growth, which moves the map, waits for it."""
+        self._map.share()
+        try:
+            env = self.env
+            used = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+            return prefault.populate(os.path.join(self.path, DATA_FILE), used)
+        finally:
+            self._map.unshare()
 
     def _set_mapsize(self, size: int, action: str) -> None:
         """Set the map size (0: adopt the file's) once no other thread of this process is in a transaction.
