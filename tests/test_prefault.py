@@ -60,10 +60,10 @@ def test_the_background_merger_maps_the_file_after_its_merges(tmp_path, monkeypa
     populated: list[tuple[str, int, int]] = []
     populate = Storage.populate
 
-    def spy(self: Storage) -> int:
+    def spy(self: Storage, **options: bool) -> int:
         env = self.env
         used = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
-        done = populate(self)
+        done = populate(self, **options)
         populated.append((threading.current_thread().name, done, used))
         return done
 
@@ -77,7 +77,23 @@ def test_the_background_merger_maps_the_file_after_its_merges(tmp_path, monkeypa
             time.sleep(0.05)
         assert s.info()["merges"]["done"] >= 1, "no background merge ran within a minute"
     assert populated, "no merge was followed by a populate"
-    assert all(name.startswith("fpstore-merge") and done == used > 0 for name, done, used in populated)
+    assert all(name.startswith("fpstore-merge") for name, _, _ in populated)
+    assert populated[0][1] == populated[0][2] > 0  # the first maps the whole file, later ones what it gained
+
+
+def test_populate_not_whole_maps_what_the_file_gained_unless_the_map_moved(tmp_path):
+    with fpstore.open(tmp_path / "s", k=3, merges="manual") as s:
+        storage = s._storage
+        assert storage.populate() == used_bytes(s)
+        assert storage.populate(whole=False) == 0
+        before = used_bytes(s)
+        rng = np.random.default_rng(6)
+        s.add_many(list(range(5_000)), fingerprints=rng.integers(0, 2**64, 5_000, dtype=np.uint64), pipeline_id=s.pipeline.id)
+        assert used_bytes(s) > before
+        assert storage.populate(whole=False) == used_bytes(s) - before
+        assert mapped_bytes(s) >= used_bytes(s) * 0.95
+        storage.grow()  # a new map: nothing of it is mapped
+        assert storage.populate(whole=False) == used_bytes(s)
 
 
 def test_prefault_false_leaves_the_merger_to_merge(tmp_path, monkeypatch):

@@ -129,8 +129,8 @@ def _bad_id(ids: list[int]) -> NoReturn:
 
 
 #: :meth:`Catalog.prepare_runs` records the restart points of runs of at most this many entries
-#: (~12 ms a table at most, with the interpreter lock held).
-PREPARED_RESTARTS_MAX = 1 << 22
+#: (~3 ms a table at most, with the interpreter lock held).
+PREPARED_RESTARTS_MAX = 1 << 20
 
 
 class Catalog:

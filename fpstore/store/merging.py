@@ -540,7 +540,7 @@ class Merger:
                     # mapped: the first query to read each would take a page fault (prefault.py).
                     # Under the merge lock, which a fork waits for (_before_fork).
                     del store
-                    self._storage.populate()
+                    self._storage.populate(whole=False)
             finally:
                 self._merging_in = 0
         return counts

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import mmap
 import os
 from typing import Any
 
@@ -83,10 +84,11 @@ def available_bytes() -> int | None:
     return None
 
 
-def populate(path: str, nbytes: int) -> int:
-    """Map the first ``nbytes`` of file ``path`` (every mapping this process has of it) into the
-    page tables; returns the bytes mapped, 0 when skipped. The caller holds the mapping still
-    (a share of the store's map lock) for the duration of the call."""
+def populate(path: str, nbytes: int, start: int = 0) -> int:
+    """Map bytes ``start`` to ``nbytes`` of file ``path`` (every mapping this process has of it)
+    into the page tables; returns the bytes mapped (``nbytes - start`` once the range is mapped,
+    though it may be empty), 0 when skipped. The caller holds the mapping still (a share of the
+    store's map lock) for the duration of the call."""
     global _unsupported
     if nbytes <= 0 or _unsupported:
         return 0
@@ -97,9 +99,12 @@ def populate(path: str, nbytes: int) -> int:
     if available is None or nbytes > available // 2:
         return 0  # it would read from disk what the page cache cannot hold, evicting the rest
     done = 0
-    for start, end in mappings_of(path):
-        length = min(end - start, nbytes)
-        if madvise(start, length, MADV_POPULATE_READ) != 0:
+    start = min(start, nbytes) & ~(mmap.PAGESIZE - 1)  # madvise wants a page-aligned address
+    for first, end in mappings_of(path):
+        length = min(end - first, nbytes) - start
+        if length <= 0:
+            continue
+        if madvise(first + start, length, MADV_POPULATE_READ) != 0:
             err = ctypes.get_errno()
             if err == 22:  # EINVAL: a kernel before 5.14
                 _unsupported = True
