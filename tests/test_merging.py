@@ -280,49 +280,6 @@ def test_a_merge_drops_the_runs_it_replaced_from_the_tier_cache(tmp_path):
         assert answers(s, queries) == before == brute(model, queries, 3)
 
 
-def test_a_merge_checks_the_chunks_of_the_run_it_makes(tmp_path):
-    """A query's first read of a chunk checks its CRC-32 (~50 µs for 256 KiB): the merging thread
-    does it for its new run, so no query does."""
-    rng = np.random.default_rng(31)
-    with fpstore.open(tmp_path / "s", k=3, flush_entries=200, merges="manual") as s:
-        model = grow(s, rng, 16)
-        # Cells read a small run's chunks too: without them, as for a run too large for cells.
-        s._cat.build_cells = lambda txn, runs: 0
-        s.merge_runs()
-        with s._storage.read() as txn:
-            (merged,) = s._cat.runs(txn)
-            names = {name for t in range(len(merged.meta.tables)) for name in merged.table(t)._names}
-        assert len(names) >= len(s.design.tables)
-        assert names <= s._cat.cache._checked
-        queries = np.array(list(model.values())[::7], dtype=np.uint64) ^ np.uint64(2)
-        assert answers(s, queries) == brute(model, queries, 3)
-
-
-def test_a_merge_records_the_restart_points_of_the_run_it_makes_up_to_a_size(tmp_path, monkeypatch):
-    """A probe that finds no restart point in a block decodes it from its start: the merging
-    thread decodes its new run once, unless the run is large enough to hold the interpreter lock
-    long (PREPARED_RESTARTS_MAX)."""
-    from fpstore.index import search
-    from fpstore.store import catalog
-
-    filled: list[int] = []
-    fill = search.fill_run_restarts
-    monkeypatch.setattr(search, "fill_run_restarts", lambda run: (filled.append(run.count), fill(run))[1])
-    rng = np.random.default_rng(37)
-    with fpstore.open(tmp_path / "s", k=3, flush_entries=200, merges="manual") as s:
-        model = grow(s, rng, 8)
-        s.merge_runs()
-        with s._storage.read() as txn:
-            (merged,) = s._cat.runs(txn)
-        assert filled == [merged.count]
-        monkeypatch.setattr(catalog, "PREPARED_RESTARTS_MAX", merged.count - 1)
-        model.update(grow(s, rng, 8, start=10_000))
-        assert s.merge_runs()["merges"] >= 1
-        assert filled == [merged.count]
-        queries = np.array(list(model.values())[::7], dtype=np.uint64) ^ np.uint64(2)
-        assert answers(s, queries) == brute(model, queries, 3)
-
-
 @pytest.mark.parametrize("design", ["r4", "r5"])
 def test_a_merge_builds_the_cells_of_the_run_it_makes(tmp_path, design):
     """The thread that merged a run builds its tables' occupied cells, where the ranges of the

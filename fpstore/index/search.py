@@ -79,14 +79,6 @@ def fill_restarts(plan: ReadPlan, txn: Any, db: Any) -> None:
         runs_codec.fill_restarts(table, fetch, i)
 
 
-def fill_run_restarts(run: Run) -> None:
-    """:func:`fill_restarts` for the tables of one run, its chunks read in the run's transaction
-    (a merge's thread, for the run it made)."""
-    fetch = run.chunk_reader()
-    for t, table in enumerate(run.probe_tables()):
-        runs_codec.fill_restarts(table, fetch, t)
-
-
 def probe_plan(
     plan: ReadPlan, txn: Any, db: Any, design: object, fp: int, k: int, memo: dict[bytes, Any] | None = None
 ) -> list[tuple[int, int, int]]:

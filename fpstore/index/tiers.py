@@ -716,19 +716,6 @@ class Run(_Bound[RunMeta]):
         self.id: int = meta.id
         self._tables: dict[int, CodecRun] = {}
 
-    def check_chunks(self) -> int:
-        """Read every chunk of every table once, as a probe would, each checked by its cache
-        (:meth:`TierCache.checked`): a merge's thread does it for the run it made, so that no
-        query pays a first check. LMDB's reads and the CRC-32 of a large chunk run without the
-        interpreter lock. Returns the chunk count."""
-        count = 0
-        for t in range(len(self.meta.tables)):
-            tab = self.table(t)
-            for c in range(tab.index.nchunks):
-                tab.get(c)
-            count += tab.index.nchunks
-        return count
-
     def table(self, t: int) -> CodecRun:
         tab = self._tables.get(t)
         if tab is None:

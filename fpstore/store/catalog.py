@@ -128,11 +128,6 @@ def _bad_id(ids: list[int]) -> NoReturn:
     raise CorruptionError(f"an index names document id {bad}, outside any id this store assigns")
 
 
-#: :meth:`Catalog.prepare_runs` records the restart points of runs of at most this many entries
-#: (~3 ms a table at most, with the interpreter lock held).
-PREPARED_RESTARTS_MAX = 1 << 20
-
-
 class Catalog:
     """The tables of one open store (``dbs``: LMDB databases by name) and the design they follow."""
 
@@ -835,20 +830,6 @@ class Catalog:
         does it for the run it made, :meth:`warm` for every run. Returns how many tables have them."""
         prefix_bits = [t.prefix_bits for t in self.design.tables]
         return sum(self.cache.build_cells(Run(txn, self.blobs, self.cache, meta), prefix_bits) for meta in runs)
-
-    def prepare_runs(self, txn: lmdb.Transaction, runs: Sequence[RunMeta]) -> None:
-        """Do now what the first probes of ``runs`` would: check every chunk's CRC-32 (~50 µs a
-        chunk of 256 KiB), decode every block once for its restart points (a probe that finds
-        none decodes its block from the start), build the occupied cells. A merge's thread does
-        it for the run it made, so that no query pays for it. The kernel records restart points
-        with the interpreter lock held, ~3 ns an entry: runs above :data:`PREPARED_RESTARTS_MAX`
-        entries are left to their probes, so that no add waits long for the lock."""
-        for meta in runs:
-            run = Run(txn, self.blobs, self.cache, meta)
-            run.check_chunks()
-            if run.count <= PREPARED_RESTARTS_MAX:
-                search.fill_run_restarts(run)
-        self.build_cells(txn, runs)
 
     def warm(self, txn: lmdb.Transaction) -> int:
         """Read every byte of the index (runs, key segments, incremental tables), of what an answer

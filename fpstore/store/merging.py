@@ -408,7 +408,7 @@ def _write_and_switch(storage: Storage, cat: Catalog, new_run: MergedRun, merge:
     if switched:
         cat.cache.forget_runs([old.id for old in group], owned)
         if rec is not None:
-            _prepare_reads(storage, cat, rec)
+            _build_cells(storage, cat, rec)
     collect(storage, cat, stopping)
     if not switched:
         return None
@@ -417,17 +417,16 @@ def _write_and_switch(storage: Storage, cat: Catalog, new_run: MergedRun, merge:
     return {"runs_merged": len(group), "entries": new_run.count}
 
 
-def _prepare_reads(storage: Storage, cat: Catalog, rec: RunMeta) -> None:
-    """What the first probes of the new run would do (its chunks' checks, the restart points of
-    its blocks, its occupied cells), done here rather than in a query; a run too large for cells
-    at its 16th probe would never have them. Only a speed-up: a failure is logged, not raised (the
-    probes then read the run as they would have). It takes a few ms per 10^6 entries a table,
-    decoding without the interpreter lock, which a store closing meanwhile waits for."""
+def _build_cells(storage: Storage, cat: Catalog, rec: RunMeta) -> None:
+    """The occupied cells of the new run's tables, built here (without the interpreter lock)
+    rather than by the probe that would otherwise find them missing; a run too large for cells at
+    its 16th probe would never have them. Only a speed-up: a failure is logged, not raised. (It
+    takes ~10 ms a table of 2^23 keys, which a store closing meanwhile waits for.)"""
     try:
         with storage.read() as txn:
-            cat.prepare_runs(txn, [rec])
-    except Exception as exc:
-        log.warning("merged run %d not prepared for reads: %s: %s", rec.id, type(exc).__name__, exc)
+            cat.build_cells(txn, [rec])
+    except Exception as exc:  # the probes read the run as they would without cells
+        log.warning("no cells for merged run %d: %s: %s", rec.id, type(exc).__name__, exc)
 
 
 def _put_blobs(db: Any, blobs: tiers.Blobs, began: list[float], txn: lmdb.Transaction) -> None:
@@ -534,13 +533,6 @@ class Merger:
             self._merging_in = threading.get_ident()
             try:
                 self._run_due(counts)
-                store = self._store()
-                if counts["merges"] and self.mode == "background" and store is not None and store.prefault:
-                    # The new runs and the adds' new records are pages this process has not
-                    # mapped: the first query to read each would take a page fault (prefault.py).
-                    # Under the merge lock, which a fork waits for (_before_fork).
-                    del store
-                    self._storage.populate(whole=False)
             finally:
                 self._merging_in = 0
         return counts

@@ -77,12 +77,5 @@ def open(path: str | os.PathLike[str], **options: Any) -> Store:
     the staged adds before them; :meth:`Store.sync` commits them on demand; an add from a thread
     that holds a read open (``store.reader()``) is durable too. Reads see a staged add once it has
     committed. The mode belongs to this open, not to the store's files.
-
-    ``prefault`` (default True): after its merges, the background merge thread maps the store's
-    file into the process's page tables (Linux 5.14 and newer, ``MADV_POPULATE_READ``; skipped
-    when the file is larger than half the available memory), so that a query's first read of a
-    page, a record or a new run's block, is not a page fault (up to ~100 µs under a hypervisor).
-    The process's resident size then counts the file's cached pages; False leaves the faults to
-    the queries. :meth:`Store.warm` maps the file the same way, whatever this says.
     """
     return Store(path, **options)

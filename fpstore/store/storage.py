@@ -48,7 +48,7 @@ from fpstore.errors import (
     WriterLockedError,
 )
 from fpstore.index.arrays import int_in
-from fpstore.store import faults, prefault
+from fpstore.store import faults
 from fpstore.store.files import (
     DATA_FILE,
     MAX_DBS,
@@ -286,8 +286,6 @@ class Storage:
             #: Changes whenever the map may move (a remap, a reopen): a view into the map read
             #: under another value must not be used (see ``Catalog.snapshot_chunks``).
             self.mapping = 0
-            # (mapping, bytes) of the last populate(): what is mapped already, unless the map moved.
-            self._populated = (-1, 0)
             self._env = self._open_env(map_size if map_size is not None else (0 if exists else INITIAL_MAP_SIZE))
             self.dbs: dict[str, Any] = {}
             #: True when this open created the environment: the caller creates its sub-databases
@@ -724,27 +722,6 @@ class Storage:
                     raise translate(exc, "starting a read") from exc
                 raise
         raise StorageError(f"could not start a read on {self.path} after map resizes")
-
-    def populate(self, *, whole: bool = True) -> int:
-        """Map the used part of the data file into this process's page tables, so that the next
-        reads of its pages fault no more (:mod:`fpstore.store.prefault`); returns the bytes mapped,
-        0 where the system cannot or the file is too large for the memory available. Not
-        ``whole``: only what the file gained since the last call, unless the map moved since (a
-        growth remaps it; the pages the file reuses were mostly read, so mapped, before they were
-        freed). Holds a share of the map meanwhile: a growth, which moves the map, waits for it."""
-        self._map.share()
-        try:
-            env = self.env
-            used = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
-            start = 0
-            if not whole and self._populated[0] == self.mapping:
-                start = min(self._populated[1], used)
-            done = prefault.populate(os.path.join(self.path, DATA_FILE), used, start)
-            if done:
-                self._populated = (self.mapping, used)
-            return done
-        finally:
-            self._map.unshare()
 
     def _set_mapsize(self, size: int, action: str) -> None:
         """Set the map size (0: adopt the file's) once no other thread of this process is in a transaction.

@@ -96,7 +96,6 @@ class Store(Closing):
         commit_interval: float | None = None,
         merges: str = "background",
         threshold: float | None = None,
-        prefault: bool = True,
     ) -> None:
         if pipeline is not None and not isinstance(pipeline, (Pipeline, ImagePipeline)):
             raise InputError(f"pipeline must be a fpstore.Pipeline or fpstore.ImagePipeline, not {type(pipeline).__name__}")
@@ -104,10 +103,6 @@ class Store(Closing):
             raise InputError(f"flush_entries must be an int >= 0, got {flush_entries!r}")
         if merges not in MERGE_MODES:
             raise InputError(f"merges must be one of {', '.join(MERGE_MODES)}, got {merges!r}")
-        if not isinstance(prefault, bool):
-            raise InputError(f"prefault must be True or False, got {prefault!r}")
-        #: Whether the background merge thread maps the store's pages after each merge (``open``).
-        self.prefault = prefault
         #: Documents held in the incremental tables before a write moves them into a run (0: never).
         self.flush_entries = flush_entries
         # A new store's arguments are checked before anything is made on disk.
@@ -706,7 +701,6 @@ class Store(Closing):
         and an r5 design: docs/format.md); a damaged run raises
         :class:`~fpstore.errors.CorruptionError`.
         """
-        self._storage.populate()  # the pages the kernel caches, mapped in one call; the reads below then fault less
         with self._storage.read() as txn:
             return self._cat.warm(txn)
 
