@@ -502,3 +502,32 @@ def test_loads_over_many_segments_replace_exactly_the_keys_loaded_again(tmp_path
             oracle.update(zip(key_list, fps.tolist()))
         assert len(store) == len(oracle)
         assert {d.key: d.fingerprint for d in store.documents()} == oracle
+
+
+@pytest.mark.parametrize("few", [0, 10**6])
+def test_keys_are_found_in_the_newest_segment_holding_them(tmp_path, monkeypatch, few):
+    """Catalog.ids_of_many, by the batch search (few = 0) and one kernel probe per key (a group
+    commit's few keys), over three bulk loads that load some keys again, deletes, incremental
+    keys and keys stored nowhere: each key's id is its newest live copy's, as id_of finds it."""
+    from fpstore.store import catalog
+    from fpstore.store.keys import typed_key
+
+    monkeypatch.setattr(catalog, "FEW_KEYS", few)
+    rng = np.random.default_rng(9)
+    with fpstore.open(tmp_path / "s", k=3) as s:
+        pid = s.pipeline.id
+        s.bulk_load(np.arange(0, 3000), rng.integers(0, 2**64, 3000, dtype=np.uint64), pipeline_id=pid)
+        s.bulk_load([f"p{i}" for i in range(500)], rng.integers(0, 2**64, 500, dtype=np.uint64), pipeline_id=pid)
+        s.bulk_load(np.arange(2000, 2600), rng.integers(0, 2**64, 600, dtype=np.uint64), pipeline_id=pid)  # loaded again
+        for key in (5, 2100, "p7", 2999):
+            s.delete(key)
+        s.add_many(["new-a", 17, "p9"], fingerprints=[1, 2, 3], pipeline_id=pid)
+        keys = [0, 5, 17, 1999, 2000, 2100, 2599, 2600, 2999, 3000, "p0", "p7", "p9", "p499", "p500", "new-a", "nowhere", b"\x00"]
+        keys += rng.integers(0, 3100, 60).tolist()
+        typed = [typed_key(key) for key in keys]
+        with s._storage.read() as txn:
+            got = s._cat.ids_of_many(txn, typed)
+            want = [s._cat.id_of(txn, t) for t in typed]
+        assert got == want
+        assert [i is None for i in got[:18]] == [False, True, False, False, False, True, False, False, True, True, False, True, False, False, True, False, True, True]
+        assert got[4] == s[2000].id > 3500  # the third load's copy (ids from 3501), not the first's

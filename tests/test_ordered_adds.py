@@ -57,11 +57,14 @@ def _state(store):
     flush_entries=st.sampled_from([0, 2, 5]),
     batch_probe=st.sampled_from([0, 10**6]),
     incremental_way=st.sampled_from(["compare all", "scan", "probe each"]),
+    few=st.sampled_from([0, 10**6]),
 )
-def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_entries, batch_probe, incremental_way):
+def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_entries, batch_probe, incremental_way, few):
     """Both ways of finding the stored neighbours (the merge of the batch with every table, a
-    probe per add), and the three ways of reading the incremental tables (every add against
-    every document of the writer's copy, one scan, a probe per add), give it."""
+    probe per add), the three ways of reading the incremental tables (every add against every
+    document of the writer's copy, one scan, a probe per add), and both ways of looking keys up
+    in the key segments and of writing the tables (numpy's batch calls, or an int at a time for
+    a few: ``few``), give it."""
     bulk, before, group = plan
     root = tmp_path_factory.mktemp("ordered")
     stores = [fpstore.open(root / name, k=K, flush_entries=flush_entries) for name in ("group", "serial")]
@@ -77,8 +80,9 @@ def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_ent
             for key, text, fp, skip in group
         ]
         saved = (catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK, incremental.SCAN_US, incremental.SCAN_US_PER_ENTRY)
-        saved_docs = incremental._COMPARE_ALL_DOCS
+        saved_docs, saved_few = incremental._COMPARE_ALL_DOCS, (catalog.FEW_KEYS, incremental.PUT_FEW)
         catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK = batch_probe, 0
+        catalog.FEW_KEYS, incremental.PUT_FEW = few, few
         if incremental_way != "compare all":
             incremental._COMPARE_ALL_DOCS = -1
             incremental.SCAN_US, incremental.SCAN_US_PER_ENTRY = (0.0 if incremental_way == "scan" else 1e12), 0.0
@@ -87,6 +91,7 @@ def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_ent
         finally:
             catalog.SMALL_BATCH_BASE, catalog.SMALL_BATCH_PER_CHUNK, incremental.SCAN_US, incremental.SCAN_US_PER_ENTRY = saved
             incremental._COMPARE_ALL_DOCS = saved_docs
+            catalog.FEW_KEYS, incremental.PUT_FEW = saved_few
         want = [_serial(serial, op) for op in group]
         assert [_verdict(r) for r in got] == [_verdict(r) for r in want]
         assert _state(together) == _state(serial)

@@ -848,20 +848,33 @@ def find_in_segments(segments: list[KeySegment], typed: bytes) -> tuple[int, int
     """(index in ``segments``, id) of ``typed`` in the last segment holding it, or None: every
     segment's sorted key hashes are probed in one kernel call (a key no segment holds, a
     crawler's new page, costs a block search per segment, not a Python lookup per segment)."""
-    if not segments:
-        return None
-    h = key_hash(typed)
+    return find_each_in_segments(segments, [typed])[0]
+
+
+def find_each_in_segments(segments: list[KeySegment], typed: Sequence[bytes]) -> list[tuple[int, int] | None]:
+    """:func:`find_in_segments` of each of a few keys, every key against every segment in one
+    kernel call: a group commit's new keys, where a batch search's numpy calls (sorting,
+    deduplicating, merging) cost more than the probes."""
+    out: list[tuple[int, int] | None] = [None] * len(typed)
+    if not segments or not typed:
+        return out
     fetch = _ChunkMemo(segments[0]._txn, segments[0]._db, segments[0]._cache).__getitem__
     tables = segments[0]._cache.segment_hash_tables(segments)
-    hits = runs.probe_tables(tables, fetch, [(i, h, h, h) for i in range(len(segments))], 0)
-    by_segment: dict[int, list[int]] = {}
-    for i, _, pos in hits:
-        by_segment.setdefault(i, []).append(pos)
-    for i in sorted(by_segment, reverse=True):
-        doc_id = segments[i].find_at(typed, by_segment[i])
-        if doc_id is not None:
-            return i, doc_id
-    return None
+    hashes = [key_hash(t) for t in typed]
+    hits = runs.probe_tables(tables, fetch, [(i, h, h, h) for h in set(hashes) for i in range(len(segments))], 0)
+    if not hits:  # the usual answer: new keys
+        return out
+    positions: dict[tuple[int, int], list[int]] = {}  # (segment, key hash) -> positions holding it
+    for i, h, pos in hits:
+        positions.setdefault((i, h), []).append(pos)
+    for q, (t, h) in enumerate(zip(typed, hashes)):
+        for i in range(len(segments) - 1, -1, -1):  # the newest segment holding the key decides
+            at = positions.get((i, h))
+            doc_id = segments[i].find_at(t, at) if at else None
+            if doc_id is not None:
+                out[q] = (i, doc_id)
+                break
+    return out
 
 
 class KeySegment(_Bound[SegmentMeta]):

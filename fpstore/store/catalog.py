@@ -45,6 +45,10 @@ SMALL_BATCH_BASE, SMALL_BATCH_PER_CHUNK, SMALL_BATCH_MAX_EXTRA = 1_000, 450, 34_
 #: and held beyond: about 14,500 queries at 10^6 and 20,000 at 10^7 (crossovers interpolated on
 #: log m between the batch sizes measured).
 THREADED_BATCH_FIT = ((22, 14_500), (202, 20_000))
+#: :meth:`Catalog.ids_of_many` looks up at most this many keys in the key segments one kernel probe
+#: each (:func:`tiers.find_each_in_segments`), more by the batch search (sort, merge): a group
+#: commit's few new keys pay none of the batch's numpy calls.
+FEW_KEYS = 128
 #: Fewer result rows than this are ordered by numpy's lexsort, more by :func:`search.order_rows`.
 SORT_SMALL = 2048
 
@@ -285,6 +289,11 @@ class Catalog:
         only the few whose hash a segment holds become Python objects."""
         segments = self.segments(txn)
         if not len(pending) or not segments:
+            return out
+        if hashes is None and len(pending) <= FEW_KEYS:
+            for i, hit in zip(pending, tiers.find_each_in_segments(segments, [typed[i] for i in pending])):
+                if hit is not None and not self.is_dead(txn, hit[1]):  # the newest copy decides (see id_of)
+                    out[int(i)] = hit[1]
             return out
         if hashes is None:
             hashes = tiers.key_hashes(list(typed))
