@@ -3,6 +3,7 @@ batches of texts or fingerprints, and one add made ready for its transaction."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -25,6 +26,8 @@ __all__ = [
     "prepare_add",
     "prepare_batch",
     "load_columns",
+    "pack_adds",
+    "unpack_adds",
     "signature_of",
     "signatures",
     "content_name",
@@ -90,6 +93,22 @@ def prepare_add(
     flags = (FLAG_TEXT if content is not None else 0) | (FLAG_SHORT if short else 0)
     ckpt = encode_checkpoint(checkpoint) if checkpoint is not None else None
     return OneAdd(key, typed, fp, content_hash, short, flags, on_duplicate, ckpt, sketch)
+
+
+_ONE_ADD_FIELDS = len(OneAdd._fields)
+
+
+def pack_adds(adds: Sequence[OneAdd]) -> tuple[Any, ...]:
+    """``adds`` as one flat tuple of their fields (:func:`unpack_adds` makes them again): the
+    stager keeps its staged adds so until their commit, where the cycle collector stops tracking
+    them once it has looked at them."""
+    return tuple(itertools.chain.from_iterable(adds))
+
+
+def unpack_adds(packed: tuple[Any, ...]) -> list[OneAdd]:
+    """The adds :func:`pack_adds` packed."""
+    w = _ONE_ADD_FIELDS
+    return [OneAdd._make(packed[i : i + w]) for i in range(0, len(packed), w)]
 
 
 _NO_SKETCH = (

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
+import itertools
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from fpstore.store.keys import Key
 
-__all__ = ["AddResult", "Cluster", "Document", "Match", "key_order", "sort_matches"]
+__all__ = ["AddResult", "Cluster", "Document", "Match", "key_order", "plain_results", "sort_matches"]
 
 
 class Match(NamedTuple):
@@ -60,6 +63,25 @@ class AddResult:
         if self.exact_duplicate_of is not None:
             return self.exact_duplicate_of
         return self.near_duplicates[0].key if self.near_duplicates else None
+
+
+_add_result_fields = operator.attrgetter(*(f.name for f in fields(AddResult)))
+
+
+def plain_results(results: Sequence[AddResult]) -> tuple[Any, ...]:
+    """``results`` as one flat tuple of their fields, each list of matches as its length and the
+    matches' fields: equal when the results are equal, and, holding only ints, strings, bytes,
+    floats and None, not tracked by the cycle collector once it has looked at it (the staged
+    adds' results, kept until their commit)."""
+    out: list[Any] = []
+    for result in results:
+        for value in _add_result_fields(result):
+            if type(value) is list:
+                out.append(len(value))
+                out.extend(itertools.chain.from_iterable(value))
+            else:
+                out.append(value)
+    return tuple(out)
 
 
 class Cluster(NamedTuple):

@@ -59,6 +59,10 @@ _STAGE, _REQUEST, _WRITE, _SYNC = "stage", "request", "write", "sync"
 Req = TypeVar("Req")
 Res = TypeVar("Res")
 
+#: A write kept for a rebuild (:attr:`Stager._pending`): ``(fn, None, None, result)``, or, for a
+#: group of requests, ``(None, owner, its packed requests, the digest of its results)``.
+_Kept = tuple[Callable[[Any], Any] | None, "StagedRequests[Any, Any] | None", tuple[Any, ...] | None, Any]
+
 _live: weakref.WeakSet[Stager] = weakref.WeakSet()
 
 
@@ -133,8 +137,17 @@ class StagedRequests(Generic[Req, Res]):
         commit_in: Callable[[Any, Sequence[Req]], list[Res]],
         commit_here: Callable[[Req], Res],
         max_group: int = MAX_GROUP,
+        *,
+        pack: Callable[[Sequence[Req]], tuple[Any, ...]] = tuple,
+        unpack: Callable[[tuple[Any, ...]], list[Req]] = list,
+        digest: Callable[[list[Res]], tuple[Any, ...]] = tuple,
     ) -> None:
         self._stager, self.commit_in, self.max_group = stager, commit_in, max_group
+        #: How the stager keeps a staged group until its commit (:meth:`Stager._stage_group`): its
+        #: requests as ``pack`` makes them (``unpack`` makes them again) and its results as
+        #: ``digest`` makes them; the store's are flat tuples of ints, strings and bytes, which the
+        #: cycle collector stops tracking at its next pass over the youngest objects.
+        self.pack, self.unpack, self.digest = pack, unpack, digest
         #: A request committed in the calling thread, when its writes do not go to the stager
         #: (:meth:`Storage.stager_for_this_thread`).
         self._commit_here = commit_here
@@ -169,8 +182,13 @@ class Stager:
         # The stager thread's own state: the open transaction and when it must commit.
         self._txn: lmdb.Transaction | None = None
         self._deadline = 0.0
-        #: The writes staged since the last commit, with their results (run again after a growth).
-        self._pending: list[tuple[Callable[[Any], Any], Any]] = []
+        #: The writes staged since the last commit, to run again after a growth of the map, with
+        #: their results (:meth:`_stage`): thousands an interval, so a group of requests is kept
+        #: as its owner's ``pack`` and ``digest`` make it, not as the requests, results and
+        #: closure themselves. Container objects kept by the thousand would reach the cycle
+        #: collector's oldest generation and set off its full passes (10-18 ms with numpy
+        #: imported), every thread of the process stopped.
+        self._pending: list[_Kept] = []
         #: Commits of staged writes, the writes staged, and the times a full map made the writes
         #: since the last commit run again (for tests and benchmarks).
         self.commits = 0
@@ -193,6 +211,11 @@ class Stager:
     def stage(self, fn: Callable[[Any], Any], action: str) -> Any:
         """Run ``fn(txn)`` in a nested transaction of the open one; its result once it has run."""
         return self._submit(_Job(_STAGE, fn, action))
+
+    def stage_group(self, owner: StagedRequests[Req, Res], requests: Sequence[Req], action: str) -> list[Res]:
+        """:meth:`stage` of ``owner.commit_in`` of ``requests``, kept as ``owner`` packs them
+        (a group of adds made elsewhere: ``fpstore.aio``'s writers)."""
+        return self._submit(_Job(_STAGE, None, action, request=(owner, requests)))
 
     def write(self, fn: Callable[[Any], Any], action: str) -> Any:
         """Commit what is staged, then run ``fn`` as a durable write of its own."""
@@ -315,7 +338,10 @@ class Stager:
         try:
             if self._failure is not None:
                 raise self._failure
-            if job.kind == _STAGE:
+            if job.kind == _STAGE and job.fn is None:
+                owner, requests = job.request
+                job.result = self._stage_group(owner, requests, job.action)
+            elif job.kind == _STAGE:
                 assert job.fn is not None
                 job.result = self._stage(job.fn, job.action)
             else:
@@ -338,7 +364,7 @@ class Stager:
         try:
             if self._failure is not None:
                 raise self._failure
-            outcomes = list(run_group(lambda group: self._stage(lambda txn: owner.commit_in(txn, group), action), requests))
+            outcomes = list(run_group(lambda group: self._stage_group(owner, group, action), requests))
         except BaseException as exc:
             outcomes = [(None, exc)] * len(jobs)
         owner.groups += 1
@@ -371,7 +397,14 @@ class Stager:
         finally:
             self._storage.write_lock.release()
 
-    def _stage(self, fn: Callable[[Any], Any], action: str) -> Any:
+    def _stage_group(self, owner: StagedRequests[Any, Any], group: Sequence[Any], action: str) -> list[Any]:
+        """Stage ``owner.commit_in`` of ``group``; kept for a rebuild as ``owner`` packs it."""
+        return self._stage(lambda txn: owner.commit_in(txn, group), action, (owner, owner.pack(group)))
+
+    def _stage(self, fn: Callable[[Any], Any], action: str, group: tuple[StagedRequests[Any, Any], tuple[Any, ...]] | None = None) -> Any:
+        """Run ``fn`` in a nested transaction of the open one (:meth:`_stage_once`) and keep it
+        for a rebuild: ``fn`` and its result, or, for a group of requests (``(owner, packed)``),
+        the packed requests and the digest of their results."""
         while True:
             if self._txn is None:
                 self._begin()
@@ -392,7 +425,11 @@ class Stager:
                 self._abort_open()
                 self._rebuild()
                 continue
-            self._pending.append((fn, result))
+            if group is None:
+                self._pending.append((fn, None, None, result))
+            else:
+                owner, packed = group
+                self._pending.append((None, owner, packed, owner.digest(result)))
             self.staged += 1
             return result
 
@@ -427,8 +464,9 @@ class Stager:
             try:
                 self._storage.grow()
                 self._begin()
-                for fn, result in self._pending:
-                    if self._stage_once(fn, "staging writes again after the map grew") != result:
+                for fn, owner, packed, result in self._pending:
+                    again = self._stage_kept_again(fn, owner, packed)
+                    if again != result:
                         raise StorageError("a staged write gave another result when it ran again after the map grew")
                 return
             except lmdb.MapFullError:
@@ -437,6 +475,18 @@ class Stager:
                 if self._txn is not None:
                     self._abort_open()
                 raise self._fail(exc) from exc
+
+    def _stage_kept_again(
+        self, fn: Callable[[Any], Any] | None, owner: StagedRequests[Any, Any] | None, packed: tuple[Any, ...] | None
+    ) -> Any:
+        """Stage a kept write (:attr:`_pending`) again; its result as it was kept."""
+        action = "staging writes again after the map grew"
+        if owner is None:
+            assert fn is not None
+            return self._stage_once(fn, action)
+        assert packed is not None
+        group = owner.unpack(packed)
+        return owner.digest(self._stage_once(lambda txn: owner.commit_in(txn, group), action))
 
     def _commit(self) -> None:
         """Commit the long transaction with a full sync; on failure, remember what was lost."""

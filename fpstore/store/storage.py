@@ -31,7 +31,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import lmdb
@@ -751,13 +751,16 @@ class Storage:
             return stager.write(fn, action)
         return self.write_now(fn, action)
 
-    def stage(self, fn: Callable[[lmdb.Transaction], T], *, action: str = "writing") -> T:
+    def stage(self, fn: Callable[[lmdb.Transaction], T], *, action: str = "writing", group: tuple[Any, Sequence[Any]] | None = None) -> T:
         """Run ``fn(txn)`` as :meth:`write` does; with ``durability="interval"``, return once it has
-        run in the stager's open transaction, before that commits (:mod:`fpstore.store.staging`)."""
+        run in the stager's open transaction, before that commits (:mod:`fpstore.store.staging`).
+        ``group``: ``(owner, requests)`` when ``fn`` is ``owner.commit_in`` of ``requests`` (a
+        :class:`~fpstore.store.staging.StagedRequests`), which the stager then keeps as
+        ``owner`` packs them until their commit, not as ``fn``."""
         self.check_writable()
         stager = self.stager_for_this_thread()
         if stager is not None:
-            return stager.stage(fn, action)
+            return stager.stage_group(*group, action) if group is not None else stager.stage(fn, action)  # type: ignore[return-value]
         return self.write_now(fn, action)
 
     def stager_for_this_thread(self) -> Stager | None:

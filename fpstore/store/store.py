@@ -51,13 +51,13 @@ from fpstore.store.header import (
     stored_design_and_pipeline,
     table_name,
 )
-from fpstore.store.inputs import OneAdd, batch_adds, load_columns, prepare_add, prepare_batch
+from fpstore.store.inputs import OneAdd, batch_adds, load_columns, pack_adds, prepare_add, prepare_batch, unpack_adds
 from fpstore.store.keys import LOOKUP_KEY_BYTES, Key, KeyBatch, typed_key, untyped_key
 from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
 from fpstore.store.merging import MERGE_MODES, Merger, clean_up
 from fpstore.store.reading import Reader, query_fingerprint
 from fpstore.store.redesign import redesign_plan, switch_design, write_header
-from fpstore.store.results import AddResult, Cluster, Document, Match
+from fpstore.store.results import AddResult, Cluster, Document, Match, plain_results
 from fpstore.store.rows import arrow_table, record_batches
 from fpstore.store.sketches import CANDIDATE_K, DEFAULT_SKETCH_BITS, NEEDS_SKETCH, check_threshold, stored_threshold
 from fpstore.store.staging import StagedRequests
@@ -139,7 +139,14 @@ class Store(Closing):
             self._adds: GroupCommit[OneAdd, AddResult] | StagedRequests[OneAdd, AddResult] = (
                 GroupCommit(self._commit_adds)
                 if stager is None
-                else StagedRequests(stager, self._add_group, lambda add: self._commit_adds([add])[0])
+                else StagedRequests(
+                    stager,
+                    self._add_group,
+                    lambda add: self._commit_adds([add])[0],
+                    pack=pack_adds,
+                    unpack=unpack_adds,
+                    digest=plain_results,
+                )
             )
         except BaseException:
             if self._storage.is_new:
@@ -260,7 +267,8 @@ class Store(Closing):
         action = f"adding {adds[0].key!r}" if len(adds) == 1 else f"adding a group of {len(adds)} documents"
         # The catalog as the transaction finds it: a redesign or a file compaction in another
         # thread replaces it (and its table handles) while this write waits for the write lock.
-        return self._storage.stage(lambda txn: self._add_group(txn, adds), action=action)
+        staged = self._adds if isinstance(self._adds, StagedRequests) else None
+        return self._storage.stage(lambda txn: self._add_group(txn, adds), action=action, group=(staged, adds) if staged else None)
 
     def sync(self) -> None:
         """Return once every add acknowledged so far is durable. With ``durability="interval"``
