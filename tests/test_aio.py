@@ -622,3 +622,40 @@ def test_a_banner_on_the_writers_stdout_fails_the_open_cleanly(tmp_path, monkeyp
 
     with pytest.raises(StorageError, match="stdout"):
         asyncio.run(run())
+
+
+@pytest.mark.parametrize("writer", fpstore.aio.WRITERS)
+def test_a_large_group_wakes_its_awaits_a_few_per_turn_of_the_loop(tmp_path, writer):
+    """A group of hundreds of adds answered at once would wake every awaiting task in one turn
+    of the event loop, which looks at its timers and sockets only after running them all: the
+    longest stall an asyncio crawler sees. Each writer wakes DELIVER_PER_TURN of them per turn."""
+    n = 400
+
+    async def run() -> dict[int, int]:
+        loop = asyncio.get_running_loop()
+        turn = 0
+
+        def tick() -> None:  # runs once per turn of the loop
+            nonlocal turn
+            turn += 1
+            if not stop:
+                loop.call_soon(tick)
+
+        stop = False
+        woken: dict[int, int] = {}
+        async with fpstore.aio.open(tmp_path / "s", k=K, writer=writer) as store:
+            pid = store.store.pipeline.id
+
+            async def add(i: int) -> None:
+                await store.add(f"k{i}", fingerprint=i * 0x9E3779B97F4A7C15 % 2**64, pipeline_id=pid)
+                woken[turn] = woken.get(turn, 0) + 1
+
+            tick()
+            await asyncio.gather(*(add(i) for i in range(n)))  # queued in one turn: few groups
+            stop = True
+            assert store.groups < n / 10
+        return woken
+
+    woken = asyncio.run(run())
+    assert sum(woken.values()) == n
+    assert max(woken.values()) <= fpstore.aio.DELIVER_PER_TURN, sorted(woken.values())[-5:]
