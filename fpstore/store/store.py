@@ -268,7 +268,9 @@ class Store(Closing):
         # The catalog as the transaction finds it: a redesign or a file compaction in another
         # thread replaces it (and its table handles) while this write waits for the write lock.
         staged = self._adds if isinstance(self._adds, StagedRequests) else None
-        return self._storage.stage(lambda txn: self._add_group(txn, adds), action=action, group=(staged, adds) if staged else None)
+        return self._storage.stage(
+            lambda txn: self._add_group(txn, adds), action=action, group=(staged, adds) if staged is not None else None
+        )
 
     def sync(self) -> None:
         """Return once every add acknowledged so far is durable. With ``durability="interval"``
