@@ -360,6 +360,54 @@ class _CommitFails(faults.Faults):
             raise StorageError("injected: the disk refused this commit")
 
 
+def test_a_failed_growth_mid_group_answers_no_add_of_the_group_as_stored(tmp_path, monkeypatch):
+    """A map growth that fails while a group of several adds is staged loses the adds staged
+    since the last commit, and says so to every later caller. The group's adds, which the group
+    commit then tried one at a time, were staged in a new transaction and answered as stored:
+    newer adds kept while older acknowledged ones were lost (a crawler resuming from its
+    checkpoint would skip the lost pages). None may be stored; each caller hears the failure."""
+    import fpstore.store.staging as staging
+    import fpstore.store.storage as storage
+
+    monkeypatch.setattr(storage, "INITIAL_MAP_SIZE", 1 << 20)
+    monkeypatch.setattr(staging, "STAGE_ROOM", 0)
+    path = tmp_path / "s"
+    store = fpstore.open(path, k=K, durability="interval", commit_interval=60, map_size=1 << 20, flush_entries=0)
+    pid = store.pipeline.id
+    real_grow, failed = store._storage.grow, []
+
+    def grow() -> None:
+        if not failed:
+            failed.append(True)
+            raise OSError("injected: the map could not grow")
+        real_grow()
+
+    monkeypatch.setattr(store._storage, "grow", grow)
+    keys = iter(range(6000))
+    lock = threading.Lock()
+    answered: list[int] = []
+    refused: list[str] = []
+
+    def adds() -> None:
+        while True:
+            with lock:
+                i = next(keys, None)
+            if i is None:
+                return
+            try:
+                store.add(f"key-{i:06d}-" + "x" * 200, fingerprint=interval_fp(i), pipeline_id=pid)
+                answered.append(i)
+            except StorageError as exc:
+                refused.append(str(exc))
+
+    run_threads([adds] * 8)
+    assert failed and refused, "the growth never failed: the test proves nothing"
+    assert store._storage.stager.commits == 0  # nothing committed before the failure
+    with pytest.raises(StorageError):
+        store.close()
+    assert _stored(path) == {}, "adds answered after the failure were stored while older ones were lost"
+
+
 def test_a_failed_commit_is_said_to_every_later_caller(tmp_path):
     """The commit of staged adds fails: sync, add and close raise StorageError naming the lost
     adds; the store opened again holds what was committed before, and takes writes again."""

@@ -145,8 +145,9 @@ class StagedRequests(Generic[Req, Res]):
         self._stager, self.commit_in, self.max_group = stager, commit_in, max_group
         #: How the stager keeps a staged group until its commit (:meth:`Stager._stage_group`): its
         #: requests as ``pack`` makes them (``unpack`` makes them again) and its results as
-        #: ``digest`` makes them; the store's are flat tuples of ints, strings and bytes, which the
-        #: cycle collector stops tracking at its next pass over the youngest objects.
+        #: ``digest`` makes them; the store's are flat tuples of plain values (ints, strings, bytes,
+        #: None, a checkpoint's pair of bytes, a sketch array), which the cycle collector stops
+        #: tracking once it has looked at them.
         self.pack, self.unpack, self.digest = pack, unpack, digest
         #: A request committed in the calling thread, when its writes do not go to the stager
         #: (:meth:`Storage.stager_for_this_thread`).
@@ -405,6 +406,11 @@ class Stager:
         """Run ``fn`` in a nested transaction of the open one (:meth:`_stage_once`) and keep it
         for a rebuild: ``fn`` and its result, or, for a group of requests (``(owner, packed)``),
         the packed requests and the digest of their results."""
+        if self._failure is not None:
+            # A failed rebuild lost the writes staged before this one (a group's requests then
+            # come here one at a time): staging it in a new transaction would keep a newer write
+            # where older acknowledged ones were lost.
+            raise self._failure
         while True:
             if self._txn is None:
                 self._begin()
