@@ -408,6 +408,129 @@ def test_a_failed_growth_mid_group_answers_no_add_of_the_group_as_stored(tmp_pat
     assert _stored(path) == {}, "adds answered after the failure were stored while older ones were lost"
 
 
+def _after_readers_last_sync(stager, reader_name: str, nth: int, action) -> None:
+    """Run ``action`` in another thread right after the ``nth`` sync of the thread named
+    ``reader_name`` (a thread holding a read syncs the stager, then commits its write itself):
+    places another thread's staged add in the window between that sync and the write lock."""
+    real_sync, calls = stager.sync, []
+
+    def sync() -> None:
+        real_sync()
+        if threading.current_thread().name == reader_name:
+            calls.append(1)
+            if len(calls) == nth:
+                other = threading.Thread(target=action)
+                other.start()
+                other.join()
+
+    stager.sync = sync
+
+
+@pytest.mark.parametrize("write", ["add", "set_checkpoint"])
+def test_a_write_from_a_reading_thread_after_a_failed_commit_hears_the_failure(tmp_path, write):
+    """A thread holding a read commits its write itself, once the stager has synced. An add
+    staged by another thread in between, then lost by a failed commit, made no difference to it:
+    it committed as soon as the stager let go of the write lock, a newer write (or checkpoint)
+    kept where an older acknowledged add was lost. It now raises the failure."""
+    path = tmp_path / "s"
+    store = fpstore.open(path, k=K, durability="interval", commit_interval=30)
+    pid = store.pipeline.id
+    store.add("base", fingerprint=1, pipeline_id=pid)
+    store.sync()
+    stager = store._storage.stager
+    acked: list[str] = []
+
+    def other_add() -> None:
+        store.add("a", fingerprint=0xF0F0F0F0, pipeline_id=pid, checkpoint=("feed", 1))
+        acked.append("a")
+
+    _after_readers_last_sync(stager, "reader", 2 if write == "add" else 1, other_add)
+    out: dict[str, object] = {}
+
+    def reader() -> None:
+        with store.reader():
+            try:
+                if write == "add":
+                    store.add("b", fingerprint=0x0F0F0F0F00, pipeline_id=pid, checkpoint=("feed", 2))
+                else:
+                    store.set_checkpoint("feed", 2)
+                out["b"] = "acknowledged"
+            except StorageError as exc:
+                out["b"] = exc
+
+    fault = _CommitFails()
+    with _installed(fault):
+        thread = threading.Thread(target=reader, name="reader")
+        thread.start()
+        deadline = time.monotonic() + 30
+        while acked != ["a"] or stager._txn is None:  # "a" staged; the reader waits for the lock
+            assert time.monotonic() < deadline and thread.is_alive()
+            time.sleep(0.01)
+        fault.armed = True
+        with pytest.raises(StorageError, match="injected"):
+            store.sync()
+        thread.join(30)
+    assert isinstance(out["b"], StorageError) and "injected" in str(out["b"]), out
+    with pytest.raises(StorageError):
+        store.close()
+    assert set(_stored(path)) == {"base"}
+    with fpstore.open(path, readonly=True) as again:
+        assert again.checkpoint("feed") is None
+
+
+def test_a_write_from_a_reading_thread_while_the_map_grows_is_refused(tmp_path, monkeypatch):
+    """A full map mid-interval: the stager aborts its transaction, lets go of the write lock and
+    grows the map, then stages its kept adds again. A thread holding a read that writes took the
+    lock in between and committed first: the kept adds then met another state (all of them lost
+    when a result differed; an older add of a key written over the newer one when none did). That
+    thread cannot wait (the growth waits for its read): its write is refused, and every
+    acknowledged add is stored."""
+    import fpstore.store.staging as staging
+    import fpstore.store.storage as storage
+
+    monkeypatch.setattr(storage, "INITIAL_MAP_SIZE", 1 << 20)
+    monkeypatch.setattr(staging, "STAGE_ROOM", 0)
+    path = tmp_path / "s"
+    store = fpstore.open(path, k=K, durability="interval", commit_interval=60, map_size=1 << 20, flush_entries=0)
+    pid = store.pipeline.id
+    store.add("base", fingerprint=1, pipeline_id=pid)
+    store.sync()
+    stager = store._storage.stager
+    older, newer = 0xAAAA0000AAAA0000, 0x5555FFFF5555FFFF
+    _after_readers_last_sync(stager, "reader", 2, lambda: store.add("k", fingerprint=older, pipeline_id=pid))
+    out: dict[str, object] = {}
+
+    def reader() -> None:
+        with store.reader():
+            try:
+                store.add("k", fingerprint=newer, pipeline_id=pid)
+                out["k"] = "acknowledged"
+            except StorageError as exc:
+                out["k"] = exc
+
+    thread = threading.Thread(target=reader, name="reader")
+    thread.start()
+    deadline = time.monotonic() + 30
+    while stager._txn is None or not stager._pending:  # "k" staged; the reader waits for the lock
+        assert time.monotonic() < deadline and thread.is_alive()
+        time.sleep(0.01)
+    fills = []
+    while stager.rebuilds == 0:
+        assert len(fills) < 20_000, "the map never filled"
+        key = f"fill-{len(fills):06d}-" + "x" * 200
+        store.add(key, fingerprint=interval_fp(len(fills)), pipeline_id=pid)
+        fills.append(key)
+    thread.join(30)
+    store.close()
+    stored = _stored(path)
+    assert all(key in stored for key in fills)
+    if out["k"] == "acknowledged":  # the reader's write came after the kept adds
+        assert stored["k"] == newer
+    else:
+        assert isinstance(out["k"], StorageError) and "grown map" in str(out["k"])
+        assert stored["k"] == older
+
+
 def test_a_failed_commit_is_said_to_every_later_caller(tmp_path):
     """The commit of staged adds fails: sync, add and close raise StorageError naming the lost
     adds; the store opened again holds what was committed before, and takes writes again."""

@@ -206,6 +206,17 @@ class Stager:
         """Whether ``txn`` is a staged write's nested transaction (the open one is its parent)."""
         return self._txn is not None and txn is not self._txn
 
+    def settled(self) -> bool:
+        """Whether every write the stager has acknowledged is committed; raises the failure that
+        lost acknowledged writes. Asked by another thread that holds the store's write lock and
+        is about to commit a write of its own (:meth:`Storage.write_now`): the stager lets go of
+        the lock between its transactions while the writes it kept wait to be staged again (a
+        map growth), and a write committed then would be kept where older acknowledged ones may
+        not be."""
+        if self._failure is not None:
+            raise self._failure
+        return not self._pending
+
     def owns_current_thread(self) -> bool:
         return self._thread is not None and threading.current_thread() is self._thread
 
@@ -478,9 +489,10 @@ class Stager:
             except lmdb.MapFullError:
                 self._abort_open()
             except Exception as exc:
+                failure = self._fail(exc)  # before the lock goes (settled)
                 if self._txn is not None:
                     self._abort_open()
-                raise self._fail(exc) from exc
+                raise failure from exc
 
     def _stage_kept_again(
         self, fn: Callable[[Any], Any] | None, owner: StagedRequests[Any, Any] | None, packed: tuple[Any, ...] | None
@@ -502,15 +514,22 @@ class Stager:
             assert txn is not None
             try:
                 storage.commit_write(txn, "committing staged writes")
-                break
             except lmdb.MapFullError:
-                pass  # the transaction is aborted: its writes run again, in a grown map
-            except Exception as exc:
-                raise self._fail(exc) from exc
-            finally:
+                # The transaction is aborted: its writes run again, in a grown map (the kept
+                # writes hold off other threads' writes meanwhile: :meth:`settled`).
                 storage.write_lock.release()
-            self._rebuild()
-        self._pending = []
+                self._rebuild()
+                continue
+            except BaseException as exc:
+                failure = self._fail(exc) if isinstance(exc, Exception) else None
+                storage.write_lock.release()
+                if failure is not None:
+                    raise failure from exc
+                raise
+            # Nothing kept before the lock goes: a thread waiting for it finds the stager settled.
+            self._pending = []
+            storage.write_lock.release()
+            break
         self.commits += 1
         try:
             storage.after_write()

@@ -456,14 +456,26 @@ class Storage:
         except BlockingIOError:
             raise StorageError(f"{self.path} is open in another process; {what} needs it alone (close the readers first)") from None
         try:
-            if self._stager is not None:
-                self._stager.sync()  # staged writes commit first; then the stager waits for the block
-            with self._write_lock, self._map.alone():
-                outer, self._alone_thread = self._alone_thread, threading.get_ident()
+            while True:
+                if self._stager is not None:
+                    self._stager.sync()  # staged writes commit first; then the stager waits for the block
+                self._write_lock.acquire()
                 try:
-                    yield
-                finally:
-                    self._alone_thread = outer
+                    if self._stager is None or self._stager.settled():
+                        break
+                except BaseException:
+                    self._write_lock.release()
+                    raise
+                self._write_lock.release()  # the stager lets go between transactions to grow the map
+            try:
+                with self._map.alone():
+                    outer, self._alone_thread = self._alone_thread, threading.get_ident()
+                    try:
+                        yield
+                    finally:
+                        self._alone_thread = outer
+            finally:
+                self._write_lock.release()
         finally:
             fcntl.flock(self._open_fd, fcntl.LOCK_SH)
 
@@ -789,6 +801,7 @@ class Storage:
         """:meth:`write` in the calling thread."""
         self.check_writable()
         with self._write_lock:
+            self._after_staged_writes()
             fault_points = faults.active()
             fault_points.begin_write()
             while True:
@@ -814,6 +827,26 @@ class Storage:
                 break
         self.after_write()
         return result
+
+    def _after_staged_writes(self) -> None:
+        """(Write lock held.) A write of a thread other than the stager's commits only once every
+        write the stager acknowledged is committed: raises the stager's failure (they were lost),
+        and waits while the stager grows the map to stage its kept writes again. A thread that
+        holds a read cannot wait (the growth waits for its read): its write is refused."""
+        stager = self._stager
+        if stager is None or stager.owns_current_thread() or self._alone_thread == threading.get_ident():
+            return
+        while not stager.settled():
+            if self._map.held():
+                raise StorageError(
+                    f"{self.path}: the adds staged since the last commit are being staged again in a grown map, "
+                    "which waits for the read this thread holds; write once the read has ended"
+                )
+            self._write_lock.release()
+            try:
+                stager.sync()
+            finally:
+                self._write_lock.acquire()
 
     @property
     def stager(self) -> Stager | None:
