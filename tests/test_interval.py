@@ -414,14 +414,15 @@ def _after_readers_last_sync(stager, reader_name: str, nth: int, action) -> None
     places another thread's staged add in the window between that sync and the write lock."""
     real_sync, calls = stager.sync, []
 
-    def sync() -> None:
-        real_sync()
+    def sync(*args: object, **kwargs: object) -> bool:
+        done = real_sync(*args, **kwargs)
         if threading.current_thread().name == reader_name:
             calls.append(1)
             if len(calls) == nth:
                 other = threading.Thread(target=action)
                 other.start()
                 other.join()
+        return done
 
     stager.sync = sync
 
@@ -529,6 +530,58 @@ def test_a_write_from_a_reading_thread_while_the_map_grows_is_refused(tmp_path, 
     else:
         assert isinstance(out["k"], StorageError) and "grown map" in str(out["k"])
         assert stored["k"] == older
+
+
+@pytest.mark.parametrize("call", ["add", "sync"])
+def test_a_reading_thread_that_writes_while_the_stager_grows_the_map_is_refused_not_stuck(tmp_path, monkeypatch, call):
+    """A thread holding a read syncs the stager before it writes. While the stager grows the map
+    (a full map mid-interval), the growth waits for that thread's read, and the thread waited
+    for the stager: both stuck for good. It is now refused, and every add goes on once its read
+    has ended."""
+    import fpstore.store.staging as staging
+    import fpstore.store.storage as storage
+
+    monkeypatch.setattr(storage, "INITIAL_MAP_SIZE", 1 << 20)
+    monkeypatch.setattr(staging, "STAGE_ROOM", 0)
+    store = fpstore.open(tmp_path / "s", k=K, durability="interval", commit_interval=60, map_size=1 << 20, flush_entries=0)
+    pid = store.pipeline.id
+    store.add("base", fingerprint=1, pipeline_id=pid)
+    store.sync()
+    stager = store._storage.stager
+    holding, go = threading.Event(), threading.Event()
+    out: dict[str, object] = {}
+
+    def reader() -> None:
+        with store.reader():
+            holding.set()
+            assert go.wait(60)
+            try:
+                if call == "add":
+                    store.add("r", fingerprint=5, pipeline_id=pid)
+                else:
+                    store.sync()
+                out["r"] = "done"
+            except StorageError as exc:
+                out["r"] = exc
+
+    def filler() -> None:
+        assert holding.wait(60)
+        i = 0
+        while stager.rebuilds == 0:
+            assert i < 20_000, "the map never filled"
+            store.add(f"fill-{i:06d}-" + "x" * 200, fingerprint=interval_fp(i), pipeline_id=pid)
+            i += 1
+
+    def watcher() -> None:
+        deadline = time.monotonic() + 60
+        while not (stager.growing and store._storage.map_growth_waits()):
+            assert time.monotonic() < deadline, "the stager never grew the map"
+            time.sleep(0.002)
+        go.set()
+
+    run_threads([reader, filler, watcher], seconds_limit=60)
+    assert isinstance(out["r"], StorageError) and "growing" in str(out["r"]), out
+    store.close()
 
 
 def test_a_failed_commit_is_said_to_every_later_caller(tmp_path):

@@ -49,8 +49,9 @@ class Wake:
         self._lock = _thread.allocate_lock()
         self._lock.acquire()
 
-    def wait(self) -> None:
-        self._lock.acquire()
+    def wait(self, timeout: float = -1) -> bool:
+        """Whether the wake-up came (within ``timeout`` seconds; -1: waits for it)."""
+        return self._lock.acquire(timeout=timeout)
 
     def set(self) -> None:
         self._lock.release()

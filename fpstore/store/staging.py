@@ -55,6 +55,9 @@ STAGE_ROOM = 32 << 20
 GROWTH_POLL_S = 0.005
 
 _STAGE, _REQUEST, _WRITE, _SYNC = "stage", "request", "write", "sync"
+#: What :meth:`Stager._submit` returns for a wait its caller gave up, and how often it asks.
+_GAVE_UP = object()
+GIVE_UP_POLL_S = 0.01
 
 Req = TypeVar("Req")
 Res = TypeVar("Res")
@@ -199,6 +202,10 @@ class Stager:
         # group answered and those queued at that moment), and how long its last jobs took.
         self._expected = 0
         self._last_stage_s = 0.0
+        #: Whether the stager is growing the map (or making room in it) for its transaction: such
+        #: a growth waits for every read of this process, so a thread that holds one and waits
+        #: for the stager would wait for itself (:meth:`Storage.stager_for_this_thread`).
+        self.growing = False
 
     # -- any thread --------------------------------------------------------------------------------
 
@@ -233,10 +240,12 @@ class Stager:
         """Commit what is staged, then run ``fn`` as a durable write of its own."""
         return self._submit(_Job(_WRITE, fn, action))
 
-    def sync(self) -> None:
-        """Return once every write staged before the call is durable."""
+    def sync(self, give_up: Callable[[], bool] | None = None) -> bool:
+        """Return once every write staged before the call is durable (True); with ``give_up``,
+        return False as soon as it says so while waiting (the sync stays queued)."""
         if self._thread is not None or self._failure is not None:  # else nothing was staged
-            self._submit(_Job(_SYNC, None, "committing staged writes"))
+            return self._submit(_Job(_SYNC, None, "committing staged writes"), give_up) is not _GAVE_UP
+        return True
 
     @property
     def _storage(self) -> Storage:
@@ -267,7 +276,7 @@ class Stager:
             failure, self._failure = self._failure, None  # said once, by close
             raise failure
 
-    def _submit(self, job: _Job) -> Any:
+    def _submit(self, job: _Job, give_up: Callable[[], bool] | None = None) -> Any:
         with self._cond:
             if self._failure is not None:
                 raise self._failure
@@ -279,7 +288,12 @@ class Stager:
                 _live.add(self)
             self._jobs.append(job)
             self._cond.notify()
-        job.done.wait()
+        if give_up is None:
+            job.done.wait()
+        else:
+            while not job.done.wait(GIVE_UP_POLL_S):
+                if give_up():
+                    return _GAVE_UP
         if job.error is not None:
             raise job.error
         return job.result
@@ -394,7 +408,11 @@ class Stager:
         storage.write_lock.acquire()
         try:
             if STAGE_ROOM:
-                storage.reserve(STAGE_ROOM)
+                self.growing = True
+                try:
+                    storage.reserve(STAGE_ROOM)
+                finally:
+                    self.growing = False
             self._txn = storage.begin_write("beginning a transaction of staged writes")
         except BaseException:
             storage.write_lock.release()
@@ -479,7 +497,11 @@ class Stager:
         self.rebuilds += 1
         while True:
             try:
-                self._storage.grow()
+                self.growing = True
+                try:
+                    self._storage.grow()
+                finally:
+                    self.growing = False
                 self._begin()
                 for fn, owner, packed, result in self._pending:
                     again = self._stage_kept_again(fn, owner, packed)

@@ -785,9 +785,20 @@ class Storage:
         if stager is None or stager.owns_current_thread() or self._alone_thread == threading.get_ident():
             return None
         if self._map.held():
-            stager.sync()
+            self._sync_stager(stager)
             return None
         return stager
+
+    def _sync_stager(self, stager: Stager) -> None:
+        """``stager.sync()``; in a thread that holds a read, refused (StorageError) while the
+        stager grows the map, which waits for that read: the thread would wait for itself."""
+        if not self._map.held():
+            stager.sync()
+        elif not stager.sync(give_up=lambda: stager.growing and self._map.growth_waits()):
+            raise StorageError(
+                f"{self.path}: the map is growing for the adds staged so far, which waits for the read this thread "
+                "holds; write or sync once the read has ended"
+            )
 
     def sync(self) -> None:
         """Return once every write acknowledged so far is durable (with ``durability="interval"``,
@@ -795,7 +806,7 @@ class Storage:
         self.check_writable()
         stager = self._stager
         if stager is not None and not stager.owns_current_thread() and self._alone_thread != threading.get_ident():
-            stager.sync()
+            self._sync_stager(stager)
 
     def write_now(self, fn: Callable[[lmdb.Transaction], T], action: str) -> T:
         """:meth:`write` in the calling thread."""
