@@ -32,8 +32,8 @@ _ZERO8 = bytes(8)
 #: docs/benchmarks.md; ``tools/bench_probe_crossover.py`` measures both).
 PROBE_US, SCAN_US, SCAN_US_PER_ENTRY = 27.0, 600.0, 0.5
 
-#: :meth:`IncrementalTables.put_many` permutes batches up to this size one int at a time (a group
-#: of 16 adds: 74-97 µs against 102-128 µs through numpy; equal near 32).
+#: :meth:`IncrementalTables.put_many` permutes batches up to this size one int at a time: below
+#: about 32 entries numpy's fixed costs per call exceed the work (a scratch loop, not a benchmark).
 PUT_FEW = 24
 
 

@@ -456,26 +456,16 @@ class Storage:
         except BlockingIOError:
             raise StorageError(f"{self.path} is open in another process; {what} needs it alone (close the readers first)") from None
         try:
-            while True:
-                if self._stager is not None:
-                    self._stager.sync()  # staged writes commit first; then the stager waits for the block
-                self._write_lock.acquire()
-                try:
-                    if self._stager is None or self._stager.settled():
-                        break
-                except BaseException:
-                    self._write_lock.release()
-                    raise
-                self._write_lock.release()  # the stager lets go between transactions to grow the map
-            try:
+            if self._stager is not None:
+                self._stager.sync()  # staged writes commit first; then the stager waits for the block
+            with self._write_lock:
+                self._after_staged_writes()
                 with self._map.alone():
                     outer, self._alone_thread = self._alone_thread, threading.get_ident()
                     try:
                         yield
                     finally:
                         self._alone_thread = outer
-            finally:
-                self._write_lock.release()
         finally:
             fcntl.flock(self._open_fd, fcntl.LOCK_SH)
 
