@@ -19,7 +19,7 @@ from tests.conftest import expected_kernel, load_twins
 
 GOLDEN_DIR = pathlib.Path(__file__).parent / "golden"
 GOLDEN = json.loads((GOLDEN_DIR / "fingerprints_v1.json").read_text())
-GOLDEN_FILES = {name: json.loads((GOLDEN_DIR / name).read_text()) for name in ("fingerprints_v1.json", "fingerprints_v2.json")}
+GOLDEN_FILES = {path.name: json.loads(path.read_text()) for path in sorted(GOLDEN_DIR.glob("fingerprints_v*.json"))}
 LEGACY = {"kind": "simhash64", "html": "off"}  # the defaults of the first releases
 KINDS = [_simhash_py.KIND_SIMHASH64, _simhash_py.KIND_MINHASH1]
 VOCAB = [f"w{i}" for i in range(5000)]
@@ -260,13 +260,15 @@ def test_golden_fingerprints(file, name):
 def test_pipeline_id_is_stable_and_changes_with_every_parameter():
     """The same parameters give the same id; any change gives another."""
     base = fpstore.Pipeline()
-    assert base.id == fpstore.Pipeline().id == "3711d4b2ac097d9d"
+    assert base.id == fpstore.Pipeline().id == "b7d500c764ccea22"
+    assert fpstore.Pipeline(html="main-v1").id == "3711d4b2ac097d9d"  # the default before main-v2, unchanged
     assert fpstore.Pipeline(**LEGACY).id == "7d098142278897b3"  # the first releases' default, unchanged
     variants = [
         fpstore.Pipeline(shingle=2),
         fpstore.Pipeline(seed=1),
         fpstore.Pipeline(min_tokens=5),
         fpstore.Pipeline(html="off"),
+        fpstore.Pipeline(html="main-v1"),
         fpstore.Pipeline(kind="simhash64"),
         fpstore.Pipeline(**LEGACY),
         fpstore.Pipeline(weighting="idf", idf=_idf(), **LEGACY),

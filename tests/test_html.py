@@ -1,4 +1,4 @@
-"""HTML detection and main-content extraction (fpstore.fingerprint.html, rule main-v1)."""
+"""HTML detection and main-content extraction (fpstore.fingerprint.html, rules main-v1 and main-v2)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ PAGE = """<!DOCTYPE html><html><head><title>T</title><style>body {color: red}</s
 
 def test_main_text_keeps_main_and_drops_furniture():
     """main-v1 keeps the main element's text and drops scripts, styles, nav, header, footer, aside, hidden."""
-    got = " ".join(html.main_text(PAGE).split())
+    got = " ".join(html.main_text(PAGE, "main-v1").split())
     assert got == "Heading The main & only content ."
     for gone in ("script words", "Site name", "Home", "breadcrumbs", "related", "Copyright", "hidden", "color"):
         assert gone not in got
@@ -53,9 +53,9 @@ def test_main_text_keeps_main_and_drops_furniture():
 
 def test_role_main_and_single_article_are_roots():
     """Without <main>, [role=main] is the root; else the only <article>; several articles mean body."""
-    assert html.main_text("<body><div>menu</div><div role=main>body text</div></body>").strip() == "body text"
-    assert html.main_text("<body><div>menu</div><article>story</article></body>").strip() == "story"
-    two = " ".join(html.main_text("<body><div>intro</div><article>a</article><article>b</article></body>").split())
+    assert html.main_text("<body><div>menu</div><div role=main>body text</div></body>", "main-v1").strip() == "body text"
+    assert html.main_text("<body><div>menu</div><article>story</article></body>", "main-v1").strip() == "story"
+    two = " ".join(html.main_text("<body><div>intro</div><article>a</article><article>b</article></body>", "main-v1").split())
     assert two == "intro a b"
 
 
@@ -86,3 +86,116 @@ def test_entities_and_inline_markup():
     got = html.main_text("<main><p>caf&eacute; &lt;tag&gt; <code>x</code><b>y</b></p></main>")
     assert "café" in got and "<tag>" in got
     assert got.split()[-2:] == ["x", "y"]
+
+
+# -- main-v2 -----------------------------------------------------------------------------------------
+
+
+def v2(doc: str) -> str:
+    return " ".join(html.main_text(doc, "main-v2").split())
+
+
+STORY = "<h1>Title</h1><p>First paragraph of the story.</p><p>Second paragraph of the story.</p>"
+WORDPRESS = (
+    '<body><header id="masthead">Site</header><div id="content"><main id="main" class="site-main"><article class="post">'
+    + STORY
+    + '<div class="sharedaddy">Share this: Email Print</div></article><nav class="post-navigation">Previous post</nav>'
+    '<section class="comments" id="comments"><ol><li class="comment"><p>Great post!</p></li></ol>'
+    '<div id="respond"><form><textarea></textarea><button>Post Comment</button></form></div></section>'
+    '<section class="related-posts"><a href="/x">Another story</a></section><div class="newsletter">Sign up today</div>'
+    "</main></div></body>"
+)
+
+
+def test_main_v2_drops_furniture_inside_the_main_element():
+    """Comments, share lines, related stories, newsletter boxes and forms inside <main> go; main-v1 keeps them."""
+    assert v2(WORDPRESS) == "Title First paragraph of the story. Second paragraph of the story."
+    v1 = " ".join(html.main_text(WORDPRESS, "main-v1").split())
+    for furniture in ("Great post!", "Share this", "Another story", "Sign up today", "Post Comment"):
+        assert furniture in v1
+
+
+@pytest.mark.parametrize(
+    "attrs,dropped",
+    [
+        ('class="comment-list"', True),
+        ('class="x  Comments"', True),  # upper case, among other tokens
+        ('id="AD"', True),
+        ('class="c&#111;mments"', True),  # a character reference in the value
+        ("class=share", True),  # unquoted
+        ("CLASS = 'related'", True),
+        ('id="ad\rbox"', True),  # the parser reads CR as LF
+        ('id="ad\x00"', True),  # and NUL as U+FFFD
+        ('class="ad\u00a0box"', True),  # no-break space is not a class separator, but it splits words
+        ('class="commentary"', False),  # a word is the whole run of letters and digits
+        ('class="download"', False),
+        ('data-class="comments"', False),  # another attribute
+        ('class="header"', False),
+    ],
+)
+def test_main_v2_matches_furniture_names_as_words(attrs, dropped):
+    """A class or id is split at every character other than a-z0-9; one word in BOILERPLATE_WORDS drops the element."""
+    got = v2(f"<main><div {attrs}>maybe words</div><p>the rest</p></main>")
+    assert got == ("the rest" if dropped else "maybe words the rest")
+
+
+def test_main_v2_never_drops_the_root_or_what_holds_it():
+    """html, body, main and article, and any element holding the chosen root, stay whatever their names."""
+    assert v2('<body class="sidebar"><div class="ads"><main class="comments"><p>kept</p></main></div></body>') == "kept"
+    assert v2('<body><article class="comments"><p>kept</p></article><div class="ad">gone</div></body>') == "kept"
+
+
+def test_main_v2_selector_fallback_gives_the_same_text(monkeypatch):
+    """A value lexbor's selector parser refuses makes the rule look at every element: same result."""
+    expected = v2(WORDPRESS)
+    monkeypatch.setattr(html, "_css_string", lambda value: '"' + value)  # an unterminated string
+    assert v2(WORDPRESS) == expected
+
+
+DIVSOUP = (
+    '<body><div id="hdr"><div class="logo">Site</div><a href="/">Home</a> <a href="/b">Blog</a></div><div id="wrap">'
+    '<div class="left"><h3>Popular</h3><ul><li><a href="/p">A popular story with a long title</a></li></ul></div>'
+    '<div class="content">{story}</div><div class="right"><p>{about}</p></div></div><div class="bottom">(c) 2024 Site</div></body>'
+)
+
+
+def test_main_v2_without_a_semantic_root_takes_the_element_holding_most_text():
+    """Without main, [role=main] or one article, the root descends from body to the child holding more than
+    half the text outside links; main-v1 takes the whole body."""
+    page = DIVSOUP.format(story=STORY, about="About this site.")
+    assert v2(page) == "Title First paragraph of the story. Second paragraph of the story."
+    assert "Popular" in html.main_text(page, "main-v1") and "(c) 2024" in html.main_text(page, "main-v1")
+
+
+def test_main_v2_descends_only_towards_the_only_h1():
+    """A sidebar paragraph longer than the article does not become the root when the page has one h1."""
+    about = "About this site: " + "we write about many things, at length. " * 10
+    page = DIVSOUP.format(story=STORY, about=about)
+    got = v2(page)
+    assert "First paragraph" in got and "Blog" not in got and "(c) 2024" not in got  # stops at #wrap, around the article
+    no_title = DIVSOUP.format(story=STORY.replace("<h1>Title</h1>", ""), about=about)
+    assert v2(no_title) == " ".join(about.split())  # the majority alone takes the sidebar
+
+
+def test_main_v2_descent_is_bounded():
+    """However deep the one-child chain, the descent stops after MAX_DESCENT levels (its time bound)."""
+    depth = html.MAX_DESCENT + 20
+    page = "<body>" + "<div>" * depth + "<p>deep words</p><p>more words here</p>" + "</div>" * depth + "</body>"
+    assert v2(page) == "deep words more words here"
+
+
+@pytest.mark.parametrize("rule", html.EXTRACTORS)
+@pytest.mark.parametrize(
+    "bad",
+    ["<html><body><p>unclosed <b>bold <i>italic", "<<<<>>>>", "<html>" * 1000, "<p>\x00\ud800 bad chars</p>", "</div></div></p>", "",
+     '<div class="ad"><div class="ad"><span class=ad>x</span></div></div>', '<div id="\\">x</div><div class=\'"\'>y</div>',
+     "<body>" + '<div class="comment">' * 600 + "x"],
+)
+def test_broken_markup_never_raises_under_either_rule(rule, bad):
+    """Broken or hostile markup, nested furniture and odd attribute values give a str under every rule."""
+    assert isinstance(html.main_text(bad, rule), str)
+
+
+def test_unknown_rule_is_refused():
+    with pytest.raises(ValueError, match="main-v9"):
+        html.main_text("<p>x</p>", "main-v9")

@@ -43,16 +43,17 @@ from typing import Any
 
 import numpy as np
 
-from fpstore.fingerprint.pipeline import Pipeline
+from fpstore.fingerprint.pipeline import HTML_MODES, Pipeline
 from fpstore.quality import evaluate as ev
 from fpstore.quality import sketch as sk
 
 ALL_PAIRS_MIN_THETA = 0.6  # the every-pair reference keeps pairs estimated at or above this
 
 
-def signatures(texts: list[str], bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """(key uint64[n], sketch uint64[n, bits / 64]) of the default pipeline with a sketch of ``bits``."""
-    fps = Pipeline(sketch_bits=bits).signatures(texts)
+def signatures(texts: list[str], bits: int, html: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(key uint64[n], sketch uint64[n, bits / 64]) of the default pipeline with a sketch of ``bits``
+    (and the extraction rule ``html``, when given)."""
+    fps = (Pipeline(sketch_bits=bits) if html is None else Pipeline(sketch_bits=bits, html=html)).signatures(texts)
     return fps.values, fps.sketches
 
 
@@ -104,7 +105,7 @@ def evaluate(name: str, corpus: ev.Corpus, args: argparse.Namespace, say, on_tru
         name += ", truth text fingerprinted"
     keys, sketches = None, {}
     for b in args.bits:
-        key, s = signatures(texts, b)
+        key, s = signatures(texts, b, args.html)
         if keys is not None and not np.array_equal(key, keys):
             raise SystemExit(f"the key of Pipeline(sketch_bits={b}) differs from the others': not comparable")
         keys, sketches[b] = key, s
@@ -289,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shingle", type=int, default=3, help="truth shingle width (default 3)")
     ap.add_argument("--truth-text", action="append", default=[], metavar="CORPUS",
                     help="a corpus (as --corpus) whose truth texts are fingerprinted instead of its pages (repeatable)")
+    ap.add_argument("--html", choices=HTML_MODES, default=None, help="HTML handling (default: the default pipeline's)")
     ap.add_argument("--json", type=pathlib.Path, help="write every count here")
     args = ap.parse_args(argv)
     args.theta = round(args.theta, 2)

@@ -5,10 +5,13 @@
 * ``tests/golden/fingerprints_v1.json``: SimHash scheme 1 without HTML extraction, the pipelines
   of fpstore's first releases (their ids and fingerprints must never change: stores made with
   them must stay readable). Regenerating it must leave the file byte-identical.
-* ``tests/golden/fingerprints_v2.json``: the current defaults (MinHash1 scheme 1, HTML main-v1)
-  and their variants, on the same texts plus raw HTML pages.
+* ``tests/golden/fingerprints_v2.json``: MinHash1 scheme 1 with HTML main-v1 (the defaults until
+  main-v2) and their variants, on the same texts plus raw HTML pages.
 * ``tests/golden/fingerprints_v3.json``: MinHash1 with a verification sketch (``sketch_bits``),
-  fingerprints and sketch words.
+  fingerprints and sketch words (HTML main-v1).
+* ``tests/golden/fingerprints_v4.json``: the current defaults (HTML main-v2), with and without a
+  sketch, on every text above plus pages whose main content holds comments, related stories and
+  the like, and pages without a semantic root.
 
 Run this only when a pipeline change is deliberate (a new scheme, kind, extractor or tokenizer
 version); the golden test fails on any other change to a fingerprint, which is the point.
@@ -69,27 +72,56 @@ HTML_TEXTS = [
     "\ufeff<!doctype html><body>" + "word " * 30 + "<nav>menu</nav></body>",
 ]
 
-# Version 2: this build's defaults and variants.
+# Version 2: the defaults of their build (HTML main-v1) and variants.
+_V1 = {"html": "main-v1"}
 PIPELINES_V2 = {
-    "default": fpstore.Pipeline(),
-    "shingle1": fpstore.Pipeline(shingle=1),
-    "shingle5_seed": fpstore.Pipeline(shingle=5, seed=0xDEADBEEFCAFEF00D),
+    "default": fpstore.Pipeline(**_V1),
+    "shingle1": fpstore.Pipeline(shingle=1, **_V1),
+    "shingle5_seed": fpstore.Pipeline(shingle=5, seed=0xDEADBEEFCAFEF00D, **_V1),
     "html_off": fpstore.Pipeline(html="off"),
-    "simhash64_html": fpstore.Pipeline(kind="simhash64"),
+    "simhash64_html": fpstore.Pipeline(kind="simhash64", **_V1),
 }
 
 # Version 3: pipelines with a verification sketch (an odd word count, the default length, the longest).
 PIPELINES_V3 = {
-    "sketch64": fpstore.Pipeline(sketch_bits=64),
-    "sketch192": fpstore.Pipeline(sketch_bits=192, shingle=2),
-    "sketch256": fpstore.Pipeline(sketch_bits=256),
+    "sketch64": fpstore.Pipeline(sketch_bits=64, **_V1),
+    "sketch192": fpstore.Pipeline(sketch_bits=192, shingle=2, **_V1),
+    "sketch256": fpstore.Pipeline(sketch_bits=256, **_V1),
     "sketch512_seed": fpstore.Pipeline(sketch_bits=512, seed=0xDEADBEEFCAFEF00D, html="off"),
+}
+
+_STORY = "<h1>Release notes</h1><p>" + TEXTS[12] + "</p><p>" + TEXTS[5] + " again and again.</p>"
+_COMMENTS = (
+    '<section class="comments" id="comments"><h2>2 Comments</h2><ol><li class="comment-body"><p>First!</p></li>'
+    '<li class="comment-body"><p>Thanks for the notes.</p></li></ol><form><textarea></textarea><button>Post</button></form></section>'
+)
+HTML_TEXTS_V4 = [
+    # main holds the article, its comments, a share line and related stories (step 2b).
+    f'<!DOCTYPE html><body><main><article>{_STORY}<div class="share-buttons">Share: Email Print</div></article>{_COMMENTS}'
+    '<section class="related"><h2>You may also like</h2><a href="/x">Other story</a></section></main></body>',
+    # The same article on a page without semantic elements: the root is found by the text (step 3b).
+    f'<html><body><div id="top">Site <a href="/">Home</a></div><div class="wrap"><div class="left"><p>{TEXTS[12]}</p></div>'
+    f'<div class="content">{_STORY}{_COMMENTS}</div></div><div class="bottom">(c) Site</div></body></html>',
+    # A short article beside a longer sidebar paragraph: the only h1 anchors the root.
+    f'<html><body><table><tr><td class="side"><p>{TEXTS[12]} {TEXTS[12]}</p></td><td class="story"><h1>Short</h1><p>{TEXTS[5]}</p>'
+    "</td></tr></table></body></html>",
+    # Names are words of the value: "commentary" is not "comment"; entity-encoded and upper-case names are.
+    '<body><main><div class="commentary">kept words</div><div class="C&#79;MMENT-list">dropped words</div>'
+    '<p id="AD">dropped too</p><p>the rest</p></main></body>',
+]
+
+# Version 4: the defaults of this build (HTML main-v2).
+PIPELINES_V4 = {
+    "default": fpstore.Pipeline(),
+    "sketch256": fpstore.Pipeline(sketch_bits=256),
+    "simhash64_html": fpstore.Pipeline(kind="simhash64"),
 }
 
 GOLDEN = {
     "fingerprints_v1.json": (TEXTS, PIPELINES),
     "fingerprints_v2.json": (TEXTS + HTML_TEXTS, PIPELINES_V2),
     "fingerprints_v3.json": (TEXTS + HTML_TEXTS, PIPELINES_V3),
+    "fingerprints_v4.json": (TEXTS + HTML_TEXTS + HTML_TEXTS_V4, PIPELINES_V4),
 }
 
 

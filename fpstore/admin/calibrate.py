@@ -64,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument(
         "--shingle", type=int_arg(1, MAX_SHINGLE), default=None, help="the pipeline's shingle width (default: the default pipeline's)"
     )
-    p.add_argument("--html", choices=["main-v1", "off"], default=None, help="HTML handling (default: main-v1)")
+    p.add_argument("--html", choices=["main-v2", "main-v1", "off"], default=None, help="HTML handling (default: main-v2)")
     p.add_argument(
         "--sketch-bits",
         type=sketch_bits_arg,

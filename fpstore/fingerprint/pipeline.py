@@ -9,7 +9,7 @@ Two kinds of 64-bit fingerprint, compared alike by Hamming distance in the same 
 * ``"simhash64"``: Charikar's SimHash with tf or idf weights (the original scheme, kept so that
   stores made with it stay readable and comparable).
 
-Inputs that look like HTML are reduced to their main content first (``html="main-v1"``, the
+Inputs that look like HTML are reduced to their main content first (``html="main-v2"``, the
 default; ``fpstore/fingerprint/html.py``); ``html="off"`` fingerprints markup as text.
 
 A :class:`Pipeline` is a frozen set of parameters. Its :attr:`Pipeline.config` is a plain dict and
@@ -71,8 +71,9 @@ KINDS: dict[str, tuple[int, int]] = {
 }
 #: Weightings each kind accepts; the first is its default.
 _WEIGHTINGS = {"simhash64": ("tf", "idf"), "minhash1": ("set",)}
-#: ``"off"``: markup is text. ``"main-v1"``: HTML input is reduced to its main content (fpstore.fingerprint.html).
-HTML_MODES = ("off", _html.EXTRACTOR)
+#: ``"off"``: markup is text. ``"main-v1"``, ``"main-v2"``: HTML input is reduced to its main content
+#: by that rule (fpstore.fingerprint.html).
+HTML_MODES = ("off", *_html.EXTRACTORS)
 MAX_SHINGLE = 16
 #: The longest verification sketch (8 words of 64 bits).
 MAX_SKETCH_BITS = 512
@@ -316,8 +317,9 @@ class Pipeline:
     idf: the :class:`IdfTable` for ``"idf"`` weighting; its digest is part of the id.
     min_tokens: texts with fewer tokens are flagged ``short`` and matched only exactly.
     kind: ``"minhash1"`` (default) or ``"simhash64"`` (see the module docstring).
-    html: ``"main-v1"`` (default: input that looks like HTML is reduced to its main content) or
-        ``"off"``.
+    html: ``"main-v2"`` (default: input that looks like HTML is reduced to its main content, with
+        comments, related stories and other furniture inside it removed), ``"main-v1"`` (the rule
+        of the pipelines before it) or ``"off"``.
     sketch_bits: length of the verification sketch (``kind="minhash1"`` only): 0 (none) or a
         multiple of 64 up to 512. The sketch is W = sketch_bits / 64 more one-bit MinHash words of
         the same shingles, computed in the same pass; :func:`sketch_similarity` of two sketches
@@ -464,7 +466,7 @@ class Pipeline:
             if isinstance(text, (bytes, bytearray, memoryview)):
                 text = bytes(text).decode("utf-8", errors="replace")
             if isinstance(text, str) and _html.looks_like_html(text):
-                text = _html.main_text(text)
+                text = _html.main_text(text, self.html)
         return _text.decode(text, index=index)
 
     def signature(self, text: Text) -> Signature:
