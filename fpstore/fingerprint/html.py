@@ -36,8 +36,9 @@ semantic element at all:
     words is in :data:`BOILERPLATE_WORDS` (``comments``, ``related``, ``share``, ``sidebar``,
     ``newsletter``, ``cookie``, ``ad``...). Never ``html body main article``, nor the root step 3
     chooses or an element holding it. The values are read from the page's source (every
-    ``class=`` and ``id=`` attribute, as written and with character references decoded) and
-    matched as CSS class tokens and ids, so a page pays for its matching values, not its elements.
+    ``class=`` and ``id=`` attribute whose value, if quoted, holds no ``<`` or ``>``; as written and
+    with character references decoded) and matched as CSS class tokens and ids, so a page pays for
+    its matching values, not for its elements.
 3b. Without a ``main``, ``[role=main]`` or single ``article``, the root is found from ``body``
     down: while one child element holds more than half of the node's text outside links
     (characters other than white space), and, when the page has exactly one ``h1``, that child
@@ -177,8 +178,11 @@ def _remove(nodes: list) -> None:
         node.decompose()
 
 
-# class= and id= attributes as the tokenizer reads them: quoted, or unquoted up to space or ">".
-_NAMING_ATTR = re.compile(r"""(?<![\w-])(class|id)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+))""", re.I)
+# class= and id= attributes: a quoted value (without "<" or ">", so that a stray quote in text
+# cannot swallow the markup after it) or an unquoted one up to space or ">". The first letter is
+# matched first: the scan of the page is most of this step's time.
+_NAMING_ATTR = re.compile(r"""[cCiI](?:(?<=[cC])[lL][aA][sS][sS]|(?<=[iI])[dD])\s*=\s*(?:"([^"<>]*)"|'([^'<>]*)'|([^\s"'=<>`]+))""")
+_NAME_CHAR = re.compile(r"[\w-]")
 _NOT_ALNUM = re.compile(r"[^a-z0-9]+")
 _HTML_SPACE = re.compile(r"[ \t\n\f\r]+")
 
@@ -199,12 +203,14 @@ def _remove_boilerplate(tree, html: str, root) -> None:
     classes: set[str] = set()
     ids: set[str] = set()
     for m in _NAMING_ATTR.finditer(html):
-        raw = m.group(2) if m.group(2) is not None else m.group(3) if m.group(3) is not None else m.group(4)
+        if m.start() and _NAME_CHAR.match(html, m.start() - 1):
+            continue  # data-class=, myid=: other attributes
+        raw = m.group(1) if m.group(1) is not None else m.group(2) if m.group(2) is not None else m.group(3)
         # The parser turns CR and CRLF into LF, decodes references and replaces NUL: the value as
         # written and as parsed are both looked for.
         raw = raw.replace("\r\n", "\n").replace("\r", "\n")
         for value in {raw, _entities.unescape(raw).replace("\0", "\ufffd")}:
-            if m.group(1).lower() == "id":
+            if m.group(0)[0] in "iI":
                 if value and _names_furniture(value):
                     ids.add(value)
             else:
@@ -227,7 +233,7 @@ def _remove_boilerplate(tree, html: str, root) -> None:
 
 
 def _chars(node) -> int:
-    return sum(len(s) for s in node.text(deep=True, separator=" ", strip=False).split())
+    return len("".join(node.text(deep=True, separator=" ", strip=False).split()))
 
 
 def _outside_links(node) -> int:
