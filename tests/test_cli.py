@@ -907,11 +907,11 @@ def test_query_writes_parquet(built, tmp_path):
 
 
 def test_a_verifying_store_on_the_command_line(tmp_path):
-    """create --threshold makes a store with a sketch (256 bits, k 8); ingest, query and dedup
+    """create --threshold makes a store with a sketch (the default's bits and k); ingest, query and dedup
     follow its threshold, report similarities, and take their own; a fingerprint needs --threshold 0."""
     import numpy as np
 
-    from fpstore.store.sketches import CANDIDATE_K
+    from fpstore.store.sketches import CANDIDATE_K, DEFAULT_SKETCH_BITS
 
     rng = np.random.default_rng(9)
     base = rng.integers(0, 3000, 300)
@@ -927,7 +927,7 @@ def test_a_verifying_store_on_the_command_line(tmp_path):
     r = cli("create", store, "--threshold", "0.9", "--json")
     assert r.code == 0, r.err
     info = json.loads(r.out)
-    assert info["threshold"] == 0.9 and info["pipeline"]["sketch_bits"] == 256 and info["k"] == CANDIDATE_K
+    assert info["threshold"] == 0.9 and info["pipeline"]["sketch_bits"] == DEFAULT_SKETCH_BITS and info["k"] == CANDIDATE_K
     assert cli("ingest", store, src).code == 0
     text = json.loads(lines[0])["text"]
     strict = json.loads(cli("query", store, text, "--json").out)["matches"]

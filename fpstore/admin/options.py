@@ -139,7 +139,7 @@ def add_pipeline_options(p: argparse.ArgumentParser, note: str = "") -> None:
         type=sketch_bits_arg,
         default=None,
         metavar="B",
-        help="bits of the verification sketch kept per document (a multiple of 64 up to 512; default 0: none, or 256 with --threshold)",
+        help="bits of the verification sketch kept per document (a multiple of 64 up to 512; default 0: none, or 512 with --threshold)",
     )
 
 
@@ -162,7 +162,7 @@ def add_design_options(p: argparse.ArgumentParser, note: str = "") -> None:
         default=None,
         metavar="J",
         help="answer by verified similarity: keep candidates whose sketches estimate at least J "
-        "(needs a sketch: default --sketch-bits 256, -k 7; see docs/tuning.md)",
+        "(needs a sketch: default --sketch-bits 512, -k 7; see docs/tuning.md)",
     )
 
 

@@ -181,8 +181,11 @@ def _remove(nodes: list) -> None:
 # class= and id= attributes: a quoted value (without "<" or ">", so that a stray quote in text
 # cannot swallow the markup after it) or an unquoted one up to space or ">". The first letter is
 # matched first: the scan of the page is most of this step's time.
-_NAMING_ATTR = re.compile(r"""[cCiI](?:(?<=[cC])[lL][aA][sS][sS]|(?<=[iI])[dD])\s*=\s*(?:"([^"<>]*)"|'([^'<>]*)'|([^\s"'=<>`]+))""")
-_NAME_CHAR = re.compile(r"[\w-]")
+# The look-behind after it keeps data-class= and myid= (other attributes) out. Group 1 is "class"
+# or empty for "id"; groups 2-4 the value, double-quoted, single-quoted or unquoted.
+_NAMING_ATTR = re.compile(
+    r"""[cCiI](?<![\w-].)(?:(?<=[cC])([lL][aA][sS][sS])|(?<=[iI])[dD])\s*=\s*(?:"([^"<>]*)"|'([^'<>]*)'|([^\s"'=<>`]+))"""
+)
 _NOT_ALNUM = re.compile(r"[^a-z0-9]+")
 _HTML_SPACE = re.compile(r"[ \t\n\f\r]+")
 
@@ -202,15 +205,13 @@ def _remove_boilerplate(tree, html: str, root) -> None:
     """Step 2b of main-v2: remove the elements whose class or id names page furniture."""
     classes: set[str] = set()
     ids: set[str] = set()
-    for m in _NAMING_ATTR.finditer(html):
-        if m.start() and _NAME_CHAR.match(html, m.start() - 1):
-            continue  # data-class=, myid=: other attributes
-        raw = m.group(1) if m.group(1) is not None else m.group(2) if m.group(2) is not None else m.group(3)
+    # Each distinct value once: highlighted code repeats a few class names thousands of times.
+    for is_class, double, single, bare in set(_NAMING_ATTR.findall(html)):
         # The parser turns CR and CRLF into LF, decodes references and replaces NUL: the value as
         # written and as parsed are both looked for.
-        raw = raw.replace("\r\n", "\n").replace("\r", "\n")
-        for value in {raw, _entities.unescape(raw).replace("\0", "\ufffd")}:
-            if m.group(0)[0] in "iI":
+        raw = (double or single or bare).replace("\r\n", "\n").replace("\r", "\n")
+        for value in {raw, _entities.unescape(raw).replace("\0", "\ufffd")} if "&" in raw or "\0" in raw else (raw,):
+            if not is_class:
                 if value and _names_furniture(value):
                     ids.add(value)
             else:
@@ -236,8 +237,8 @@ def _chars(node) -> int:
     return len("".join(node.text(deep=True, separator=" ", strip=False).split()))
 
 
-def _outside_links(node) -> int:
-    return _chars(node) - sum(_chars(a) for a in node.css("a"))
+def _outside_links(node, chars: int | None = None) -> int:
+    return (_chars(node) if chars is None else chars) - sum(_chars(a) for a in node.css("a"))
 
 
 def _holds(outer, inner) -> bool:
@@ -259,8 +260,10 @@ def _densest(body, h1s: list):
         if total <= 0:
             break
         for child in root.iter():
-            own = _outside_links(child)
-            if 2 * own > total:
+            # Text outside links is at most all the text: only a child with more than half of
+            # all of it can hold more than half of that, and only then are its links read.
+            chars = _chars(child)
+            if 2 * chars > total and 2 * (own := _outside_links(child, chars)) > total:
                 break
         else:
             break

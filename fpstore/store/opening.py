@@ -62,7 +62,7 @@ def open(path: str | os.PathLike[str], **options: Any) -> Store:
     sketch (``Pipeline(sketch_bits=...)``) finds candidates within k bits with its index and keeps
     those whose sketches estimate a Jaccard similarity of at least ``threshold``, in add verdicts,
     queries, pairs and clusters (each call may pass its own; 0 keeps every candidate). A new store
-    given a threshold and no pipeline gets ``Pipeline(sketch_bits=256)``, and without ``k`` the
+    given a threshold and no pipeline gets ``Pipeline(sketch_bits=512)``, and without ``k`` the
     candidate radius 7 (docs/designs.md, "Verification radius k_c"); the store records its threshold, and an open may change
     it for its own calls.
 

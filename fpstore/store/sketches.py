@@ -55,12 +55,13 @@ def block_size(words: int) -> int:
 
 
 #: A store opened with ``threshold=`` and no pipeline gets ``Pipeline(sketch_bits=DEFAULT_SKETCH_BITS)``,
-#: and without ``k`` the candidate radius CANDIDATE_K: at θ = 0.8 and 256 bits F1 rises with the
-#: radius up to 8 (docs/tuning.md, "Verified similarity"), but k = 7 shares k = 6's index (r4f1) and
-#: k = 8 costs 4-5 times its query time (docs/designs.md, "Verification radius k_c").
-DEFAULT_SKETCH_BITS = 256
+#: and without ``k`` the candidate radius CANDIDATE_K: at θ = 0.8 F1 rises with the radius up to 8
+#: (docs/tuning.md, "Verified similarity"), but k = 7 shares k = 6's index (r4f1) and k = 8 costs
+#: 4-5 times its query time; at k = 7, 512 bits reach F1 0.95 where 256 do not, within the same
+#: query costs (docs/designs.md, "Verification radius k_c").
+DEFAULT_SKETCH_BITS = 512
 CANDIDATE_K = 7
-NEEDS_SKETCH = "threshold= needs a pipeline with a verification sketch, such as fpstore.Pipeline(sketch_bits=256)"
+NEEDS_SKETCH = "threshold= needs a pipeline with a verification sketch, such as fpstore.Pipeline(sketch_bits=512)"
 
 
 class Sketches:
