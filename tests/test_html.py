@@ -131,6 +131,16 @@ def test_main_v2_drops_furniture_inside_the_main_element():
         ('class="download"', False),
         ('data-class="comments"', False),  # another attribute
         ('class="header"', False),
+        ('class="ad&#1;"', True),  # references the parser keeps (control characters, noncharacters)
+        ('id="ad&#xfdd0;"', True),
+        ('class="ad&amp;&notx"', True),  # "&not" before a letter stays as written in an attribute
+        ("class=ad=x", True),  # unquoted values keep "=", '"' and non-ASCII spaces
+        ("class=ad\"x", True),
+        ("class=ad\u00a0x", True),
+        ("title='class=\"x' class=\"ad\"", True),  # an attribute that spells another inside its value
+        ("data-x='id=\"' class=\"ad\"", True),
+        ('class="ad\ud800"', True),  # a lone surrogate
+        ('class="coo\u212aie"', False),  # KELVIN SIGN is not an ASCII "k": words are ASCII
     ],
 )
 def test_main_v2_matches_furniture_names_as_words(attrs, dropped):
@@ -145,11 +155,24 @@ def test_main_v2_never_drops_the_root_or_what_holds_it():
     assert v2('<body><article class="comments"><p>kept</p></article><div class="ad">gone</div></body>') == "kept"
 
 
-def test_main_v2_selector_fallback_gives_the_same_text(monkeypatch):
-    """A value lexbor's selector parser refuses makes the rule look at every element: same result."""
-    expected = v2(WORDPRESS)
-    monkeypatch.setattr(html, "_css_string", lambda value: '"' + value)  # an unterminated string
-    assert v2(WORDPRESS) == expected
+def test_main_v2_keeps_a_page_wrapped_in_a_form():
+    """ASP.NET pages wrap the whole body in one form: its text is the page's, not a form's."""
+    assert v2("<body><form id=form1><div><h1>T</h1><p>article text here</p></div></form></body>") == "T article text here"
+    assert v2("<body><form><main><p>article text</p></main></form></body>") == "article text"
+    assert v2("<main><p>text</p><form><label>Name</label><input value=x><button>Send</button></form></main>") == "text Name"
+
+
+@pytest.mark.parametrize("rule", html.EXTRACTORS)
+@pytest.mark.parametrize("doc", ["<html hidden><p>x</p>", "<p>x</p><html role=banner>", "<html class=sidebar><p>x</p>"])
+def test_furniture_attributes_on_the_html_element_do_not_raise(rule, doc):
+    """A stray <html> tag passes its attributes to the root element, which is never removed."""
+    assert html.main_text(doc, rule).split() == ["x"]
+
+
+def test_main_v2_counts_nested_links_once():
+    """A link inside a link (table cells allow it) is link text once, not twice."""
+    links = "<div><a href=#><table><tr><td><a href=#>Links links links</a></td></tr></table></a></div>"
+    assert v2(f"<body>{links}<div><p>Article text</p></div></body>") == "Article text"
 
 
 DIVSOUP = (

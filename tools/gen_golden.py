@@ -108,6 +108,10 @@ HTML_TEXTS_V4 = [
     # Names are words of the value: "commentary" is not "comment"; entity-encoded and upper-case names are.
     '<body><main><div class="commentary">kept words</div><div class="C&#79;MMENT-list">dropped words</div>'
     '<p id="AD">dropped too</p><p>the rest</p></main></body>',
+    # One form around the whole page (ASP.NET): its text stays, its controls go; a link in a link counts once.
+    f'<html><body><form id="form1"><div class="page"><h1>Notes</h1><p>{TEXTS[12]}</p><input value="q"><button>Go</button></div>'
+    '<div class="aside-box"><a href="/a"><table><tr><td><a href="/b">Links links links</a></td></tr></table></a></div>'
+    "</form></body></html>",
 ]
 
 # Version 4: the defaults of this build (HTML main-v2).

@@ -11,7 +11,8 @@ Extraction rule ``main-v1`` (a change to it is a new pipeline version):
    browsers parse it and entities are decoded.
 2. Remove elements that are never content: ``script style noscript template svg canvas iframe
    object embed`` and ``head``; and page furniture: ``nav header footer aside``, elements whose
-   ``role`` is ``navigation banner contentinfo search complementary``, and ``[hidden]``.
+   ``role`` is ``navigation banner contentinfo search complementary``, and ``[hidden]``. Never the
+   ``html`` element itself (a stray ``<html hidden>`` anywhere in a page gives it its attributes).
 3. The root is the first ``main`` element, else the first ``[role=main]``, else the only
    ``article``, else ``body`` (else the whole document); a root without text falls back to ``body``.
 4. Its text: text nodes joined with single spaces (inline markup inside a word may split it; both
@@ -31,20 +32,17 @@ with it) is main-v1 with two more steps, for the pages where the element main-v1
 root also holds comments, related stories, share lines and the like, or where the page has no
 semantic element at all:
 
-2b. Remove ``form button input select textarea``, then every element whose ``class`` or ``id``
-    names page furniture: split at every character other than ``a-z0-9`` (lowercased), one of its
-    words is in :data:`BOILERPLATE_WORDS` (``comments``, ``related``, ``share``, ``sidebar``,
-    ``newsletter``, ``cookie``, ``ad``...). Never ``html body main article``, nor the root step 3
-    chooses or an element holding it. The values are read from the page's source (every
-    ``class=`` and ``id=`` attribute whose value, if quoted, holds no ``<`` or ``>``; as written and
-    with character references decoded) and matched as CSS class tokens and ids, so a page pays for
-    its matching values, not for its elements.
+2b. Remove the form controls ``button input select textarea``, then every element whose ``class``
+    or ``id`` names page furniture: lowercased (ASCII letters only) and split at every character
+    other than ``a-z0-9``, one of its words is in :data:`BOILERPLATE_WORDS` (``comments``,
+    ``related``, ``share``, ``sidebar``, ``newsletter``, ``cookie``, ``ad``...). Never ``html body
+    main article``, nor the root step 3 chooses or an element holding it.
 3b. Without a ``main``, ``[role=main]`` or single ``article``, the root is found from ``body``
     down: while one child element holds more than half of the node's text outside links
     (characters other than white space), and, when the page has exactly one ``h1``, that child
-    holds the ``h1``, the root moves to that child (at most :data:`MAX_DESCENT` levels).
-    The title anchors the article: on a page whose article is shorter than a sidebar's paragraph,
-    the majority alone would take the sidebar.
+    holds the ``h1``, the root moves to that child (at most :data:`MAX_DESCENT` levels). Text
+    inside a link inside a link counts once. The title anchors the article: on a page whose
+    article is shorter than a sidebar's paragraph, the majority alone would take the sidebar.
 
 Measured on 1,285 real documentation pages (Clang, Python, Git) against each page's authored
 source, and on the 3,104 pages of the web corpus (comments, related stories and sidebars around
@@ -91,7 +89,7 @@ BOILERPLATE_WORDS = frozenset(
 MAX_DESCENT = 32
 
 _NEVER_CONTENT = "script,style,noscript,template,svg,canvas,iframe,object,embed,head"
-_FORMS = "form,button,input,select,textarea"
+_CONTROLS = "button,input,select,textarea"
 _FURNITURE = "nav,header,footer,aside,[role=navigation],[role=banner],[role=contentinfo],[role=search],[role=complementary],[hidden]"
 
 # A document: optional BOM, whitespace, XML declaration and comments, then one of these tags.
@@ -156,15 +154,15 @@ def main_text(html: str, rule: str = EXTRACTOR) -> str:
     _remove(tree.css(_NEVER_CONTENT))
     _remove(tree.css(_FURNITURE))
     if rule != "main-v1":
-        _remove(tree.css(_FORMS))
+        _remove(tree.css(_CONTROLS))
     root = tree.css_first("main") or tree.css_first("[role=main]")
     if root is None:
         articles = tree.css("article")
         root = articles[0] if len(articles) == 1 else None
     if rule != "main-v1":
-        _remove_boilerplate(tree, html, root)
+        _remove_boilerplate(tree, root)
         if root is None and tree.body is not None:
-            root = _densest(tree.body, tree.css("h1"))
+            root = _densest(tree, tree.body)
     out = _text_of(root)
     if not out.strip():
         out = _text_of(tree.body) or _text_of(tree.root)
@@ -173,89 +171,67 @@ def main_text(html: str, rule: str = EXTRACTOR) -> str:
 
 def _remove(nodes: list) -> None:
     # Last first: a node inside another is removed before it, so no node is touched after the
-    # subtree holding it was freed.
+    # subtree holding it was removed. The html element is never removed: a stray <html hidden>
+    # tag anywhere in a page gives it its attributes, and lexbor refuses to remove the root.
     for node in reversed(nodes):
-        node.decompose()
+        if node.tag != "html":
+            node.decompose()
 
 
-# class= and id= attributes: a quoted value (without "<" or ">", so that a stray quote in text
-# cannot swallow the markup after it) or an unquoted one up to space or ">". The first letter is
-# matched first: the scan of the page is most of this step's time.
-# The look-behind after it keeps data-class= and myid= (other attributes) out. Group 1 is "class"
-# or empty for "id"; groups 2-4 the value, double-quoted, single-quoted or unquoted.
-_NAMING_ATTR = re.compile(
-    r"""[cCiI](?<![\w-].)(?:(?<=[cC])([lL][aA][sS][sS])|(?<=[iI])[dD])\s*=\s*(?:"([^"<>]*)"|'([^'<>]*)'|([^\s"'=<>`]+))"""
-)
 _NOT_ALNUM = re.compile(r"[^a-z0-9]+")
-_HTML_SPACE = re.compile(r"[ \t\n\f\r]+")
 
 
 def _names_furniture(value: str) -> bool:
-    return not BOILERPLATE_WORDS.isdisjoint(_NOT_ALNUM.split(value.lower()))
+    words = value.lower() if value.isascii() else value.translate(ASCII_LOWER)
+    return not BOILERPLATE_WORDS.isdisjoint(_NOT_ALNUM.split(words))
 
 
-def _css_string(value: str) -> str:
-    # A CSS string: backslash and quote escaped, and the characters a string may not hold raw.
-    for char, escape in (("\\", "\\\\"), ('"', '\\"'), ("\n", "\\a "), ("\r", "\\d "), ("\f", "\\c ")):
-        value = value.replace(char, escape)
-    return '"' + value + '"'
-
-
-def _remove_boilerplate(tree, html: str, root) -> None:
+def _remove_boilerplate(tree, root) -> None:
     """Step 2b of main-v2: remove the elements whose class or id names page furniture."""
-    classes: set[str] = set()
-    ids: set[str] = set()
-    # Each distinct value once: highlighted code repeats a few class names thousands of times.
-    for is_class, double, single, bare in set(_NAMING_ATTR.findall(html)):
-        # The parser turns CR and CRLF into LF, decodes references and replaces NUL: the value as
-        # written and as parsed are both looked for.
-        raw = (double or single or bare).replace("\r\n", "\n").replace("\r", "\n")
-        for value in {raw, _entities.unescape(raw).replace("\0", "\ufffd")} if "&" in raw or "\0" in raw else (raw,):
-            if not is_class:
-                if value and _names_furniture(value):
-                    ids.add(value)
-            else:
-                classes.update(t for t in _HTML_SPACE.split(value) if t and _names_furniture(t))
-    if not classes and not ids:
-        return
-    selector = ",".join([f"[class~={_css_string(c)}]" for c in sorted(classes)] + [f"[id={_css_string(i)}]" for i in sorted(ids)])
-    try:
-        found = tree.css(selector)
-    except Exception:  # a value lexbor's selector parser refuses: look at every element instead
-        found = [
-            n for n in tree.css("[class],[id]") if _names_furniture(f"{n.attributes.get('class') or ''} {n.attributes.get('id') or ''}")
-        ]
     kept = set()
     node = root
     while node is not None:  # the root and every element holding it stay
         kept.add(node.mem_id)
         node = node.parent
-    _remove([n for n in found if n.mem_id not in kept and n.tag not in ("html", "body", "main", "article")])
+    verdicts: dict[tuple[str, str], bool] = {}  # highlighted code repeats a few names thousands of times
+    found = []
+    for node in tree.css("[class],[id]"):
+        attrs = node.attributes
+        names = (attrs.get("class") or "", attrs.get("id") or "")
+        furniture = verdicts.get(names)
+        if furniture is None:
+            furniture = verdicts[names] = _names_furniture(names[0]) or _names_furniture(names[1])
+        if furniture and node.tag not in _NEVER_REMOVED and node.mem_id not in kept:
+            found.append(node)
+    _remove(found)
+
+
+_NEVER_REMOVED = frozenset(("html", "body", "main", "article"))
 
 
 def _chars(node) -> int:
     return len("".join(node.text(deep=True, separator=" ", strip=False).split()))
 
 
-def _outside_links(node, chars: int | None = None) -> int:
-    return (_chars(node) if chars is None else chars) - sum(_chars(a) for a in node.css("a"))
-
-
-def _holds(outer, inner) -> bool:
-    node = inner
-    while node is not None:
-        if node == outer:
-            return True
-        node = node.parent
-    return False
-
-
-def _densest(body, h1s: list):
+def _densest(tree, body):
     """Step 3b of main-v2: from ``body``, down to the child holding most of the text outside
     links (and the page's only h1, when it has one)."""
-    title = h1s[0] if len(h1s) == 1 else None
+    h1s = tree.css("h1")
+    holds_title = None
+    if len(h1s) == 1:
+        holds_title = set()
+        node = h1s[0]
+        while node is not None:
+            holds_title.add(node.mem_id)
+            node = node.parent
+    # A link inside a link (table cells allow it) is link text once: only outermost links count.
+    nested = {a.mem_id for a in tree.css("a a")}
+
+    def outside_links(node, chars: int) -> int:
+        return chars - sum(_chars(a) for a in node.css("a") if a.mem_id not in nested)
+
     root = body
-    total = _outside_links(body)
+    total = outside_links(body, _chars(body))
     for _ in range(MAX_DESCENT):
         if total <= 0:
             break
@@ -263,11 +239,11 @@ def _densest(body, h1s: list):
             # Text outside links is at most all the text: only a child with more than half of
             # all of it can hold more than half of that, and only then are its links read.
             chars = _chars(child)
-            if 2 * chars > total and 2 * (own := _outside_links(child, chars)) > total:
+            if 2 * chars > total and 2 * (own := outside_links(child, chars)) > total:
                 break
         else:
             break
-        if title is not None and not _holds(child, title):
+        if holds_title is not None and child.mem_id not in holds_title:
             break
         root, total = child, own
     return root
