@@ -169,6 +169,12 @@ def test_furniture_attributes_on_the_html_element_do_not_raise(rule, doc):
     assert html.main_text(doc, rule).split() == ["x"]
 
 
+@pytest.mark.parametrize("rule", html.EXTRACTORS)
+def test_an_html_element_inside_mathml_is_removed_like_any_other(rule):
+    """Inside <math> an "html" tag makes a MathML element, not the root: hidden, it goes."""
+    assert html.main_text("<p>keep</p><math><html hidden>secret</html></math>", rule).split() == ["keep"]
+
+
 def test_main_v2_counts_nested_links_once():
     """A link inside a link (table cells allow it) is link text once, not twice."""
     links = "<div><a href=#><table><tr><td><a href=#>Links links links</a></td></tr></table></a></div>"

@@ -171,10 +171,11 @@ def main_text(html: str, rule: str = EXTRACTOR) -> str:
 
 def _remove(nodes: list) -> None:
     # Last first: a node inside another is removed before it, so no node is touched after the
-    # subtree holding it was removed. The html element is never removed: a stray <html hidden>
-    # tag anywhere in a page gives it its attributes, and lexbor refuses to remove the root.
+    # subtree holding it was removed. The root element is never removed: a stray <html hidden>
+    # tag anywhere in a page gives it its attributes, and lexbor refuses to remove it. (An "html"
+    # element inside MathML is not the root, and goes like any other.)
     for node in reversed(nodes):
-        if node.tag != "html":
+        if node.parent is not None and node.parent.parent is not None:
             node.decompose()
 
 
