@@ -226,5 +226,7 @@ def test_broken_markup_never_raises_under_either_rule(rule, bad):
 
 
 def test_unknown_rule_is_refused():
-    with pytest.raises(ValueError, match="main-v9"):
+    from fpstore.errors import InputError
+
+    with pytest.raises(InputError, match="main-v9"):
         html.main_text("<p>x</p>", "main-v9")

@@ -56,6 +56,7 @@ import html as _entities
 import re
 
 from fpstore import _backend
+from fpstore.errors import InputError
 from fpstore.fingerprint._html_py import ASCII_LOWER, RAW, TOKEN, raw_end
 
 _kernel = _backend.load("html")
@@ -147,7 +148,7 @@ def main_text(html: str, rule: str = EXTRACTOR) -> str:
     Linear time: a document over the nesting bound (step 5) is reduced by :func:`_flat_text`.
     """
     if rule not in EXTRACTORS:
-        raise ValueError(f"unknown extraction rule {rule!r}; known: {', '.join(EXTRACTORS)}")
+        raise InputError(f"unknown extraction rule {rule!r}; known: {', '.join(EXTRACTORS)}")
     if _too_deep(html):
         return _flat_text(html)
     tree = _parser()(html)
