@@ -226,11 +226,18 @@ def _densest(tree, body):
         while node is not None:
             holds_title.add(node.mem_id)
             node = node.parent
-    # A link inside a link (table cells allow it) is link text once: only outermost links count.
-    nested = {a.mem_id for a in tree.css("a a")}
+    # A link inside a link (table cells allow it) is link text once: only outermost links count
+    # (-1). Each link's length is read once, not at every level that holds it.
+    link_chars = {a.mem_id: -1 for a in tree.css("a a")}
 
     def outside_links(node, chars: int) -> int:
-        return chars - sum(_chars(a) for a in node.css("a") if a.mem_id not in nested)
+        for a in node.css("a"):
+            n = link_chars.get(a.mem_id)
+            if n is None:
+                n = link_chars[a.mem_id] = _chars(a)
+            if n > 0:
+                chars -= n
+        return chars
 
     root = body
     total = outside_links(body, _chars(body))
