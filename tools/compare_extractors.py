@@ -72,6 +72,10 @@ def _shingles(text: str) -> set[tuple[str, ...]]:
     return {tuple(w[i : i + 3]) for i in range(max(1, len(w) - 2))} if w else set()
 
 
+def _jaccard(a: set, b: set) -> float:
+    return len(a & b) / len(a | b) if a else 0.0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", action="append", required=True, help="a JSONL corpus with truth texts (repeatable)")
@@ -101,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = [methods[name](page) for page in corpus.texts]
                 times[name].append(time.perf_counter() - t0)
                 texts[name] = out
-        truth = [_shingles(" ".join(t.split())) for t in corpus.truth]
+        truth = [_shingles(t) for t in corpus.truth]
         fns = {name: (lambda pages, out=texts[name]: fingerprint(out)) for name in methods}
         report = ev.evaluate_corpus(corpus, fns, reference=False, stage=say)
         print(
@@ -111,10 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         print("| extractor | J to truth | pages/s | F1 at k = 5 (P / R) | best F1 (k) |\n|---|--:|--:|---|---|")
         for curve in report.curves:
             name = curve.name
-            js = [
-                len(a & _shingles(" ".join(t.split()))) / len(a | _shingles(" ".join(t.split()))) if a else 0.0
-                for a, t in zip(truth, texts[name])
-            ]
+            js = [_jaccard(a, _shingles(t)) for a, t in zip(truth, texts[name])]
             best = int(np.argmax(curve.f1))
             at5 = curve.ks.index(5)
             row = {

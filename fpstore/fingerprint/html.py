@@ -181,6 +181,16 @@ def _remove(nodes: list) -> None:
 
 
 _NOT_ALNUM = re.compile(r"[^a-z0-9]+")
+_NEVER_REMOVED = frozenset(("html", "body", "main", "article"))
+
+
+def _lineage(node) -> set[int]:
+    """The ``mem_id`` of ``node`` and of every element holding it."""
+    ids = set()
+    while node is not None:
+        ids.add(node.mem_id)
+        node = node.parent
+    return ids
 
 
 def _names_furniture(value: str) -> bool:
@@ -190,11 +200,7 @@ def _names_furniture(value: str) -> bool:
 
 def _remove_boilerplate(tree, root) -> None:
     """Step 2b of main-v2: remove the elements whose class or id names page furniture."""
-    kept = set()
-    node = root
-    while node is not None:  # the root and every element holding it stay
-        kept.add(node.mem_id)
-        node = node.parent
+    kept = _lineage(root)  # the root and every element holding it stay
     verdicts: dict[tuple[str, str], bool] = {}  # highlighted code repeats a few names thousands of times
     found = []
     for node in tree.css("[class],[id]"):
@@ -208,9 +214,6 @@ def _remove_boilerplate(tree, root) -> None:
     _remove(found)
 
 
-_NEVER_REMOVED = frozenset(("html", "body", "main", "article"))
-
-
 def _chars(node) -> int:
     return len("".join(node.text(deep=True, separator=" ", strip=False).split()))
 
@@ -219,13 +222,7 @@ def _densest(tree, body):
     """Step 3b of main-v2: from ``body``, down to the child holding most of the text outside
     links (and the page's only h1, when it has one)."""
     h1s = tree.css("h1")
-    holds_title = None
-    if len(h1s) == 1:
-        holds_title = set()
-        node = h1s[0]
-        while node is not None:
-            holds_title.add(node.mem_id)
-            node = node.parent
+    holds_title = _lineage(h1s[0]) if len(h1s) == 1 else None
     # A link inside a link (table cells allow it) is link text once: only outermost links count
     # (-1). Each link's length is read once, not at every level that holds it.
     link_chars = {a.mem_id: -1 for a in tree.css("a a")}
@@ -267,8 +264,7 @@ def visible_text(html: str) -> str:
     if _too_deep(html):
         return _flat_text(html)
     tree = _parser()(html)
-    for node in tree.css(_NEVER_CONTENT):
-        node.decompose()
+    _remove(tree.css(_NEVER_CONTENT))
     return _text_of(tree.body) or _text_of(tree.root)
 
 
