@@ -164,15 +164,15 @@ def test_errors_reach_their_caller_and_a_closed_store_refuses(tmp_path, writer):
 
 
 def test_durability_modes(tmp_path):
-    with fpstore.open(tmp_path / "full") as store:
+    with fpstore.open(tmp_path / "full", k=5) as store:
         assert store._storage.env.flags()["metasync"] is True
-    with fpstore.open(tmp_path / "process", durability="process") as store:
+    with fpstore.open(tmp_path / "process", durability="process", k=5) as store:
         assert store._storage.env.flags()["metasync"] is False
         store.add("a", fingerprint=1, pipeline_id=store.pipeline.id)
-    with fpstore.open(tmp_path / "process") as store:  # the mode belongs to the open, not the file
+    with fpstore.open(tmp_path / "process", k=5) as store:  # the mode belongs to the open, not the file
         assert store.get("a").fingerprint == 1
     with pytest.raises(InputError, match="durability"):
-        fpstore.open(tmp_path / "bad", durability="none")
+        fpstore.open(tmp_path / "bad", durability="none", k=5)
     assert not (tmp_path / "bad").exists()
 
 

@@ -253,7 +253,7 @@ def test_damaged_run_blobs_raise_corruption_not_crashes(tmp_path):
 
     path = tmp_path / "s"
     fps = data("random", 20_000)
-    with fpstore.open(path) as s:
+    with fpstore.open(path, k=5) as s:
         s.bulk_load(np.arange(20_000), fps, pipeline_id=s.pipeline.id)
         pid = s.pipeline.id
     env = lmdb.open(str(path), lib_version=0, max_dbs=256)
@@ -267,7 +267,7 @@ def test_damaged_run_blobs_raise_corruption_not_crashes(tmp_path):
                     raw[pos] ^= 0xFF
                 txn.put(key, bytes(raw), db=blobs)
     env.close()
-    with fpstore.open(path) as s:
+    with fpstore.open(path, k=5) as s:
         for x in fps[:30].tolist():
             try:
                 got = {m.key for m in s.query(fingerprint=x, pipeline_id=pid, k=0)}
@@ -314,7 +314,7 @@ def test_file_compaction_refuses_while_another_process_has_the_store(tmp_path):
     from fpstore.errors import StorageError
 
     path = tmp_path / "s"
-    with fpstore.open(path) as s:
+    with fpstore.open(path, k=5) as s:
         s.add("a", fingerprint=1, pipeline_id=s.pipeline.id)
         reader = subprocess.Popen(
             [sys.executable, "-c", "import fpstore, sys, time; s = fpstore.open(sys.argv[1], readonly=True); print(len(s), flush=True); time.sleep(30)", str(path)],

@@ -137,7 +137,7 @@ def test_printed_commands_are_accepted_and_make_the_measured_store(corpus, calib
     assert len(found) == row["tp"] + row["fp"]
     assert main([str(store) if a == "STORE" else a for a in shlex.split(redesign)[1:]]) == 0
     plain = tmp_path / "plain.fps"
-    assert main(["create", str(plain)]) == 0
+    assert main(["create", str(plain), "-k", "5"]) == 0  # within k bits: no sketch
     capsys.readouterr()
     assert main([str(plain) if a == "STORE" else a for a in shlex.split(redesign)[1:]]) == 2
     assert "ingest the texts" in capsys.readouterr().err
@@ -165,12 +165,13 @@ def test_bad_values_are_usage_errors(corpus, capsys, extra, says):
 @pytest.mark.parametrize(
     ("extra", "says"),
     [
-        (["--candidate-k", "6"], "give --sketch-bits B with it"),
+        (["--candidate-k", "6", "--sketch-bits", "0"], "--sketch-bits 0 turns off"),
+        (["--candidate-k", "6", "--kind", "simhash64"], "--sketch-bits 0 turns off"),
         (["--sketch-bits", "256", "--kind", "simhash64"], "--sketch-bits needs the minhash1 kind"),
     ],
 )
 def test_options_that_do_not_fit_together_exit_2(corpus, capsys, extra, says):
-    """--candidate-k without --sketch-bits, and a sketch with SimHash, are refused (exit 2) before any work."""
+    """--candidate-k without a sketch, and a sketch with SimHash, are refused (exit 2) before any work."""
     assert main(["calibrate", corpus[1], "--png", "", "--no-reference", *extra]) == 2
     captured = capsys.readouterr()
     assert says in captured.err and captured.out == ""
@@ -209,3 +210,16 @@ def test_recommend_theta_picks_the_best_f1_reaching_the_target():
     assert sk.recommend_theta(c, 0.9) == 0.6
     assert sk.recommend_theta(c, 1.0) == 0.8
     assert sk.recommend_theta(ev.Curve("v", [0.5], [3], [3], 4, 40), 0.9) is None
+
+
+def test_the_default_measures_what_a_new_store_answers_with(corpus, tmp_path):
+    """Without --sketch-bits, calibrate measures the verified search of a new store (512-bit
+    sketch, candidate radius 7) beside the 64-bit key, and prints the commands that make it; with
+    --sketch-bits 0, the key alone. It measured the key alone when stores answered with it."""
+    out = tmp_path / "r.json"
+    assert main(["calibrate", corpus[1], "--png", "", "--no-reference", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["verified"]["sketch_bits"] == fpstore.Pipeline().sketch_bits == 512
+    assert data["verified"]["candidate_k"] == CANDIDATE_K
+    assert main(["calibrate", corpus[1], "--png", "", "--no-reference", "--sketch-bits", "0", "--json", str(out)]) == 0
+    assert "verified" not in json.loads(out.read_text())

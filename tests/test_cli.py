@@ -616,7 +616,7 @@ def test_piped_import_into_an_existing_store(built, tmp_path):
     piped = run("export", built)
     assert piped.code == 0
     target = tmp_path / "existing.fps"
-    assert cli("create", target).code == 0
+    assert cli("create", target, "-k", "8").code == 0  # the pipeline of `built`
     r = run("import", target, "-", "--json", stdin=piped.raw)
     assert r.code == 0, r.err
     assert r.json()["created"] is False
@@ -777,7 +777,7 @@ def test_dump_writes_every_document_as_a_table(tmp_path):
     import pyarrow.parquet as pq
 
     path = tmp_path / "t.fps"
-    with fpstore.open(path) as s:
+    with fpstore.open(path, k=5) as s:
         s.add("page", text=synthetic(1))
         s.add("copy", text=synthetic(1))
         s.add(42, fingerprint=7, pipeline_id=s.pipeline.id)
@@ -849,13 +849,13 @@ def test_the_library_logs_only_when_asked(tmp_path, caplog):
 
     script = (
         "import fpstore, numpy as np\n"
-        f"s = fpstore.open({str(tmp_path / 'a.fps')!r}, flush_entries=10)\n"
+        f"s = fpstore.open({str(tmp_path / 'a.fps')!r}, k=5, flush_entries=10)\n"
         "s.add_many([str(i) for i in range(50)], fingerprints=np.arange(50, dtype=np.uint64), pipeline_id=s.pipeline.id)\n"
         "s.compact(); s.close()\n"
     )
     quiet = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env())
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
-    with caplog.at_level(logging.INFO, logger="fpstore"), fpstore.open(tmp_path / "b.fps", flush_entries=10) as s:
+    with caplog.at_level(logging.INFO, logger="fpstore"), fpstore.open(tmp_path / "b.fps", k=5, flush_entries=10) as s:
         s.add_many([str(i) for i in range(50)], fingerprints=np.arange(50, dtype=np.uint64), pipeline_id=s.pipeline.id)
     assert any(r.name == "fpstore.store.lsm" and "flushed" in r.getMessage() for r in caplog.records)
     r = run("compact", tmp_path / "a.fps", "-v")
@@ -944,7 +944,7 @@ def test_a_verifying_store_on_the_command_line(tmp_path):
     assert cli("redesign", store, "--threshold", "0.5").code == 0
     assert cli("info", store, "--json").json()["threshold"] == 0.5
     assert cli("create", tmp_path / "t", "--threshold", "2").code == 2
-    assert cli("create", tmp_path / "plain").code == 0
+    assert cli("create", tmp_path / "plain", "-k", "5").code == 0  # answers within k bits: no sketch
     refused_redesign = cli("redesign", tmp_path / "plain", "--threshold", "0.8")
     assert refused_redesign.code == 2 and "ingest the texts again" in refused_redesign.err
     no_sketch = cli("create", tmp_path / "u", "--threshold", "0.8", "--sketch-bits", "0")
@@ -969,7 +969,7 @@ def test_a_verifying_store_on_the_command_line(tmp_path):
 def test_a_command_that_fails_leaves_the_output_file_as_it_was(tmp_path, command):
     """``-o FILE`` names a file of the user's: a command that fails must not empty it."""
     plain = tmp_path / "plain"
-    assert cli("create", plain).code == 0
+    assert cli("create", plain, "-k", "5").code == 0  # no sketch: --threshold is refused
     notes = tmp_path / "notes.txt"
     notes.write_text("my important notes\n")
     args = [a.format(missing=tmp_path / "no-such-store", plain=plain) for a in command]
@@ -1056,7 +1056,7 @@ def test_import_into_a_store_refuses_a_key_it_cannot_store_before_writing_anythi
     """The stream format takes keys up to 1 MiB, a store 64 KiB: an import into an existing store
     checks every record against the store's limits in its first pass, so it writes all or nothing."""
     path = tmp_path / "s"
-    with fpstore.open(path) as s:
+    with fpstore.open(path, k=5) as s:
         s.add_many(["old"], fingerprints=[9], pipeline_id=s.pipeline.id)
         long_key = "L" * (fpstore.limits.MAX_KEY_BYTES + 1)
         records = [[f"g{i}", 1000 + i, None, 0, None] for i in range(30)] + [[long_key, 5, None, 0, None]]
@@ -1064,20 +1064,20 @@ def test_import_into_a_store_refuses_a_key_it_cannot_store_before_writing_anythi
         canon = _stream_with(s, [["a", 1, None, 0, None]] * 20 + [["b", 2, None, 0, long_key]], tmp_path / "c.exp")
     for src, where in ((stream, "record 31's key"), (canon, "record 21's canonical key")):
         r = cli("import", path, src, "--batch-size", "10")
-        with fpstore.open(path) as s:
+        with fpstore.open(path, k=5) as s:
             assert len(s) == 1 and s.checkpoints() == {}
         assert r.code == 2 and where in r.err and "65,536" in r.err and "nothing was imported" in r.err, r.err
 
 
 def test_a_stream_exported_at_a_smaller_k_imports_into_a_new_store(tmp_path):
-    with fpstore.open(tmp_path / "s") as s:
+    with fpstore.open(tmp_path / "s", k=5) as s:
         s.add_many(["a", "b"], fingerprints=[1, 3], pipeline_id=s.pipeline.id)
         design_k = s.design.k
     with fpstore.open(tmp_path / "s", k=design_k - 1) as s, open(tmp_path / "s.exp", "wb") as fh:
         export_store(s, fh)
     r = cli("import", tmp_path / "t", tmp_path / "s.exp", "--json")
     assert r.code == 0, r.err
-    with fpstore.open(tmp_path / "t") as t:
+    with fpstore.open(tmp_path / "t", k=5) as t:
         assert len(t) == 2 and t.k == design_k
         assert [m.key for m in t.query(fingerprint=1, pipeline_id=t.pipeline.id, k=1)] == ["a", "b"]
 

@@ -44,24 +44,34 @@ def test_cli_md_sh_examples_run_in_order(tmp_path):
     assert (tmp_path / "docs" / "img" / "stats.png").exists()
 
 
-def test_one_default_radius_everywhere(tmp_path):
-    """The API, `create`, `ingest`, `demo` and the docs give a new store the same k: the default
-    pipeline's calibrated radius (they disagreed: 3 in the API and `create`, 5 in `demo` and the
-    docs, so a store made with the defaults refused the k the docs recommend)."""
+def test_one_default_answer_everywhere(tmp_path):
+    """The API, `create`, `ingest`, `demo` and the docs give a new store the same answers: verified
+    similarity at the default threshold, candidates within the default candidate radius, with
+    ``Pipeline()`` and its sketch; and `-k` without a threshold the same bit-radius store without a
+    sketch in the API and on the command line (they disagreed once: 3 in the API and `create`, 5
+    in `demo` and the docs, so a store made with the defaults refused the k the docs recommend)."""
     import fpstore
     from fpstore.admin.cli import build_parser
     from fpstore.fingerprint.pipeline import DEFAULT_K
+    from fpstore.store.sketches import CANDIDATE_K, DEFAULT_THRESHOLD
     from tests.test_cli import cli
 
     with fpstore.open(tmp_path / "api") as store:
-        assert store.k == DEFAULT_K and store.design.k >= DEFAULT_K
+        assert (store.k, store.threshold, store.pipeline) == (CANDIDATE_K, DEFAULT_THRESHOLD, fpstore.Pipeline())
+        assert store.pipeline.sketch_bits == 512 and store.design.k >= CANDIDATE_K
+    with fpstore.open(tmp_path / "api-k", k=DEFAULT_K) as store:
+        assert (store.k, store.threshold, store.pipeline) == (DEFAULT_K, None, fpstore.Pipeline(sketch_bits=0))
     assert cli("create", tmp_path / "cli").code == 0
-    assert cli("info", tmp_path / "cli", "--json").json()["k"] == DEFAULT_K
+    info = cli("info", tmp_path / "cli", "--json").json()
+    assert (info["k"], info["threshold"], info["pipeline_id"]) == (CANDIDATE_K, DEFAULT_THRESHOLD, fpstore.Pipeline().id)
+    assert cli("create", tmp_path / "cli-k", "-k", str(DEFAULT_K)).code == 0
+    info = cli("info", tmp_path / "cli-k", "--json").json()
+    assert (info["k"], info["threshold"], info["pipeline_id"]) == (DEFAULT_K, None, fpstore.Pipeline(sketch_bits=0).id)
     parser = build_parser()
     for command in (["ingest", "x"], ["demo"]):
         args = parser.parse_args(command)
-        assert (args.k if args.k is not None else DEFAULT_K) == DEFAULT_K
+        assert args.k is None and getattr(args, "threshold", None) is None  # the store's defaults
     tuning = (ROOT / "docs" / "tuning.md").read_text(encoding="utf-8")
-    assert f"**k = {DEFAULT_K}**" in tuning
+    assert f"**threshold {DEFAULT_THRESHOLD}**" in tuning and f"**k = {DEFAULT_K}**" in tuning
     cli_md = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
-    assert f"the default query radius (default {DEFAULT_K})" in cli_md
+    assert f"the candidate radius (default {CANDIDATE_K})" in cli_md and f"({DEFAULT_K} is the calibrated radius of the pipeline without a sketch)" in cli_md

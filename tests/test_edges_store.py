@@ -35,14 +35,14 @@ def _pid(store: fpstore.Store) -> str:
 def test_writable_open_keeps_a_users_compact_named_directory(tmp_path):
     """A user's sub-directory whose name starts with compact- survives a writable open of the store."""
     path = tmp_path / "s"
-    fpstore.open(path).close()
+    fpstore.open(path, k=5).close()
     mine = path / "compact-disc-collection"
     mine.mkdir()
     (mine / "track01.flac").write_bytes(b"music")
     lookalike = path / "compact-12345"
     lookalike.mkdir()
     (lookalike / "data.mdb").write_bytes(b"not a copy of ours: no marker")
-    with fpstore.open(path) as s:
+    with fpstore.open(path, k=5) as s:
         s.add("a", fingerprint=1, pipeline_id=_pid(s))
     assert (mine / "track01.flac").read_bytes() == b"music"
     assert (lookalike / "data.mdb").exists()
@@ -50,7 +50,7 @@ def test_writable_open_keeps_a_users_compact_named_directory(tmp_path):
 
 def _marked_compaction_dir(path, marker_text):
     """Create a store at `path` and, inside it, a compaction directory carrying the store's marker."""
-    fpstore.open(path).close()
+    fpstore.open(path, k=5).close()
     directory = path / "compact-12345-0123456789abcdef"
     directory.mkdir()
     (directory / COMPACT_MARKER).write_text(marker_text)
@@ -64,7 +64,7 @@ def test_stale_marked_compaction_copy_is_removed_by_the_next_writer(tmp_path):
     (stale / "data.mdb").write_bytes(b"partial")
     empty = path / "compact-777-fedcba9876543210"  # killed between mkdir and the marker: empty
     empty.mkdir()
-    with fpstore.open(path) as s:
+    with fpstore.open(path, k=5) as s:
         assert s.add("a", fingerprint=1, pipeline_id=_pid(s)).id
     assert not stale.exists()
     assert not empty.exists()
@@ -102,7 +102,7 @@ def test_store_is_created_in_an_empty_directory(tmp_path):
 def test_file_compaction_still_switches_and_leaves_nothing(tmp_path):
     """compact_file() switches to the copy and leaves no compaction directory behind."""
     path = tmp_path / "s"
-    with fpstore.open(path) as s:
+    with fpstore.open(path, k=5) as s:
         s.add_many([f"k{i}" for i in range(100)], fingerprints=np.arange(100, dtype=np.uint64), pipeline_id=_pid(s))
         s.compact_file()
         assert len(s) == 100
@@ -163,7 +163,7 @@ def test_environment_left_by_a_killed_create_is_created_over(tmp_path):
     (path / "writer.lock").write_bytes(b"")  # a create takes the writer lock before LMDB opens
     lmdb.open(str(path), lib_version=0, map_size=1 << 20).close()
     assert (path / DATA_FILE).exists()
-    with fpstore.open(path) as s:
+    with fpstore.open(path, k=5) as s:
         s.add("a", fingerprint=1, pipeline_id=_pid(s))
     with fpstore.open(path, readonly=True) as s:
         assert "a" in s
@@ -202,16 +202,16 @@ def test_cli_create_with_a_refused_k_leaves_nothing(tmp_path):
 def test_dropped_store_is_released_with_a_resource_warning(tmp_path):
     """A Store dropped without close() releases its locks on collection and warns (as files do)."""
     path = tmp_path / "s"
-    s = fpstore.open(path)
+    s = fpstore.open(path, k=5)
     s.add("a", fingerprint=1, pipeline_id=_pid(s))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         del s
         gc.collect()
     assert any(issubclass(w.category, ResourceWarning) for w in caught), [str(w.message) for w in caught]
-    with fpstore.open(path) as again:  # same process: no "already open"
+    with fpstore.open(path, k=5) as again:  # same process: no "already open"
         assert "a" in again
-    code = f"import fpstore; s = fpstore.open({str(path)!r}); print(len(s))"
+    code = f"import fpstore; s = fpstore.open({str(path)!r}, k=5); print(len(s))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr
 
@@ -263,7 +263,7 @@ def _read_only(path: os.PathLike[str]):
 def test_store_on_read_only_media_opens_read_only(tmp_path):
     """A store on read-only media opens with readonly=True and answers; a writable open is refused clearly."""
     path = tmp_path / "s"
-    with fpstore.open(path) as s:
+    with fpstore.open(path, k=5) as s:
         s.add_many(["a", "b"], fingerprints=np.array([5, 4], np.uint64), pipeline_id=_pid(s))
     with _read_only(path):
         with fpstore.open(path, readonly=True) as s:
@@ -271,8 +271,8 @@ def test_store_on_read_only_media_opens_read_only(tmp_path):
             assert [m.key for m in s.query(fingerprint=5, pipeline_id=s.pipeline.id, k=1)] == ["a", "b"]
             assert s.get("b").fingerprint == 4
         with pytest.raises(FpstoreError):
-            fpstore.open(path)
-    with fpstore.open(path) as s:  # writable again once the media is
+            fpstore.open(path, k=5)
+    with fpstore.open(path, k=5) as s:  # writable again once the media is
         s.add("c", fingerprint=7, pipeline_id=_pid(s))
 
 
@@ -329,7 +329,7 @@ def _write(s: fpstore.Store, writer: str, keys: list, fps: np.ndarray) -> None:
 @pytest.mark.parametrize("writer", ["add", "add_many", "bulk_load"])
 def test_keys_over_the_limit_are_refused_by_every_writer(tmp_path, writer):
     """A key one byte over MAX_KEY_BYTES is an InputError in add, add_many and bulk_load, and nothing is written."""
-    with fpstore.open(tmp_path / "s") as s:
+    with fpstore.open(tmp_path / "s", k=5) as s:
         s.add("keep", fingerprint=3, pipeline_id=_pid(s))
         for key in [b"x" * (MAX_KEY_BYTES + 1), "y" * (MAX_KEY_BYTES + 1), "é" * (MAX_KEY_BYTES // 2 + 1)]:
             with pytest.raises(InputError, match="longer than"):
@@ -347,7 +347,7 @@ def test_keys_at_the_limit_read_back_through_every_reader(tmp_path, writer):
     """Keys of exactly MAX_KEY_BYTES, written by each writer, read back via get, in, iteration, queries, keys_of, delete, re-add and export/import."""
     keys = _long_keys(MAX_KEY_BYTES) + ["short"]
     fps = np.array([10, 11, 12, 13], np.uint64)
-    with fpstore.open(tmp_path / "s") as s:
+    with fpstore.open(tmp_path / "s", k=5) as s:
         pid = _pid(s)
         _write(s, writer, keys, fps)
         assert sorted(map(repr, s)) == sorted(map(repr, keys))
@@ -374,7 +374,7 @@ def test_checkpoint_positions_over_the_limit_are_refused_and_at_the_limit_read_b
     """A checkpoint position that packs over MAX_CHECKPOINT_BYTES is refused; one at the limit reads back."""
     import msgpack
 
-    with fpstore.open(tmp_path / "s") as s:
+    with fpstore.open(tmp_path / "s", k=5) as s:
         pid = _pid(s)
         big = "p" * (MAX_CHECKPOINT_BYTES + 1)
         with pytest.raises(InputError, match="checkpoint"):
@@ -415,7 +415,7 @@ def test_non_integers_are_not_fingerprints(tmp_path, values):
 
 def test_integers_of_every_kind_are_fingerprints(tmp_path):
     """Python ints, numpy integer scalars and uint64 arrays are accepted unchanged."""
-    with fpstore.open(tmp_path / "s") as s:
+    with fpstore.open(tmp_path / "s", k=5) as s:
         pid = _pid(s)
         s.add_many(["a", "b", "c"], fingerprints=[1, np.uint64(2**64 - 1), np.int32(7)], pipeline_id=pid)
         assert [s.get(k).fingerprint for k in "abc"] == [1, 2**64 - 1, 7]
@@ -526,7 +526,7 @@ def test_import_into_an_existing_store_preserves_canonicals_and_keeps_its_checkp
 
 def test_add_many_with_canonical_keys(tmp_path):
     """add_many records canonical keys naming stored documents or documents of the same batch, and refuses unknown ones whole."""
-    with fpstore.open(tmp_path / "s") as s:
+    with fpstore.open(tmp_path / "s", k=5) as s:
         pid = _pid(s)
         s.add("old", fingerprint=1, pipeline_id=pid)
         s.add_many(["x", "y", "z"], fingerprints=[2, 3, 4], pipeline_id=pid, canonicals=["old", "z", None])
@@ -542,7 +542,7 @@ def test_add_many_with_canonical_keys(tmp_path):
 
 def test_add_many_of_an_unchanged_document_keeps_its_id(tmp_path):
     """Re-adding a document unchanged in a batch keeps its id, so canonical links to it survive a rerun."""
-    with fpstore.open(tmp_path / "s") as s:
+    with fpstore.open(tmp_path / "s", k=5) as s:
         pid = _pid(s)
         first = s.add_many(["c", "v"], fingerprints=[1, 3], pipeline_id=pid, canonicals=[None, "c"])
         again = s.add_many(["c"], fingerprints=[1], pipeline_id=pid)
@@ -579,7 +579,7 @@ def test_whatever_a_writer_accepts_every_reader_reads(tmp_path_factory, keys, wr
     """Property: keys a writer accepts (types, lengths up to MAX_KEY_BYTES) read back through get, in, iteration, keys_of and an export/import."""
     d = tmp_path_factory.mktemp("prop")
     fps = np.arange(1, len(keys) + 1, dtype=np.uint64)
-    with fpstore.open(d / "s") as s:
+    with fpstore.open(d / "s", k=5) as s:
         pid = _pid(s)
         _write(s, writer, keys, fps)
         assert sorted(map(repr, s)) == sorted(map(repr, keys))

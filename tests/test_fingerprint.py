@@ -118,14 +118,17 @@ def test_pipeline_sketch_bits_are_checked_and_recorded():
     with pytest.raises(InputError, match="minhash1"):
         fpstore.Pipeline(kind="simhash64", sketch_bits=256)
     pipe = fpstore.Pipeline(sketch_bits=256)
-    assert pipe.config["sketch_bits"] == 256 and "sketch_bits" not in fpstore.Pipeline().config
-    assert fpstore.Pipeline.from_config(pipe.config) == pipe and pipe.id != fpstore.Pipeline().id
+    assert pipe.config["sketch_bits"] == 256 and "sketch_bits" not in fpstore.Pipeline(sketch_bits=0).config
+    assert fpstore.Pipeline.from_config(pipe.config) == pipe and pipe.id != fpstore.Pipeline(sketch_bits=0).id
     with pytest.raises(FormatError, match="sketch"):
-        fpstore.Pipeline.from_config({**fpstore.Pipeline().config, "sketch_bits": 0})
+        fpstore.Pipeline.from_config({**fpstore.Pipeline(sketch_bits=0).config, "sketch_bits": 0})
+    # The kind's default: MinHash1 keeps a 512-bit sketch, SimHash (which cannot) none.
+    assert (fpstore.Pipeline().sketch_bits, fpstore.Pipeline(kind="simhash64").sketch_bits) == (512, 0)
+    assert fpstore.Pipeline() == fpstore.Pipeline(sketch_bits=512) and fpstore.Pipeline().config["sketch_bits"] == 512
     sig = pipe.signature("one two three four five")
     batch = pipe.signatures(["one two three four five"], threads=1)
     assert len(sig.sketch) == 4 and batch.sketches is not None and batch.sketches[0].tolist() == list(sig.sketch)
-    assert fpstore.Pipeline().signature("one two three").sketch == ()
+    assert fpstore.Pipeline(sketch_bits=0).signature("one two three").sketch == ()
 
 
 @pytest.mark.slow
@@ -260,8 +263,9 @@ def test_golden_fingerprints(file, name):
 def test_pipeline_id_is_stable_and_changes_with_every_parameter():
     """The same parameters give the same id; any change gives another."""
     base = fpstore.Pipeline()
-    assert base.id == fpstore.Pipeline().id == "b7d500c764ccea22"
-    assert fpstore.Pipeline(html="main-v1").id == "3711d4b2ac097d9d"  # the default before main-v2, unchanged
+    assert base.id == fpstore.Pipeline().id == "c2e8e15cd9444861"
+    assert fpstore.Pipeline(sketch_bits=0).id == "b7d500c764ccea22"  # the default before the sketch, unchanged
+    assert fpstore.Pipeline(html="main-v1", sketch_bits=0).id == "3711d4b2ac097d9d"  # the default before main-v2, unchanged
     assert fpstore.Pipeline(**LEGACY).id == "7d098142278897b3"  # the first releases' default, unchanged
     variants = [
         fpstore.Pipeline(shingle=2),
@@ -269,6 +273,8 @@ def test_pipeline_id_is_stable_and_changes_with_every_parameter():
         fpstore.Pipeline(min_tokens=5),
         fpstore.Pipeline(html="off"),
         fpstore.Pipeline(html="main-v1"),
+        fpstore.Pipeline(sketch_bits=0),
+        fpstore.Pipeline(sketch_bits=256),
         fpstore.Pipeline(kind="simhash64"),
         fpstore.Pipeline(**LEGACY),
         fpstore.Pipeline(weighting="idf", idf=_idf(), **LEGACY),
@@ -497,8 +503,8 @@ def test_store_add_takes_raw_html(tmp_path):
     body = " ".join(_doc(rng, 300))
     page = PAGE.format(t="Title", nav="Home Docs Blog " * 30, body=body, foot="Copyright 2024")
     other_site = PAGE.format(t="Title", nav="Another menu " * 40, body=body, foot="Mirror, 2025")
-    with fpstore.open(tmp_path / "s", k=5) as store:
-        assert store.pipeline.id == fpstore.Pipeline().id
+    with fpstore.open(tmp_path / "s", k=5) as store:  # answers within k bits: the default pipeline less its sketch
+        assert store.pipeline.id == fpstore.Pipeline(sketch_bits=0).id
         store.add("page", text=page)
         assert [m.key for m in store.query(text="Title " + body)] == ["page"]
         assert [(m.key, m.distance) for m in store.query(text=other_site)] == [("page", 0)]

@@ -101,7 +101,8 @@ def test_a_group_equals_its_adds_one_at_a_time(tmp_path_factory, plan, flush_ent
 
 
 def test_segments_split_where_a_key_repeats_and_at_the_limit():
-    adds = [prepare_add(fpstore.Pipeline(), key, None, 1, fpstore.Pipeline().id, "insert", None) for key in "abcadbbe"]
+    pipe = fpstore.Pipeline(sketch_bits=0)
+    adds = [prepare_add(pipe, key, None, 1, pipe.id, "insert", None) for key in "abcadbbe"]
     assert segments(adds) == [(0, 3), (3, 6), (6, 8)]
     assert segments(adds, limit=2) == [(0, 2), (2, 4), (4, 6), (6, 8)]
     assert segments([]) == []

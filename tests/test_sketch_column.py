@@ -38,8 +38,8 @@ def test_warm_reads_the_sketch_column(tmp_path):
     fps = rng.integers(0, 2**63, n, dtype=np.uint64)
     sketches = rng.integers(0, 2**63, (n, 4), dtype=np.uint64)
     warmed = {}
-    for name, pipe, sk in (("plain", fpstore.Pipeline(), None), ("sketch", fpstore.Pipeline(sketch_bits=256), sketches)):
-        with fpstore.open(tmp_path / name, pipeline=pipe) as store:
+    for name, pipe, sk in (("plain", fpstore.Pipeline(sketch_bits=0), None), ("sketch", fpstore.Pipeline(sketch_bits=256), sketches)):
+        with fpstore.open(tmp_path / name, pipeline=pipe, k=5) as store:  # one design for both
             store.bulk_load(np.arange(n), fpstore.Fingerprints(fps, pipe.id, sketches=sk))
             warmed[name] = store.warm()
     assert warmed["sketch"] - warmed["plain"] >= n * 32, warmed

@@ -23,7 +23,7 @@ from tests.support.corpora import token_variants, unrelated_texts
 
 DATA = pathlib.Path(__file__).resolve().parent / "data"
 SKETCH_PIPE = fpstore.Pipeline(sketch_bits=256, html="off")
-PLAIN_PIPE = fpstore.Pipeline(html="off")
+PLAIN_PIPE = fpstore.Pipeline(html="off", sketch_bits=0)
 K = 8
 #: Made by fpstore at af4dff6 (stream version 2) from :func:`fill` with PLAIN_PIPE and SKETCH_PIPE.
 V2_PLAIN = DATA / "export_v2.fpx"

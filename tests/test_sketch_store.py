@@ -107,7 +107,7 @@ def test_writes_without_sketches_are_refused_and_change_nothing(tmp_path):
 
 
 def test_a_store_without_a_sketch_lists_no_sketch_feature_and_refuses_a_threshold(tmp_path):
-    with fpstore.open(tmp_path / "s", pipeline=fpstore.Pipeline(html="off")) as store:
+    with fpstore.open(tmp_path / "s", pipeline=fpstore.Pipeline(html="off", sketch_bits=0)) as store:
         store.add("a", text="one two three four five six")
         assert "sketch" not in store.header["features"]
         assert store.query(text="one two three four five six")[0].similarity is None
@@ -185,7 +185,7 @@ def test_pairs_and_clusters_under_a_threshold_equal_brute_force(filled, k):
 
 
 def test_pairs_threshold_needs_a_sketch(tmp_path):
-    with fpstore.open(tmp_path / "s", pipeline=fpstore.Pipeline(html="off")) as store, pytest.raises(InputError, match="sketch"):
+    with fpstore.open(tmp_path / "s", pipeline=fpstore.Pipeline(html="off", sketch_bits=0)) as store, pytest.raises(InputError, match="sketch"):
         store.near_duplicate_pairs(threshold=0.8)
 
 
@@ -258,7 +258,7 @@ def test_a_store_opened_with_a_threshold_verifies_every_answer(tmp_path):
     with fpstore.open(tmp_path / "s", threshold=0.5) as store:
         assert store.threshold == 0.5
     with pytest.raises(InputError, match="sketch"):
-        fpstore.open(tmp_path / "t", threshold=0.8, pipeline=fpstore.Pipeline())
+        fpstore.open(tmp_path / "t", threshold=0.8, pipeline=fpstore.Pipeline(sketch_bits=0))
     assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir())
     with pytest.raises(InputError, match="threshold"):
         fpstore.open(tmp_path / "u", threshold=2)
@@ -307,7 +307,7 @@ def test_redesign_to_a_threshold(tmp_path):
         assert store.redesign(CANDIDATE_K, threshold=0.7)["design_before"] == store.design.name  # no tables rebuilt
     with fpstore.open(tmp_path / "s") as store:
         assert store.threshold == 0.7 and store.k == CANDIDATE_K
-    with fpstore.open(tmp_path / "plain", pipeline=fpstore.Pipeline(html="off")) as store:
+    with fpstore.open(tmp_path / "plain", pipeline=fpstore.Pipeline(html="off", sketch_bits=0)) as store:
         store.add("a", text="one two three four five six seven")
         with pytest.raises(InputError, match="sketch"):
             store.redesign(threshold=0.8)
@@ -370,3 +370,63 @@ def test_sketch_column_reads_back_what_it_holds_few_or_many_ids_per_block(tmp_pa
         with pytest.raises(CorruptionError, match="sketch block 5 holds 16 bytes"):
             col.get(txn, np.array([5 * col.block]))
     env.close()
+
+
+# -- the defaults: a new store verifies ------------------------------------------------------------
+
+
+def test_a_new_store_verifies_by_default_and_k_alone_keeps_no_sketch(tmp_path):
+    """``fpstore.open(path)`` makes a verifying store (``Pipeline()`` with its 512-bit sketch,
+    threshold 0.8, candidate radius 7) whose answers equal the brute-force rule over its sketches;
+    a ``k`` without a threshold makes a store that answers within k bits and keeps no sketch, and
+    a store made so keeps answering so when opened without arguments."""
+    from fpstore.store.sketches import CANDIDATE_K, DEFAULT_THRESHOLD
+
+    texts = _corpus(3)
+    keys = [f"d{i}" for i in range(len(texts))]
+    with fpstore.open(tmp_path / "default") as store:
+        assert (store.pipeline, store.threshold, store.k) == (fpstore.Pipeline(), DEFAULT_THRESHOLD, CANDIDATE_K)
+        assert "sketch" in store.header["features"]
+        store.add_many(keys, texts=texts)
+        sigs = store.pipeline.signatures(texts)
+        for i in range(0, len(texts), 7):
+            d = np.bitwise_count(sigs.values ^ sigs.values[i])
+            sim = np.array([sketch_similarity(sigs.sketches[i], s) for s in sigs.sketches])
+            want = {keys[j] for j in np.flatnonzero((d <= CANDIDATE_K) & (sim >= DEFAULT_THRESHOLD))}
+            assert {m.key for m in store.query(text=texts[i])} == want
+    with fpstore.open(tmp_path / "default") as store:  # reopened: the recorded threshold
+        assert store.threshold == DEFAULT_THRESHOLD
+    with fpstore.open(tmp_path / "plain", k=5) as store:
+        assert (store.pipeline, store.threshold, store.k) == (fpstore.Pipeline(sketch_bits=0), None, 5)
+        assert "sketch" not in store.header["features"]
+        store.add("bare", fingerprint=5, pipeline_id=store.pipeline.id)
+    with fpstore.open(tmp_path / "plain") as store:  # a store without a sketch keeps working as it did
+        assert (store.threshold, store.k) == (None, 5)
+        assert [m.key for m in store.query(fingerprint=4, pipeline_id=store.pipeline.id)] == ["bare"]
+    with fpstore.open(tmp_path / "shingle2", pipeline=fpstore.Pipeline(shingle=2)) as store:  # a given sketching pipeline
+        assert (store.threshold, store.k) == (DEFAULT_THRESHOLD, CANDIDATE_K)
+    with fpstore.open(tmp_path / "shingle2-k", pipeline=fpstore.Pipeline(shingle=2), k=6) as store:  # kept, not verified
+        assert (store.threshold, store.k, store.pipeline.sketch_bits) == (None, 6, 512)
+
+
+def test_a_bare_fingerprint_in_a_default_store_says_how_to_make_a_store_that_takes_it(tmp_path):
+    with fpstore.open(tmp_path / "s") as store, pytest.raises(InputError, match=r"fpstore.open\(path, k=5\)"):
+        store.add("a", fingerprint=5, pipeline_id=store.pipeline.id)
+
+
+def test_a_store_without_a_sketch_takes_the_fingerprints_of_its_pipeline_with_one(tmp_path):
+    """A sketch leaves the 64-bit fingerprint as it is, so ``Pipeline()``'s fingerprints (with their
+    sketches) enter a store of ``Pipeline(sketch_bits=0)``, which drops the sketches; fingerprints of
+    another pipeline are still refused, and a store with a sketch still refuses them without one."""
+    texts = _corpus(4)[:20]
+    sketched = fpstore.Pipeline().signatures(texts)
+    with fpstore.open(tmp_path / "plain", k=5) as store:
+        store.add_many([f"a{i}" for i in range(20)], fingerprints=sketched)
+        store.bulk_load([f"b{i}" for i in range(20)], sketched)
+        store.add("c", fingerprint=int(sketched.values[0]), pipeline_id=sketched.pipeline_id)
+        assert [m.distance for m in store.query(fingerprint=int(sketched.values[0]), pipeline_id=sketched.pipeline_id)][:3] == [0, 0, 0]
+        assert [store.get(f"a{i}").fingerprint for i in range(20)] == sketched.values.tolist()
+        with pytest.raises(fpstore.errors.PipelineMismatchError):
+            store.add_many(["x"], fingerprints=fpstore.Pipeline(shingle=2).signatures(texts[:1]))
+    with fpstore.open(tmp_path / "v") as store, pytest.raises(fpstore.errors.PipelineMismatchError, match="without its sketch"):
+        store.add_many(["x"], fingerprints=fpstore.Pipeline(sketch_bits=0).signatures(texts[:1]))

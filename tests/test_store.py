@@ -316,7 +316,7 @@ def test_keys_of_refuses_ids_that_are_not_live_document_ids(tmp_path, bulk):
     """Ids are the caller's input: a float or a string is refused, not truncated to an id; an id
     outside 1..2**63-1, or one whose document was deleted since the query, is an InputError naming
     it, not a report of damage (the store is intact)."""
-    with fpstore.open(tmp_path / "s") as s:
+    with fpstore.open(tmp_path / "s", k=5) as s:
         pid = s.pipeline.id
         if bulk:
             s.bulk_load(["a", "b", "c"], np.array([1, 2, 3], np.uint64), pipeline_id=pid)
@@ -525,7 +525,7 @@ def test_every_fingerprint_finds_itself(fp, k):
     """Any stored fingerprint is found at distance 0 by a query for it at any k."""
     import tempfile
 
-    with tempfile.TemporaryDirectory() as d, fpstore.open(os.path.join(d, "s")) as s:
+    with tempfile.TemporaryDirectory() as d, fpstore.open(os.path.join(d, "s"), k=5) as s:
         s.add("x", fingerprint=fp, pipeline_id=s.pipeline.id)
         assert as_dict(s.query(fingerprint=fp, pipeline_id=s.pipeline.id, k=k)) == {"x": 0}
 
@@ -548,9 +548,9 @@ def test_verify_on_open_refuses_a_damaged_file_before_lmdb_maps_it(tmp_path):
     from fpstore.errors import CorruptionError
 
     path = tmp_path / "s"
-    with fpstore.open(path) as s:
+    with fpstore.open(path, k=5) as s:
         s.add_many([f"d{i}" for i in range(3000)], fingerprints=np.arange(3000, dtype=np.uint64) * 7919, pipeline_id=s.pipeline.id)
-    with fpstore.open(path, verify=True) as s:  # a sound file passes
+    with fpstore.open(path, verify=True, k=5) as s:  # a sound file passes
         assert len(s) == 3000
     with fpstore.open(path, readonly=True) as s:
         last = s._storage.env.info()["last_pgno"]  # written by the last commit: a live page
@@ -560,7 +560,7 @@ def test_verify_on_open_refuses_a_damaged_file_before_lmdb_maps_it(tmp_path):
         f.seek(last * 4096)
         f.write(bytes(4096))
     with pytest.raises(CorruptionError, match="structural check"):
-        fpstore.open(bad, verify=True)
+        fpstore.open(bad, verify=True, k=5)
 
 
 def test_flush_and_tier_merge_in_one_write_leave_a_verifiable_file(tmp_path):
@@ -597,7 +597,7 @@ def test_arguments_out_of_their_domain_raise_input_errors(tmp_path):
     """Arguments that reached numpy, py-lmdb or struct unchecked raised their builtin errors."""
     from fpstore.errors import InputError as IE
 
-    with fpstore.open(tmp_path / "s") as s:
+    with fpstore.open(tmp_path / "s", k=5) as s:
         s.add_many(["a", "b"], fingerprints=[1, 2], pipeline_id=s.pipeline.id)
         for kwargs in ({"sample": -1}, {"sample": 1.5}, {"seed": -1}, {"seed": 1.5}, {"sample": True}):
             with pytest.raises(IE):
@@ -605,7 +605,7 @@ def test_arguments_out_of_their_domain_raise_input_errors(tmp_path):
         assert len(s) == 2
     for size in (-1, 1.5, 2**70, True):
         with pytest.raises(IE, match="map_size"):
-            fpstore.open(tmp_path / "t", map_size=size)
+            fpstore.open(tmp_path / "t", map_size=size, k=5)
     assert not (tmp_path / "t").exists() or not os.listdir(tmp_path / "t")
     for b in (2**64, -1, 1.5, "x"):
         with pytest.raises(IE):

@@ -134,7 +134,7 @@ def test_copy_is_a_consistent_store_of_its_own_and_refuses_a_non_empty_directory
     import fpstore
     from fpstore.errors import FpstoreError
 
-    with fpstore.open(tmp_path / "s") as s:
+    with fpstore.open(tmp_path / "s", k=5) as s:
         s.add_many([f"k{i}" for i in range(50)], fingerprints=np.arange(50, dtype=np.uint64), pipeline_id=s.pipeline.id)
         size = s.copy(tmp_path / "copy")
         assert size > 0

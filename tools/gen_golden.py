@@ -9,9 +9,11 @@
   main-v2) and their variants, on the same texts plus raw HTML pages.
 * ``tests/golden/fingerprints_v3.json``: MinHash1 with a verification sketch (``sketch_bits``),
   fingerprints and sketch words (HTML main-v1).
-* ``tests/golden/fingerprints_v4.json``: the current defaults (HTML main-v2), with and without a
-  sketch, on every text above plus pages whose main content holds comments, related stories and
-  the like, and pages without a semantic root.
+* ``tests/golden/fingerprints_v4.json``: HTML main-v2, without a sketch (the default of its build)
+  and with one, on every text above plus pages whose main content holds comments, related stories
+  and the like, and pages without a semantic root.
+* ``tests/golden/fingerprints_v5.json``: the current default, ``Pipeline()`` (HTML main-v2 and a
+  512-bit sketch), on the texts of version 4.
 
 Run this only when a pipeline change is deliberate (a new scheme, kind, extractor or tokenizer
 version); the golden test fails on any other change to a fingerprint, which is the point.
@@ -75,10 +77,10 @@ HTML_TEXTS = [
 # Version 2: the defaults of their build (HTML main-v1) and variants.
 _V1 = {"html": "main-v1"}
 PIPELINES_V2 = {
-    "default": fpstore.Pipeline(**_V1),
-    "shingle1": fpstore.Pipeline(shingle=1, **_V1),
-    "shingle5_seed": fpstore.Pipeline(shingle=5, seed=0xDEADBEEFCAFEF00D, **_V1),
-    "html_off": fpstore.Pipeline(html="off"),
+    "default": fpstore.Pipeline(sketch_bits=0, **_V1),
+    "shingle1": fpstore.Pipeline(shingle=1, sketch_bits=0, **_V1),
+    "shingle5_seed": fpstore.Pipeline(shingle=5, seed=0xDEADBEEFCAFEF00D, sketch_bits=0, **_V1),
+    "html_off": fpstore.Pipeline(html="off", sketch_bits=0),
     "simhash64_html": fpstore.Pipeline(kind="simhash64", **_V1),
 }
 
@@ -114,11 +116,16 @@ HTML_TEXTS_V4 = [
     "</form></body></html>",
 ]
 
-# Version 4: the defaults of this build (HTML main-v2).
+# Version 4: HTML main-v2, the default of its build ("default", which kept no sketch) and variants.
 PIPELINES_V4 = {
-    "default": fpstore.Pipeline(),
+    "default": fpstore.Pipeline(sketch_bits=0),
     "sketch256": fpstore.Pipeline(sketch_bits=256),
     "simhash64_html": fpstore.Pipeline(kind="simhash64"),
+}
+
+# Version 5: the defaults of this build: HTML main-v2 and a 512-bit verification sketch.
+PIPELINES_V5 = {
+    "default": fpstore.Pipeline(),
 }
 
 GOLDEN = {
@@ -126,6 +133,7 @@ GOLDEN = {
     "fingerprints_v2.json": (TEXTS + HTML_TEXTS, PIPELINES_V2),
     "fingerprints_v3.json": (TEXTS + HTML_TEXTS, PIPELINES_V3),
     "fingerprints_v4.json": (TEXTS + HTML_TEXTS + HTML_TEXTS_V4, PIPELINES_V4),
+    "fingerprints_v5.json": (TEXTS + HTML_TEXTS + HTML_TEXTS_V4, PIPELINES_V5),
 }
 
 

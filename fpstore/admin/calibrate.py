@@ -70,7 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         type=sketch_bits_arg,
         default=None,
         metavar="B",
-        help="also measure the search verified by a sketch of B bits (a multiple of 64 up to 512) per threshold θ, and recommend θ",
+        help="also measure the search verified by a sketch of B bits (a multiple of 64 up to 512) per threshold θ, and recommend θ "
+        "(default 512, the sketch of a new store; 0: the 64-bit key alone)",
     )
     p.add_argument(
         "--candidate-k",
@@ -131,6 +132,7 @@ def _read_pairs(path: str) -> list[tuple[str, str, bool]]:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     """Measure precision/recall per k and recommend k; with --sketch-bits, per θ and recommend θ."""
+    import fpstore
     from fpstore.errors import InputError
     from fpstore.quality import evaluate as ev
     from fpstore.quality import sketch as sk
@@ -139,17 +141,17 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         raise InputError(f"--threshold must be in (0, 1], got {args.threshold}")
     if not 0 < args.target_precision <= 1:
         raise InputError(f"--target-precision must be in (0, 1], got {args.target_precision}")
-    bits = args.sketch_bits or 0
-    if args.candidate_k is not None and not bits:
-        raise InputError("--candidate-k is the candidate radius of the verified search: give --sketch-bits B with it")
-    if bits and args.kind == "simhash64":
+    if args.sketch_bits and args.kind == "simhash64":
         raise InputError("--sketch-bits needs the minhash1 kind (a sketch is more MinHash1 words): leave out --kind simhash64")
+    # The kind's default sketch, as a new store gets it: the verified search is what it answers with.
+    bits = args.sketch_bits if args.sketch_bits is not None else fpstore.Pipeline(**_pipeline_options(args)).sketch_bits
+    if args.candidate_k is not None and not bits:
+        raise InputError("--candidate-k is the candidate radius of the verified search, which --sketch-bits 0 turns off")
     candidate_k = CANDIDATE_K if args.candidate_k is None else args.candidate_k
     if args.max_k is None:
         args.max_k = STORE_MAX_K
     if not 0 <= args.max_k <= 64:
         raise InputError(f"--max-k must be in 0..64, got {args.max_k}")
-    import fpstore
 
     pipe = _pipeline(args)
     # The verified search's pipeline: the same key (a sketch is computed beside it, never changes

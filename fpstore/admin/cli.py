@@ -258,8 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-k",
         type=int_arg(0, MAX_K),
-        default=DEFAULT_K,
-        help=f"Hamming radius (default {DEFAULT_K}, the calibrated k of the default pipeline)",
+        default=None,
+        help=f"answer within k bits (the calibrated k of the pipeline without a sketch is {DEFAULT_K}) instead of by the default "
+        "verified similarity",
     )
     p.add_argument("--store", default=None, help="keep the demo store at this path (default: a temporary directory)")
     p.add_argument("--limit", type=POSITIVE, default=15, help="clusters to print (default 15)")

@@ -39,13 +39,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
             words = text.split()
             edited = " ".join(words[: len(words) // 2] + ["(edited)"] + words[len(words) // 2 + 1 :])
             verdict = store.add("demo/edited-copy", text=edited)
+            nearest = verdict.near_duplicates[0] if verdict.near_duplicates else None
+            similarity = "" if nearest is None or nearest.similarity is None else f", estimated similarity {nearest.similarity:.2f}"
             print(
                 f"add('demo/edited-copy'): near-duplicate of {verdict.duplicate_of!r} "
-                f"(distance {verdict.near_duplicates[0].distance if verdict.near_duplicates else '-'}), canonical {verdict.canonical!r}"
+                f"(distance {nearest.distance if nearest else '-'}{similarity}), canonical {verdict.canonical!r}"
+            )
+            rule = (
+                f"within k={store.k}"
+                if store.threshold is None
+                else f"of estimated similarity >= {store.threshold} (candidates within k={store.k})"
             )
         with fpstore.open(path, readonly=True) as store:
             clusters = store.clusters()
-        print(f"{len(clusters)} near-duplicate clusters within k={args.k} (canonical first):")
+        print(f"{len(clusters)} near-duplicate clusters {rule} (canonical first):")
         for c in clusters[: args.limit]:
             print(f"  {len(c.keys):3d}  {c.canonical!s}")
             for key in c.keys[1 : 1 + args.members]:

@@ -73,7 +73,7 @@ def _new_pipeline(args: argparse.Namespace, created: bool) -> Any:
     if args.images and args.kind is None:
         # phash64 by default: text options with it are refused as with --kind phash64
         args = argparse.Namespace(**{**vars(args), "kind": "phash64"})
-    pipeline = pipeline_from(args, False) if created else None
+    pipeline = pipeline_from(args) if created else None
     if args.images:
         if pipeline is not None and not is_image(pipeline):
             raise InputError(f"--kind {pipeline.kind} fingerprints texts; --images needs an image kind (--kind phash64 or dhash64)")

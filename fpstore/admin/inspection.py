@@ -22,7 +22,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     """Create a new, empty store with the given pipeline and table design."""
     if os.path.exists(os.path.join(args.store, "data.mdb")):
         raise InputError(f"{args.store} already holds a store; use info to see it")
-    pipeline = pipeline_from(args, args.threshold is None)  # a threshold alone picks its own pipeline
+    pipeline = pipeline_from(args)  # without options, the store picks its default
     with fpstore.open(
         args.store, k=args.k, pipeline=pipeline, design=args.design, expected_size=args.expected_size, threshold=args.threshold
     ) as store:

@@ -80,8 +80,8 @@ def pipeline_options(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in PIPELINE_OPTIONS if getattr(args, name) is not None}
 
 
-def pipeline_from(args: argparse.Namespace, defaults: bool) -> AnyPipeline | None:
-    """The pipeline the options ask for; None when no option was given and ``defaults`` is False.
+def pipeline_from(args: argparse.Namespace) -> AnyPipeline | None:
+    """The pipeline the options ask for; None when no option was given (the store picks its default).
 
     An image kind (``--kind phash64``/``dhash64``) makes an :class:`fpstore.ImagePipeline`; the
     text options (``--html``, ``--shingle``, ...) with it are an error (exit 2)."""
@@ -94,8 +94,11 @@ def pipeline_from(args: argparse.Namespace, defaults: bool) -> AnyPipeline | Non
             flags = ", ".join("--" + name.replace("_", "-") for name in text_only)
             raise InputError(f"{flags}: options of text pipelines; an image pipeline ({given['kind']}) takes none")
         return fpstore.ImagePipeline(kind=given["kind"])
-    if not given and not defaults:
+    if not given:
         return None
+    if "sketch_bits" not in given and getattr(args, "k", None) is not None and getattr(args, "threshold", None) is None:
+        # As in fpstore.open: -k without --threshold answers within k bits, which needs no sketch.
+        given["sketch_bits"] = 0
     return fpstore.Pipeline(**given)
 
 
@@ -139,7 +142,8 @@ def add_pipeline_options(p: argparse.ArgumentParser, note: str = "") -> None:
         type=sketch_bits_arg,
         default=None,
         metavar="B",
-        help="bits of the verification sketch kept per document (a multiple of 64 up to 512; default 0: none, or 512 with --threshold)",
+        help="bits of the verification sketch kept per document (a multiple of 64 up to 512; default 512, "
+        "or 0 with -k and no --threshold: a store answering within k bits keeps none)",
     )
 
 
@@ -152,7 +156,8 @@ def add_design_options(p: argparse.ArgumentParser, note: str = "") -> None:
         "-k",
         type=int_arg(0, MAX_K),
         default=None,
-        help=f"Hamming radius the design is exact for, and the default query radius (default {DEFAULT_K})",
+        help="Hamming radius the design is exact for, and the default query radius (default: the candidate radius 7 of a "
+        f"verifying store; {DEFAULT_K} for a pipeline without a sketch)",
     )
     g.add_argument("--design", default="auto", help=DESIGN_HELP)
     g.add_argument("--expected-size", type=POSITIVE, default=None, metavar="N", help="documents expected, to choose the design")
@@ -162,7 +167,7 @@ def add_design_options(p: argparse.ArgumentParser, note: str = "") -> None:
         default=None,
         metavar="J",
         help="answer by verified similarity: keep candidates whose sketches estimate at least J "
-        "(needs a sketch: default --sketch-bits 512, -k 7; see docs/tuning.md)",
+        "(default 0.8 unless -k is given; needs a sketch; see docs/tuning.md)",
     )
 
 

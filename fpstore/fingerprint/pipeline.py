@@ -45,6 +45,7 @@ __all__ = [
     "DEFAULT_K",
     "FINGERPRINT_SCHEME",
     "HTML_MODES",
+    "DEFAULT_SKETCH_BITS",
     "KINDS",
     "SKETCH_BITS",
     "Fingerprints",
@@ -78,6 +79,9 @@ MAX_SHINGLE = 16
 #: The longest verification sketch (8 words of 64 bits).
 MAX_SKETCH_BITS = 512
 SKETCH_BITS = tuple(range(0, MAX_SKETCH_BITS + 1, 64))
+#: The sketch of ``Pipeline()``: at the default threshold 0.8 and candidate radius 7, 512 bits reach
+#: F1 0.95 where 256 do not, within the same query costs (docs/designs.md, "Verification radius k_c").
+DEFAULT_SKETCH_BITS = 512
 _M64 = 0xFFFFFFFFFFFFFFFF
 _BATCH = 256  # texts per kernel call in fingerprint_many: large enough to amortise, small enough to balance threads
 
@@ -321,7 +325,8 @@ class Pipeline:
         comments, related stories and other furniture inside it removed), ``"main-v1"`` (the rule
         of the pipelines before it) or ``"off"``.
     sketch_bits: length of the verification sketch (``kind="minhash1"`` only): 0 (none) or a
-        multiple of 64 up to 512. The sketch is W = sketch_bits / 64 more one-bit MinHash words of
+        multiple of 64 up to 512; None picks the kind's default, 512 for ``"minhash1"`` and 0 for
+        ``"simhash64"``. The sketch is W = sketch_bits / 64 more one-bit MinHash words of
         the same shingles, computed in the same pass; :func:`sketch_similarity` of two sketches
         estimates the Jaccard similarity of the texts with a quarter of the 64-bit fingerprint's
         variance at 256 bits. A store keeps it per document to verify candidates (see
@@ -339,7 +344,8 @@ class Pipeline:
     min_tokens: int = 20
     kind: str = "minhash1"
     html: str = _html.EXTRACTOR
-    sketch_bits: int = 0
+    # None picks the kind's default in __post_init__: a constructed pipeline always holds an int.
+    sketch_bits: int = None  # type: ignore[assignment]
     _idf_kernel: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -360,6 +366,8 @@ class Pipeline:
             raise InputError("weighting='idf' needs an IdfTable in idf=, and only it takes one")
         if self.idf is not None and not isinstance(self.idf, IdfTable):
             raise InputError(f"idf must be an IdfTable, not {type(self.idf).__name__}")
+        if self.sketch_bits is None:
+            object.__setattr__(self, "sketch_bits", DEFAULT_SKETCH_BITS if self.kind == "minhash1" else 0)
         if not isinstance(self.sketch_bits, int) or isinstance(self.sketch_bits, bool) or self.sketch_bits not in SKETCH_BITS:
             raise InputError(f"sketch_bits must be one of {SKETCH_BITS}, got {self.sketch_bits!r}")
         if self.sketch_bits and self.kind != "minhash1":

@@ -23,6 +23,7 @@ from fpstore.spark.frames import arrow_u64, check_columns, require, schema_ddl
 from fpstore.spark.shardset import MANIFEST, MANIFEST_FORMAT, ROUTING, shard_dir, shard_of
 from fpstore.spark.sketches import SKETCH_COL, arrow_sketches, check_sketch_column, check_threshold
 from fpstore.spark.texts import pipeline_payload, rebuild_pipeline
+from fpstore.store.inputs import check_pipeline_id
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -133,7 +134,8 @@ def build_shards(
     ``path/shard-NNNNN`` (a local path: in a cluster, a directory every executor and the reader can
     reach, see docs/scale-out.md), with one design for all shards (``design`` chosen for
     ``expected_size / shards``; ``expected_size`` defaults to the row count). ``pipeline`` (default
-    ``Pipeline()``) must have id ``pipeline_id``. Keys must be unique (integer keys non-negative, as
+    ``Pipeline()``, less its sketch without ``threshold``) must have id ``pipeline_id`` (a pipeline
+    without a sketch also takes the fingerprints of the same pipeline with one). Keys must be unique (integer keys non-negative, as
     the store requires); rows with a null fingerprint are skipped. ``path/manifest.json`` records the shards, the routing rule, the pipeline, the
     design and the counts. A pipeline with ``sketch_bits`` makes stores that keep every document's
     verification sketch: the rows must carry it in ``sketch_col`` (as :func:`fingerprint` makes
@@ -146,12 +148,15 @@ def build_shards(
     if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= 99_999:
         raise InputError(f"shards must be an int in 1..99999, got {shards!r}")
     check_columns(df, id_col, fp_col)
-    pipe = pipeline if pipeline is not None else Pipeline()
-    if pipe.id != pipeline_id:
+    # As fpstore.open: a radius without a threshold answers within k bits and keeps no sketch.
+    pipe = pipeline if pipeline is not None else (Pipeline() if threshold is not None else Pipeline(sketch_bits=0))
+    try:
+        check_pipeline_id(pipe, pipeline_id)
+    except PipelineMismatchError:
         raise PipelineMismatchError(
             f"pipeline_id {pipeline_id!r} is not the id of the pipeline the shards would record ({pipe.id}); "
             "pass pipeline= the pipeline that made the fingerprints"
-        )
+        ) from None
     root = os.path.abspath(os.fspath(path))
     if os.path.exists(os.path.join(root, MANIFEST)):
         raise InputError(f"{root} already holds a shard set ({MANIFEST}); choose an empty directory")

@@ -3,6 +3,7 @@ batches of texts or fingerprints, and one add made ready for its transaction."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ import numpy as np
 
 from fpstore.errors import InputError, PipelineMismatchError
 from fpstore.fingerprint.kinds import AnyPipeline, is_image
-from fpstore.fingerprint.pipeline import Fingerprints
+from fpstore.fingerprint.pipeline import SKETCH_BITS, Fingerprints, Pipeline
 from fpstore.hamming import RawFingerprints, as_fingerprint_array
 from fpstore.store.header import encode_checkpoint
 from fpstore.store.keys import FLAG_SHORT, FLAG_TEXT, LOOKUP_KEY_BYTES, Key, typed_key
@@ -113,7 +114,8 @@ def unpack_adds(packed: tuple[Any, ...]) -> list[OneAdd]:
 
 _NO_SKETCH = (
     "this store verifies matches with a {bits}-bit sketch per document, which a bare fingerprint does not carry: "
-    "add texts, or Fingerprints made by the store's pipeline (their sketches column)"
+    "add texts, or Fingerprints made by the store's pipeline (their sketches column); a store made with k= and no "
+    "threshold= (fpstore.open(path, k=5)) keeps no sketch and takes bare fingerprints"
 )
 
 
@@ -125,14 +127,36 @@ def fingerprint_int(value: object) -> int:
 
 
 def check_pipeline_id(pipeline: AnyPipeline, pipeline_id: object) -> None:
-    """PipelineMismatchError unless raw fingerprints come with ``pipeline``'s id."""
+    """PipelineMismatchError unless raw fingerprints come with ``pipeline``'s id, or, for a text
+    pipeline without a sketch, with the id of the same pipeline with a sketch: a sketch leaves the
+    64-bit fingerprint as it is (its words come from other seeds), so ``Pipeline()``'s fingerprints
+    enter a store of ``Pipeline(sketch_bits=0)``, which keeps no sketch."""
     if pipeline_id is None:
         raise PipelineMismatchError(
             "raw fingerprints need the id of the pipeline that made them: pass pipeline_id= "
             f"(this store's is {pipeline.id}) or a Fingerprints object"
         )
-    if pipeline_id != pipeline.id:
-        raise PipelineMismatchError(f"fingerprints from pipeline {pipeline_id!r} cannot enter this store, whose pipeline is {pipeline.id}")
+    if pipeline_id != pipeline.id and pipeline_id not in _with_a_sketch(pipeline):
+        unsketched = (
+            isinstance(pipeline, Pipeline) and pipeline.sketch_bits and pipeline_id == dataclasses.replace(pipeline, sketch_bits=0).id
+        )
+        why = f" (this store's pipeline without its sketch: {_NO_SKETCH.format(bits=pipeline.sketch_bits)})" if unsketched else ""
+        raise PipelineMismatchError(
+            f"fingerprints from pipeline {pipeline_id!r} cannot enter this store, whose pipeline is {pipeline.id}{why}"
+        )
+
+
+_SKETCHED_IDS: dict[str, frozenset[str]] = {}
+
+
+def _with_a_sketch(pipeline: AnyPipeline) -> frozenset[str]:
+    """The ids of ``pipeline`` with each sketch length, when it is a text pipeline without one."""
+    if not isinstance(pipeline, Pipeline) or pipeline.sketch_bits or pipeline.kind != "minhash1":
+        return frozenset()
+    ids = _SKETCHED_IDS.get(pipeline.id)
+    if ids is None:
+        ids = _SKETCHED_IDS[pipeline.id] = frozenset(dataclasses.replace(pipeline, sketch_bits=b).id for b in SKETCH_BITS if b)
+    return ids
 
 
 def signatures(

@@ -20,7 +20,7 @@ import lmdb
 import numpy as np
 
 from fpstore.errors import CorruptionError, InputError
-from fpstore.fingerprint.pipeline import sketch_similarity
+from fpstore.fingerprint.pipeline import DEFAULT_SKETCH_BITS, sketch_similarity
 from fpstore.store.header import U64
 from fpstore.store.results import AddResult, Match
 
@@ -29,6 +29,7 @@ __all__ = [
     "CANDIDATE_K",
     "DB_NAME",
     "DEFAULT_SKETCH_BITS",
+    "DEFAULT_THRESHOLD",
     "NEEDS_SKETCH",
     "Sketches",
     "block_size",
@@ -54,14 +55,16 @@ def block_size(words: int) -> int:
     return BLOCK_BYTES // (8 * words)
 
 
-#: A store opened with ``threshold=`` and no pipeline gets ``Pipeline(sketch_bits=DEFAULT_SKETCH_BITS)``,
-#: and without ``k`` the candidate radius CANDIDATE_K: at θ = 0.8 F1 rises with the radius up to 8
+#: A new store that verifies (``threshold=``, or no ``k``) and is given no pipeline gets ``Pipeline()``,
+#: whose sketch has DEFAULT_SKETCH_BITS, and without ``k`` the candidate radius CANDIDATE_K: at θ = 0.8 F1 rises with the radius up to 8
 #: (docs/tuning.md, "Verified similarity"), but k = 7 shares k = 6's index (r4f1) and k = 8 costs
 #: 4-5 times its query time; at k = 7, 512 bits reach F1 0.95 where 256 do not, within the same
 #: query costs (docs/designs.md, "Verification radius k_c").
-DEFAULT_SKETCH_BITS = 512
 CANDIDATE_K = 7
-NEEDS_SKETCH = "threshold= needs a pipeline with a verification sketch, such as fpstore.Pipeline(sketch_bits=512)"
+#: The threshold of a new store opened without ``k`` and ``threshold`` whose pipeline has a sketch
+#: (the default one has): the truth threshold of the evaluation in docs/tuning.md.
+DEFAULT_THRESHOLD = 0.8
+NEEDS_SKETCH = "threshold= needs a pipeline with a verification sketch, such as fpstore.Pipeline() (512 bits)"
 
 
 class Sketches:

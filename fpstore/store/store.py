@@ -59,7 +59,7 @@ from fpstore.store.reading import Reader, query_fingerprint
 from fpstore.store.redesign import redesign_plan, switch_design, write_header
 from fpstore.store.results import AddResult, Cluster, Document, Match, plain_results
 from fpstore.store.rows import arrow_table, record_batches
-from fpstore.store.sketches import CANDIDATE_K, DEFAULT_SKETCH_BITS, NEEDS_SKETCH, check_threshold, stored_threshold
+from fpstore.store.sketches import CANDIDATE_K, DEFAULT_THRESHOLD, NEEDS_SKETCH, check_threshold, stored_threshold
 from fpstore.store.staging import StagedRequests
 from fpstore.store.storage import DATA_FILE, Storage, store_path
 from fpstore.store.writes import add_batch, add_group, compact, delete_one, load_run
@@ -73,6 +73,20 @@ def _needs_sketch(pipeline: AnyPipeline) -> str:
     if is_image(pipeline):
         return "threshold= is defined for text pipelines with a verification sketch; an image store matches within k bits (docs/images.md)"
     return NEEDS_SKETCH
+
+
+def _new_store_answers(pipeline: AnyPipeline | None, k: int | None, threshold: float | None) -> tuple[AnyPipeline, float | None]:
+    """The pipeline and threshold a new store gets from what its open gave.
+
+    A store verifies by default: ``Pipeline()`` with its sketch, threshold 0.8. A ``k`` given
+    without a threshold asks for answers within k bits, which need no sketch, so the default
+    pipeline then keeps none (``Pipeline(sketch_bits=0)``); a pipeline given without a sketch
+    answers within k bits too."""
+    if pipeline is None:
+        pipeline = Pipeline() if threshold is not None or k is None else Pipeline(sketch_bits=0)
+    if threshold is None and k is None and isinstance(pipeline, Pipeline) and pipeline.sketch_bits:
+        threshold = DEFAULT_THRESHOLD
+    return pipeline, threshold
 
 
 class Store(Closing):
@@ -109,10 +123,9 @@ class Store(Closing):
         path = store_path(path)
         creating = create and not readonly and not os.path.exists(os.path.join(path, DATA_FILE))
         self.threshold = check_threshold(threshold)
-        default_k = DEFAULT_IMAGE_K[pipeline.kind] if isinstance(pipeline, ImagePipeline) else DEFAULT_K
-        new_k = (default_k if self.threshold is None else CANDIDATE_K) if k is None else k
-        if self.threshold is not None and pipeline is None:
-            pipeline = Pipeline(sketch_bits=DEFAULT_SKETCH_BITS) if creating else None
+        new_pipeline, new_threshold = _new_store_answers(pipeline, k, self.threshold)
+        default_k = DEFAULT_IMAGE_K[new_pipeline.kind] if isinstance(new_pipeline, ImagePipeline) else DEFAULT_K
+        new_k = (default_k if new_threshold is None else CANDIDATE_K) if k is None else k
         planned = design_for(new_k, expected_size, design) if creating else None
         self._storage = Storage(
             path,
@@ -127,7 +140,8 @@ class Store(Closing):
         )
         try:
             if self._storage.is_new:
-                self._create(planned or design_for(new_k, expected_size, design), pipeline or Pipeline())
+                self.threshold = new_threshold
+                self._create(planned or design_for(new_k, expected_size, design), new_pipeline)
             else:
                 self._load(pipeline, design)
             self.k = self._check_k(self.design.k if k is None else k)
