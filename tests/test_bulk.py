@@ -286,7 +286,7 @@ def test_file_compaction_shrinks_the_file_and_keeps_answers(tmp_path):
 
     path = tmp_path / "s"
     fps = data("random", 60_000)
-    with fpstore.open(path) as s:
+    with fpstore.open(path, k=5) as s:
         pid = s.pipeline.id
         s.bulk_load(np.arange(60_000), fps, pipeline_id=pid)
         s.add_many(list(range(60_000, 70_000)), fingerprints=fps[:10_000] ^ np.uint64(1), pipeline_id=pid)

@@ -25,7 +25,7 @@ import fpstore
 from fpstore.admin.cli import build_parser, main
 from fpstore.admin.exchange import export_store, import_stream
 from fpstore.errors import FormatError
-from fpstore.fingerprint.pipeline import DEFAULT_K
+from fpstore.store.sketches import CANDIDATE_K, DEFAULT_THRESHOLD
 from tools import make_test_warc as mtw
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -215,7 +215,8 @@ def test_main_job_ingest_sample_then_clusters(tmp_path):
     assert r.code == 0
     clusters = [json.loads(line) for line in r.out.splitlines()]
     assert clusters and all(c["size"] == len(c["keys"]) >= 2 and c["keys"][0] == c["canonical"] for c in clusters)
-    assert re.search(rf"\d+ clusters of \d+ documents within k={DEFAULT_K}", r.err)
+    # A new store verifies: the rule is the candidate radius and the threshold.
+    assert re.search(rf"\d+ clusters of \d+ documents within k={CANDIDATE_K} and of estimated similarity >= {DEFAULT_THRESHOLD}", r.err)
 
 
 # -- commands on a built store -----------------------------------------------------------------------------

@@ -243,7 +243,8 @@ def test_shards_answer_like_one_store(spark, tmp_path, corpus, corpus_df, querie
     manifest = fs.build_shards(corpus_df, tmp_path / "shards", shards=3, k=K, pipeline_id=pipe.id)
     on_disk = json.loads((tmp_path / "shards" / fs.MANIFEST).read_text())
     assert on_disk == manifest
-    assert manifest["count"] == len(corpus) and manifest["pipeline_id"] == pipe.id
+    # k without a threshold: the shards keep the pipeline less its sketch, which takes pipe's fingerprints
+    assert manifest["count"] == len(corpus) and manifest["pipeline_id"] == fpstore.Pipeline(sketch_bits=0).id
     assert len(manifest["shards"]) == 3 and all(s["count"] > 0 for s in manifest["shards"])
     for s in manifest["shards"]:  # each shard is a complete store, and holds the keys routed to it
         with fpstore.open(tmp_path / "shards" / s["path"], readonly=True, create=False) as st:

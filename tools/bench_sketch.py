@@ -1,5 +1,5 @@
 """What a verification sketch costs the fingerprint pipeline: time of ``Pipeline(sketch_bits=B)``
-against ``Pipeline()`` (no sketch) on the same texts, in one process, rounds interleaved.
+against ``Pipeline(sketch_bits=0)`` (no sketch) on the same texts, in one process, rounds interleaved.
 
     cd /work/main && python tools/bench_sketch.py [--repeat 7] [--threads 1]
 

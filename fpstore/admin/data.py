@@ -264,14 +264,17 @@ def _run_rows(rows: np.ndarray, step: int = 65536) -> Iterator[tuple[int, int]]:
         yield from zip(part[:, 0].tolist(), part[:, 1].tolist())
 
 
-def _dedup_join(store: Any, args: argparse.Namespace) -> tuple[int, list[Any] | None, PairSpill | None]:
-    """``(k, clusters, None)`` with ``--clusters`` (those of at least ``--min-size``), else
-    ``(k, None, spill)``: the streamed pairs, to be read back sorted by distance, then ids (the
-    caller closes it). The join draws a progress bar."""
+def _dedup_join(store: Any, args: argparse.Namespace) -> tuple[str, list[Any] | None, PairSpill | None]:
+    """``(rule, clusters, None)`` with ``--clusters`` (those of at least ``--min-size``), else
+    ``(rule, None, spill)``: the streamed pairs, to be read back sorted by distance, then ids (the
+    caller closes it); ``rule`` says what made a pair ("within k=7 and of estimated similarity >=
+    0.8"). The join draws a progress bar."""
     k = store.k if args.k is None else args.k
+    threshold = store.threshold if args.threshold is None else args.threshold
+    rule = f"within k={k}" + (f" and of estimated similarity >= {threshold}" if threshold else "")
     with Bar("join", "table", want_progress(args)) as bar:
         if args.clusters:
-            return k, [c for c in store.clusters(k, progress=bar, threshold=args.threshold) if len(c.keys) >= args.min_size], None
+            return rule, [c for c in store.clusters(k, progress=bar, threshold=args.threshold) if len(c.keys) >= args.min_size], None
         spill = PairSpill(k)
         try:
             for a, b, d in store.iter_near_duplicate_pairs(k, progress=bar, threshold=args.threshold):
@@ -279,14 +282,14 @@ def _dedup_join(store: Any, args: argparse.Namespace) -> tuple[int, list[Any] | 
         except BaseException:
             spill.close()
             raise
-    return k, None, spill
+    return rule, None, spill
 
 
-def _dedup_summary(k: int, clusters: list[Any] | None, pairs: PairSpill | None) -> str:
+def _dedup_summary(rule: str, clusters: list[Any] | None, pairs: PairSpill | None) -> str:
     if clusters is not None:
-        return f"{len(clusters):,} clusters of {sum(len(c.keys) for c in clusters):,} documents within k={k}"
+        return f"{len(clusters):,} clusters of {sum(len(c.keys) for c in clusters):,} documents {rule}"
     assert pairs is not None  # one of the two is given
-    return f"{pairs.count:,} pairs within k={k}"
+    return f"{pairs.count:,} pairs {rule}"
 
 
 def cmd_dedup(args: argparse.Namespace) -> int:
@@ -296,7 +299,7 @@ def cmd_dedup(args: argparse.Namespace) -> int:
     pairs: PairSpill | None = None
     try:
         with open_store(args.store) as store:
-            k, clusters, pairs = _dedup_join(store, args)
+            rule, clusters, pairs = _dedup_join(store, args)
             with output_file(args.output) as out:
                 writer = csv.writer(out) if args.format == "csv" else None
                 if clusters is not None:
@@ -325,7 +328,7 @@ def cmd_dedup(args: argparse.Namespace) -> int:
                                 writer.writerow([key_text(x), key_text(y), dist])
                             else:
                                 out.write(dumps({"a": key_out(x), "b": key_out(y), "distance": dist}) + "\n")
-        note(_dedup_summary(k, clusters, pairs))
+        note(_dedup_summary(rule, clusters, pairs))
     finally:
         if pairs is not None:
             pairs.close()
@@ -343,7 +346,7 @@ def _dedup_parquet(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
     with open_store(args.store) as store, output_file(args.output, binary=True) as sink:
-        k, clusters, pairs = _dedup_join(store, args)
+        rule, clusters, pairs = _dedup_join(store, args)
         if clusters is not None:
             members = [(n, key_column(c.canonical)[0], key_column(key)[0]) for n, c in enumerate(clusters, 1) for key in c.keys]
             numbers, canonicals, keys = zip(*members) if members else ((), (), ())
@@ -367,7 +370,7 @@ def _dedup_parquet(args: argparse.Namespace) -> int:
                         writer.write_table(
                             pa.table({"a": pa.array(ka, pa.string()), "b": pa.array(kb, pa.string()), "distance": distances})
                         )
-    note(_dedup_summary(k, clusters, pairs))
+    note(_dedup_summary(rule, clusters, pairs))
     return EXIT_OK
 
 

@@ -37,9 +37,14 @@ def open(path: str | os.PathLike[str], **options: Any) -> Store:
     closes. A store dropped without :meth:`Store.close` is closed when it is collected, with a
     ``ResourceWarning``.
 
-    ``k`` is the default query radius; for a new store it also chooses the design (exact up to k,
-    default :data:`fpstore.fingerprint.pipeline.DEFAULT_K`, 5: the default pipeline's calibrated radius). ``pipeline`` defaults to :class:`Pipeline()` for a new store and must match an
-    existing store's. ``design`` is ``"auto"`` (chosen from ``expected_size`` for the store's
+    A new store verifies by default: ``Pipeline()`` (with its 512-bit verification sketch),
+    ``threshold`` 0.8 and the candidate radius ``k`` 7 (see ``threshold`` below). Given ``k`` and no
+    ``threshold``, or a pipeline without a sketch, it answers within k bits of the 64-bit
+    fingerprint instead; its default pipeline is then ``Pipeline(sketch_bits=0)``, and ``k``
+    defaults to :data:`fpstore.fingerprint.pipeline.DEFAULT_K`, 5, that pipeline's calibrated
+    radius. An existing store answers as it was made. ``k`` is the default query radius (the
+    candidate radius of a verifying store); for a new store it also chooses the design (exact up
+    to k). ``pipeline`` must match an existing store's. ``design`` is ``"auto"`` (chosen from ``expected_size`` for the store's
     queries), ``"auto-pairs"`` (chosen for its queries and all pairs after its loads), a design name
     or a :class:`~fpstore.index.design.Design` (docs/designs.md). One process writes; others open with ``readonly=True``.
 
@@ -61,10 +66,9 @@ def open(path: str | os.PathLike[str], **options: Any) -> Store:
     ``threshold``: answer by verified similarity. A store whose pipeline has a verification
     sketch (``Pipeline(sketch_bits=...)``) finds candidates within k bits with its index and keeps
     those whose sketches estimate a Jaccard similarity of at least ``threshold``, in add verdicts,
-    queries, pairs and clusters (each call may pass its own; 0 keeps every candidate). A new store
-    given a threshold and no pipeline gets ``Pipeline(sketch_bits=512)``, and without ``k`` the
-    candidate radius 7 (docs/designs.md, "Verification radius k_c"); the store records its threshold, and an open may change
-    it for its own calls.
+    queries, pairs and clusters (each call may pass its own; 0 keeps every candidate). Without
+    ``k``, the candidate radius is 7 (docs/designs.md, "Verification radius k_c"); the store
+    records its threshold, and an open may change it for its own calls.
 
     ``durability``: ``"full"`` (the default): an acknowledged write survives a process crash, a
     system crash and a power cut. ``"process"``: it survives a process crash; a system crash or a
