@@ -1125,3 +1125,61 @@ def test_output_to_a_link_a_device_or_a_file_of_given_permissions(built, tmp_pat
     os.umask(umask)
     assert stat.S_IMODE(os.stat(new).st_mode) == 0o666 & ~umask
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "link.jsonl", "new.jsonl", "target.jsonl"]
+
+
+# -- a default store, which verifies -----------------------------------------------------------------
+
+
+def _default_store_with_texts(tmp_path):
+    src = write_jsonl(tmp_path / "c.jsonl", corpus())
+    store = tmp_path / "v.fps"
+    assert cli("ingest", store, src).code == 0
+    return store
+
+
+def test_a_fingerprint_query_of_a_verifying_store_says_how_to_ask(tmp_path):
+    """A default store verifies at 0.8, and a bare --fingerprint carries no sketch: the usage error
+    names the store's threshold and the two ways to ask (the text, or --threshold 0); the summary
+    line names the rule. It spoke of a "threshold=" the user never gave."""
+    store = _default_store_with_texts(tmp_path)
+    text = corpus()[0]["text"]
+    fp = json.loads(cli("query", store, text, "--json").out)["fingerprint"]
+    refused = cli("query", store, "--fingerprint", fp)
+    assert refused.code == 2
+    assert "threshold 0.8" in refused.err and "--threshold 0" in refused.err and "TEXT" in refused.err, refused.err
+    loose = cli("query", store, "--fingerprint", fp, "--threshold", "0")
+    assert loose.code == 0 and "within k=7" in loose.out and "similarity" not in loose.out.splitlines()[0]
+    strict = cli("query", store, text)
+    assert strict.code == 0 and "within k=7 and of estimated similarity >= 0.8" in strict.out
+
+
+def test_a_default_stores_stream_imports_into_a_store_without_a_sketch(tmp_path):
+    """The stream of a default store (Pipeline(), 512-bit sketches) imports into a store made with
+    -k 5 (Pipeline(sketch_bits=0)): the same fingerprints, the sketches dropped, as add_many takes
+    them. It was refused as another pipeline."""
+    store = _default_store_with_texts(tmp_path)
+    stream = tmp_path / "v.fpx"
+    assert cli("export", store, "-o", stream).code == 0
+    plain = tmp_path / "plain.fps"
+    assert cli("create", plain, "-k", "5").code == 0
+    r = cli("import", plain, stream, "--json")
+    assert r.code == 0, r.err
+    with fpstore.open(store, readonly=True) as a, fpstore.open(plain, readonly=True) as b:
+        assert b.pipeline == fpstore.Pipeline(sketch_bits=0) and len(b) == len(a)
+        assert sorted((d.key, d.fingerprint) for d in b.documents()) == sorted((d.key, d.fingerprint) for d in a.documents())
+    other = tmp_path / "other.fps"
+    assert cli("create", other, "-k", "5", "--shingle", "2").code == 0
+    assert cli("import", other, stream).code == 2  # another pipeline still is refused
+
+
+def test_demo_on_an_existing_store_clusters_at_the_radius_it_names(tmp_path):
+    """``demo --store EXISTING -k 3`` printed "candidates within k=3" over clusters made at the
+    store's own radius, 7."""
+    path = tmp_path / "demo.fps"
+    assert cli("demo", "--store", path).code == 0
+    r = cli("demo", "--store", path, "-k", "3")
+    assert r.code == 0, r.err
+    n = int(re.search(r"(\d+) near-duplicate clusters of estimated similarity >= 0.8 \(candidates within k=3\)", r.out).group(1))
+    with fpstore.open(path, readonly=True) as store:
+        assert n == len(store.clusters(3))
+        assert n != len(store.clusters(7))

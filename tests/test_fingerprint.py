@@ -510,3 +510,16 @@ def test_store_add_takes_raw_html(tmp_path):
         assert [(m.key, m.distance) for m in store.query(text=other_site)] == [("page", 0)]
         unrelated = PAGE.format(t="Other", nav="Home Docs Blog " * 30, body=" ".join(_doc(rng, 300)), foot="Copyright 2024")
         assert store.query(text=unrelated) == []
+
+
+def test_a_config_with_a_null_sketch_is_refused_and_mismatches_name_the_missing_fields_defaults():
+    """A store header's ``"sketch_bits": None`` is not a length: refused as a FormatError, where
+    the constructor's None default would have read it as 512. A mismatch names a field the config
+    leaves out by its value (0 bits, html off), not None."""
+    config = fpstore.Pipeline(sketch_bits=0).config
+    for bad in (None, True, "512"):
+        with pytest.raises(FormatError, match="sketch_bits"):
+            fpstore.Pipeline.from_config({**config, "sketch_bits": bad})
+    text = fpstore.Pipeline(sketch_bits=0).mismatch(fpstore.Pipeline())
+    assert text == "sketch_bits: store has 0, given 512", text
+    assert fpstore.Pipeline(html="off", sketch_bits=0).mismatch(fpstore.Pipeline(sketch_bits=0)) == "html: store has 'off', given 'main-v2'"

@@ -223,17 +223,23 @@ def test_a_stream_without_sketches_is_refused_by_a_store_that_needs_them(tmp_pat
 
 
 def test_a_sketch_length_must_match_the_store(tmp_path):
-    """A stream made with 256-bit sketches cannot enter a store that keeps 512-bit sketches, nor
-    one without a sketch (another pipeline): refused, nothing written."""
+    """A stream made with 256-bit sketches cannot enter a store that keeps 512-bit sketches
+    (another pipeline): refused, nothing written. A store of the same pipeline without a sketch
+    takes it, without the sketches: the fingerprints are the same."""
     make(tmp_path / "a", SKETCH_PIPE)
     data = export(tmp_path / "a")
-    for name, pipe in (("wide", fpstore.Pipeline(sketch_bits=512, html="off")), ("none", PLAIN_PIPE)):
-        with fpstore.open(tmp_path / name, pipeline=pipe, k=K):
-            pass
-        with pytest.raises(PipelineMismatchError, match="sketch"):
-            import_stream(io.BytesIO(data), str(tmp_path / name))
-        with fpstore.open(tmp_path / name, readonly=True) as s:
-            assert len(s) == 0
+    with fpstore.open(tmp_path / "wide", pipeline=fpstore.Pipeline(sketch_bits=512, html="off"), k=K):
+        pass
+    with pytest.raises(PipelineMismatchError, match="sketch"):
+        import_stream(io.BytesIO(data), str(tmp_path / "wide"))
+    with fpstore.open(tmp_path / "wide", readonly=True) as s:
+        assert len(s) == 0
+    with fpstore.open(tmp_path / "none", pipeline=PLAIN_PIPE, k=K):
+        pass
+    import_stream(io.BytesIO(data), str(tmp_path / "none"))
+    with fpstore.open(tmp_path / "a", readonly=True) as a, fpstore.open(tmp_path / "none", readonly=True) as s:
+        assert sorted((d.key, d.fingerprint) for d in s.documents()) == sorted((d.key, d.fingerprint) for d in a.documents())
+        assert len(s) == len(a) and s.pipeline == PLAIN_PIPE
 
 
 def hostile_v3(data: bytes) -> dict[str, bytes]:

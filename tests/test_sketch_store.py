@@ -430,3 +430,14 @@ def test_a_store_without_a_sketch_takes_the_fingerprints_of_its_pipeline_with_on
             store.add_many(["x"], fingerprints=fpstore.Pipeline(shingle=2).signatures(texts[:1]))
     with fpstore.open(tmp_path / "v") as store, pytest.raises(fpstore.errors.PipelineMismatchError, match="without its sketch"):
         store.add_many(["x"], fingerprints=fpstore.Pipeline(sketch_bits=0).signatures(texts[:1]))
+
+
+def test_a_store_that_keeps_sketches_without_verifying_refuses_a_bare_fingerprint_in_its_own_words(tmp_path):
+    """A store made with a sketching pipeline and k= keeps sketches but answers within k bits: its
+    refusal of a bare fingerprint said it "verifies matches" and advised making it the way it was made."""
+    with fpstore.open(tmp_path / "s", pipeline=fpstore.Pipeline(sketch_bits=256), k=5) as store:
+        assert store.threshold is None
+        with pytest.raises(InputError) as exc:
+            store.add("a", fingerprint=5, pipeline_id=store.pipeline.id)
+    message = str(exc.value)
+    assert "verifies" not in message and "keeps a 256-bit verification sketch" in message and "no sketch" in message, message

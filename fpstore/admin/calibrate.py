@@ -146,7 +146,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     # The kind's default sketch, as a new store gets it: the verified search is what it answers with.
     bits = args.sketch_bits if args.sketch_bits is not None else fpstore.Pipeline(**_pipeline_options(args)).sketch_bits
     if args.candidate_k is not None and not bits:
-        raise InputError("--candidate-k is the candidate radius of the verified search, which --sketch-bits 0 turns off")
+        why = "--kind simhash64 keeps no sketch" if args.kind == "simhash64" else "--sketch-bits 0 turns it off"
+        raise InputError(f"--candidate-k is the candidate radius of the verified search, which {why}")
     candidate_k = CANDIDATE_K if args.candidate_k is None else args.candidate_k
     if args.max_k is None:
         args.max_k = STORE_MAX_K
@@ -244,7 +245,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                 f"\nrecommended k = {k} (largest k with precision >= {args.target_precision}){capped}: precision "
                 f"{c.precision[i]:.3f}, recall {c.recall[i]:.3f}, F1 {c.f1[i]:.3f}; best F1 {bf:.3f} at k = {bk}"
             )
-            print(f"apply it: fpstore-admin create STORE -k {k} (a new store), or fpstore-admin redesign STORE -k {k} (an existing one)")
+            print(
+                f"apply it: fpstore-admin create STORE -k {k} (a new store, without a sketch), or fpstore-admin redesign STORE -k {k} "
+                "(an existing one; a store that verifies also needs --threshold 0 to answer by the key alone)"
+            )
             result["recommended_k"][c.name] = k
     if verified is not None:
         result["verified"] = _report_verified(args, verified, curves[0], sketching)

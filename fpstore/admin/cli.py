@@ -291,6 +291,10 @@ _CLI_WORDS = (
     (r"pass create=True to make one", "make one with: fpstore-admin create STORE"),
     (r"a read-only open cannot make one", "make one with: fpstore-admin create STORE"),
     (r"open with readonly=True to read", "commands that only read (info, query, explain, dedup, export, verify) work beside it"),
+    (
+        r"give a query with text= \(or fingerprint= and sketch=\), or threshold=0",
+        "give the TEXT instead of --fingerprint, or --threshold 0",
+    ),
 )
 
 

@@ -152,6 +152,7 @@ def cmd_query(args: argparse.Namespace) -> int:
             info.update({"fingerprint": f"{sig.fingerprint:016x}", "tokens": sig.tokens, "short": sig.short})
             matches = store.query(text=text, k=args.k, exhaustive=args.exhaustive, threshold=args.threshold)
         k = store.k if args.k is None else args.k
+        rule = _rule(store, args)
     if args.limit is not None:
         matches = matches[: args.limit]
     if args.parquet:
@@ -185,7 +186,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     else:
         noun = "image: tiny or flat" if "pixels" in info else "text"
         short = f" (short {noun}: exact matches only)" if info.get("short") else ""
-        print(f"fingerprint {info['fingerprint']}{short}: {len(matches)} match{'es' * (len(matches) != 1)} within k={k}")
+        print(f"fingerprint {info['fingerprint']}{short}: {len(matches)} match{'es' * (len(matches) != 1)} {rule}")
         for m in matches:
             similarity = "" if m.similarity is None else f"  J~{m.similarity:.3f}"
             print(f"  d={m.distance:2d}{similarity}  {m.fingerprint:016x}  {key_text(m.key)}")
@@ -264,14 +265,19 @@ def _run_rows(rows: np.ndarray, step: int = 65536) -> Iterator[tuple[int, int]]:
         yield from zip(part[:, 0].tolist(), part[:, 1].tolist())
 
 
+def _rule(store: Any, args: argparse.Namespace) -> str:
+    """What made a match or a pair, in words: ``"within k=7 and of estimated similarity >= 0.8"``."""
+    k = store.k if args.k is None else args.k
+    threshold = store.threshold if args.threshold is None else args.threshold
+    return f"within k={k}" + (f" and of estimated similarity >= {threshold}" if threshold else "")
+
+
 def _dedup_join(store: Any, args: argparse.Namespace) -> tuple[str, list[Any] | None, PairSpill | None]:
     """``(rule, clusters, None)`` with ``--clusters`` (those of at least ``--min-size``), else
     ``(rule, None, spill)``: the streamed pairs, to be read back sorted by distance, then ids (the
     caller closes it); ``rule`` says what made a pair ("within k=7 and of estimated similarity >=
     0.8"). The join draws a progress bar."""
-    k = store.k if args.k is None else args.k
-    threshold = store.threshold if args.threshold is None else args.threshold
-    rule = f"within k={k}" + (f" and of estimated similarity >= {threshold}" if threshold else "")
+    k, rule = store.k if args.k is None else args.k, _rule(store, args)
     with Bar("join", "table", want_progress(args)) as bar:
         if args.clusters:
             return rule, [c for c in store.clusters(k, progress=bar, threshold=args.threshold) if len(c.keys) >= args.min_size], None

@@ -50,7 +50,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 if store.threshold is None
                 else f"of estimated similarity >= {store.threshold} (candidates within k={store.k})"
             )
-        with fpstore.open(path, readonly=True) as store:
+        with fpstore.open(path, readonly=True, k=args.k) as store:  # an existing store's own k unless -k
             clusters = store.clusters()
         print(f"{len(clusters)} near-duplicate clusters {rule} (canonical first):")
         for c in clusters[: args.limit]:

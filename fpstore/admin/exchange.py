@@ -53,6 +53,7 @@ from fpstore.fingerprint.pipeline import Fingerprints, IdfTable
 from fpstore.index.design import Design
 from fpstore.limits import MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_NAME_BYTES
 from fpstore.store.documents import documents_with_sketches, sketch_words
+from fpstore.store.inputs import check_pipeline_id
 from fpstore.store.keys import Key, typed_key
 
 __all__ = ["EXPORT_MAGIC", "EXPORT_VERSION", "ImportResult", "StreamHeader", "export_store", "import_stream", "read_stream"]
@@ -606,7 +607,7 @@ def _import_existing(fh: IO[bytes], path: str, *, batch_size: int, progress: Cal
             n += 1
             _check_storable(record, n)
         with fpstore.open(path, create=False) as store:
-            if store.pipeline.id != header.pipeline.id:
+            if not _takes(store.pipeline, header.pipeline.id):
                 sketches = ""
                 if store.pipeline.sketch_bits != header.pipeline.sketch_bits:
                     sketches = (
@@ -641,6 +642,16 @@ def _check_storable(record: StreamRecord, n: int) -> None:
             typed_key(key)
         except InputError as exc:
             raise InputError(f"record {n:,}'s {what}: {exc}; nothing was imported") from None
+
+
+def _takes(pipeline: AnyPipeline, stream_pipeline_id: str) -> bool:
+    """Whether a store of ``pipeline`` takes the fingerprints of a stream's pipeline: its own, or,
+    for a store without a sketch, those of its pipeline with one (the sketches are dropped)."""
+    try:
+        check_pipeline_id(pipeline, stream_pipeline_id)
+    except PipelineMismatchError:
+        return False
+    return True
 
 
 def _sketch_words_text(bits: int) -> str:

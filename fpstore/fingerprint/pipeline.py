@@ -92,11 +92,21 @@ def config_id(config: dict[str, Any]) -> str:
     return hashlib.blake2b(canonical, digest_size=8).hexdigest()
 
 
+#: The value of a field that :attr:`Pipeline.config` leaves out when it has it.
+_LEFT_OUT = {"html": "off", "sketch_bits": 0}
+
+
 def config_mismatch(mine: dict[str, Any], theirs: dict[str, Any]) -> str:
     """``"field: store has X, given Y"`` for every field where two configs differ, joined by
-    ``", "`` (empty when they are equal)."""
+    ``", "`` (empty when they are equal); a field a config leaves out is named by its value."""
+
+    def value(config: dict[str, Any], f: str) -> Any:
+        return config.get(f, _LEFT_OUT.get(f))
+
     return ", ".join(
-        f"{f}: store has {mine.get(f)!r}, given {theirs.get(f)!r}" for f in sorted(set(mine) | set(theirs)) if mine.get(f) != theirs.get(f)
+        f"{f}: store has {value(mine, f)!r}, given {value(theirs, f)!r}"
+        for f in sorted(set(mine) | set(theirs))
+        if value(mine, f) != value(theirs, f)
     )
 
 
@@ -438,6 +448,8 @@ class Pipeline:
         if html == "off" and "html" in config:
             raise FormatError("pipeline config: html 'off' is recorded by leaving the field out")
         sketch_bits = config.get("sketch_bits", 0)
+        if not isinstance(sketch_bits, int) or isinstance(sketch_bits, bool):  # None would be the constructor's default
+            raise FormatError(f"pipeline config: sketch_bits must be an int, got {sketch_bits!r}")
         if sketch_bits == 0 and "sketch_bits" in config:
             raise FormatError("pipeline config: no sketch is recorded by leaving the field out")
         digest = config.get("idf")

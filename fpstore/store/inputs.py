@@ -113,9 +113,9 @@ def unpack_adds(packed: tuple[Any, ...]) -> list[OneAdd]:
 
 
 _NO_SKETCH = (
-    "this store verifies matches with a {bits}-bit sketch per document, which a bare fingerprint does not carry: "
-    "add texts, or Fingerprints made by the store's pipeline (their sketches column); a store made with k= and no "
-    "threshold= (fpstore.open(path, k=5)) keeps no sketch and takes bare fingerprints"
+    "this store keeps a {bits}-bit verification sketch per document, which a bare fingerprint does not carry: "
+    "add texts, or Fingerprints made by the store's pipeline (their sketches column); a store whose pipeline has no "
+    "sketch takes bare fingerprints (fpstore.open(path, k=5) makes one)"
 )
 
 

@@ -257,8 +257,13 @@ def check_verifiable(sketches: Sketches | None, query_sketch: object, threshold:
     """InputError when ``threshold`` (above 0: every estimate is at least 0, so 0 keeps every
     candidate) cannot be applied: the store keeps no sketches, or the query (``queries`` says
     what carries one) has none."""
-    if threshold and (sketches is None or query_sketch is None):
+    if threshold and sketches is None:
         raise InputError(f"threshold= needs a verification sketch on both sides: a store whose pipeline has sketch_bits, and {queries}")
+    if threshold and query_sketch is None:
+        raise InputError(
+            f"answers at threshold {threshold} are verified with the query's sketch, which a bare fingerprint does not carry: "
+            f"give {queries}, or threshold=0 for every candidate within k, unverified"
+        )
 
 
 def verified(
