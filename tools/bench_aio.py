@@ -58,7 +58,6 @@ import bench_crawler  # noqa: E402
 import fpstore  # noqa: E402
 import fpstore.aio  # noqa: E402
 import fpstore.store.storage  # noqa: E402
-from fpstore.fingerprint.pipeline import DEFAULT_K  # noqa: E402  (the fingerprints are bare: a store within k bits)
 
 
 async def lag_probe(lags: list[float], ms: int, me: int) -> None:
@@ -84,7 +83,7 @@ def aio_window(
     writer: str = "thread",
 ) -> dict[str, Any]:
     async def run() -> dict[str, Any]:
-        async with fpstore.aio.open(path, k=DEFAULT_K, durability=durability, writer=writer) as store:
+        async with fpstore.aio.open(path, durability=durability, writer=writer) as store:
             if freeze:
                 gc.collect()
                 gc.freeze()
@@ -164,7 +163,7 @@ def lag_control(warmup: float, seconds: float) -> dict[str, Any]:
 
 
 def thread_window(path: Path, durability: str, c: int, rnd: int, pool: list[int], warmup: float, seconds: float) -> dict[str, Any]:
-    with fpstore.open(path, k=DEFAULT_K, durability=durability) as store:
+    with fpstore.open(path, durability=durability) as store:
         w = bench_crawler.callers_window(store, c, rnd, pool, warmup, seconds)
     return {
         "rate": w["rate"],
