@@ -165,8 +165,8 @@ def test_bad_values_are_usage_errors(corpus, capsys, extra, says):
 @pytest.mark.parametrize(
     ("extra", "says"),
     [
-        (["--candidate-k", "6", "--sketch-bits", "0"], "--sketch-bits 0 turns it off"),
-        (["--candidate-k", "6", "--kind", "simhash64"], "simhash64 keeps no sketch"),
+        (["--candidate-k", "6", "--sketch-bits", "0"], "--sketch-bits 0 turns off"),
+        (["--candidate-k", "6", "--kind", "simhash64"], "--kind simhash64 does not run"),
         (["--sketch-bits", "256", "--kind", "simhash64"], "--sketch-bits needs the minhash1 kind"),
     ],
 )

@@ -441,3 +441,13 @@ def test_a_store_that_keeps_sketches_without_verifying_refuses_a_bare_fingerprin
             store.add("a", fingerprint=5, pipeline_id=store.pipeline.id)
     message = str(exc.value)
     assert "verifies" not in message and "keeps a 256-bit verification sketch" in message and "no sketch" in message, message
+
+
+def test_a_threshold_on_a_store_without_a_sketch_names_the_store_as_what_lacks_it(tmp_path):
+    """It said "needs a verification sketch on both sides ... and a query with text=" to a query
+    that gave the text."""
+    with fpstore.open(tmp_path / "s", k=5) as store:
+        store.add("a", text="one two three four five six seven")
+        with pytest.raises(InputError) as exc:
+            store.query(text="one two three four five six seven", threshold=0.8)
+    assert "this store keeps none" in str(exc.value) and "text=" not in str(exc.value), str(exc.value)

@@ -33,7 +33,7 @@ the recommended k (the largest k a store can be created with whose precision rea
 installed, a 128-permutation MinHash reference at its own thresholds. Writes a PNG of precision and
 recall against k (needs matplotlib) and, with --json, every number.
 
-With --sketch-bits B, also measures the verified search a store made with --threshold runs: the
+With a sketch (--sketch-bits B, by default 512, what a new store keeps; 0: none), also measures the verified search a store runs: the
 pairs within --candidate-k bits of the 64-bit key, kept when their B-bit sketches estimate a Jaccard
 of at least θ, for θ = 0.50..0.95. Prints precision, recall and F1 per θ, the recommended θ (the
 best F1 among the θ whose precision reaches --target-precision), the create and redesign commands
@@ -78,7 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         type=int_arg(0, STORE_MAX_K),
         default=None,
         metavar="K",
-        help=f"with --sketch-bits: the candidate radius of the key, 0..{STORE_MAX_K} (default {CANDIDATE_K})",
+        help=f"the verified search's candidate radius of the key, 0..{STORE_MAX_K} (default {CANDIDATE_K})",
     )
     p.add_argument("--compare", action="store_true", help="also measure the simhash64 pipeline (tf weights, html off) for comparison")
     p.add_argument("--no-reference", action="store_true", help="skip the datasketch MinHash reference")
@@ -146,7 +146,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     # The kind's default sketch, as a new store gets it: the verified search is what it answers with.
     bits = args.sketch_bits if args.sketch_bits is not None else fpstore.Pipeline(**_pipeline_options(args)).sketch_bits
     if args.candidate_k is not None and not bits:
-        why = "--kind simhash64 keeps no sketch" if args.kind == "simhash64" else "--sketch-bits 0 turns it off"
+        why = "--kind simhash64 does not run (it keeps no sketch)" if args.kind == "simhash64" else "--sketch-bits 0 turns off"
         raise InputError(f"--candidate-k is the candidate radius of the verified search, which {why}")
     candidate_k = CANDIDATE_K if args.candidate_k is None else args.candidate_k
     if args.max_k is None:
@@ -245,9 +245,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                 f"\nrecommended k = {k} (largest k with precision >= {args.target_precision}){capped}: precision "
                 f"{c.precision[i]:.3f}, recall {c.recall[i]:.3f}, F1 {c.f1[i]:.3f}; best F1 {bf:.3f} at k = {bk}"
             )
+            given = "".join(f" --{name.replace('_', '-')} {value}" for name, value in _pipeline_options(args).items())
             print(
-                f"apply it: fpstore-admin create STORE -k {k} (a new store, without a sketch), or fpstore-admin redesign STORE -k {k} "
-                "(an existing one; a store that verifies also needs --threshold 0 to answer by the key alone)"
+                f"apply it: fpstore-admin create STORE -k {k}{given} (a new store, without a sketch), or fpstore-admin redesign "
+                f"STORE -k {k} (an existing one; a store that verifies also needs --threshold 0 to answer by the key alone)"
             )
             result["recommended_k"][c.name] = k
     if verified is not None:

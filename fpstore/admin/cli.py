@@ -259,8 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-k",
         type=int_arg(0, MAX_K),
         default=None,
-        help=f"answer within k bits (the calibrated k of the pipeline without a sketch is {DEFAULT_K}) instead of by the default "
-        "verified similarity",
+        help=f"a new demo store answers within k bits (the calibrated k of the pipeline without a sketch is {DEFAULT_K}) instead "
+        "of by the default verified similarity; an existing one (--store) keeps its own rule, with k as its radius",
     )
     p.add_argument("--store", default=None, help="keep the demo store at this path (default: a temporary directory)")
     p.add_argument("--limit", type=POSITIVE, default=15, help="clusters to print (default 15)")

@@ -186,7 +186,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     else:
         noun = "image: tiny or flat" if "pixels" in info else "text"
         short = f" (short {noun}: exact matches only)" if info.get("short") else ""
-        print(f"fingerprint {info['fingerprint']}{short}: {len(matches)} match{'es' * (len(matches) != 1)} {rule}")
+        # A short text or image is matched exactly (by content hash), whatever the rule.
+        print(f"fingerprint {info['fingerprint']}{short}: {len(matches)} match{'es' * (len(matches) != 1)}{'' if short else ' ' + rule}")
         for m in matches:
             similarity = "" if m.similarity is None else f"  J~{m.similarity:.3f}"
             print(f"  d={m.distance:2d}{similarity}  {m.fingerprint:016x}  {key_text(m.key)}")

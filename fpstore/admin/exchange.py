@@ -49,7 +49,7 @@ import zstandard
 from fpstore._version import __version__
 from fpstore.errors import DesignError, FormatError, InputError, PipelineMismatchError
 from fpstore.fingerprint.kinds import AnyPipeline, pipeline_from_config
-from fpstore.fingerprint.pipeline import Fingerprints, IdfTable
+from fpstore.fingerprint.pipeline import Fingerprints, IdfTable, Pipeline
 from fpstore.index.design import Design
 from fpstore.limits import MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_NAME_BYTES
 from fpstore.store.documents import documents_with_sketches, sketch_words
@@ -482,7 +482,8 @@ def import_stream(
 
     When ``path`` holds no store, a new store is made with the stream's pipeline, design, k and
     verification threshold, built in a sibling directory and renamed to ``path`` once the whole stream checked out. When it
-    holds one, the stream's pipeline must be the store's (else :class:`PipelineMismatchError`);
+    holds one, the stream's pipeline must be the store's, or for a store without a sketch the same
+    pipeline with one, whose sketches are then dropped (else :class:`PipelineMismatchError`);
     the whole stream is checked first (a stream that cannot be read twice is spooled to a
     temporary file), then added in batches, each committed with a checkpoint, so a rerun after an
     interruption skips the batches already committed. Keys already in the store are replaced;
@@ -608,15 +609,10 @@ def _import_existing(fh: IO[bytes], path: str, *, batch_size: int, progress: Cal
             _check_storable(record, n)
         with fpstore.open(path, create=False) as store:
             if not _takes(store.pipeline, header.pipeline.id):
-                sketches = ""
-                if store.pipeline.sketch_bits != header.pipeline.sketch_bits:
-                    sketches = (
-                        f" (the stream carries {_sketch_words_text(header.pipeline.sketch_bits)}, "
-                        f"the store keeps {_sketch_words_text(store.pipeline.sketch_bits)})"
-                    )
                 raise PipelineMismatchError(
-                    f"the stream was made with pipeline {header.pipeline.id}, but {path} uses {store.pipeline.id}{sketches}; "
-                    "fingerprints of different pipelines are not comparable: import it into a new store path instead"
+                    f"the stream was made with pipeline {header.pipeline.id}, but {path} uses {store.pipeline.id} "
+                    f"({_difference(store.pipeline, header.pipeline)}); fingerprints of different pipelines are not comparable: "
+                    "import it into a new store path instead"
                 )
             fh.seek(start)
             _, again = read_stream(fh)
@@ -626,7 +622,7 @@ def _import_existing(fh: IO[bytes], path: str, *, batch_size: int, progress: Cal
             skip = done if isinstance(done, int) and 0 <= done <= n else 0
             _feed(store, iter(again), header.pipeline.id, batch_size, name, skip, progress, n)
             _carry_checkpoints(store, records.checkpoints, replace=False)
-            return ImportResult(path, False, n - skip, header.pipeline.id, store.design.name)
+            return ImportResult(path, False, n - skip, store.pipeline.id, store.design.name)
     finally:
         if spool is not None:
             spool.close()
@@ -652,6 +648,18 @@ def _takes(pipeline: AnyPipeline, stream_pipeline_id: str) -> bool:
     except PipelineMismatchError:
         return False
     return True
+
+
+def _difference(store: AnyPipeline, stream: AnyPipeline) -> str:
+    """How a stream's pipeline differs from a store's, in words: the sketches when the store keeps
+    them and the stream lacks or differs in them (its only obstacle), else the differing fields."""
+    store_bits, stream_bits = getattr(store, "sketch_bits", 0), getattr(stream, "sketch_bits", 0)
+    if not store_bits and isinstance(stream, Pipeline) and stream_bits:  # a store without a sketch drops the stream's
+        stream = replace(stream, sketch_bits=0)
+    fields = store.mismatch(stream)
+    if store_bits and fields == f"sketch_bits: store has {store_bits!r}, given {stream_bits!r}":
+        return f"the stream carries {_sketch_words_text(stream_bits)}, the store keeps {_sketch_words_text(store_bits)}"
+    return fields
 
 
 def _sketch_words_text(bits: int) -> str:

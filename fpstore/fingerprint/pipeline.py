@@ -100,8 +100,10 @@ def config_mismatch(mine: dict[str, Any], theirs: dict[str, Any]) -> str:
     """``"field: store has X, given Y"`` for every field where two configs differ, joined by
     ``", "`` (empty when they are equal); a field a config leaves out is named by its value."""
 
+    text = mine.get("kind") in KINDS and theirs.get("kind") in KINDS  # an image config has neither field
+
     def value(config: dict[str, Any], f: str) -> Any:
-        return config.get(f, _LEFT_OUT.get(f))
+        return config.get(f, _LEFT_OUT.get(f) if text else None)
 
     return ", ".join(
         f"{f}: store has {value(mine, f)!r}, given {value(theirs, f)!r}"

@@ -258,7 +258,10 @@ def check_verifiable(sketches: Sketches | None, query_sketch: object, threshold:
     candidate) cannot be applied: the store keeps no sketches, or the query (``queries`` says
     what carries one) has none."""
     if threshold and sketches is None:
-        raise InputError(f"threshold= needs a verification sketch on both sides: a store whose pipeline has sketch_bits, and {queries}")
+        raise InputError(
+            "a threshold needs verification sketches, and this store keeps none: a sketch is made from the texts, so ingest "
+            "them into a new store made without k= (or with threshold=)"
+        )
     if threshold and query_sketch is None:
         raise InputError(
             f"answers at threshold {threshold} are verified with the query's sketch, which a bare fingerprint does not carry: "
