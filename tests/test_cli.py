@@ -948,6 +948,9 @@ def test_a_verifying_store_on_the_command_line(tmp_path):
     assert cli("create", tmp_path / "plain", "-k", "5").code == 0  # answers within k bits: no sketch
     refused_redesign = cli("redesign", tmp_path / "plain", "--threshold", "0.8")
     assert refused_redesign.code == 2 and "ingest the texts again" in refused_redesign.err
+    assert "--threshold needs a store that keeps verification sketches" in refused_redesign.err  # the command line's words
+    refused_query = cli("query", tmp_path / "plain", "some text to look for", "--threshold", "0.8")
+    assert refused_query.code == 2 and "without -k" in refused_query.err and "threshold=" not in refused_query.err, refused_query.err
     no_sketch = cli("create", tmp_path / "u", "--threshold", "0.8", "--sketch-bits", "0")
     assert no_sketch.code == 2 and "sketch" in no_sketch.err
 

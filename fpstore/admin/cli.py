@@ -295,6 +295,14 @@ _CLI_WORDS = (
         r"give a query with text= \(or fingerprint= and sketch=\), or threshold=0",
         "give the TEXT instead of --fingerprint, or --threshold 0",
     ),
+    (
+        r"^threshold= needs a pipeline with a verification sketch, such as fpstore\.Pipeline\(\) \(512 bits\)",
+        "--threshold needs a store that keeps verification sketches",
+    ),
+    (
+        r"ingest them into a new store made without k= \(or with threshold=\)",
+        "ingest them into a new store made without -k (or with --threshold)",
+    ),
 )
 
 
