@@ -14,6 +14,7 @@ from fpstore.fingerprint.kinds import AnyPipeline
 from fpstore.fingerprint.pipeline import DEFAULT_K
 from fpstore.index.design import MAX_K
 from fpstore.store.storage import structure_problems
+from fpstore.store.store import default_pipeline
 
 
 def open_store(path: str, *, readonly: bool = True) -> fpstore.Store:
@@ -96,10 +97,7 @@ def pipeline_from(args: argparse.Namespace) -> AnyPipeline | None:
         return fpstore.ImagePipeline(kind=given["kind"])
     if not given:
         return None
-    if "sketch_bits" not in given and getattr(args, "k", None) is not None and getattr(args, "threshold", None) is None:
-        # As in fpstore.open: -k without --threshold answers within k bits, which needs no sketch.
-        given["sketch_bits"] = 0
-    return fpstore.Pipeline(**given)
+    return default_pipeline(getattr(args, "k", None), getattr(args, "threshold", None), **given)
 
 
 def pipeline_conflicts(pipeline: Any, args: argparse.Namespace) -> str:

@@ -43,9 +43,9 @@ from fpstore.parallel import available_cores, executor
 
 __all__ = [
     "DEFAULT_K",
+    "DEFAULT_SKETCH_BITS",
     "FINGERPRINT_SCHEME",
     "HTML_MODES",
-    "DEFAULT_SKETCH_BITS",
     "KINDS",
     "SKETCH_BITS",
     "Fingerprints",

@@ -75,15 +75,24 @@ def _needs_sketch(pipeline: AnyPipeline) -> str:
     return NEEDS_SKETCH
 
 
+def default_pipeline(k: object, threshold: object, **options: Any) -> Pipeline:
+    """``Pipeline(**options)`` as a new store opened with ``k`` and ``threshold`` makes it: a
+    ``k`` given without a threshold asks for answers within k bits, which need no sketch, so
+    unless ``options`` name ``sketch_bits`` the pipeline then keeps none (``fpstore-admin``'s
+    pipeline options go through here too)."""
+    if "sketch_bits" not in options and k is not None and threshold is None:
+        options["sketch_bits"] = 0
+    return Pipeline(**options)
+
+
 def _new_store_answers(pipeline: AnyPipeline | None, k: int | None, threshold: float | None) -> tuple[AnyPipeline, float | None]:
     """The pipeline and threshold a new store gets from what its open gave.
 
     A store verifies by default: ``Pipeline()`` with its sketch, threshold 0.8. A ``k`` given
-    without a threshold asks for answers within k bits, which need no sketch, so the default
-    pipeline then keeps none (``Pipeline(sketch_bits=0)``); a pipeline given without a sketch
-    answers within k bits too."""
+    without a threshold answers within k bits (:func:`default_pipeline`); so does a pipeline given
+    without a sketch."""
     if pipeline is None:
-        pipeline = Pipeline() if threshold is not None or k is None else Pipeline(sketch_bits=0)
+        pipeline = default_pipeline(k, threshold)
     if threshold is None and k is None and isinstance(pipeline, Pipeline) and pipeline.sketch_bits:
         threshold = DEFAULT_THRESHOLD
     return pipeline, threshold
