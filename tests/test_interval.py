@@ -445,7 +445,7 @@ def test_a_write_from_a_reading_thread_after_a_failed_commit_hears_the_failure(t
         store.add("a", fingerprint=0xF0F0F0F0, pipeline_id=pid, checkpoint=("feed", 1))
         acked.append("a")
 
-    _after_readers_last_sync(stager, "reader", 2 if write == "add" else 1, other_add)
+    _after_readers_last_sync(stager, "reader", 1, other_add)
     out: dict[str, object] = {}
 
     def reader() -> None:
@@ -498,7 +498,7 @@ def test_a_write_from_a_reading_thread_while_the_map_grows_is_refused(tmp_path, 
     store.sync()
     stager = store._storage.stager
     older, newer = 0xAAAA0000AAAA0000, 0x5555FFFF5555FFFF
-    _after_readers_last_sync(stager, "reader", 2, lambda: store.add("k", fingerprint=older, pipeline_id=pid))
+    _after_readers_last_sync(stager, "reader", 1, lambda: store.add("k", fingerprint=older, pipeline_id=pid))
     out: dict[str, object] = {}
 
     def reader() -> None:
@@ -582,6 +582,96 @@ def test_a_reading_thread_that_writes_while_the_stager_grows_the_map_is_refused_
     run_threads([reader, filler, watcher], seconds_limit=60)
     assert isinstance(out["r"], StorageError) and "growing" in str(out["r"]), out
     store.close()
+
+
+def test_a_reading_thread_that_writes_as_the_stager_begins_by_growing_the_map_is_refused_not_stuck(tmp_path, monkeypatch):
+    """A thread holding a read syncs the stager, then writes in its own thread. If the stager
+    meanwhile begins a transaction for another thread's add and first grows the map (its room for
+    the staged writes, :data:`~fpstore.store.staging.STAGE_ROOM`), it holds the write lock while
+    the growth waits for that read, and the thread waited for the write lock: both stuck for good.
+    The write is now refused, and the other thread's add goes on once the read has ended."""
+    import fpstore.store.staging as staging
+    from fpstore.store.storage import Storage
+
+    store = fpstore.open(tmp_path / "s", k=K, durability="interval", commit_interval=60)
+    pid = store.pipeline.id
+    store.add("base", fingerprint=1, pipeline_id=pid)
+    store.sync()
+    stager = store._storage.stager
+    at_write, growing = threading.Event(), threading.Event()
+    real_write_now = Storage.write_now
+    reading_thread: list[int] = []
+
+    def write_now(self, fn, action):
+        if threading.get_ident() in reading_thread:
+            at_write.set()  # synced, about to take the write lock: the stager begins meanwhile
+            assert growing.wait(30)
+        return real_write_now(self, fn, action)
+
+    monkeypatch.setattr(Storage, "write_now", write_now)
+    out: dict[str, object] = {}
+
+    def reader() -> None:
+        reading_thread.append(threading.get_ident())
+        with store.reader():
+            try:
+                store.add("r", fingerprint=5, pipeline_id=pid)
+                out["r"] = "done"
+            except StorageError as exc:
+                out["r"] = exc
+
+    def adder() -> None:
+        assert at_write.wait(30)
+        monkeypatch.setattr(staging, "STAGE_ROOM", 1 << 30)  # the stager's next transaction grows the map first
+        store.add("other", fingerprint=9, pipeline_id=pid)
+
+    def watcher() -> None:
+        deadline = time.monotonic() + 30
+        while not (stager.growing and store._storage.map_growth_waits()):
+            assert time.monotonic() < deadline, "the stager never grew the map"
+            time.sleep(0.002)
+        growing.set()
+
+    run_threads([reader, adder, watcher], seconds_limit=30)
+    assert isinstance(out["r"], StorageError) and "read this thread holds" in str(out["r"]), out
+    store.sync()
+    assert store.get("other") is not None and store.get("r") is None
+    store.close()
+
+
+_FORK_FROM_A_READING_THREAD = """
+import os, sys, threading, time, fpstore
+import fpstore.store.staging as staging
+s = fpstore.open(sys.argv[1], k=3, durability="interval", commit_interval=60)
+pid = s.pipeline.id
+s.add("base", fingerprint=1, pipeline_id=pid)
+s.sync()
+stager = s._storage.stager
+staging.STAGE_ROOM = 1 << 30  # the stager's next transaction grows the map first
+with s.reader():
+    threading.Thread(target=lambda: s.add("other", fingerprint=9, pipeline_id=pid), daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not (stager.growing and s._storage.map_growth_waits()):
+        if time.monotonic() > deadline:
+            sys.exit("the stager never grew the map")
+        time.sleep(0.002)
+    child = os.fork()  # the growth waits for this thread's read
+    if child == 0:
+        os._exit(0)
+    os.waitpid(child, 0)
+s.sync()
+print("ok", s.get("other") is not None)
+s.close()
+"""
+
+
+def test_a_fork_from_a_thread_holding_a_read_while_the_stager_grows_the_map(tmp_path):
+    """A thread holding a read forks while the stager grows the map (which waits for that read):
+    the fork handler waited for the stager's write lock for good. It now forks without holding
+    it, and the add the stager was beginning goes on once the read has ended."""
+    out = subprocess.run([sys.executable, "-c", _FORK_FROM_A_READING_THREAD, str(tmp_path / "s")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["ok", "True"]
 
 
 def test_a_failed_commit_is_said_to_every_later_caller(tmp_path):
@@ -919,3 +1009,5 @@ def test_a_lone_caller_is_staged_without_waiting_for_others(tmp_path, monkeypatc
         thread.start()
         thread.join(30)
         assert done == list(range(10)), f"the lone caller waited for callers that were not there: {len(done)} of 10 adds in 30 s"
+
+

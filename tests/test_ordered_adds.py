@@ -144,3 +144,44 @@ def test_a_group_that_fails_after_a_flush_is_retried_against_the_committed_runs(
         assert [[(m.key, m.distance) for m in store.query(fingerprint=f, pipeline_id=pid)] for f in probe] == [
             [(m.key, m.distance) for m in serial.query(fingerprint=f, pipeline_id=pid)] for f in probe
         ]
+
+
+def test_no_chunk_views_of_runs_the_open_transaction_wrote_are_kept(tmp_path, monkeypatch):
+    """A write transaction keeps the run chunks its probes read, for its next probe to read again
+    without a lookup (a batch's segments, the stager's staged groups). A run the transaction wrote
+    itself (a flush between two segments) lies in its own dirty pages, which a later write of it
+    may free (LMDB spills dirty pages past 512 MiB of them): views of those kept across writes
+    would read freed memory. Once the transaction has written a run, no probe in it gets the memo
+    until it commits; the verdicts stay exact."""
+    from fpstore.store.catalog import Catalog
+
+    store = fpstore.open(tmp_path / "s", k=K, flush_entries=32)
+    pid = store.pipeline.id
+    rng = np.random.default_rng(5)
+    base = rng.integers(0, 2**64, 200, dtype=np.uint64)
+    store.add_many([f"b{i}" for i in range(200)], fingerprints=base, pipeline_id=pid)
+    with store._storage.read() as txn:
+        committed = {run.id for run in store._cat.plan(txn).runs}
+    assert committed, "the first batch made no run"
+    calls: list[tuple[bool, bool]] = []  # (the plan holds a run of the open transaction, a memo given)
+    real = Catalog._chunks_written_txn
+
+    def spy(self, txn, plan):
+        memo = real(self, txn, plan)
+        calls.append((any(run.id not in committed for run in plan.runs), memo is not None))
+        return memo
+
+    monkeypatch.setattr(Catalog, "_chunks_written_txn", spy)
+    # Keys repeat every 40 adds: each repeat starts a segment, probed after the flush before it.
+    keys = [f"a{i % 40}" for i in range(160)]
+    fps = [int(base[i % 200]) ^ (1 << (i % 64)) if i % 3 == 0 else int(rng.integers(0, 2**64, dtype=np.uint64)) for i in range(160)]
+    results = store.add_each(keys, fingerprints=fps, pipeline_id=pid)
+    stored = {f"b{i}": int(f) for i, f in enumerate(base)}
+    for key, fp, result in zip(keys, fps, results):
+        want = {k for k, f in stored.items() if k != key and bin(f ^ fp).count("1") <= K}
+        assert {m.key for m in result.near_duplicates} == want
+        stored[key] = fp
+    assert any(own for own, _ in calls), "no probe met a run of the open transaction"
+    assert not any(own and memo for own, memo in calls), "chunk views of the open transaction's own runs were kept"
+    assert any(memo for own, memo in calls if not own)  # the memo still serves the runs committed before
+    store.close()

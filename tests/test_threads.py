@@ -329,3 +329,105 @@ def test_writes_and_reads_beside_redesigns_and_file_compactions(tmp_path, durabi
 
         run_threads([lambda w=w: writer(w) for w in range(3)] + [switcher])
         assert store.verify() == []
+
+
+@pytest.mark.parametrize("call", ["add", "set_checkpoint", "add_many"])
+def test_a_write_from_a_thread_holding_a_read_while_another_grows_the_map_is_refused_not_stuck(tmp_path, monkeypatch, call):
+    """A thread holding a read open (``store.reader()``) writes while another thread's group of
+    adds must grow the map, which waits for that read. The reading thread's add queued behind
+    that group, and its other writes waited for the write lock the growing thread holds: each
+    thread waited for the other for good. A write from a thread holding a read now runs alone in
+    that thread and is refused (``StorageError``, nothing written) while a growth waits for its
+    read; the other thread's add goes on once the read has ended."""
+    import lmdb
+
+    from fpstore.errors import StorageError
+    from fpstore.store.store import Store
+
+    store = fpstore.open(tmp_path / "s", k=K)
+    pid = store.pipeline.id
+    store.add("base", fingerprint=1, pipeline_id=pid)
+    real = Store._add_group
+    inside, calling = threading.Event(), threading.Event()
+    full = [True]
+
+    def add_group(self, txn, adds):
+        if adds[0].key == "grower" and full[0]:
+            inside.set()
+            assert calling.wait(30)
+            time.sleep(0.2)  # the reading thread is now in its write
+            full[0] = False
+            raise lmdb.MapFullError("injected: the map is full")
+        return real(self, txn, adds)
+
+    monkeypatch.setattr(Store, "_add_group", add_group)
+    out: dict[str, object] = {}
+
+    def grower() -> None:
+        out["grower"] = store.add("grower", fingerprint=2, pipeline_id=pid)
+
+    def reader() -> None:
+        with store.reader():
+            assert inside.wait(30)
+            calling.set()
+            try:
+                if call == "add":
+                    store.add("r", fingerprint=3, pipeline_id=pid)
+                elif call == "set_checkpoint":
+                    store.set_checkpoint("feed", 7)
+                else:
+                    store.add_many(["r"], fingerprints=[3], pipeline_id=pid)
+                out["reader"] = "done"
+            except StorageError as exc:
+                out["reader"] = exc
+
+    run_threads([grower, reader], seconds_limit=30)
+    assert isinstance(out["reader"], StorageError) and "read this thread holds" in str(out["reader"]), out
+    assert store.get("grower") is not None and store.get("r") is None and store.checkpoints() == {}
+    store.add("r", fingerprint=3, pipeline_id=pid)  # once its read has ended
+    assert store.get("r") is not None
+    store.close()
+
+
+def test_a_fork_from_a_thread_holding_a_read_does_not_wait_for_a_merge_held_up_by_that_read(tmp_path):
+    """Before a fork, the merges are held (a child must not inherit a merge inside LMDB): the fork
+    waits for the merge in progress to give up. A merge step that waits for a growth of the map
+    (directly, or through the stager's next transaction) waits for every read of the process,
+    the forking thread's too, and the fork waited for that merge for good. From a thread that
+    holds a read, the fork handler now gives up holding the merges while a growth waits."""
+    from fpstore.store import merging
+
+    store = fpstore.open(tmp_path / "s", k=K, merges="background")
+    pid = store.pipeline.id
+    store.add("a", fingerprint=1, pipeline_id=pid)
+    merger = store._merges
+    assert merger._job.acquire(timeout=10)  # a merge in progress, which does not give up
+    store._cat.lsm.merge_due = True
+    merger.after_commit()  # the merge thread starts (and waits for that merge)
+    assert merger._thread is not None
+    grown = threading.Event()
+    out: dict[str, object] = {}
+
+    def grower() -> None:  # the merge's growth of the map, waiting for the forking thread's read
+        with store._storage._map.alone():
+            grown.set()
+
+    def forking() -> None:
+        with store.reader():
+            g = threading.Thread(target=grower, daemon=True)
+            g.start()
+            deadline = time.monotonic() + 10
+            while not store._storage.map_growth_waits():
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            merging._before_fork()  # what os.fork() runs first
+            merging._after_fork()
+            out["forked"] = True
+        g.join(10)
+
+    try:
+        run_threads([forking], seconds_limit=20)
+        assert out == {"forked": True} and grown.is_set()
+    finally:
+        merger._job.release()
+    store.close()

@@ -154,6 +154,8 @@ class Catalog:
         self._plan_memo: tuple[State, int, ReadPlan] | None = None
         self._snapshot: _Snapshot | None = None
         self._writer_chunks: tuple[ReadPlan, dict[bytes, Any]] | None = None
+        #: Whether the writer's open transaction has written a run (:meth:`wrote_run`).
+        self._wrote_run = False
         self._segments_end: tuple[State, int] | None = None  # the last id of any segment, per state
 
     def state(self, txn: lmdb.Transaction) -> State:
@@ -399,11 +401,14 @@ class Catalog:
         included, with ``durability="interval"``), for a later probe in it to read again without
         an LMDB lookup each; None for any other transaction.
 
-        Sound while the transaction is open: a chunk of a run it did not write is a view into a
-        page no write of it changes, and the runs it writes (a flush) make a new plan, whose
-        chunks start a new memo, before any probe reads them. Every commit and abort forgets it
-        (:meth:`forget_written_chunks`): a committed transaction's freed pages are reused."""
-        if txn is not self.incremental.write_txn:
+        Sound while the transaction is open and has written no run: a chunk of a run it did not
+        write is a view into a page of the map that no write of it changes. A run it wrote (a
+        flush) lies in its own dirty pages, which a later write of the same transaction may free
+        (LMDB spills dirty pages to the file past 512 MiB of them): from then until the commit
+        (:meth:`wrote_run`, :meth:`committed`) each probe reads its chunks afresh. Every commit
+        and abort forgets the memo (:meth:`forget_written_chunks`): a committed transaction's
+        freed pages are reused."""
+        if txn is not self.incremental.write_txn or self._wrote_run:
             return None
         memo = self._writer_chunks
         if memo is None or memo[0] is not plan:
@@ -411,6 +416,17 @@ class Catalog:
         return memo[1]
 
     def forget_written_chunks(self, *_: Any) -> None:
+        self._writer_chunks = None
+
+    def wrote_run(self) -> None:
+        """The writer's open transaction has written a run: no memo of chunks until its commit."""
+        self._wrote_run = True
+        self._writer_chunks = None
+
+    def committed(self, *_: Any) -> None:
+        """A write transaction committed (an abort keeps :meth:`wrote_run`'s mark until the
+        next commit: a nested transaction's abort leaves the runs its parent wrote)."""
+        self._wrote_run = False
         self._writer_chunks = None
 
     def small_batch(self, txn: lmdb.Transaction, m: int) -> bool:

@@ -444,6 +444,9 @@ def _give_up(storage: Storage, cat: Catalog, run_id: int, marker: bytes) -> None
     storage.write(give_up, action="giving up a merge")
 
 
+#: How often a fork from a thread that holds a read looks for a growth of the map waiting for it
+#: while it waits for the merge in progress to give up (:meth:`Merger._hold`).
+HOLD_POLL_S = 0.005
 _mergers: weakref.WeakSet[Merger] = weakref.WeakSet()
 
 
@@ -584,11 +587,21 @@ class Merger:
             self.after_commit()
 
     def _hold(self) -> None:
-        """Wait for the merge in progress to give up, and start no other (until :meth:`_release`)."""
+        """Wait for the merge in progress to give up, and start no other (until :meth:`_release`).
+        A thread that holds a read cannot wait while a growth of the map waits (a merge step may be
+        the one growing it, waiting for that read): once no write transaction is open for a child
+        to inherit, it goes on without holding the merges."""
         if self._thread is None or self._paused_by == threading.get_ident():
             return
         self._pausing = True
-        self._job.acquire()
+        storage = self._storage
+        if not storage.holds_read():
+            self._job.acquire()
+        else:
+            while not self._job.acquire(timeout=HOLD_POLL_S):
+                if storage.map_growth_waits() and not storage.write_txn_open:
+                    self._pausing = False
+                    return
         self._held = True
 
     def _release(self) -> None:

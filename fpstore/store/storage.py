@@ -84,6 +84,9 @@ T = TypeVar("T")
 INITIAL_MAP_SIZE = 64 << 20
 MAX_GROWTH_STEP = 8 << 30
 READER_CHECK_INTERVAL = 30.0  # seconds between periodic reader_check() calls
+#: How often a thread that holds a read, waiting for the write lock, looks for a growth of the map
+#: that waits for that read (:meth:`Storage.take_write_lock`).
+WRITE_LOCK_POLL_S = 0.005
 
 _open_paths: set[str] = set()
 _open_paths_lock = threading.Lock()
@@ -224,6 +227,9 @@ class Storage:
         #: (LMDB binds a write transaction to the thread that began it). Reentrant: a switch of
         #: the whole store (:meth:`alone`) writes while holding it.
         self._write_lock = threading.RLock()
+        #: Whether a write transaction of :meth:`begin_write` is open (one at a time: the write
+        #: lock): a process forked meanwhile would inherit it (see the fork handlers).
+        self.write_txn_open = False
         #: Called after a write transaction is aborted: caches of what it wrote must forget it
         #: (the ids it used are given out again by the next transaction).
         self.on_abort: list[Callable[[], None]] = []
@@ -798,10 +804,32 @@ class Storage:
         if stager is not None and not stager.owns_current_thread() and self._alone_thread != threading.get_ident():
             self._sync_stager(stager)
 
+    def holds_read(self) -> bool:
+        """Whether the calling thread has a transaction of the store open (a ``store.reader()``
+        block, a pairs iterator between batches): a growth of the map waits for it."""
+        return self._map.held()
+
+    def take_write_lock(self, action: str) -> None:
+        """Take the write lock. A thread that holds a read cannot wait for it while a growth of the
+        map waits (the growth waits for that read, and whoever holds the lock may be the one
+        growing, or waiting to grow): its write is refused instead, with nothing written."""
+        if self._write_lock.acquire(blocking=False):
+            return
+        if not self._map.held():
+            self._write_lock.acquire()
+            return
+        while not self._write_lock.acquire(timeout=WRITE_LOCK_POLL_S):
+            if self._map.growth_waits():
+                raise StorageError(
+                    f"{self.path}: {action} waits for the map to grow, which waits for the read this thread holds; "
+                    "write once the read has ended"
+                )
+
     def write_now(self, fn: Callable[[lmdb.Transaction], T], action: str) -> T:
         """:meth:`write` in the calling thread."""
         self.check_writable()
-        with self._write_lock:
+        self.take_write_lock(action)
+        try:
             self._after_staged_writes()
             fault_points = faults.active()
             fault_points.begin_write()
@@ -826,6 +854,8 @@ class Storage:
                     self.grow()
                     continue
                 break
+        finally:
+            self._write_lock.release()
         self.after_write()
         return result
 
@@ -869,7 +899,9 @@ class Storage:
             try:
                 # Views, as for reads; valid until the next write in the transaction, so callers
                 # decode what they read before writing.
-                return env.begin(write=True, buffers=True)
+                txn = env.begin(write=True, buffers=True)
+                self.write_txn_open = True
+                return txn
             except lmdb.MapResizedError:
                 self._map.unshare()
                 self._set_mapsize(0, "adopting the map size")
@@ -892,6 +924,7 @@ class Storage:
             if isinstance(exc, lmdb.Error) and not isinstance(exc, lmdb.MapFullError):
                 raise translate(exc, action, self.path) from exc
             raise
+        self.write_txn_open = False
         self._map.unshare()
         for committed in self.on_committed:
             committed(txnid)
@@ -908,6 +941,7 @@ class Storage:
         nested = self._stager is not None and self._stager.is_nested(txn)
         txn.abort()
         if not nested:
+            self.write_txn_open = False
             self._map.unshare()
         for forget in self.on_abort:
             forget()

@@ -218,7 +218,7 @@ class Store(Closing):
         cat = self._cat
         self._storage.on_abort = [cat.cache.clear, incremental.aborted, cat.forget_written_chunks]
         self._storage.on_begin_write = [incremental.begin_write]
-        self._storage.on_committed = [incremental.committed, cat.forget_written_chunks]
+        self._storage.on_committed = [incremental.committed, cat.committed]
         self._storage.on_staged = [incremental.staged]
 
     def _check_k(self, k: object) -> int:
@@ -281,7 +281,12 @@ class Store(Closing):
         """
         self._storage.check_writable()  # before queueing: a closed or forked store raises here
         content = content_of(self.pipeline, text, image)
-        return self._adds.submit(prepare_add(self.pipeline, key, content, fingerprint, pipeline_id, on_duplicate, checkpoint))
+        add = prepare_add(self.pipeline, key, content, fingerprint, pipeline_id, on_duplicate, checkpoint)
+        if self._storage.holds_read():
+            # Alone, in this thread: queued behind a group that must grow the map, it would wait
+            # for that growth, which waits for this thread's read (Storage.take_write_lock).
+            return self._commit_adds([add])[0]
+        return self._adds.submit(add)
 
     def _add_group(self, txn: Any, adds: Sequence[OneAdd]) -> list[AddResult]:
         return add_group(self._cat, txn, adds, self.k, self.flush_entries)

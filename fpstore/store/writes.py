@@ -31,6 +31,7 @@ def flush(cat: Catalog, txn: lmdb.Transaction, flush_entries: int) -> None:
     """After a write: flush the incremental tables into a run once they hold ``flush_entries``
     documents (0: never; see :meth:`fpstore.store.lsm.Lsm.flush`)."""
     if flush_entries and cat.incremental.entries(txn) >= flush_entries:
+        cat.wrote_run()
         cat.lsm.flush(txn, cat.state(txn), flush_entries)
 
 
@@ -246,6 +247,7 @@ def compact(
             # Merge what this transaction sees (another writer may have changed it since the read).
             cat = catalog()
             state = cat.state(txn)
+            cat.wrote_run()
             new_state, result = cat.lsm.merge(txn, state, [], incremental=True)
             if new_state is not state:
                 cat.lsm.save_state(txn, new_state)
