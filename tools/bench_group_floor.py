@@ -106,9 +106,13 @@ def run_store(base: str, callers: int, durability: str, stand_in: bool, seconds:
     real_group = Store._add_group
     with tempfile.TemporaryDirectory(dir=tmp) as d:
         shutil.copytree(Path(base) / "s", Path(d) / "s")
-        store = fpstore.open(str(Path(d) / "s"), k=3, durability=durability)
-        if stand_in:
+        if stand_in:  # before the open: the stager's requests bind the method when the store opens
             Store._add_group = stand_in_group  # type: ignore[method-assign,assignment]
+        try:
+            store = fpstore.open(str(Path(d) / "s"), k=3, durability=durability)
+        except BaseException:
+            Store._add_group = real_group  # type: ignore[method-assign]
+            raise
         try:
             pid = store.pipeline.id
             counter = itertools.count()
