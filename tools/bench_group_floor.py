@@ -34,12 +34,24 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fpstore.store.group import GroupCommit  # noqa: E402
+
+
+def run_callers(callers: int, caller: Callable[[int], None]) -> tuple[float, float]:
+    """``caller(i)`` in a thread of its own for each i < ``callers``: (wall s, process CPU s)."""
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(callers)]
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - wall0, time.process_time() - cpu0
 
 
 def run(callers: int, work_s: float, sync_s: float, seconds: float) -> dict[str, float]:
@@ -59,13 +71,7 @@ def run(callers: int, work_s: float, sync_s: float, seconds: float) -> dict[str,
             group.submit(i)
             counts[i] += 1
 
-    threads = [threading.Thread(target=caller, args=(i,)) for i in range(callers)]
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    wall, cpu = run_callers(callers, caller)
     done = sum(counts)
     cycle = wall / max(group.groups, 1)
     mean_group = group.requests / max(group.groups, 1)
@@ -126,13 +132,7 @@ def run_store(base: str, callers: int, durability: str, stand_in: bool, seconds:
                     store.add(f"f{next(counter)}", fingerprint=rng_state, pipeline_id=pid)
                     counts[i] += 1
 
-            threads = [threading.Thread(target=caller, args=(i,)) for i in range(callers)]
-            cpu0, wall0 = time.process_time(), time.perf_counter()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+            wall, cpu = run_callers(callers, caller)
         finally:
             Store._add_group = real_group  # type: ignore[method-assign]
             store.close()
