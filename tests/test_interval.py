@@ -532,6 +532,14 @@ def test_a_write_from_a_reading_thread_while_the_map_grows_is_refused(tmp_path, 
         assert stored["k"] == older
 
 
+def _wait_for_the_stager_to_grow_the_map(store, seconds: float) -> None:
+    """Return once the stager grows the map, a growth that waits for the process's reads."""
+    deadline = time.monotonic() + seconds
+    while not (store._storage.stager.growing and store._storage.map_growth_waits()):
+        assert time.monotonic() < deadline, "the stager never grew the map"
+        time.sleep(0.002)
+
+
 @pytest.mark.parametrize("call", ["add", "sync"])
 def test_a_reading_thread_that_writes_while_the_stager_grows_the_map_is_refused_not_stuck(tmp_path, monkeypatch, call):
     """A thread holding a read syncs the stager before it writes. While the stager grows the map
@@ -573,10 +581,7 @@ def test_a_reading_thread_that_writes_while_the_stager_grows_the_map_is_refused_
             i += 1
 
     def watcher() -> None:
-        deadline = time.monotonic() + 60
-        while not (stager.growing and store._storage.map_growth_waits()):
-            assert time.monotonic() < deadline, "the stager never grew the map"
-            time.sleep(0.002)
+        _wait_for_the_stager_to_grow_the_map(store, 60)
         go.set()
 
     run_threads([reader, filler, watcher], seconds_limit=60)
@@ -626,10 +631,7 @@ def test_a_reading_thread_that_writes_as_the_stager_begins_by_growing_the_map_is
         store.add("other", fingerprint=9, pipeline_id=pid)
 
     def watcher() -> None:
-        deadline = time.monotonic() + 30
-        while not (stager.growing and store._storage.map_growth_waits()):
-            assert time.monotonic() < deadline, "the stager never grew the map"
-            time.sleep(0.002)
+        _wait_for_the_stager_to_grow_the_map(store, 30)
         growing.set()
 
     run_threads([reader, adder, watcher], seconds_limit=30)

@@ -421,13 +421,13 @@ class Catalog:
     def wrote_run(self) -> None:
         """The writer's open transaction has written a run: no memo of chunks until its commit."""
         self._wrote_run = True
-        self._writer_chunks = None
+        self.forget_written_chunks()
 
     def committed(self, *_: Any) -> None:
         """A write transaction committed (an abort keeps :meth:`wrote_run`'s mark until the
         next commit: a nested transaction's abort leaves the runs its parent wrote)."""
         self._wrote_run = False
-        self._writer_chunks = None
+        self.forget_written_chunks()
 
     def small_batch(self, txn: lmdb.Transaction, m: int) -> bool:
         """Whether a batch of ``m`` fingerprints is probed one fingerprint at a time (see

@@ -444,9 +444,6 @@ def _give_up(storage: Storage, cat: Catalog, run_id: int, marker: bytes) -> None
     storage.write(give_up, action="giving up a merge")
 
 
-#: How often a fork from a thread that holds a read looks for a growth of the map waiting for it
-#: while it waits for the merge in progress to give up (:meth:`Merger._hold`).
-HOLD_POLL_S = 0.005
 _mergers: weakref.WeakSet[Merger] = weakref.WeakSet()
 
 
@@ -588,21 +585,14 @@ class Merger:
 
     def _hold(self) -> None:
         """Wait for the merge in progress to give up, and start no other (until :meth:`_release`).
-        A thread that holds a read cannot wait while a growth of the map waits (a merge step may be
-        the one growing it, waiting for that read): once no write transaction is open for a child
-        to inherit, it goes on without holding the merges."""
+        From a thread that holds a read, not while a growth of the map waits for that read (a merge
+        step may be the one growing it): see :meth:`Storage.hold_for_fork`."""
         if self._thread is None or self._paused_by == threading.get_ident():
             return
         self._pausing = True
-        storage = self._storage
-        if not storage.holds_read():
-            self._job.acquire()
-        else:
-            while not self._job.acquire(timeout=HOLD_POLL_S):
-                if storage.map_growth_waits() and not storage.write_txn_open:
-                    self._pausing = False
-                    return
-        self._held = True
+        self._held = self._storage.hold_for_fork(self._job)
+        if not self._held:
+            self._pausing = False
 
     def _release(self) -> None:
         if self._held:

@@ -86,25 +86,14 @@ def _before_fork() -> None:
     # A child forked while the stager holds its transaction open inherits LMDB's write lock held
     # by a thread the child does not have, and hangs when it closes the inherited environment:
     # commit what is staged and hold the write lock (no transaction can begin) across the fork.
-    # A forking thread that holds a read cannot wait while a growth of the map waits (the growth
-    # waits for that read): once no write transaction is open for the child to inherit (the one
-    # open commits or aborts without waiting for the read, and none begins while the growth
-    # waits), it forks without the lock.
+    # A forking thread that holds a read cannot wait while a growth of the map waits for that
+    # read: it forks without the lock once no write transaction is open (Storage.hold_for_fork).
     for stager in list(_live):
         if stager._pid == os.getpid() and not stager._closing and not stager.owns_current_thread():
             with contextlib.suppress(FpstoreError):  # a failed stager or a dropped store: nothing staged
                 storage = stager._storage
-                if not storage.holds_read():
-                    stager.sync()
-                    storage.write_lock.acquire()
-                    stager._held_for_fork = True
-                    continue
-                stager.sync(give_up=storage.map_growth_waits)
-                while not storage.write_lock.acquire(timeout=GROWTH_POLL_S):
-                    if storage.map_growth_waits() and not storage.write_txn_open:
-                        break
-                else:
-                    stager._held_for_fork = True
+                stager.sync(give_up=storage.map_growth_waits if storage.holds_read() else None)
+                stager._held_for_fork = storage.hold_for_fork(storage.write_lock)
 
 
 def _after_fork_in_parent() -> None:

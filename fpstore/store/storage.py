@@ -84,8 +84,9 @@ T = TypeVar("T")
 INITIAL_MAP_SIZE = 64 << 20
 MAX_GROWTH_STEP = 8 << 30
 READER_CHECK_INTERVAL = 30.0  # seconds between periodic reader_check() calls
-#: How often a thread that holds a read, waiting for the write lock, looks for a growth of the map
-#: that waits for that read (:meth:`Storage.take_write_lock`).
+#: How often a thread that holds a read, waiting for the write lock (or, before a fork, the merges),
+#: looks for a growth of the map that waits for that read (:meth:`Storage.take_write_lock`,
+#: :meth:`Storage.hold_for_fork`).
 WRITE_LOCK_POLL_S = 0.005
 
 _open_paths: set[str] = set()
@@ -824,6 +825,20 @@ class Storage:
                     f"{self.path}: {action} waits for the map to grow, which waits for the read this thread holds; "
                     "write once the read has ended"
                 )
+
+    def hold_for_fork(self, lock: Any) -> bool:
+        """Acquire ``lock`` before a fork (True). A thread that holds a read cannot wait for it
+        while a growth of the map waits (whoever holds it may be waiting for that growth, which
+        waits for the read): once no write transaction is open for the child to inherit (the one
+        open commits or aborts without waiting for the read, and none begins while the growth
+        waits), it forks without it (False)."""
+        if not self._map.held():
+            lock.acquire()
+            return True
+        while not lock.acquire(timeout=WRITE_LOCK_POLL_S):
+            if self._map.growth_waits() and not self.write_txn_open:
+                return False
+        return True
 
     def write_now(self, fn: Callable[[lmdb.Transaction], T], action: str) -> T:
         """:meth:`write` in the calling thread."""
