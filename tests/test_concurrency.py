@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 
+import numpy as np
 import pytest
 
 import fpstore
-from fpstore.errors import ClosedError, FpstoreError, ReadOnlyError
+from fpstore.errors import ClosedError, FpstoreError, ReadOnlyError, StorageError
 from tests.support.oracle import FEED, CheckFailed, batch, check_snapshot, snapshot, total
 from tests.support.processes import Child
 
@@ -89,8 +94,9 @@ def test_map_grows_several_times_under_readers(tmp_path):
     verify_exact(path, stop - 1)
 
 
-def _in_child(fn) -> int:
-    """Run ``fn`` in a forked child; its return value (or 99 on an exception) is the exit status."""
+def _in_child(fn, timeout: float | None = None) -> int | None:
+    """Run ``fn`` in a forked child; its return value (or 99 on an exception) is the exit status.
+    With ``timeout``: None when the child has not exited by then (it is killed)."""
     pid = os.fork()
     if pid == 0:  # never return into pytest from the child
         code = 99
@@ -100,8 +106,16 @@ def _in_child(fn) -> int:
             os.write(2, f"child: {type(exc).__name__}: {exc}\n".encode())
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, 0 if deadline is None else os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.002)
 
 
 def test_store_used_after_fork_raises_closed_error(tmp_path):
@@ -163,6 +177,114 @@ def test_child_can_open_the_store_again_after_fork(tmp_path):
         assert _in_child(child) == 0, "the child could not open the store again after fork (see stderr)"
     finally:
         store.close()
+
+
+def _reads(reader, keys, fps, pid_):
+    return [reader.get(k).fingerprint for k in keys], [a.tolist() for a in reader.query_many(fps, pipeline_id=pid_)]
+
+
+def _rewrite(store, keys, rounds: int = 30) -> None:
+    """Writes that free pages and use them again: each round's commit may reuse what the round
+    before freed, unless a read still holds it."""
+    rng = np.random.default_rng(7)
+    for r in range(rounds):
+        store.add_many([f"new{r}-{i}" for i in range(2000)], fingerprints=rng.integers(0, 2**63, 2000, dtype=np.uint64), pipeline_id=store.pipeline.id)
+        store.delete(keys[r])
+
+
+@pytest.mark.parametrize("child_does", ["exits", "opens the store again"])
+def test_a_forked_child_leaves_the_parents_open_reads_protected(tmp_path, child_does):
+    """A read open in the parent while it forks answers from its own snapshot afterwards, however
+    much the parent writes, whether the child exits at once or opens the store again (closing the
+    copy it inherited must not free the parent's reader slot)."""
+    path = str(tmp_path / "store")
+    rng = np.random.default_rng(3)
+    keys, fps = [f"k{i}" for i in range(5000)], rng.integers(0, 2**63, 5000, dtype=np.uint64)
+    with fpstore.open(path, k=3) as store:
+        store.add_many(keys, fingerprints=fps, pipeline_id=store.pipeline.id)
+        with store.reader() as reader:
+            before = _reads(reader, keys, fps, store.pipeline.id)
+
+            def child() -> int:
+                if child_does == "exits":
+                    return 0
+                with fpstore.open(path, readonly=True) as again:
+                    return 0 if len(again) == len(keys) else 12
+
+            assert _in_child(child, timeout=60) == 0
+            _rewrite(store, keys)
+            assert _reads(reader, keys, fps, store.pipeline.id) == before, "the parent's read saw another state after the fork"
+        assert store.get(keys[0]) is None and len(store) == len(keys) - 30 + 30 * 2000
+
+
+def test_a_forked_child_that_ends_its_interpreter_leaves_the_parents_open_reads_protected(tmp_path):
+    """The same with a child that leaves through the interpreter's own exit (which frees what is
+    left, the inherited store with it) after closing the store object it inherited."""
+    path = str(tmp_path / "store")
+    script = f"""
+import os, sys
+import numpy as np
+sys.path.insert(0, {os.getcwd()!r})
+import fpstore
+from tests.test_concurrency import _reads, _rewrite
+rng = np.random.default_rng(3)
+keys, fps = [f"k{{i}}" for i in range(5000)], rng.integers(0, 2**63, 5000, dtype=np.uint64)
+store = fpstore.open({path!r}, k=3)
+store.add_many(keys, fingerprints=fps, pipeline_id=store.pipeline.id)
+with store.reader() as reader:
+    before = _reads(reader, keys, fps, store.pipeline.id)
+    child = os.fork()
+    if child == 0:
+        try:
+            store.close()
+        finally:
+            sys.exit(0)  # the interpreter's exit, not os._exit
+    os.waitpid(child, 0)
+    _rewrite(store, keys)
+    print("same" if _reads(reader, keys, fps, store.pipeline.id) == before else "changed")
+store.close()
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["same"], out.stdout + out.stderr
+
+
+def test_a_child_forked_while_other_threads_read_does_not_hang(tmp_path):
+    """Children forked while two threads read the store in a loop exit at once; one that opens the
+    store again opens it, or, when a read was in flight at the fork (its copy then cannot be
+    closed), is refused with StorageError: never a hang."""
+    path = str(tmp_path / "store")
+    with fpstore.open(path, k=3) as store:
+        _feed(store, range(2))
+        keys = batch(0)[0][:200]
+        stop = threading.Event()
+
+        def read() -> None:
+            while not stop.is_set():
+                for key in keys:
+                    store.get(key)
+
+        readers = [threading.Thread(target=read) for _ in range(2)]
+        for t in readers:
+            t.start()
+        try:
+            exits = [_in_child(lambda: 0, timeout=20) for _ in range(10)]
+
+            def reopen() -> int:
+                try:
+                    with fpstore.open(path, readonly=True) as again:
+                        return 0 if len(again) == total(1) else 12
+                except StorageError as exc:
+                    return 11 if "forked while another thread" in str(exc) else 13
+
+            reopens = [_in_child(reopen, timeout=20) for _ in range(5)]
+        finally:
+            stop.set()
+            for t in readers:
+                t.join()
+        assert exits == [0] * 10, f"forked children that did nothing hung (None) or failed: {exits}"
+        assert set(reopens) <= {0, 11}, f"children opening the store again hung (None) or failed: {reopens}"
+        assert len(store) == total(1)
 
 
 def test_writer_close_releases_the_lock_while_a_forked_child_lives(tmp_path):

@@ -12,6 +12,7 @@ import stat
 import lmdb
 
 from fpstore.errors import CorruptionError, NotAStoreError, StorageError
+from fpstore.store import inherited
 
 __all__ = [
     "COMPACT_MARKER",
@@ -175,6 +176,7 @@ def _verify_file_pinned(path: str, data_path: str) -> list[str] | None:
             pass
         except BlockingIOError:
             raise StorageError(f"{path} is being rewritten by a file compaction; run the command again in a moment") from None
+        inherited.release(os.path.realpath(path))
         try:
             env = lmdb.open(path, subdir=True, lib_version=0, readonly=True, max_dbs=MAX_DBS, map_size=0, lock=True, readahead=False)
         except lmdb.Error:

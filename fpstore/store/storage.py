@@ -10,7 +10,9 @@ Everything that knows LMDB's hazards lives here (docs/reliability.md gives the t
   whole batch again, so a batch is applied entirely or not at all.
 * stale reader slots (a reader killed inside a transaction pins old pages) are cleared with
   ``reader_check()`` at open, periodically, and on ``ReadersFullError``.
-* an environment must not cross ``fork()``: the pid is recorded at open and checked on every use.
+* an environment must not cross ``fork()``: the pid is recorded at open and checked on every use,
+  and a forked child never closes the copy it inherits before it opens the store again
+  (:mod:`fpstore.store.inherited`).
 * nothing that leaves a transaction points into the map: reads return views (``buffers=True``),
   which callers decode or copy inside the transaction.
 * threads share one environment: every transaction holds a share of the map and growing it waits
@@ -48,7 +50,7 @@ from fpstore.errors import (
     WriterLockedError,
 )
 from fpstore.index.arrays import int_in
-from fpstore.store import faults
+from fpstore.store import faults, inherited
 from fpstore.store.files import (
     DATA_FILE,
     MAX_DBS,
@@ -98,9 +100,9 @@ def _after_fork_in_child() -> None:
     """Detach a forked child from its parent's environments.
 
     The child inherits the writer lock's file descriptor (flock locks belong to the open file, so
-    the parent's close would not release the lock while the child lives) and py-lmdb's record of
-    open environments (which would refuse a fresh open in the child). Closing both here lets the
-    child open the store again; the parent's objects raise ClosedError in the child.
+    the parent's close would not release the lock while the child lives): closed here. It also
+    inherits each environment, which it must not close now (:mod:`fpstore.store.inherited`): it is
+    closed when the child opens the store again. The parent's objects raise ClosedError in the child.
     """
     global _open_paths_lock
     _open_paths_lock = threading.Lock()
@@ -520,6 +522,7 @@ class Storage:
         return before, after
 
     def _open_env(self, map_size: int) -> lmdb.Environment:
+        inherited.release(self._real)
         try:
             return lmdb.open(
                 self.path,
@@ -615,8 +618,8 @@ class Storage:
             raise ReadOnlyError(f"the store at {self.path} is open read-only")
 
     def _detach_after_fork(self) -> None:
-        # In a forked child only: close the inherited descriptors without touching the parent's
-        # state (LMDB clears only reader slots of the closing pid, and the child owns none).
+        # In a forked child only: close the inherited descriptors of ours without touching the
+        # parent's state.
         for name in ("_lock_fd", "_open_fd"):
             fd = getattr(self, name, None)
             if fd is not None:
@@ -624,8 +627,9 @@ class Storage:
                     os.close(fd)
                 setattr(self, name, None)
         if self._env is not None:
-            with contextlib.suppress(Exception):
-                self._env.close()
+            # Never closed here: closing would free the parent's reader slots under its reads,
+            # or wait forever for a call another thread was making at the fork (inherited.py).
+            inherited.detach(self._env, self._real, locked=not self._lockless)
         self._forked = True
 
     def discard(self) -> None:
