@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import fpstore
+from fpstore.errors import ClosedError, StorageError
 from fpstore.index.tiers import TierCache
 from tests.support.threads import run_threads
 
@@ -431,3 +432,126 @@ def test_a_fork_from_a_thread_holding_a_read_does_not_wait_for_a_merge_held_up_b
     finally:
         merger._job.release()
     store.close()
+
+
+_CLOSE_RACE = """
+import os, random, sys, threading, time
+import numpy as np
+sys.path.insert(0, {root!r})
+import fpstore
+from fpstore.errors import ClosedError
+path, durability = sys.argv[1], sys.argv[2]
+rng = np.random.default_rng(0)
+fps = rng.integers(0, 2**63, 20000, dtype=np.uint64)
+with fpstore.open(path, k=3) as store:
+    store.bulk_load(list(range(20000)), fps, pipeline_id=store.pipeline.id)
+other = []
+for trial in range(8):
+    store = fpstore.open(path, k=3, durability=durability)
+    pid = store.pipeline.id
+    def work(kind):
+        try:
+            while True:
+                if kind == "get":
+                    for i in range(100):
+                        store.get(i)
+                elif kind == "query_many":
+                    store.query_many(fps[:3000], pipeline_id=pid)
+                elif kind == "reader":
+                    with store.reader() as r:
+                        for i in range(50):
+                            r.query(fingerprint=int(fps[i]), pipeline_id=pid)
+                elif kind == "pairs":
+                    for _ in store.near_duplicate_pairs(3):
+                        pass
+                elif kind == "add":
+                    store.add(f"a{{threading.get_ident()}}-{{random.random()}}", fingerprint=int(fps[7]), pipeline_id=pid)
+                else:
+                    store.add_many([f"m{{random.random()}}" for _ in range(200)], fingerprints=fps[:200], pipeline_id=pid)
+        except ClosedError:
+            pass
+        except BaseException as exc:
+            other.append(f"{{kind}}: {{type(exc).__name__}}: {{exc}}")
+    threads = [threading.Thread(target=work, args=(kind,)) for kind in ("get", "query_many", "reader", "pairs", "add", "add", "add_many")]
+    for t in threads:
+        t.start()
+    time.sleep(0.02 + random.random() * 0.05)
+    store.close()
+    for t in threads:
+        t.join()
+print("other errors:", other)
+"""
+
+
+@pytest.mark.parametrize("durability", ["full", "interval"])
+def test_closing_the_store_while_other_threads_read_and_write_raises_closed_error_in_them(tmp_path, durability):
+    """Threads reading (gets, query_many, reader blocks, all pairs) and writing (add, add_many)
+    while another thread closes the store: each of them ends with ClosedError, and the process
+    does not crash (closing unmapped the map under reads still decoding views of it). In a
+    process of its own, 8 closes, so that a crash fails this test only."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(
+        [sys.executable, "-c", _CLOSE_RACE.format(root=root), str(tmp_path / "s"), durability], capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, f"exit {out.returncode}: {out.stderr[-2000:]}"
+    assert out.stdout.strip() == "other errors: []", out.stdout
+
+
+def test_close_from_a_thread_that_holds_a_read_is_refused_and_the_store_stays_usable(tmp_path):
+    """close() inside this thread's own reader block would unmap what that reader reads: refused
+    with StorageError; the reader goes on, and the close after the block closes."""
+    store = fpstore.open(tmp_path / "s", k=K)
+    pid = store.pipeline.id
+    store.add("a", fingerprint=5, pipeline_id=pid)
+    with store.reader() as reader:
+        with pytest.raises(StorageError, match="this thread still holds a read"):
+            store.close()
+        assert [m.key for m in reader.query(fingerprint=5, pipeline_id=pid)] == ["a"]
+    store.close()
+    with pytest.raises(ClosedError):
+        store.get("a")
+
+
+def test_close_waits_for_another_threads_reader_block_then_gives_up_leaving_the_store_open(tmp_path, monkeypatch):
+    """A reader block another thread holds open: close() waits for it (a block that ends within
+    the wait lets the close through), and past the wait raises StorageError with the store still
+    open and usable."""
+    monkeypatch.setattr(fpstore.store.storage, "CLOSE_WAIT_S", 0.3)
+    store = fpstore.open(tmp_path / "s", k=K)
+    pid = store.pipeline.id
+    store.add("a", fingerprint=5, pipeline_id=pid)
+    entered, leave = threading.Event(), threading.Event()
+    answers: list[list[str]] = []
+
+    def hold(seconds: float | None) -> None:
+        with store.reader() as reader:
+            entered.set()
+            if seconds is None:
+                leave.wait()
+            else:
+                time.sleep(seconds)
+            answers.append([m.key for m in reader.query(fingerprint=5, pipeline_id=pid)])
+
+    holder = threading.Thread(target=hold, args=(None,), daemon=True)
+    holder.start()
+    entered.wait()
+    try:
+        with pytest.raises(StorageError, match="waited"):
+            store.close()
+        assert store.get("a") is not None  # still open
+    finally:
+        leave.set()
+        holder.join()
+    entered.clear()
+    holder = threading.Thread(target=hold, args=(0.1,))
+    holder.start()
+    entered.wait()
+    store.close()  # waits the 0.1 s for the block
+    holder.join()
+    assert answers == [["a"], ["a"]]
+    with pytest.raises(ClosedError):
+        store.get("a")

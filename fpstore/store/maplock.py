@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 
 __all__ = ["MapLock"]
@@ -70,15 +71,20 @@ class MapLock:
         return any(n for t, n in list(self._shares.items()) if t != me)
 
     @contextlib.contextmanager
-    def alone(self) -> Iterator[None]:
+    def alone(self, timeout: float | None = None) -> Iterator[None]:
+        """The map to this thread alone; ``TimeoutError`` when other threads' shares are still
+        held after ``timeout`` seconds (None: wait as long as they are)."""
         me = threading.get_ident()
         if self._grower == me:  # nested: a store switch that grows the map as it writes
             yield
             return
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self._pending += 1
             try:
                 while self._grower or self._others(me):
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise TimeoutError
                     self._cond.wait(0.05)  # a share given back wakes it; the timeout covers a race with a step back
                 self._grower = me
             except BaseException:

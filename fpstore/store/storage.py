@@ -90,6 +90,9 @@ READER_CHECK_INTERVAL = 30.0  # seconds between periodic reader_check() calls
 #: looks for a growth of the map that waits for that read (:meth:`Storage.take_write_lock`,
 #: :meth:`Storage.hold_for_fork`).
 WRITE_LOCK_POLL_S = 0.005
+#: How long :meth:`Storage.close` waits for the reads other threads hold open (a read in flight
+#: ends in microseconds; a ``store.reader()`` block or a pairs iterator when its thread ends it).
+CLOSE_WAIT_S = 10.0
 
 _open_paths: set[str] = set()
 _open_paths_lock = threading.Lock()
@@ -666,14 +669,30 @@ class Storage:
         ``durability="interval"`` what is staged commits first; a commit that failed is raised
         once the store is closed."""
         failure: FpstoreError | None = None
+        mine = self._env is not None and os.getpid() == self._pid and not self._forked
+        if mine:
+            # Closing unmaps what every read of the store reads through: not under this thread's own.
+            self.check_no_own_read("closing the store")
         stager = getattr(self, "_stager", None)
-        if stager is not None and self._env is not None and os.getpid() == self._pid and not self._forked:
+        if stager is not None and mine:
             try:
                 stager.close(self)
             except FpstoreError as exc:
                 failure = exc
-        if self._env is not None and os.getpid() == self._pid and not self._forked:
-            self._env.close()
+        if mine:
+            assert self._env is not None
+            try:
+                # Other threads' transactions end first (their next ones find the store closed):
+                # a read decoding a view of the map when it is unmapped would crash the process.
+                with self._map.alone(timeout=CLOSE_WAIT_S):
+                    self._env.close()
+                    self._env = None
+            except TimeoutError:
+                raise StorageError(
+                    f"{self.path}: close() waited {CLOSE_WAIT_S:g} s for reads that other threads hold open "
+                    "(store.reader() blocks, near_duplicate_pairs iterators not exhausted or closed); "
+                    "the store stays open: end them, then close it"
+                ) from None
         self._env = None
         for name in ("_lock_fd", "_open_fd"):
             fd = getattr(self, name, None)
@@ -911,11 +930,11 @@ class Storage:
     def begin_write(self, action: str) -> lmdb.Transaction:
         """Begin a write transaction holding a share of the map (write lock held by the caller):
         :meth:`commit_write` or :meth:`aborted` ends it."""
-        env = self.env
         self._maybe_reader_check()
         while True:
             self._map.share()
             try:
+                env = self.env  # once the share is held: a close this share waited for has closed it
                 # Views, as for reads; valid until the next write in the transaction, so callers
                 # decode what they read before writing.
                 txn = env.begin(write=True, buffers=True)

@@ -243,7 +243,12 @@ class Store(Closing):
 
     def close(self) -> None:
         """Close the store (idempotent). Later use raises :class:`~fpstore.errors.ClosedError`.
-        A background merge in progress gives up (the next writer's open clears what it wrote)."""
+        A background merge in progress gives up (the next writer's open clears what it wrote).
+
+        Other threads' reads and writes in progress end first; their next calls raise
+        :class:`~fpstore.errors.ClosedError`. Reads another thread holds open (a :meth:`reader`
+        block, a pairs iterator) are waited for up to 10 s, then :class:`~fpstore.errors.StorageError`
+        is raised and the store stays open; so it is when the calling thread holds one itself."""
         self._merges.close()
         self._storage.close()
 
