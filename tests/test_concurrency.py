@@ -287,6 +287,23 @@ def test_a_child_forked_while_other_threads_read_does_not_hang(tmp_path):
         assert len(store) == total(1)
 
 
+def test_a_grandchild_can_open_the_store_again(tmp_path):
+    """A process forked from a forked child (a pool worker that forks in turn) opens the store
+    again, as its parent could: the copy it inherited was detached once, by its parent."""
+    path = str(tmp_path / "store")
+    store = fpstore.open(path, k=3)
+    try:
+        _feed(store, range(1))
+
+        def grandchild() -> int:
+            with fpstore.open(path, readonly=True) as again:
+                return 0 if len(again) == total(0) else 12
+
+        assert _in_child(lambda: _in_child(grandchild, timeout=30), timeout=60) == 0
+    finally:
+        store.close()
+
+
 def test_writer_close_releases_the_lock_while_a_forked_child_lives(tmp_path):
     """close() frees the writer lock for other processes even while a child forked from the writer is still running."""
     path = str(tmp_path / "store")

@@ -622,7 +622,10 @@ class Storage:
 
     def _detach_after_fork(self) -> None:
         # In a forked child only: close the inherited descriptors of ours without touching the
-        # parent's state.
+        # parent's state. A store its parent detached already (this is a grandchild) was handed
+        # to inherited.py then: its copy of the reader table is private, inherited as such.
+        if self._forked:
+            return
         for name in ("_lock_fd", "_open_fd"):
             fd = getattr(self, name, None)
             if fd is not None:
