@@ -188,7 +188,9 @@ def _rewrite(store, keys, rounds: int = 30) -> None:
     before freed, unless a read still holds it."""
     rng = np.random.default_rng(7)
     for r in range(rounds):
-        store.add_many([f"new{r}-{i}" for i in range(2000)], fingerprints=rng.integers(0, 2**63, 2000, dtype=np.uint64), pipeline_id=store.pipeline.id)
+        store.add_many(
+            [f"new{r}-{i}" for i in range(2000)], fingerprints=rng.integers(0, 2**63, 2000, dtype=np.uint64), pipeline_id=store.pipeline.id
+        )
         store.delete(keys[r])
 
 
@@ -302,6 +304,63 @@ def test_a_grandchild_can_open_the_store_again(tmp_path):
         assert _in_child(lambda: _in_child(grandchild, timeout=30), timeout=60) == 0
     finally:
         store.close()
+
+
+def test_a_forked_child_cannot_use_the_reads_it_inherited(tmp_path):
+    """A reader block and a pairs iterator open in the parent at the fork raise ClosedError in the
+    child (their snapshot is the parent's, which the child does not protect), and the child holds
+    none of the store's files or map."""
+    path = str(tmp_path / "store")
+    rng = np.random.default_rng(4)
+    fps = rng.integers(0, 2**63, 4000, dtype=np.uint64)
+    fps[1::2] = fps[0::2] ^ np.uint64(1)
+    with fpstore.open(path, k=3) as store:
+        store.add_many([f"k{i}" for i in range(4000)], fingerprints=fps, pipeline_id=store.pipeline.id)
+        pairs = store.iter_near_duplicate_pairs(batch_size=100)
+        next(pairs)
+        with store.reader() as reader:
+
+            def child() -> int:
+                for use in (lambda: reader.get("k0"), lambda: next(pairs)):
+                    try:
+                        use()
+                        return 10
+                    except ClosedError:
+                        pass
+                data = os.path.realpath(os.path.join(path, "data.mdb"))
+                with open("/proc/self/maps") as maps:
+                    if data in maps.read():
+                        return 11
+                fds = [os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")]
+                return 12 if data in fds else 0
+
+            assert _in_child(child, timeout=60) == 0
+            assert reader.get("k0") is not None
+        assert sum(len(a) for a, _, _ in pairs) == 2000 - 100
+
+
+def test_a_forked_child_leaves_the_parents_reads_protected_after_the_store_moved(tmp_path):
+    """The same protection when the store's directory was renamed while open: the child finds the
+    lock file's mapping by the file it is, not by its path."""
+    path, moved = str(tmp_path / "store"), str(tmp_path / "moved")
+    rng = np.random.default_rng(3)
+    keys, fps = [f"k{i}" for i in range(5000)], rng.integers(0, 2**63, 5000, dtype=np.uint64)
+    with fpstore.open(path, k=3) as store:
+        store.add_many(keys, fingerprints=fps, pipeline_id=store.pipeline.id)
+        os.rename(path, moved)
+        try:
+            with store.reader() as reader:
+                before = _reads(reader, keys, fps, store.pipeline.id)
+
+                def child() -> int:  # its copy closed: the lock file's mapping was found and made its own
+                    with open("/proc/self/maps") as maps:
+                        return 11 if os.path.join(moved, "data.mdb") in maps.read() else 0
+
+                assert _in_child(child, timeout=60) == 0
+                _rewrite(store, keys)
+                assert _reads(reader, keys, fps, store.pipeline.id) == before, "the parent's read saw another state after the fork"
+        finally:
+            os.rename(moved, path)
 
 
 def test_writer_close_releases_the_lock_while_a_forked_child_lives(tmp_path):

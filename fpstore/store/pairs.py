@@ -120,7 +120,15 @@ def iter_pairs(
             )
     elif memory_budget is not None:
         _positive(memory_budget, "memory_budget")
-    return _iterate(storage, cat, kq, size, progress, streamed, window_entries, threads, theta)
+    return _in_this_process(storage, _iterate(storage, cat, kq, size, progress, streamed, window_entries, threads, theta))
+
+
+def _in_this_process(storage: Storage, batches: Iterator[Pairs]) -> Iterator[Pairs]:
+    """``batches``, each taken only in the process that opened the store: the stream reads views
+    of its snapshot, which a forked child (whose copy of the store is closed) does not have."""
+    for batch in batches:
+        yield batch
+        _ = storage.env  # ClosedError in a forked child
 
 
 def _verified(cat: Catalog, txn: lmdb.Transaction, batches: Iterable[Pairs], threshold: float | None) -> Iterator[Pairs]:
