@@ -32,6 +32,7 @@ here touches LMDB, and every decoder of stored bytes checks lengths first
 from __future__ import annotations
 
 import math
+import os
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
@@ -496,6 +497,7 @@ def _in_order(
         return
     pool = executor(nthreads)
     queue: deque[tuple[int, Future[list[Pairs | Expansion]]]] = deque()
+    started_in = os.getpid()
     try:
         for item in tasks:
             queue.append((item[0], pool.submit(work, item)))
@@ -511,6 +513,9 @@ def _in_order(
     finally:
         for _, fut in queue:
             fut.cancel()
-        for _, fut in queue:
-            if not fut.cancelled():
-                fut.exception()  # wait: a worker must not outlive the views it reads
+        # A forked child finishing a stream its parent began (a generator collected there) has
+        # none of the workers: waiting for their futures would wait for ever.
+        if os.getpid() == started_in:
+            for _, fut in queue:
+                if not fut.cancelled():
+                    fut.exception()  # wait: a worker must not outlive the views it reads
