@@ -659,3 +659,45 @@ def test_a_large_group_wakes_its_awaits_a_few_per_turn_of_the_loop(tmp_path, wri
     woken = asyncio.run(run())
     assert sum(woken.values()) == n
     assert max(woken.values()) <= fpstore.aio.DELIVER_PER_TURN, sorted(woken.values())[-5:]
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_close_under_load_commits_every_add_it_does_not_refuse(tmp_path, writer):
+    """Closing while 30 tasks add in a loop: each add either returns (and its document is in the
+    store) or raises ClosedError; none fails otherwise. With writer="process" the adds of the
+    frame sent just before the close were dropped with the close frame when the pipe's end came
+    in the same read ("this store is closed"), never committed."""
+    path = tmp_path / "s"
+    outcomes: list[str] = []
+
+    async def run() -> None:
+        async with fpstore.aio.open(path, k=3, writer=writer) as store:
+            pid = store.store.pipeline.id
+
+            async def adder(i: int) -> None:
+                for n in range(10**6):
+                    try:
+                        await store.add(f"t{i}-{n}", fingerprint=(i * 1000003 + n) * 0x9E3779B97F4A7C15 % 2**64, pipeline_id=pid)
+                        outcomes.append("ok")
+                    except ClosedError:
+                        outcomes.append("closed")
+                        return
+                    except Exception as exc:  # noqa: BLE001 - the test reports it
+                        outcomes.append(f"{type(exc).__name__}: {exc}")
+                        return
+
+            tasks = [asyncio.create_task(adder(i)) for i in range(30)]
+            await asyncio.sleep(0.5)
+            await store.close()
+            await asyncio.gather(*tasks)
+
+    for _ in range(3):
+        outcomes.clear()
+        if path.exists():
+            import shutil
+
+            shutil.rmtree(path)
+        asyncio.run(run())
+        assert set(outcomes) <= {"ok", "closed"}, sorted(set(outcomes) - {"ok", "closed"})[:3]
+        with fpstore.open(path, readonly=True) as store:
+            assert len(store) == outcomes.count("ok")

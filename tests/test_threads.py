@@ -555,3 +555,132 @@ def test_close_waits_for_another_threads_reader_block_then_gives_up_leaving_the_
     assert answers == [["a"], ["a"]]
     with pytest.raises(ClosedError):
         store.get("a")
+
+
+_CLOSE_BESIDE_A_MERGE = """
+import os, sys, threading, time
+sys.path.insert(0, {root!r})
+import fpstore
+from fpstore.errors import StorageError
+fpstore.store.storage.CLOSE_WAIT_S = 0.5
+where = sys.argv[2]
+# A small map and small flushes: the fourth flush makes a merge due, whose room in the map needs
+# a growth, which waits for the read held below.
+store = fpstore.open(sys.argv[1], k=3, flush_entries=16, map_size=1 << 20)
+pid = store.pipeline.id
+def add(first, count):
+    for n in range(first, first + count):
+        store.add(f"k{{n}}", fingerprint=(n * 0x9E3779B97F4A7C15) & (2**64 - 1), pipeline_id=pid)
+add(0, 48)
+held, leave = threading.Event(), threading.Event()
+def hold():
+    with store.reader():
+        held.set()
+        leave.wait()
+holder = threading.Thread(target=hold, daemon=True)
+if where == "own":
+    reading = store.reader()
+    reading.__enter__()
+else:
+    holder.start()
+    held.wait()
+add(48, 16)
+time.sleep(0.5)
+try:
+    store.close()
+    print("closed")
+except StorageError as exc:
+    print("refused" if "holds a read" in str(exc) or "waited" in str(exc) else f"other: {{exc}}")
+if where == "own":
+    reading.__exit__(None, None, None)
+else:
+    leave.set()
+    holder.join()
+add(64, 16 * 8)  # merges still run after the refused close
+time.sleep(1.0)
+print("runs", len(store.info()["runs"]))
+store.close()
+print("closed")
+"""
+
+
+@pytest.mark.parametrize("where", ["own", "other"])
+def test_close_beside_a_merge_that_waits_for_a_read_is_refused_not_stuck_and_merges_go_on(tmp_path, where):
+    """close() while the background merge waits to grow the map for a read, held by the closing
+    thread itself or by another thread: refused with StorageError (it waited for the merge for
+    ever before), and the store's merges go on afterwards; once the read ends, close closes. In a
+    process of its own, with a timeout, so that a hang fails this test only."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(
+        [sys.executable, "-c", _CLOSE_BESIDE_A_MERGE.format(root=root), str(tmp_path / "s"), where],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.split()
+    assert lines[0] == "refused" and lines[-1] == "closed", out.stdout
+    assert int(lines[lines.index("runs") + 1]) <= 4, f"runs piled up: merges stopped after the refused close: {out.stdout}"
+
+
+def test_a_timed_out_close_in_interval_mode_leaves_adds_working(tmp_path, monkeypatch):
+    """With durability="interval", a close that times out on another thread's reader block leaves
+    the store open for writes too (its stager ended with the close attempt, and starts again)."""
+    monkeypatch.setattr(fpstore.store.storage, "CLOSE_WAIT_S", 0.2)
+    store = fpstore.open(tmp_path / "s", k=K, durability="interval")
+    pid = store.pipeline.id
+    store.add("a", fingerprint=1, pipeline_id=pid)
+    entered, leave = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with store.reader():
+            entered.set()
+            leave.wait()
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    entered.wait()
+    try:
+        with pytest.raises(StorageError, match="waited"):
+            store.close()
+        result = store.add("b", fingerprint=3, pipeline_id=pid)
+        assert [m.key for m in result.near_duplicates] == ["a"]
+        store.sync()
+    finally:
+        leave.set()
+        holder.join()
+    store.close()
+    with fpstore.open(tmp_path / "s", readonly=True) as again:
+        assert len(again) == 2
+
+
+def test_a_pairs_iterator_collected_in_another_thread_gives_its_read_back(tmp_path):
+    """A pairs iterator advanced in one thread and dropped in another (handed over, or collected
+    there by the cyclic collector) ends its read: the store closes at once (its share stayed taken
+    for ever before, and close waited and refused)."""
+    import gc
+
+    store = fpstore.open(tmp_path / "s", k=K)
+    rng = np.random.default_rng(0)
+    fps = rng.integers(0, 2**63, 2000, dtype=np.uint64)
+    fps[1::2] = fps[0::2] ^ np.uint64(3)
+    store.add_many([f"k{i}" for i in range(2000)], fingerprints=fps, pipeline_id=store.pipeline.id)
+    box = []
+
+    def advance() -> None:
+        pairs = store.iter_near_duplicate_pairs(batch_size=10)
+        next(pairs)
+        box.append(pairs)
+
+    worker = threading.Thread(target=advance)
+    worker.start()
+    worker.join()
+    box.clear()
+    gc.collect()
+    started = time.monotonic()
+    store.close()
+    assert time.monotonic() - started < 5

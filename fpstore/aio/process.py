@@ -203,8 +203,11 @@ def _serve(store: Any, frames: _Frames, send: Callable[[Any], None]) -> None:
     while not closing:
         items = frames.take()
         # Whatever else has arrived joins this round: the adds among it share group commits.
-        while (more := frames.take(0)) is not None:
-            items += more
+        try:
+            while (more := frames.take(0)) is not None:
+                items += more
+        except EOFError:
+            closing = True  # the loop's end closed the pipe after what it sent: that is run first
         if items and items[-1] == _CLOSE:
             items.pop()
             closing = True

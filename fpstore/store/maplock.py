@@ -48,8 +48,10 @@ class MapLock:
                     self._cond.wait()
                 self._shares[me] = 1
 
-    def unshare(self) -> None:
-        me = threading.get_ident()
+    def unshare(self, owner: int | None = None) -> None:
+        """Give back a share taken by this thread, or by thread ``owner`` (a read that thread
+        began, ended here: an iterator collected by another thread's garbage collection)."""
+        me = threading.get_ident() if owner is None else owner
         left = self._shares[me] - 1
         if left:
             self._shares[me] = left

@@ -603,14 +603,31 @@ class Merger:
             if store is not None:
                 store._cat.lsm.merge_due = True  # a merge that gave up runs after the next write
 
-    def close(self) -> None:
-        """Stop the thread (a merge in progress gives up after its current step)."""
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop the thread (a merge in progress gives up after its current step); False, with
+        the merger running on as before, when it has not stopped within ``timeout`` seconds (a
+        growth of the map it waits for waits for reads other threads hold)."""
         with self._starting:
             self._stop = True
         self._wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join()
+            thread.join(timeout)
+            if thread.is_alive():
+                with self._starting:
+                    self._stop = False
+                return False
+        return True
+
+    def resume(self) -> None:
+        """Undo :meth:`close` for a store whose close did not go through: merges run again."""
+        with self._starting:
+            self._stop = False
+            if self._thread is not None and not self._thread.is_alive():
+                self._thread = None
+        store = self._store()
+        if store is not None:
+            store._cat.lsm.merge_due = True
 
 
 def _merge_thread(ref: weakref.ref[Merger], wake: threading.Event) -> None:

@@ -278,6 +278,14 @@ class Stager:
             failure, self._failure = self._failure, None  # said once, by close
             raise failure
 
+    def resume(self) -> None:
+        """Undo :meth:`close` for a store whose close did not go through (its thread has ended:
+        the next write starts another)."""
+        with self._cond:
+            if self._thread is not None and not self._thread.is_alive():
+                self._thread = None
+            self._closing = False
+
     def _submit(self, job: _Job, give_up: Callable[[], bool] | None = None) -> Any:
         with self._cond:
             if self._failure is not None:

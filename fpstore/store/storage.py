@@ -693,6 +693,8 @@ class Storage:
                     self._env.close()
                     self._env = None
             except TimeoutError:
+                if stager is not None:
+                    stager.resume()
                 raise StorageError(
                     f"{self.path}: close() waited {CLOSE_WAIT_S:g} s for reads that other threads hold open "
                     "(store.reader() blocks, near_duplicate_pairs iterators not exhausted or closed); "
@@ -709,6 +711,10 @@ class Storage:
             _open_paths.discard(getattr(self, "_real", ""))
         if failure is not None:
             raise failure
+
+    def is_open(self) -> bool:
+        """Whether the environment is open (in this process)."""
+        return self._env is not None and os.getpid() == self._pid and not self._forked
 
     def reader_check(self) -> int:
         """Clear reader slots of dead processes; returns how many were cleared."""
@@ -1045,19 +1051,22 @@ class _Reading:
     A class rather than a generator context manager: single queries enter one per call, and the
     generator machinery cost more than the rest of the bookkeeping."""
 
-    __slots__ = ("_storage", "_buffers", "_txn")
+    __slots__ = ("_storage", "_buffers", "_txn", "_owner")
 
     def __init__(self, storage: Storage, buffers: bool) -> None:
         self._storage, self._buffers = storage, buffers
 
     def __enter__(self) -> lmdb.Transaction:
         self._txn = self._storage._begin_read(self._buffers)
+        self._owner = threading.get_ident()
         return self._txn
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         try:
             self._txn.abort()
         finally:
-            self._storage._map.unshare()
+            # The share of the thread that began the read: a pairs iterator may end in another
+            # thread (collected there), and its share would otherwise stay taken for ever.
+            self._storage._map.unshare(self._owner)
         if exc is not None and isinstance(exc, lmdb.Error):
             raise translate(exc, "reading") from exc

@@ -21,7 +21,7 @@ from typing import Any, cast
 import numpy as np
 
 from fpstore.closing import Closing
-from fpstore.errors import CorruptionError, DesignError, InputError, NotAStoreError
+from fpstore.errors import CorruptionError, DesignError, InputError, NotAStoreError, StorageError
 from fpstore.fingerprint.image import DEFAULT_IMAGE_K, ImageInput, ImagePipeline
 from fpstore.fingerprint.kinds import AnyPipeline, content_of, is_image
 from fpstore.fingerprint.pipeline import DEFAULT_K, Fingerprints, Pipeline
@@ -30,6 +30,7 @@ from fpstore.hamming import RawFingerprints
 from fpstore.index.arrays import int_in
 from fpstore.index.design import DEFAULT_EXPECTED_SIZE, Design, design_for
 from fpstore.store import inspect, pairs
+from fpstore.store import storage as storage_module
 from fpstore.store.catalog import Catalog
 from fpstore.store.explain import Explanation, explain
 from fpstore.store.group import GroupCommit
@@ -247,10 +248,24 @@ class Store(Closing):
 
         Other threads' reads and writes in progress end first; their next calls raise
         :class:`~fpstore.errors.ClosedError`. Reads another thread holds open (a :meth:`reader`
-        block, a pairs iterator) are waited for up to 10 s, then :class:`~fpstore.errors.StorageError`
-        is raised and the store stays open; so it is when the calling thread holds one itself."""
-        self._merges.close()
-        self._storage.close()
+        block, a pairs iterator, directly or through the background merge waiting for them) are
+        waited for up to 10 s, then :class:`~fpstore.errors.StorageError` is raised and the store
+        stays open, as it was; so it is at once when the calling thread holds one itself."""
+        # Refused before anything stops, so that a refused close leaves the store as it was.
+        self._storage.check_no_own_read("closing the store")
+        wait = storage_module.CLOSE_WAIT_S
+        if not self._merges.close(timeout=wait):
+            raise StorageError(
+                f"{self.path}: close() waited {wait:g} s for the background merge, which waits for reads that "
+                "other threads hold open (store.reader() blocks, near_duplicate_pairs iterators not exhausted or "
+                "closed); the store stays open: end them, then close it"
+            )
+        try:
+            self._storage.close()
+        except StorageError:
+            if self._storage.is_open():
+                self._merges.resume()
+            raise
 
     def __repr__(self) -> str:
         return f"<fpstore.Store {self.path!r} design={self.design.name} k={self.k} pipeline={self.pipeline.id}>"
