@@ -363,6 +363,40 @@ def test_a_forked_child_leaves_the_parents_reads_protected_after_the_store_moved
             os.rename(moved, path)
 
 
+@pytest.mark.parametrize("durability", ["full", "process"])
+def test_a_child_forked_while_another_thread_adds_can_open_the_store_again(tmp_path, durability):
+    """A fork waits for the write transaction in progress (a group of adds), so that the child's
+    copy of the store has none open and closes: every child forked while another thread adds in a
+    loop opens the store again (each was refused, as forked while busy, before)."""
+    path = str(tmp_path / "store")
+    with fpstore.open(path, k=3, durability=durability) as store:
+        _feed(store, range(1))
+        stop = threading.Event()
+
+        def add() -> None:
+            n = 0
+            while not stop.is_set():
+                store.add(f"w{n}", fingerprint=(n * 0x9E3779B97F4A7C15) % 2**64, pipeline_id=store.pipeline.id)
+                n += 1
+
+        writer = threading.Thread(target=add)
+        writer.start()
+        try:
+
+            def reopen() -> int:
+                try:
+                    with fpstore.open(path, readonly=True) as again:
+                        return 0 if len(again) >= total(0) else 12
+                except StorageError:
+                    return 11
+
+            codes = [_in_child(reopen, timeout=30) for _ in range(10)]
+        finally:
+            stop.set()
+            writer.join()
+        assert codes == [0] * 10, f"children refused (11), failed or hung (None): {codes}"
+
+
 def test_writer_close_releases_the_lock_while_a_forked_child_lives(tmp_path):
     """close() frees the writer lock for other processes even while a child forked from the writer is still running."""
     path = str(tmp_path / "store")

@@ -450,12 +450,18 @@ _mergers: weakref.WeakSet[Merger] = weakref.WeakSet()
 def _before_fork() -> None:
     # A child forked while a merge is inside LMDB inherits its locks held by a thread the child
     # does not have, and hangs when it closes the inherited environment: fork between merges.
+    # Then between write transactions too (here, after the merges: a merge step may need the
+    # write lock): a write transaction open at the fork keeps the child from closing its copy of
+    # the store, and so from opening the store again (inherited.py).
     for merger in list(_mergers):
         merger._hold()
+    for merger in list(_mergers):
+        merger._hold_writes()
 
 
 def _after_fork() -> None:
     for merger in list(_mergers):
+        merger._release_writes()
         merger._release()
 
 
@@ -484,6 +490,7 @@ class Merger:
         self.error: FpstoreError | None = None
         self.merged = 0
         self._held = False
+        self._writes_held = False
         _mergers.add(self)
         weakref.finalize(self, self._wake.set)  # collected: the thread wakes and ends
 
@@ -593,6 +600,18 @@ class Merger:
         self._held = self._storage.hold_for_fork(self._job)
         if not self._held:
             self._pausing = False
+
+    def _hold_writes(self) -> None:
+        """Hold the store's write lock across a fork, outside ``durability="interval"`` (whose
+        stager commits and holds it itself): see :meth:`Storage.hold_for_fork`."""
+        storage = self._storage
+        if storage.is_open() and not storage.stages_writes:
+            self._writes_held = storage.hold_for_fork(storage.write_lock)
+
+    def _release_writes(self) -> None:
+        if self._writes_held:
+            self._writes_held = False
+            self._storage.write_lock.release()
 
     def _release(self) -> None:
         if self._held:

@@ -712,6 +712,11 @@ class Storage:
         if failure is not None:
             raise failure
 
+    @property
+    def stages_writes(self) -> bool:
+        """Whether a stager owns the write transactions (``durability="interval"``)."""
+        return self._stager is not None
+
     def is_open(self) -> bool:
         """Whether the environment is open (in this process)."""
         return self._env is not None and os.getpid() == self._pid and not self._forked
