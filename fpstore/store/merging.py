@@ -605,7 +605,7 @@ class Merger:
         """Hold the store's write lock across a fork, outside ``durability="interval"`` (whose
         stager commits and holds it itself): see :meth:`Storage.hold_for_fork`."""
         storage = self._storage
-        if storage.is_open() and not storage.stages_writes:
+        if storage.is_open() and storage.stager is None:
             self._writes_held = storage.hold_for_fork(storage.write_lock)
 
     def _release_writes(self) -> None:

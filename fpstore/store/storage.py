@@ -645,7 +645,8 @@ class Storage:
         nothing behind for a later open to trip over. Only the store's own files are removed, and
         the directories this open made if they are then empty."""
         found = self._found
-        if self._env is not None and os.getpid() == self._pid and not self._forked:
+        if self.is_open():
+            assert self._env is not None
             self._env.close()
         self._env = None
         if found is not None and os.getpid() == self._pid:
@@ -674,7 +675,7 @@ class Storage:
         ``durability="interval"`` what is staged commits first; a commit that failed is raised
         once the store is closed."""
         failure: FpstoreError | None = None
-        mine = self._env is not None and os.getpid() == self._pid and not self._forked
+        mine = self.is_open()
         if mine:
             # Closing unmaps what every read of the store reads through: not under this thread's own.
             self.check_no_own_read("closing the store")
@@ -695,11 +696,7 @@ class Storage:
             except TimeoutError:
                 if stager is not None:
                     stager.resume()
-                raise StorageError(
-                    f"{self.path}: close() waited {CLOSE_WAIT_S:g} s for reads that other threads hold open "
-                    "(store.reader() blocks, near_duplicate_pairs iterators not exhausted or closed); "
-                    "the store stays open: end them, then close it"
-                ) from None
+                raise close_refused(self.path, "reads") from None
         self._env = None
         for name in ("_lock_fd", "_open_fd"):
             fd = getattr(self, name, None)
@@ -711,11 +708,6 @@ class Storage:
             _open_paths.discard(getattr(self, "_real", ""))
         if failure is not None:
             raise failure
-
-    @property
-    def stages_writes(self) -> bool:
-        """Whether a stager owns the write transactions (``durability="interval"``)."""
-        return self._stager is not None
 
     def is_open(self) -> bool:
         """Whether the environment is open (in this process)."""
@@ -1048,6 +1040,15 @@ class Storage:
         finally:
             self._map.unshare()
         return info
+
+
+def close_refused(path: str, waited_for: str) -> StorageError:
+    """The error of a close that waited :data:`CLOSE_WAIT_S` for ``waited_for`` in vain."""
+    return StorageError(
+        f"{path}: close() waited {CLOSE_WAIT_S:g} s for {waited_for} that other threads hold open "
+        "(store.reader() blocks, near_duplicate_pairs iterators not exhausted or closed); "
+        "the store stays open: end them, then close it"
+    )
 
 
 class _Reading:

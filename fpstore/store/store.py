@@ -253,13 +253,8 @@ class Store(Closing):
         stays open, as it was; so it is at once when the calling thread holds one itself."""
         # Refused before anything stops, so that a refused close leaves the store as it was.
         self._storage.check_no_own_read("closing the store")
-        wait = storage_module.CLOSE_WAIT_S
-        if not self._merges.close(timeout=wait):
-            raise StorageError(
-                f"{self.path}: close() waited {wait:g} s for the background merge, which waits for reads that "
-                "other threads hold open (store.reader() blocks, near_duplicate_pairs iterators not exhausted or "
-                "closed); the store stays open: end them, then close it"
-            )
+        if not self._merges.close(timeout=storage_module.CLOSE_WAIT_S):
+            raise storage_module.close_refused(self.path, "the background merge, which waits for reads")
         try:
             self._storage.close()
         except StorageError:
