@@ -8,6 +8,7 @@ names) and nothing here tunes fpstore.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import json
@@ -18,7 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,24 @@ def pin_cpus(n: int | None) -> int:
     if n:
         os.sched_setaffinity(0, set(cpus[-n:]))
     return len(os.sched_getaffinity(0))
+
+
+@contextlib.contextmanager
+def on_one_cpu() -> Iterator[int]:
+    """Run every thread of this process (those there now, and those they start) on one CPU, the
+    last of its affinity mask, for the ``with`` block; each thread's own mask comes back after.
+    Linux only: a thread's id is a process id to ``sched_setaffinity``."""
+    tids = [int(t) for t in os.listdir("/proc/self/task")]
+    saved = {tid: os.sched_getaffinity(tid) for tid in tids}
+    cpu = max(os.sched_getaffinity(0))
+    for tid in tids:
+        os.sched_setaffinity(tid, {cpu})
+    try:
+        yield cpu
+    finally:
+        for tid in [int(t) for t in os.listdir("/proc/self/task")]:
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                os.sched_setaffinity(tid, saved.get(tid, saved[os.getpid()]))
 
 
 def status_kib(field: str) -> int:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import gc
 import itertools
@@ -195,20 +196,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         kinds.append(("asyncio-process", functools.partial(aio_window, writer="process")))
                         if args.gc_freeze:
                             kinds.append(("asyncio-process-frozen", functools.partial(aio_window, writer="process", freeze=True)))
+                    if args.one_cpu:
+                        kinds += [("threads-1cpu", thread_window), ("asyncio-1cpu", aio_window)]
                     for kind, window in kinds:
                         # Every window starts from a copy of the bulk-loaded store: a store that grew
                         # through the windows before would slow the later kinds.
                         shutil.rmtree(path, ignore_errors=True)
                         shutil.copytree(base, path)
-                        r = window(path, durability, c, rnd, pool, args.warmup, args.seconds)
+                        with bc.on_one_cpu() if kind.endswith("-1cpu") else contextlib.nullcontext():
+                            r = window(path, durability, c, rnd, pool, args.warmup, args.seconds)
                         rows.setdefault(f"{kind}|{durability}|{c}", []).append(r)
-                        extra = f", loop lag max {r['lag_max_ms']:.2f} ms (p99 {r['lag_p99_ms']:.2f})" if kind != "threads" else ""
+                        extra = f", loop lag max {r['lag_max_ms']:.2f} ms (p99 {r['lag_p99_ms']:.2f})" if "lag_max_ms" in r else ""
                         print(f"  round {rnd} {durability} C={c} {kind}: {r['rate']:,.0f} adds/s, p99 {r['p99_ms']:.1f} ms, group {r['group']:.1f}{extra}", flush=True)
             r = lag_control(args.warmup, args.seconds)
             rows.setdefault("control", []).append(r)
             print(f"  round {rnd} control (no fpstore, one busy process beside): loop lag max {r['lag_max_ms']:.2f} ms (p99 {r['lag_p99_ms']:.2f})", flush=True)
         print(f"end: {bc.uptime()}", flush=True)
-    out = {"n": n, "durability": args.durability, "callers": args.callers, "rounds": args.rounds, "gc_freeze": args.gc_freeze, "writers": args.writers, "rows": {}}
+    out = {"n": n, "durability": args.durability, "callers": args.callers, "rounds": args.rounds, "gc_freeze": args.gc_freeze, "one_cpu": args.one_cpu, "writers": args.writers, "rows": {}}
     for name, rs in rows.items():
         out["rows"][name] = {key: statistics.median(r[key] for r in rs) for key in rs[0]}
     return out
@@ -239,6 +243,19 @@ def render(res: dict[str, Any]) -> str:
                     f"{a['rate']:,.0f} ({a['p99_ms']:.1f}, {a['group']:.1f}); **{a['rate'] / t['rate']:.2f}**; {a['lag_max_ms']:.1f} / {a['lag_p99_ms']:.1f}"
                 )
             lines.append("| " + " | ".join(cells) + " |")
+    if res.get("one_cpu"):
+        lines += [
+            "\nEvery thread of the process on one CPU (`--one-cpu`) against the windows above, same run: adds/s (p99 ms)\n",
+            "| durability | callers | threads | threads, one CPU | ratio | asyncio, writer thread | the same, one CPU | ratio |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|",
+        ]
+        for durability in res["durability"]:
+            for c in res["callers"]:
+                cells = [durability, str(c)]
+                for kind in ("threads", "asyncio"):
+                    free, one = rows[f"{kind}|{durability}|{c}"], rows[f"{kind}-1cpu|{durability}|{c}"]
+                    cells += [f"{free['rate']:,.0f} ({free['p99_ms']:.1f})", f"{one['rate']:,.0f} ({one['p99_ms']:.1f})", f"{one['rate'] / free['rate']:.2f}"]
+                lines.append("| " + " | ".join(cells) + " |")
     if "control" in rows:
         ctl = rows["control"]
         lines.append(
@@ -246,7 +263,7 @@ def render(res: dict[str, Any]) -> str:
         )
     if "full" in res["durability"]:
         for c in res["callers"]:
-            for kind in ["threads"] + kinds:
+            for kind in ["threads"] + kinds + (["threads-1cpu", "asyncio-1cpu"] if res.get("one_cpu") else []):
                 full = rows[f"{kind}|full|{c}"]["rate"]
                 ratios = ", ".join(f'"{d}" {rows[f"{kind}|{d}|{c}"]["rate"] / full:.2f}' for d in res["durability"] if d != "full")
                 lines.append(f"\n{kind}, {c} callers, ÷ \"full\": {ratios}")
@@ -266,6 +283,11 @@ def main() -> None:
     ap.add_argument("--json", help="write every figure to this file")
     ap.add_argument("--gc-freeze", action="store_true", help="also each asyncio window with gc.freeze() once the store is open")
     ap.add_argument("--durability", nargs="*", choices=list(fpstore.store.storage.DURABILITY), default=list(fpstore.store.storage.DURABILITY), help="durability modes (default all)")
+    ap.add_argument(
+        "--one-cpu",
+        action="store_true",
+        help="also the threads' and the writer thread's windows with every thread of the process on one CPU",
+    )
     ap.add_argument("--writers", nargs="*", choices=["thread", "process"], default=["thread", "process"], help="fpstore.aio writers to run (default both)")
     args = ap.parse_args()
     if args.quick:
