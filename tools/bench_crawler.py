@@ -40,6 +40,7 @@ is deleted at the end. Not collected by pytest; tunes nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import itertools
 import os
@@ -442,6 +443,7 @@ def main() -> None:
     ap.add_argument("--tmp", default=bc.DEFAULT_TMP)
     ap.add_argument("--json", help="write every figure to this file")
     ap.add_argument("--report", metavar="JSON", help="only print the table of a saved --json file")
+    ap.add_argument("--one-cpu", action="store_true", help="every thread of the process on one CPU (the last of its mask)")
     args = ap.parse_args()
     if args.report:
         saved = bc.load_saved(args.report)
@@ -452,10 +454,11 @@ def main() -> None:
     code = bc.code_version()
     start = bc.uptime()
     t0 = time.perf_counter()
-    res = run(args)
+    with bc.on_one_cpu() if args.one_cpu else contextlib.nullcontext():
+        res = run(args)
     end = bc.uptime()
     print(f"<!-- {' '.join(sys.argv)} -->")
-    print(f"fpstore {code}; {os.cpu_count()} CPU(s).\n")
+    print(f"fpstore {code}; {os.cpu_count()} CPU(s){', every thread of the run on one' if args.one_cpu else ''}.\n")
     print(f"Load before: `{start}`; after: `{end}`; {time.perf_counter() - t0:.0f} s in all.\n")
     print(render(res))
     bc.write_json(
@@ -465,6 +468,7 @@ def main() -> None:
             "machine": bc.machine(),
             "code": code,
             "cpus": os.cpu_count(),
+            "one_cpu": args.one_cpu,
             "load_before": start,
             "load_after": end,
             "result": res,
