@@ -16,6 +16,7 @@ import pytest
 
 import fpstore
 from fpstore.errors import ClosedError, FpstoreError, ReadOnlyError, StorageError
+from fpstore.store import inherited
 from tests.support.oracle import FEED, CheckFailed, batch, check_snapshot, snapshot, total
 from tests.support.processes import Child
 
@@ -337,6 +338,38 @@ def test_a_forked_child_cannot_use_the_reads_it_inherited(tmp_path):
             assert _in_child(child, timeout=60) == 0
             assert reader.get("k0") is not None
         assert sum(len(a) for a, _, _ in pairs) == 2000 - 100
+
+
+def test_a_child_that_cannot_make_the_reader_table_its_own_keeps_its_copy_and_refuses_to_open(tmp_path, monkeypatch):
+    """Where the child's copy of the lock file's reader table cannot be made private (no
+    /proc/self/maps, a platform other than Linux, a mapping that cannot be replaced), the child
+    does not close the copy it inherited, which would free the parent's reader slots: the
+    parent's read held across the fork keeps its snapshot, the inherited store is closed to the
+    child, and the child's own open of the store is refused, naming the start methods that work."""
+    monkeypatch.setattr(inherited, "_own_reader_table", lambda lock, lock_path: False)
+    path = str(tmp_path / "store")
+    rng = np.random.default_rng(3)
+    keys, fps = [f"k{i}" for i in range(5000)], rng.integers(0, 2**63, 5000, dtype=np.uint64)
+    with fpstore.open(path, k=3) as store:
+        store.add_many(keys, fingerprints=fps, pipeline_id=store.pipeline.id)
+        with store.reader() as reader:
+            before = _reads(reader, keys, fps, store.pipeline.id)
+
+            def child() -> int:
+                try:
+                    store.get(keys[0])
+                    return 10
+                except ClosedError:
+                    pass
+                try:
+                    fpstore.open(path, readonly=True).close()
+                    return 11
+                except StorageError as exc:
+                    return 0 if "forkserver" in str(exc) and "spawn" in str(exc) else 12
+
+            assert _in_child(child, timeout=60) == 0
+            _rewrite(store, keys)
+            assert _reads(reader, keys, fps, store.pipeline.id) == before, "the parent's read saw another state after the fork"
 
 
 def test_a_forked_child_leaves_the_parents_reads_protected_after_the_store_moved(tmp_path):
