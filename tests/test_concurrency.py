@@ -195,29 +195,39 @@ def _rewrite(store, keys, rounds: int = 30) -> None:
         store.delete(keys[r])
 
 
-@pytest.mark.parametrize("child_does", ["exits", "opens the store again"])
-def test_a_forked_child_leaves_the_parents_open_reads_protected(tmp_path, child_does):
-    """A read open in the parent while it forks answers from its own snapshot afterwards, however
-    much the parent writes, whether the child exits at once or opens the store again (closing the
-    copy it inherited must not free the parent's reader slot)."""
-    path = str(tmp_path / "store")
+def _read_held_across_a_fork(path: str, child_of) -> None:
+    """Fill a store at ``path``, fork while a read of it is open, the child running
+    ``child_of(store, keys)`` (its exit status must be 0), then rewrite much of the store: the
+    read must answer from its own snapshot throughout."""
     rng = np.random.default_rng(3)
     keys, fps = [f"k{i}" for i in range(5000)], rng.integers(0, 2**63, 5000, dtype=np.uint64)
     with fpstore.open(path, k=3) as store:
         store.add_many(keys, fingerprints=fps, pipeline_id=store.pipeline.id)
         with store.reader() as reader:
             before = _reads(reader, keys, fps, store.pipeline.id)
-
-            def child() -> int:
-                if child_does == "exits":
-                    return 0
-                with fpstore.open(path, readonly=True) as again:
-                    return 0 if len(again) == len(keys) else 12
-
-            assert _in_child(child, timeout=60) == 0
+            assert _in_child(child_of(store, keys), timeout=60) == 0
             _rewrite(store, keys)
             assert _reads(reader, keys, fps, store.pipeline.id) == before, "the parent's read saw another state after the fork"
         assert store.get(keys[0]) is None and len(store) == len(keys) - 30 + 30 * 2000
+
+
+@pytest.mark.parametrize("child_does", ["exits", "opens the store again"])
+def test_a_forked_child_leaves_the_parents_open_reads_protected(tmp_path, child_does):
+    """A read open in the parent while it forks answers from its own snapshot afterwards, however
+    much the parent writes, whether the child exits at once or opens the store again (closing the
+    copy it inherited must not free the parent's reader slot)."""
+    path = str(tmp_path / "store")
+
+    def child_of(store, keys):
+        def child() -> int:
+            if child_does == "exits":
+                return 0
+            with fpstore.open(path, readonly=True) as again:
+                return 0 if len(again) == len(keys) else 12
+
+        return child
+
+    _read_held_across_a_fork(path, child_of)
 
 
 def test_a_forked_child_that_ends_its_interpreter_leaves_the_parents_open_reads_protected(tmp_path):
@@ -348,28 +358,23 @@ def test_a_child_that_cannot_make_the_reader_table_its_own_keeps_its_copy_and_re
     child, and the child's own open of the store is refused, naming the start methods that work."""
     monkeypatch.setattr(inherited, "_own_reader_table", lambda lock, lock_path: False)
     path = str(tmp_path / "store")
-    rng = np.random.default_rng(3)
-    keys, fps = [f"k{i}" for i in range(5000)], rng.integers(0, 2**63, 5000, dtype=np.uint64)
-    with fpstore.open(path, k=3) as store:
-        store.add_many(keys, fingerprints=fps, pipeline_id=store.pipeline.id)
-        with store.reader() as reader:
-            before = _reads(reader, keys, fps, store.pipeline.id)
 
-            def child() -> int:
-                try:
-                    store.get(keys[0])
-                    return 10
-                except ClosedError:
-                    pass
-                try:
-                    fpstore.open(path, readonly=True).close()
-                    return 11
-                except StorageError as exc:
-                    return 0 if "forkserver" in str(exc) and "spawn" in str(exc) else 12
+    def child_of(store, keys):
+        def child() -> int:
+            try:
+                store.get(keys[0])
+                return 10
+            except ClosedError:
+                pass
+            try:
+                fpstore.open(path, readonly=True).close()
+                return 11
+            except StorageError as exc:
+                return 0 if "forkserver" in str(exc) and "spawn" in str(exc) else 12
 
-            assert _in_child(child, timeout=60) == 0
-            _rewrite(store, keys)
-            assert _reads(reader, keys, fps, store.pipeline.id) == before, "the parent's read saw another state after the fork"
+        return child
+
+    _read_held_across_a_fork(path, child_of)
 
 
 def test_a_forked_child_leaves_the_parents_reads_protected_after_the_store_moved(tmp_path):
