@@ -22,6 +22,9 @@ before it), opened with that durability:
   at import) leave the cyclic collector's generations, whose full collections otherwise traverse
   them, holding the GIL, in whichever thread falls due;
 * the same asyncio window(s) with ``writer="process"`` (``--writers``);
+* with ``--one-cpu``, the threads' window and the asyncio window (writer thread) once more with
+  every thread of the process on one CPU (``_bench_common.on_one_cpu``), before the others in odd
+  rounds and after them in even ones;
 * once per round, a **control**: the same probe on a loop whose task does 0.3 ms of work per turn,
   beside one CPU-bound process, without fpstore: the stalls this machine gives a loop anyway.
 
@@ -197,7 +200,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         if args.gc_freeze:
                             kinds.append(("asyncio-process-frozen", functools.partial(aio_window, writer="process", freeze=True)))
                     if args.one_cpu:
-                        kinds += [("threads-1cpu", thread_window), ("asyncio-1cpu", aio_window)]
+                        # Which goes first alternates by round, as the modes rotate.
+                        pinned = [("threads-1cpu", thread_window), ("asyncio-1cpu", aio_window)]
+                        kinds = kinds + pinned if rnd % 2 == 0 else pinned + kinds
                     for kind, window in kinds:
                         # Every window starts from a copy of the bulk-loaded store: a store that grew
                         # through the windows before would slow the later kinds.
