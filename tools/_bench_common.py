@@ -104,17 +104,19 @@ def on_one_cpu() -> Iterator[int]:
     """Run every thread of this process (those there now, and those they start) on one CPU, the
     last of its affinity mask, for the ``with`` block; each thread's own mask comes back after.
     Linux only: a thread's id is a process id to ``sched_setaffinity``."""
-    tids = [int(t) for t in os.listdir("/proc/self/task")]
-    saved = {tid: os.sched_getaffinity(tid) for tid in tids}
-    cpu = max(os.sched_getaffinity(0))
-    for tid in tids:
-        os.sched_setaffinity(tid, {cpu})
+    main_mask = os.sched_getaffinity(0)
+    cpu = max(main_mask)
+    saved: dict[int, set[int]] = {}
     try:
+        for tid in [int(t) for t in os.listdir("/proc/self/task")]:
+            with contextlib.suppress(OSError):  # a thread that ends meanwhile
+                saved[tid] = os.sched_getaffinity(tid)
+                os.sched_setaffinity(tid, {cpu})
         yield cpu
     finally:
         for tid in [int(t) for t in os.listdir("/proc/self/task")]:
-            with contextlib.suppress(OSError):  # a thread that ended meanwhile
-                os.sched_setaffinity(tid, saved.get(tid, saved[os.getpid()]))
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, saved.get(tid, main_mask))
 
 
 def status_kib(field: str) -> int:
