@@ -3,6 +3,9 @@ growth and flushes, every answer exact; the read cache under concurrent eviction
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -434,6 +437,13 @@ def test_a_fork_from_a_thread_holding_a_read_does_not_wait_for_a_merge_held_up_b
     store.close()
 
 
+def _run_script(script: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``script`` (a template with ``{root}``, this checkout) run by a new interpreter with ``args``:
+    a crash or a hang there fails the calling test only."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([sys.executable, "-c", script.format(root=root), *args], capture_output=True, text=True, timeout=timeout)
+
+
 _CLOSE_RACE = """
 import os, random, sys, threading, time
 import numpy as np
@@ -489,14 +499,7 @@ def test_closing_the_store_while_other_threads_read_and_write_raises_closed_erro
     while another thread closes the store: each of them ends with ClosedError, and the process
     does not crash (closing unmapped the map under reads still decoding views of it). In a
     process of its own, 8 closes, so that a crash fails this test only."""
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run(
-        [sys.executable, "-c", _CLOSE_RACE.format(root=root), str(tmp_path / "s"), durability], capture_output=True, text=True, timeout=600
-    )
+    out = _run_script(_CLOSE_RACE, str(tmp_path / "s"), durability, timeout=600)
     assert out.returncode == 0, f"exit {out.returncode}: {out.stderr[-2000:]}"
     assert out.stdout.strip() == "other errors: []", out.stdout
 
@@ -610,17 +613,7 @@ def test_close_beside_a_merge_that_waits_for_a_read_is_refused_not_stuck_and_mer
     thread itself or by another thread: refused with StorageError (it waited for the merge for
     ever before), and the store's merges go on afterwards; once the read ends, close closes. In a
     process of its own, with a timeout, so that a hang fails this test only."""
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run(
-        [sys.executable, "-c", _CLOSE_BESIDE_A_MERGE.format(root=root), str(tmp_path / "s"), where],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = _run_script(_CLOSE_BESIDE_A_MERGE, str(tmp_path / "s"), where, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.split()
     assert lines[0] == "refused" and lines[-1] == "closed", out.stdout

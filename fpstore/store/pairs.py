@@ -128,7 +128,7 @@ def _in_this_process(storage: Storage, batches: Iterator[Pairs]) -> Iterator[Pai
     of its snapshot, which a forked child (whose copy of the store is closed) does not have."""
     for batch in batches:
         yield batch
-        _ = storage.env  # ClosedError in a forked child
+        storage.check_open()  # ClosedError in a forked child
 
 
 def _verified(cat: Catalog, txn: lmdb.Transaction, batches: Iterable[Pairs], threshold: float | None) -> Iterator[Pairs]:

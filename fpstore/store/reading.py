@@ -101,7 +101,7 @@ class Reader:
     def _open_txn(self) -> Any:
         if self._txn is None:
             raise ClosedError("use a reader inside its with block")
-        _ = self._store._storage.env  # ClosedError once the store is closed, or in a forked child
+        self._store._storage.check_open()
         return self._txn
 
     def query(

@@ -617,8 +617,12 @@ class Storage:
             raise ClosedError(f"the store at {self.path} is closed")
         return self._env
 
+    def check_open(self) -> None:
+        """:class:`ClosedError` once the store is closed, or in a forked child."""
+        _ = self.env
+
     def check_writable(self) -> None:
-        _ = self.env  # raises when closed or forked first: those are the more useful messages
+        self.check_open()  # closed or forked first: those are the more useful messages
         if self.readonly:
             raise ReadOnlyError(f"the store at {self.path} is open read-only")
 
