@@ -39,13 +39,13 @@ import lmdb
 
 from fpstore.errors import StorageError
 
-__all__ = ["CLOSE_WAIT_S", "LOCK_FILE", "detach", "lock_identity", "release"]
+__all__ = ["DETACH_WAIT_S", "LOCK_FILE", "detach", "lock_identity", "release"]
 
 LOCK_FILE = "lock.mdb"
 #: How long a forked child waits for its copy of an environment to close (a close takes well
 #: under a millisecond; one that waits for a call another thread of the parent was making never
 #: ends), and then at most for that close to have marked the inherited transactions unusable.
-CLOSE_WAIT_S = 0.05
+DETACH_WAIT_S = 0.05
 MARK_WAIT_S = 1.0
 
 #: Inherited environments whose close did not finish: referenced (and counted once more) to the
@@ -88,7 +88,7 @@ def detach(env: lmdb.Environment, real_path: str, lock: tuple[int, int] | None, 
         return
     closer = threading.Thread(target=_close, args=(env,), name="fpstore-inherited-close", daemon=True)
     closer.start()
-    closer.join(CLOSE_WAIT_S)
+    closer.join(DETACH_WAIT_S)
     if closer.is_alive():
         _keep(env)
         _refused[real_path] = _FORKED_WHILE_BUSY
