@@ -71,10 +71,24 @@ def probe_runs(runs: Iterable[Run], design: object, fp: int, k: int) -> list[tup
     return _probe_one(runs, [pt for run in runs for pt in run.probe_tables()], runs[0].chunk_reader(), design, fp, k)
 
 
-def fill_restarts(plan: ReadPlan, txn: Any, db: Any) -> None:
+def fill_restarts(plan: ReadPlan, txn: Any, db: Any, memo: dict[bytes, Any] | None = None) -> None:
     """Decode every block of every run table of ``plan`` once (``Store.warm``), so that single
-    probes restart inside blocks (:func:`fpstore.index.runs.fill_restarts`)."""
-    fetch = plan.cache.fetcher(txn, db)
+    probes restart inside blocks (:func:`fpstore.index.runs.fill_restarts`). Every chunk read is
+    kept in ``memo`` (a snapshot's chunk views, :func:`probe_plan`'s), so that the snapshot's
+    queries find it there instead of adding it: a memo filled during timed queries grows a dict
+    and allocates fresh pages, each first touch a page fault (the tail of single queries)."""
+    read = plan.cache.fetcher(txn, db)
+    fetch = read
+    if memo is not None:
+
+        def fetch(name: bytes) -> Any:
+            buf = memo.get(name)
+            if buf is None:
+                buf = read(name)
+                if buf is not None:
+                    memo[name] = buf
+            return buf
+
     for i, table in enumerate(plan.tables):
         runs_codec.fill_restarts(table, fetch, i)
 

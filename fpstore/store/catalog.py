@@ -856,16 +856,27 @@ class Catalog:
         prefix_bits = [t.prefix_bits for t in self.design.tables]
         return sum(self.cache.build_cells(Run(txn, self.blobs, self.cache, meta), prefix_bits) for meta in runs)
 
-    def warm(self, txn: lmdb.Transaction) -> int:
+    def warm(self, txn: lmdb.Transaction, memo: dict[bytes, Any] | None = None) -> int:
         """Read every byte of the index (runs, key segments, incremental tables), of what an answer
         reads next (the records of documents added one by one or in batches, which hold their
         keys, and the tombstones) and of the sketch column, which verified answers read; returns
-        how many."""
+        how many. Given ``memo`` (the snapshot's chunk views, :meth:`snapshot_chunks`), every run
+        chunk and packed-column chunk is left in it, so that later queries of the snapshot add
+        nothing to it."""
         total = 0
+        columns = []
         for db in [self.blobs, *self.tables, *([self.sketches.db] if self.sketches is not None else [])]:
             for key, value in txn.cursor(db=db):
                 total += len(key) + len(value)
                 zlib.adler32(value)  # reads every byte, so every page is faulted in
+                if memo is not None and db is self.blobs and key[-5:-4] == b"P":
+                    columns.append(bytes(key))
+        # The chunks of packed columns (key segments, ordinals) that answers read, as views the
+        # snapshot's queries look up by name (tiers.read_packed_at): read there, not added there.
+        for name in columns:
+            view = txn.get(name, db=self.blobs)
+            if view is not None:
+                memo.setdefault(name, view)  # type: ignore[union-attr]
         for db in (self.docs, self.dead):
             # Millions of small entries keyed by u64 ids: the cursor reads each leaf page, and a
             # Python step per entry costs the most here (0.15 µs an entry, 0.4 with the pairs).
@@ -873,7 +884,7 @@ class Catalog:
         # Every block of every run table decoded once, so that single probes restart inside a
         # block instead of decoding it from its start (the kernel's restart points).
         plan = self.plan(txn)
-        search.fill_restarts(plan, txn, self.blobs)
+        search.fill_restarts(plan, txn, self.blobs, memo)
         self.build_cells(txn, plan.runs)
         return total
 

@@ -754,8 +754,10 @@ class Store(Closing):
         and an r5 design: docs/format.md); a damaged run raises
         :class:`~fpstore.errors.CorruptionError`.
         """
-        with self._storage.read() as txn:
-            return self._cat.warm(txn)
+        storage = self._storage
+        with storage.read() as txn:
+            cat = self._cat
+            return cat.warm(txn, cat.snapshot_chunks(txn, storage.mapping))
 
     def counts(self) -> dict[str, Any]:
         """Every counter of the store, read in one snapshot: ``documents`` (live), ``next_id``,
