@@ -8,7 +8,8 @@ Adds ``--n`` uniform random fingerprints (int keys) in batches of ``--batch`` (1
 into a new k = 3 store opened with ``merges=--merges``. Every ``--every`` documents it records,
 for the window since the last record: the longest and the p99 ``add_many`` call, the run count
 at its end, and single-query latency (``--queries`` calls through one ``Store.reader()``: half
-stored fingerprints with one bit flipped, half random; p50 and p99), after ``--warmup`` other
+stored fingerprints with one bit flipped, half random; p50 and p99; the major page faults of the
+process during them, reads the disk served), after ``--warmup`` other
 such queries through the same reader, untimed (a store in service has read its index before:
 without them the reference's p99 is its first reads' CRC checks and page faults). At the sizes listed in
 ``--reference`` it also bulk-loads the same fingerprints into a fresh store (one run, what a
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -53,12 +55,19 @@ def query_latency(store: fpstore.Store, queries: list[int], warmup: list[int]) -
     with store.reader() as r:
         for q in warmup:  # the run indexes, and the first reads of chunks and pages, untimed
             r.query(fingerprint=q, pipeline_id=pid)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
         for q in queries:
             t0 = clock()
             r.query(fingerprint=q, pipeline_id=pid)
             out.append(clock() - t0)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_majflt - faults
     half = len(queries) // 2  # query_set's near queries come first
-    return {**bc.percentiles_us(out), "near_p99": bc.percentiles_us(out[:half])["p99"], "random_p99": bc.percentiles_us(out[half:])["p99"]}
+    return {
+        **bc.percentiles_us(out),
+        "near_p99": bc.percentiles_us(out[:half])["p99"],
+        "random_p99": bc.percentiles_us(out[half:])["p99"],
+        "major_faults": faults,
+    }
 
 
 def plot(runs: list[tuple[str, dict[str, Any]]], path: str) -> None:
@@ -119,6 +128,13 @@ def main() -> None:
         default="",
         help="sizes at which a copy of the grown store is compacted and measured with the same queries",
     )
+    ap.add_argument(
+        "--keep-mapped",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="open the grown store with keep_mapped=SECONDS (its resident pages mapped by a thread of the store)",
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tmp", default=bc.DEFAULT_TMP)
     ap.add_argument("--json", default=None)
@@ -136,9 +152,14 @@ def main() -> None:
     compacted_at = {int(float(x)) for x in args.compacted_at.split(",") if x}
     fps = bc.random_fps(n, rng)
     rows = []
-    print(f"growth to n={n:,} by add_many({batch}), merges={args.merges}, design={args.design}; {bc.uptime()}", flush=True)
+    print(
+        f"growth to n={n:,} by add_many({batch}), merges={args.merges}, design={args.design}, keep_mapped={args.keep_mapped}; {bc.uptime()}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(dir=args.tmp) as d:
-        store = fpstore.open(os.path.join(d, "grow"), k=3, expected_size=n, merges=args.merges, design=args.design)
+        store = fpstore.open(
+            os.path.join(d, "grow"), k=3, expected_size=n, merges=args.merges, design=args.design, keep_mapped=args.keep_mapped
+        )
         pid = store.pipeline.id
         lat: list[float] = []
         t_start = time.perf_counter()
@@ -161,6 +182,7 @@ def main() -> None:
                     "query_p50_us": round(q["p50"], 1),
                     "query_p99_us": round(q["p99"], 1),
                     "near / random p99 us": f"{q['near_p99']:.1f} / {q['random_p99']:.1f}",
+                    "query_major_faults": q["major_faults"],
                 }
                 if done in references:
                     with fpstore.open(os.path.join(d, f"ref{done}"), k=3, expected_size=n, design=args.design) as ref:

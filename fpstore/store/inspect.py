@@ -343,4 +343,5 @@ def store_info(store: Any, storage: Storage, merges: Any) -> dict[str, Any]:
         "map_size": figures["map_size"],
         "created": store.header.get("created"),
         "lmdb": lmdb_figures(storage),
+        "keep_mapped": None if store._keeper is None else store._keeper.info(),
     }

@@ -81,5 +81,14 @@ def open(path: str | os.PathLike[str], **options: Any) -> Store:
     the staged adds before them; :meth:`Store.sync` commits them on demand; an add from a thread
     that holds a read open (``store.reader()``) is durable too. Reads see a staged add once it has
     committed. The mode belongs to this open, not to the store's files.
+
+    ``keep_mapped``: seconds (None, the default: off). Every that many seconds a thread of the
+    store maps into this process the pages of the store's file that the page cache holds (Linux
+    5.14 and later; elsewhere it does nothing and :meth:`Store.info` says why). LMDB writes pages
+    without mapping them, and a kernel that reclaims idle unmapped file pages (DAMON's pageout,
+    as some virtual machines run it, or a memory-cgroup limit) evicts a page written a minute ago;
+    the next answer that reads it waits for the disk. A writer whose answers read what it wrote
+    (a crawler) keeps them in memory with it: docs/tuning.md, "Pages a kernel reclaims". Pages
+    already evicted stay evicted (:meth:`Store.warm` reads everything back).
     """
     return Store(path, **options)

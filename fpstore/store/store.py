@@ -58,6 +58,7 @@ from fpstore.store.lsm import FLUSH_ENTRIES, runs_of
 from fpstore.store.merging import MERGE_MODES, Merger, clean_up
 from fpstore.store.reading import Reader, query_fingerprint
 from fpstore.store.redesign import redesign_plan, switch_design, write_header
+from fpstore.store.residency import PageKeeper, check_interval
 from fpstore.store.results import AddResult, Cluster, Document, Match, plain_results
 from fpstore.store.rows import arrow_table, record_batches
 from fpstore.store.sketches import CANDIDATE_K, DEFAULT_THRESHOLD, NEEDS_SKETCH, check_threshold, stored_threshold
@@ -120,6 +121,7 @@ class Store(Closing):
         commit_interval: float | None = None,
         merges: str = "background",
         threshold: float | None = None,
+        keep_mapped: float | None = None,
     ) -> None:
         if pipeline is not None and not isinstance(pipeline, (Pipeline, ImagePipeline)):
             raise InputError(f"pipeline must be a fpstore.Pipeline or fpstore.ImagePipeline, not {type(pipeline).__name__}")
@@ -127,6 +129,7 @@ class Store(Closing):
             raise InputError(f"flush_entries must be an int >= 0, got {flush_entries!r}")
         if merges not in MERGE_MODES:
             raise InputError(f"merges must be one of {', '.join(MERGE_MODES)}, got {merges!r}")
+        keep_interval = check_interval(keep_mapped)
         #: Documents held in the incremental tables before a write moves them into a run (0: never).
         self.flush_entries = flush_entries
         # A new store's arguments are checked before anything is made on disk.
@@ -159,6 +162,7 @@ class Store(Closing):
             if not readonly:
                 clean_up(self._storage, self._cat)  # what a merge that died left behind
             self._storage.on_commit = [self._merges.after_commit]
+            self._keeper = None if keep_interval is None else PageKeeper(self._storage, keep_interval)
             stager = self._storage.stager
             self._adds: GroupCommit[OneAdd, AddResult] | StagedRequests[OneAdd, AddResult] = (
                 GroupCommit(self._commit_adds)
@@ -253,13 +257,20 @@ class Store(Closing):
         stays open, as it was; so it is at once when the calling thread holds one itself."""
         # Refused before anything stops, so that a refused close leaves the store as it was.
         self._storage.check_no_own_read("closing the store")
+        keeper = getattr(self, "_keeper", None)  # absent when __init__ failed before it
+        if keeper is not None:
+            keeper.close(timeout=storage_module.CLOSE_WAIT_S)
         if not self._merges.close(timeout=storage_module.CLOSE_WAIT_S):
+            if keeper is not None:
+                keeper.resume()
             raise storage_module.close_refused(self.path, "the background merge, which waits for reads")
         try:
             self._storage.close()
         except StorageError:
             if self._storage.is_open():
                 self._merges.resume()
+                if keeper is not None:
+                    keeper.resume()
             raise
 
     def __repr__(self) -> str:
