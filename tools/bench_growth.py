@@ -9,7 +9,7 @@ into a new k = 3 store opened with ``merges=--merges``. Every ``--every`` docume
 for the window since the last record: the longest and the p99 ``add_many`` call, the run count
 at its end, and single-query latency (``--queries`` calls through one ``Store.reader()``: half
 stored fingerprints with one bit flipped, half random; p50 and p99; the major page faults of the
-process during them, reads the disk served), after ``--warmup`` other
+querying thread during them, its reads the disk served), after ``--warmup`` other
 such queries through the same reader, untimed (a store in service has read its index before:
 without them the reference's p99 is its first reads' CRC checks and page faults). At the sizes listed in
 ``--reference`` it also bulk-loads the same fingerprints into a fresh store (one run, what a
@@ -55,12 +55,12 @@ def query_latency(store: fpstore.Store, queries: list[int], warmup: list[int]) -
     with store.reader() as r:
         for q in warmup:  # the run indexes, and the first reads of chunks and pages, untimed
             r.query(fingerprint=q, pipeline_id=pid)
-        faults = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+        faults = resource.getrusage(resource.RUSAGE_THREAD).ru_majflt
         for q in queries:
             t0 = clock()
             r.query(fingerprint=q, pipeline_id=pid)
             out.append(clock() - t0)
-        faults = resource.getrusage(resource.RUSAGE_SELF).ru_majflt - faults
+        faults = resource.getrusage(resource.RUSAGE_THREAD).ru_majflt - faults
     half = len(queries) // 2  # query_set's near queries come first
     return {
         **bc.percentiles_us(out),

@@ -15,6 +15,7 @@ left alone: reading them back is what :meth:`Store.warm` is for.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import sys
 import threading
@@ -30,9 +31,10 @@ from fpstore.store.header import H_HEADER
 if TYPE_CHECKING:
     from fpstore.store.storage import Storage
 
-__all__ = ["PageKeeper", "check_interval", "map_resident", "mapping_of"]
+__all__ = ["PageKeeper", "check_interval", "mapping_of", "populate", "resident_runs"]
 
 MADV_POPULATE_READ = 22  # linux/mman.h, since Linux 5.14
+SLICE_PAGES = 16384  # 64 MiB of 4 KiB pages a call: a pass stops soon after close() or a map move
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -69,25 +71,26 @@ def mapping_of(address: int) -> tuple[int, int] | None:
     return None
 
 
-def map_resident(libc: Any, start: int, length: int) -> tuple[int, int]:
-    """Map into this process every page of ``[start, start + length)`` (a file mapping, page
-    aligned) that the page cache holds: ``(resident pages, pages)``. Raises OSError when the
-    kernel refuses (before 5.14, ``MADV_POPULATE_READ`` is EINVAL)."""
+def resident_runs(libc: Any, start: int, length: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """The runs of pages of ``[start, start + length)`` (a file mapping, page aligned) that the
+    page cache holds: (first pages, end pages, resident pages). Raises OSError when ``mincore``
+    fails (the range no longer mapped: ENOMEM)."""
     pages = length // PAGE
-    if pages <= 0:
-        return 0, 0
-    vec = np.zeros(pages, np.uint8)
-    if libc.mincore(start, pages * PAGE, vec.ctypes.data) != 0:
+    vec = np.zeros(max(pages, 1), np.uint8)
+    if pages and libc.mincore(start, pages * PAGE, vec.ctypes.data) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mincore: {os.strerror(err)}")
-    resident = (vec & 1).astype(np.int8)
+    resident = (vec[:pages] & 1).astype(np.int8)
     edges = np.flatnonzero(np.diff(resident, prepend=0, append=0))
-    for first, stop in zip(edges[::2].tolist(), edges[1::2].tolist()):
-        # A page evicted since mincore is read back from disk here, by this thread: harmless.
-        if libc.madvise(start + first * PAGE, (stop - first) * PAGE, MADV_POPULATE_READ) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"madvise(MADV_POPULATE_READ): {os.strerror(err)}")
-    return int(resident.sum()), pages
+    return edges[::2], edges[1::2], int(resident.sum())
+
+
+def populate(libc: Any, address: int, length: int) -> int:
+    """``madvise(MADV_POPULATE_READ)``: map ``[address, address + length)`` for reading, as reads
+    would, changing no byte. 0, or the errno."""
+    if libc.madvise(address, length, MADV_POPULATE_READ) != 0:
+        return ctypes.get_errno() or errno.EINVAL
+    return 0
 
 
 class PageKeeper:
@@ -145,7 +148,12 @@ class PageKeeper:
                 del storage
 
     def run_once(self, storage: Storage) -> None:
-        """One pass, on the calling thread."""
+        """One pass, on the calling thread. The map is found inside a read (so it cannot move
+        meanwhile); the pages are mapped outside it, a slice at a time, so that the pass holds
+        back no growth of the map and pins no snapshot. A growth that moves the map between
+        slices ends the pass (``Storage.mapping`` changes, or the kernel finds the range
+        unmapped); a slice that lands on whatever took the old range only maps its pages for
+        reading, changing nothing."""
         t0 = time.perf_counter()
         with storage.read() as txn:
             view = txn.get(H_HEADER, db=storage.dbs["meta"])
@@ -154,10 +162,21 @@ class PageKeeper:
             # An address inside LMDB's map (a value read in place), and so the map itself.
             span = mapping_of(np.frombuffer(view, np.uint8).ctypes.data)
             if span is None:
-                raise OSError(0, "the store's map is not in /proc/self/maps")
+                raise OSError(errno.ENOENT, "the store's map is not in /proc/self/maps")
+            mapping = storage.mapping
             start, end = span
             length = min(end - start, os.path.getsize(self._data_file)) // PAGE * PAGE
-            self.resident_pages, self.pages = map_resident(self._libc, start, length)
+            firsts, ends, resident = resident_runs(self._libc, start, length)
+        for first, stop in zip(firsts.tolist(), ends.tolist()):
+            for lo in range(first, stop, SLICE_PAGES):
+                if storage.mapping != mapping or self._stop.is_set():
+                    return
+                err = populate(self._libc, start + lo * PAGE, (min(stop, lo + SLICE_PAGES) - lo) * PAGE)
+                if err in (errno.ENOMEM, errno.EFAULT):
+                    return  # the map moved (or a page past the end of a file cut short): next pass
+                if err:
+                    raise OSError(err, f"madvise(MADV_POPULATE_READ): {os.strerror(err)}")
+        self.resident_pages, self.pages = resident, length // PAGE
         self.passes += 1
         self.seconds = time.perf_counter() - t0
 
