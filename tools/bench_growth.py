@@ -135,6 +135,7 @@ def main() -> None:
         metavar="SECONDS",
         help="open the grown store with keep_mapped=SECONDS (its resident pages mapped by a thread of the store)",
     )
+    ap.add_argument("--idle", type=float, default=0, metavar="SECONDS", help="after the growth, wait this long, then measure queries again")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tmp", default=bc.DEFAULT_TMP)
     ap.add_argument("--json", default=None)
@@ -212,6 +213,23 @@ def main() -> None:
                 print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
                 lat = []
         merges = store.info()["merges"]
+        idle = None
+        if args.idle:
+            # A crawler that pauses: nothing reads or writes for a while, then near-duplicate
+            # questions come again (what a kernel reclaiming idle file pages takes meanwhile).
+            time.sleep(args.idle)
+            queries, warmup = query_set(fps, args.queries, rng), query_set(fps, args.warmup, rng)
+            faults = resource.getrusage(resource.RUSAGE_THREAD).ru_majflt
+            first = query_latency(store, warmup, [])  # the first queries after the pause
+            i = query_latency(store, queries, [])
+            idle = {
+                "idle_s": args.idle,
+                "first p50 / p99 us": f"{first['p50']:.1f} / {first['p99']:.1f}",
+                "first near / random p99 us": f"{first['near_p99']:.1f} / {first['random_p99']:.1f}",
+                "then p50 / p99 us": f"{i['p50']:.1f} / {i['p99']:.1f}",
+                "major faults (first, then)": f"{first['major_faults']}, {i['major_faults']}",
+            }
+            assert resource.getrusage(resource.RUSAGE_THREAD).ru_majflt - faults == first["major_faults"] + i["major_faults"]
         compacted = None
         if args.compact:
             # The same store compacted: one run, its documents' keys still in their records (a
@@ -237,9 +255,11 @@ def main() -> None:
     to_compacted = [(r["n"], r["p99 ÷ compacted"]) for r in rows if "p99 ÷ compacted" in r]
     if to_compacted:
         print(f"query p99 ÷ the compacted copy's p99 (n, ratio): {to_compacted}")
+    if idle:
+        print(f"after {args.idle:g} s idle, {args.warmup} then {args.queries} queries: {idle}")
     if compacted:
         print(f"the grown store after compact(), the last window's queries: {compacted}")
-    bc.write_json(args.json, {"args": vars(args), "rows": rows, "merges": merges, "compacted": compacted, "machine": bc.machine()})
+    bc.write_json(args.json, {"args": vars(args), "rows": rows, "merges": merges, "idle": idle, "compacted": compacted, "machine": bc.machine()})
     if args.plot:
         plot([("fpstore", {"rows": rows, "compacted": compacted})], args.plot)
 
