@@ -61,8 +61,8 @@ def test_a_pass_maps_the_pages_a_write_left_unmapped(tmp_path):
 @linux
 def test_the_thread_passes_while_the_store_is_written_and_ends_with_close(tmp_path):
     """With a short interval the thread passes on its own, between and during writes and queries
-    (each pass inside a read, so the map cannot move under it: a forced map growth below); close()
-    ends it, and the answers are those of a store without it."""
+    (through forced growths of the map, which move it: a pass finds the map inside a read and
+    ends when it moves); close() ends it, and the answers are those of a store without it."""
     with fpstore.open(tmp_path / "plain", k=3) as plain:
         _fill(plain, 3)
         answers = plain.query_many(np.arange(0, 2**64 - 1, 2**54, dtype=np.uint64), pipeline_id=plain.pipeline.id)
@@ -75,8 +75,10 @@ def test_the_thread_passes_while_the_store_is_written_and_ends_with_close(tmp_pa
         assert s.info()["keep_mapped"]["passes"] >= 3 and s.info()["keep_mapped"]["error"] is None
         got = s.query_many(np.arange(0, 2**64 - 1, 2**54, dtype=np.uint64), pipeline_id=s.pipeline.id)
         assert [a.tolist() for a in got] == [a.tolist() for a in answers]
+        keeper = s._keeper
     finally:
         s.close()
+    assert keeper is not None and keeper.join(10)
     assert not any(t.name == "fpstore-keep-mapped" for t in threading.enumerate())
 
 
@@ -113,3 +115,88 @@ def test_a_kernel_that_refuses_stops_the_thread_with_its_reason(tmp_path, monkey
             time.sleep(0.01)
         assert "MADV_POPULATE_READ" in s.info()["keep_mapped"]["error"]
         assert len(s) == 4000
+
+
+@linux
+def test_a_pass_that_fails_is_tried_again_and_says_why(tmp_path, monkeypatch):
+    """A pass that fails with the store's own error (every reader slot taken, say) is not the
+    end of the thread: the next pass runs, and info() said why the last one failed."""
+    from fpstore.errors import StorageError
+
+    with fpstore.open(tmp_path / "s", k=3, keep_mapped=0.01) as s:
+        keeper = s._keeper
+        real = keeper.run_once
+        failures = iter([StorageError("no reader slot free"), StorageError("no reader slot free")])
+
+        def flaky(storage, stop=None):
+            failure = next(failures, None)
+            if failure is not None:
+                raise failure
+            return real(storage, stop)
+
+        monkeypatch.setattr(keeper, "run_once", flaky)
+        deadline = time.monotonic() + 10
+        seen = None
+        while keeper.passes < 2 and time.monotonic() < deadline:
+            seen = seen or keeper.last_failure
+            time.sleep(0.002)
+        assert keeper.passes >= 2 and keeper.error is None
+        assert seen == "no reader slot free" and s.info()["keep_mapped"]["last_failure"] is None
+
+
+@linux
+def test_a_refused_close_during_a_pass_leaves_the_thread_passing(tmp_path, monkeypatch):
+    """close() stops the thread without waiting for a pass in progress (one may wait for a read
+    another thread holds); when the storage then refuses to close (that read), the store stays
+    open and its keeper passes again once the pass in progress has ended."""
+    from fpstore.errors import StorageError
+    from fpstore.store import storage as storage_module
+
+    monkeypatch.setattr(storage_module, "CLOSE_WAIT_S", 0.2)
+    s = fpstore.open(tmp_path / "s", k=3, keep_mapped=0.01)
+    keeper = s._keeper
+    real = keeper.run_once
+    block, entered, unblock = threading.Event(), threading.Event(), threading.Event()
+
+    def slow(storage, stop=None):
+        if block.is_set():
+            block.clear()
+            entered.set()
+            unblock.wait(10)
+        return real(storage, stop)
+
+    monkeypatch.setattr(keeper, "run_once", slow)
+    try:
+        holding, release = threading.Event(), threading.Event()
+
+        def hold_a_read():
+            with s.reader():
+                holding.set()
+                release.wait(10)
+
+        reader = threading.Thread(target=hold_a_read)
+        reader.start()
+        assert holding.wait(10)
+        block.set()
+        assert entered.wait(10)  # a pass in progress
+        with pytest.raises(StorageError):
+            s.close()
+        release.set()
+        reader.join()
+        unblock.set()
+        before = keeper.passes
+        deadline = time.monotonic() + 10
+        while keeper.passes < before + 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert keeper.passes >= before + 3 and keeper.error is None
+    finally:
+        unblock.set()
+        s.close()
+
+
+def test_an_interval_beyond_what_a_wait_takes_does_not_end_the_thread(tmp_path):
+    with fpstore.open(tmp_path / "s", k=3, keep_mapped=1e12) as s:
+        time.sleep(0.05)
+        keeper = s._keeper
+        assert keeper._thread is None or keeper._thread.is_alive() or keeper.error is not None
+        assert keeper.error is None or "not supported" in keeper.error

@@ -226,7 +226,7 @@ def threaded_merge_from(chunks0: int) -> int:
 
 
 def batch_probe_runs(
-    runs: Iterable[Run], design: Design, queries: np.ndarray, k: int, threads: int | None = None
+    runs: Iterable[Run], design: Design, queries: np.ndarray, k: int, threads: int | None = None, memo: dict[bytes, Any] | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Batch mode: every (query index, id, distance, fingerprint) with the entry within ``k``.
 
@@ -236,8 +236,9 @@ def batch_probe_runs(
     so it is merged last: the fingerprints that only later tables reached are looked up in the
     same pass, and every block of table 0 is decoded once. Large batches split each table's
     chunks among ``threads`` threads (None: all cores): the kernel and numpy release the GIL.
-    Chunks are read on the calling thread (an LMDB transaction belongs to one thread); the
-    workers only compute on the mapped memory.
+    Chunks are read on the calling thread (an LMDB transaction belongs to one thread), from
+    ``memo`` (a read snapshot's chunk views) where it holds them; the workers only compute on
+    the mapped memory.
     """
     runs = [r for r in runs if r.count]
     empty = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint64)
@@ -251,7 +252,7 @@ def batch_probe_runs(
     # them every chunk is fetched here first; this thread reads only the chunks the merge reaches
     # (a batch of a few hundred queries reaches a fraction of a large run's chunks).
     fetched = [
-        [(tab.index, tab.views().__getitem__ if threaded else tab.get) for tab in (run.table(t) for t in range(ntab))] for run in runs
+        [(tab.index, tab.views(memo).__getitem__ if threaded else tab.get) for tab in (run.table(t) for t in range(ntab))] for run in runs
     ]
     run_map: Callable[..., Iterable[Any]] = executor(nthreads).map if threaded else map
     parts = nthreads if threaded else 1

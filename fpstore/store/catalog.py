@@ -818,7 +818,7 @@ class Catalog:
                 memo = self._chunks_written_txn(txn, plan)
             rq, rid, rd, rfp = search.probe_plan_each(plan, txn, self.blobs, self.probe_design, fps, k, memo)
         else:
-            rq, rid, rd, rfp = search.batch_probe_runs(self.runs(txn), self.design, fps, k)
+            rq, rid, rd, rfp = search.batch_probe_runs(self.runs(txn), self.design, fps, k, memo=memo if reading else None)
         if len(rid) and (dead if dead is not None else txn.stat(self.dead)["entries"]):
             keep = ~np.isin(rid.astype(np.uint64), self.lsm.dead_ids(txn))
             rq, rid, rd, rfp = rq[keep], rid[keep], rd[keep], rfp[keep]

@@ -84,7 +84,7 @@ def open(path: str | os.PathLike[str], **options: Any) -> Store:
 
     ``keep_mapped``: seconds (None, the default: off). Every that many seconds a thread of the
     store maps into this process the pages of the store's file that the page cache holds (Linux
-    5.14 and later; elsewhere it does nothing and :meth:`Store.info` says why). LMDB writes pages
+    5.14 and later; elsewhere it stops, and :meth:`Store.info` says why). LMDB writes pages
     without mapping them, and a kernel that reclaims idle unmapped file pages (DAMON's pageout,
     as some virtual machines run it, or a memory-cgroup limit) evicts a page written a minute ago;
     the next answer that reads it waits for the disk. A writer whose answers read what it wrote

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fpstore.errors import FpstoreError, InputError
+from fpstore.errors import ClosedError, FpstoreError, InputError
 from fpstore.store.header import H_HEADER
 
 if TYPE_CHECKING:
@@ -95,10 +95,11 @@ def populate(libc: Any, address: int, length: int) -> int:
 
 class PageKeeper:
     """A daemon thread that maps the store's resident pages every ``interval`` seconds (see the
-    module's text). It holds the storage only during a pass, inside a read transaction (so the
-    map cannot move under it); a pass of 10^8 documents' file (3.2 GB) takes about 90 ms of CPU,
-    300 MB about 12 ms. It stops by itself, its reason in :attr:`error`, where the platform or
-    the kernel cannot do it."""
+    module's text and :meth:`run_once`); a pass over 10^8 documents' file (3.2 GB) takes about
+    90 ms of CPU, 300 MB about 12 ms. It stops for good, its reason in :attr:`error`, where the
+    platform or the kernel cannot do it (where the platform cannot, no thread starts; a kernel
+    that refuses stops it at its first pass); a pass that fails otherwise (every reader slot
+    taken, say) is tried again at the next interval, its reason in :attr:`last_failure`."""
 
     def __init__(self, storage: Storage, interval: float) -> None:
         self.interval = interval
@@ -107,8 +108,8 @@ class PageKeeper:
         self.pages = 0
         self.seconds = 0.0
         self.error: str | None = None
+        self.last_failure: str | None = None
         self._storage = weakref.ref(storage)
-        self._data_file = os.path.join(storage.path, "data.mdb")
         self._libc = _libc()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -118,8 +119,10 @@ class PageKeeper:
             self.start()
 
     def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="fpstore-keep-mapped", daemon=True)
+        # Each thread has its own stop event: a thread that close() stopped ends even when a
+        # resume() starts the next before it has.
+        self._stop = stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(stop,), name="fpstore-keep-mapped", daemon=True)
         self._thread.start()
 
     def info(self) -> dict[str, Any]:
@@ -129,31 +132,35 @@ class PageKeeper:
             "resident_pages": self.resident_pages,
             "pages": self.pages,
             "last_pass_s": round(self.seconds, 4),
+            "last_failure": self.last_failure,
             "error": self.error,
         }
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+    def _run(self, stop: threading.Event) -> None:
+        # Event.wait refuses timeouts beyond threading.TIMEOUT_MAX (about 292 years).
+        while not stop.wait(min(self.interval, threading.TIMEOUT_MAX)):
             storage = self._storage()
             if storage is None or not storage.is_open():
                 return
             try:
-                self.run_once(storage)
-            except FpstoreError:
-                return  # closed meanwhile
+                self.run_once(storage, stop)
+            except ClosedError:
+                return
+            except FpstoreError as exc:
+                self.last_failure = str(exc)  # every reader slot taken, say: the next pass tries again
             except OSError as exc:
                 self.error = f"stopped: {exc}"
                 return
             finally:
                 del storage
 
-    def run_once(self, storage: Storage) -> None:
-        """One pass, on the calling thread. The map is found inside a read (so it cannot move
-        meanwhile); the pages are mapped outside it, a slice at a time, so that the pass holds
-        back no growth of the map and pins no snapshot. A growth that moves the map between
-        slices ends the pass (``Storage.mapping`` changes, or the kernel finds the range
-        unmapped); a slice that lands on whatever took the old range only maps its pages for
-        reading, changing nothing."""
+    def run_once(self, storage: Storage, stop: threading.Event | None = None) -> None:
+        """One pass, on the calling thread. The map and the file's used length are found inside a
+        read (so the map cannot move meanwhile); the pages are mapped outside it, a slice at a
+        time, so that the pass holds back no growth of the map and pins no snapshot. A growth
+        that moves the map between slices ends the pass (``Storage.mapping`` changes, or the
+        kernel finds the range unmapped); a slice that lands on whatever took the old range only
+        maps its pages for reading, changing nothing."""
         t0 = time.perf_counter()
         with storage.read() as txn:
             view = txn.get(H_HEADER, db=storage.dbs["meta"])
@@ -164,33 +171,40 @@ class PageKeeper:
             if span is None:
                 raise OSError(errno.ENOENT, "the store's map is not in /proc/self/maps")
             mapping = storage.mapping
+            env = storage.env
+            used = (env.info()["last_pgno"] + 1) * env.stat()["psize"]  # the pages LMDB has written
             start, end = span
-            length = min(end - start, os.path.getsize(self._data_file)) // PAGE * PAGE
+            length = min(end - start, used) // PAGE * PAGE
             firsts, ends, resident = resident_runs(self._libc, start, length)
-        for first, stop in zip(firsts.tolist(), ends.tolist()):
-            for lo in range(first, stop, SLICE_PAGES):
-                if storage.mapping != mapping or self._stop.is_set():
+        for first, past in zip(firsts.tolist(), ends.tolist()):
+            for lo in range(first, past, SLICE_PAGES):
+                if storage.mapping != mapping or (stop is not None and stop.is_set()):
                     return
-                err = populate(self._libc, start + lo * PAGE, (min(stop, lo + SLICE_PAGES) - lo) * PAGE)
+                err = populate(self._libc, start + lo * PAGE, (min(past, lo + SLICE_PAGES) - lo) * PAGE)
                 if err in (errno.ENOMEM, errno.EFAULT):
                     return  # the map moved (or a page past the end of a file cut short): next pass
                 if err:
                     raise OSError(err, f"madvise(MADV_POPULATE_READ): {os.strerror(err)}")
         self.resident_pages, self.pages = resident, length // PAGE
+        self.last_failure = None
         self.passes += 1
         self.seconds = time.perf_counter() - t0
 
-    def close(self, timeout: float | None = None) -> bool:
-        """Stop the thread; False when it has not stopped within ``timeout`` seconds (a pass
-        waits for nothing but the kernel: it has)."""
+    def close(self) -> None:
+        """Stop the thread: at once between passes; a pass in progress stops at its next slice,
+        or when the store's close ends the read it may be waiting for (the store's close waits
+        for that read, not for this thread)."""
         self._stop.set()
+
+    def resume(self) -> None:
+        """Undo :meth:`close` for a store whose close did not go through: a new thread."""
+        if self._libc is not None and self.error is None:
+            self.start()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the thread to end (after :meth:`close`); whether it has."""
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
             return not thread.is_alive()
         return True
-
-    def resume(self) -> None:
-        """Undo :meth:`close` for a store whose close did not go through."""
-        if self._libc is not None and self.error is None and (self._thread is None or not self._thread.is_alive()):
-            self.start()

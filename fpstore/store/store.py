@@ -259,7 +259,7 @@ class Store(Closing):
         self._storage.check_no_own_read("closing the store")
         keeper = getattr(self, "_keeper", None)  # absent when __init__ failed before it
         if keeper is not None:
-            keeper.close(timeout=storage_module.CLOSE_WAIT_S)
+            keeper.close()
         if not self._merges.close(timeout=storage_module.CLOSE_WAIT_S):
             if keeper is not None:
                 keeper.resume()
