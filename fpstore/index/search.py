@@ -19,7 +19,7 @@ from fpstore.errors import CorruptionError
 from fpstore.index import runs as runs_codec
 from fpstore.index.costs import join_cost
 from fpstore.index.design import Design, flip_free_designs
-from fpstore.index.tiers import ReadPlan, Run, run_ids, run_ids_at
+from fpstore.index.tiers import ReadPlan, Run, memoized, run_ids, run_ids_at
 from fpstore.parallel import executor
 from fpstore.parallel import threads as thread_count
 
@@ -78,17 +78,7 @@ def fill_restarts(plan: ReadPlan, txn: Any, db: Any, memo: dict[bytes, Any] | No
     queries find it there instead of adding it: a memo filled during timed queries grows a dict
     and allocates fresh pages, each first touch a page fault (the tail of single queries)."""
     read = plan.cache.fetcher(txn, db)
-    fetch = read
-    if memo is not None:
-
-        def fetch(name: bytes) -> Any:
-            buf = memo.get(name)
-            if buf is None:
-                buf = read(name)
-                if buf is not None:
-                    memo[name] = buf
-            return buf
-
+    fetch = read if memo is None else memoized(read, memo)
     for i, table in enumerate(plan.tables):
         runs_codec.fill_restarts(table, fetch, i)
 
