@@ -200,3 +200,17 @@ def test_an_interval_beyond_what_a_wait_takes_does_not_end_the_thread(tmp_path):
         keeper = s._keeper
         assert keeper._thread is None or keeper._thread.is_alive() or keeper.error is not None
         assert keeper.error is None or "not supported" in keeper.error
+
+
+@linux
+def test_a_pass_finds_the_file_after_the_store_directory_moved(tmp_path):
+    """A pass measures the file by LMDB's own page count, not by the path given at open: a store
+    directory renamed while open (its map and descriptors stay valid) does not stop the keeper."""
+    with fpstore.open(tmp_path / "s", k=3, keep_mapped=3600) as s:
+        _fill(s, 2)
+        os.rename(tmp_path / "s", tmp_path / "moved")
+        try:
+            s._keeper.run_once(s._storage)
+            assert s._keeper.passes == 1 and s._keeper.resident_pages > 0
+        finally:
+            os.rename(tmp_path / "moved", tmp_path / "s")

@@ -213,6 +213,7 @@ def main() -> None:
                 print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
                 lat = []
         merges = store.info()["merges"]
+        keeper = store.info()["keep_mapped"]  # its last pass: pages, seconds
         idle = None
         if args.idle:
             # A crawler that pauses: nothing reads or writes for a while, then near-duplicate
@@ -242,6 +243,8 @@ def main() -> None:
         store.close()
     after = [r for r in rows if r["n"] > 1_000_000]
     print(f"\nmerges: {merges}; {bc.uptime()}")
+    if keeper:
+        print(f"keep_mapped, after the growth: {keeper}")
     columns = list(dict.fromkeys(k for r in rows for k in r))
     print(bc.md_table(columns, [[r.get(k, "") for k in columns] for r in rows]))
     if after:
@@ -257,7 +260,7 @@ def main() -> None:
         print(f"after {args.idle:g} s idle, {args.warmup} then {args.queries} queries: {idle}")
     if compacted:
         print(f"the grown store after compact(), the last window's queries: {compacted}")
-    bc.write_json(args.json, {"args": vars(args), "rows": rows, "merges": merges, "idle": idle, "compacted": compacted, "machine": bc.machine()})
+    bc.write_json(args.json, {"args": vars(args), "rows": rows, "merges": merges, "keep_mapped": keeper, "idle": idle, "compacted": compacted, "machine": bc.machine()})
     if args.plot:
         plot([("fpstore", {"rows": rows, "compacted": compacted})], args.plot)
 

@@ -532,8 +532,9 @@ class CodecRun:
         """Every chunk, as :meth:`get` reads it: a getter over this list (``views.__getitem__``)
         reads the run from any thread while the transaction lasts. ``memo`` (a snapshot's chunk
         views by name, which hold only chunks :meth:`get` read, or ``Store.warm``) gives the
-        chunks it holds without an LMDB lookup each (at 10^8, 7,940 lookups took 53 ms of a
-        10^6-query batch's second, on the calling thread alone) and keeps the others."""
+        chunks it holds without an LMDB lookup each (at 10^8, 7,940 lookups took 19-29 ms of a
+        10^6-query batch's second, on the calling thread alone: docs/benchmarks.md) and keeps the
+        others."""
         read = self._read if memo is None else memoized(self._read, memo)
         return [read(name) for name in self._names[: self.index.nchunks]]
 

@@ -864,19 +864,21 @@ class Catalog:
         chunk and packed-column chunk is left in it, so that later queries of the snapshot add
         nothing to it."""
         total = 0
-        columns = []
+        columns: list[bytes] = []
         for db in [self.blobs, *self.tables, *([self.sketches.db] if self.sketches is not None else [])]:
             for key, value in txn.cursor(db=db):
                 total += len(key) + len(value)
                 zlib.adler32(value)  # reads every byte, so every page is faulted in
                 if memo is not None and db is self.blobs and key[-5:-4] == b"P":
                     columns.append(bytes(key))
-        # The chunks of packed columns (key segments, ordinals) that answers read, as views the
-        # snapshot's queries look up by name (tiers.read_packed_at): read there, not added there.
-        for name in columns:
-            view = txn.get(name, db=self.blobs)
-            if view is not None:
-                memo.setdefault(name, view)  # type: ignore[union-attr]
+        if memo is not None:
+            # The chunks of packed columns (key segments, ordinals) that answers read, as views the
+            # snapshot's queries look up by name (tiers.read_packed_at): read there, not added
+            # there. Looked up again by name: a cursor's views do not outlive its next step.
+            for name in columns:
+                view = txn.get(name, db=self.blobs)
+                if view is not None:
+                    memo.setdefault(name, view)
         for db in (self.docs, self.dead):
             # Millions of small entries keyed by u64 ids: the cursor reads each leaf page, and a
             # Python step per entry costs the most here (0.15 µs an entry, 0.4 with the pairs).

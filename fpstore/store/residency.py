@@ -4,8 +4,8 @@ LMDB writes with ``pwrite``: a page a write committed sits in the page cache, bu
 it until a read touches it through the map. A kernel that reclaims cold page cache proactively
 (DAMON's ``pageout`` scheme, which some virtual machines run on unmapped file pages idle for a
 minute; memory-cgroup limits) takes such pages first, and the next read of one is a disk read:
-a crawler's near-duplicate answer that reads the record of a document it added minutes earlier
-waited 100-400 µs for it (tools/bench_growth.py). :class:`PageKeeper` maps, every ``interval``
+after a pause of 90 s, 593 and 934 of 2,000 queries of a crawler's store read the disk, the
+near-duplicate half's p99 1.4 and 3.3 ms (docs/benchmarks.md, "An idle pause"). :class:`PageKeeper` maps, every ``interval``
 seconds, every page of the file that the page cache still holds (``mincore``, then
 ``madvise(MADV_POPULATE_READ)`` over each run of resident pages; Linux 5.14 and later): mapped,
 they are no longer unmapped file pages, and reads find them in memory. Pages already evicted are
@@ -95,8 +95,8 @@ def populate(libc: Any, address: int, length: int) -> int:
 
 class PageKeeper:
     """A daemon thread that maps the store's resident pages every ``interval`` seconds (see the
-    module's text and :meth:`run_once`); a pass over 10^8 documents' file (3.2 GB) takes about
-    90 ms of CPU, 300 MB about 12 ms. It stops for good, its reason in :attr:`error`, where the
+    module's text and :meth:`run_once`); a pass over 0.32 GB of file took 18 ms, over 3.2 GB
+    already mapped 90 ms (docs/benchmarks.md). It stops for good, its reason in :attr:`error`, where the
     platform or the kernel cannot do it (where the platform cannot, no thread starts; a kernel
     that refuses stops it at its first pass); a pass that fails otherwise (every reader slot
     taken, say) is tried again at the next interval, its reason in :attr:`last_failure`."""
